@@ -1,0 +1,42 @@
+"""The exceptions kstate raises. Every failure of a kstate call is a ``KStateError``."""
+
+from __future__ import annotations
+
+
+class KStateError(Exception):
+    """Base class of every kstate error."""
+
+
+class InvalidStateStoreError(KStateError):
+    """The store cannot serve the call in its current state (Kafka's ``InvalidStateStoreException``)."""
+
+
+class StoreClosedError(InvalidStateStoreError):
+    """The store, or the store an iterator or view belongs to, is closed or was never initialized."""
+
+
+class ProcessorStateError(KStateError):
+    """RocksDB or the file system failed (Kafka's ``ProcessorStateException``)."""
+
+
+class CorruptedDataError(KStateError):
+    """Bytes read from disk do not have the layout their format requires."""
+
+
+class InvalidArgumentError(KStateError, ValueError):
+    """An argument or configuration value that can never be valid."""
+
+
+class SerializationError(KStateError, ValueError):
+    """A key or value could not be serialized or deserialized by its serde."""
+
+
+__all__ = [
+    "KStateError",
+    "InvalidStateStoreError",
+    "StoreClosedError",
+    "ProcessorStateError",
+    "CorruptedDataError",
+    "InvalidArgumentError",
+    "SerializationError",
+]

@@ -1,0 +1,422 @@
+"""``KeyValueStore``: a transactional key-value store on RocksDB (or in memory).
+
+Writes are staged and readable at once; ``commit(changelog_offset)`` applies them, with the offset,
+in one atomic RocksDB write; ``recover()`` discards what was never committed (KIP-892). The
+on-disk layout is Kafka Streams' (``<task_dir>/rocksdb/<name>``, KIP-1035 ``offsets`` family).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
+
+from kstate import _core
+from kstate.config import StoreConfig
+from kstate.errors import InvalidArgumentError, StoreClosedError
+from kstate.serdes import BytesSerde, Serde, StringSerde
+
+if TYPE_CHECKING:
+    from kstate.stores import KeyValueBytesStoreSupplier
+
+log = logging.getLogger("kstate.store")
+
+_TASK_DIR = re.compile(r"^\d+_(\d+)$")
+
+
+class KeyValue(NamedTuple):
+    """One entry of an iterator (Kafka's ``KeyValue``)."""
+
+    key: Any
+    value: Any
+
+
+def _is_arrow(obj: Any) -> bool:
+    return type(obj).__module__.startswith("pyarrow") and hasattr(obj, "type")
+
+
+class KeyValueIterator:
+    """Iterator over store entries in key order (or reverse). Use as a context manager or call
+    ``close()`` when done early; it raises ``StoreClosedError`` once its store is closed."""
+
+    __slots__ = ("_native", "_decode")
+
+    def __init__(self, native: _core.RangeIterator, decode: Callable[[bytes, bytes], Any]):
+        self._native = native
+        self._decode = decode
+
+    def __iter__(self) -> KeyValueIterator:
+        return self
+
+    def __next__(self) -> Any:
+        key, value = next(self._native)
+        return self._decode(key, value)
+
+    def peek_next_key(self) -> Any:
+        """The key ``next()`` would return, or ``None`` at the end."""
+        key = self._native.peek_next_key()
+        return None if key is None else self._decode(key, None)
+
+    def close(self) -> None:
+        self._native.close()
+
+    def __enter__(self) -> KeyValueIterator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _Reads:
+    """Read operations shared by a store and its read-only views. ``_reader`` is the native store
+    or view; subclasses provide ``_key_bytes`` and ``_value_of``."""
+
+    _reader: Any
+    _key_serde: Serde
+    _value_serde: Serde
+
+    def _key_bytes(self, key: Any) -> bytes:
+        if key is None:
+            raise InvalidArgumentError("key cannot be None")
+        raw = self._key_serde.serialize(key)
+        if raw is None:
+            raise InvalidArgumentError(f"key serde turned {key!r} into None")
+        return raw
+
+    def _value_of(self, stored: bytes) -> Any:
+        return self._value_serde.deserialize(stored)
+
+    def _entry(self, key: bytes, stored: bytes | None) -> Any:
+        k = self._key_serde.deserialize(key)
+        return k if stored is None else KeyValue(k, self._value_of(stored))
+
+    def _open_reader(self) -> Any:
+        if self._reader is None:
+            raise StoreClosedError(f"store {self.name} is not initialized; call init(task_dir) first")
+        return self._reader
+
+    name: str
+
+    def get(self, key: Any) -> Any:
+        """The value of ``key``, or ``None``."""
+        stored = self._open_reader().get(self._key_bytes(key))
+        return None if stored is None else self._value_of(stored)
+
+    def get_many(self, keys: Any) -> Any:
+        """Values of many keys in one call: a list for a list, an Arrow array for an Arrow array."""
+        reader = self._open_reader()
+        if _is_arrow(keys):
+            return self._get_many_arrow(reader, keys)
+        stored = reader.get_many([self._key_bytes(k) for k in keys])
+        value_of = self._value_of
+        return [None if s is None else value_of(s) for s in stored]
+
+    def _get_many_arrow(self, reader: Any, keys: Any) -> Any:
+        import pyarrow as pa
+
+        if isinstance(keys, pa.ChunkedArray):
+            keys = keys.combine_chunks()
+        if not (self._packs_keys(keys.type) and self._packs_values()):
+            return pa.array(self.get_many(keys.to_pylist()))
+        large = pa.types.is_large_binary(keys.type) or pa.types.is_large_string(keys.type)
+        validity, offsets, data = keys.buffers()
+        out_validity, out_offsets, out_data, nulls = reader.get_many_packed(
+            offsets.to_pybytes(),
+            data.to_pybytes() if data is not None else b"",
+            validity.to_pybytes() if validity is not None else None,
+            keys.offset,
+            len(keys),
+            large,
+        )
+        if isinstance(self._value_serde, StringSerde):
+            out_type = pa.large_string() if large else pa.string()
+        else:
+            out_type = pa.large_binary() if large else pa.binary()
+        buffers = [pa.py_buffer(out_validity), pa.py_buffer(out_offsets), pa.py_buffer(out_data)]
+        return pa.Array.from_buffers(out_type, len(keys), buffers, null_count=nulls)
+
+    def _packs_keys(self, arrow_type: Any) -> bool:
+        import pyarrow as pa
+
+        t = arrow_type
+        if isinstance(self._key_serde, BytesSerde):
+            return pa.types.is_binary(t) or pa.types.is_large_binary(t)
+        if isinstance(self._key_serde, StringSerde):
+            return pa.types.is_string(t) or pa.types.is_large_string(t)
+        return False
+
+    def _packs_values(self) -> bool:
+        """Whether stored value bytes are the serialized value itself (no timestamp to strip)."""
+        return isinstance(self._value_serde, (BytesSerde, StringSerde))
+
+    def range(self, from_key: Any, to_key: Any) -> KeyValueIterator:
+        """Entries with ``from_key <= key <= to_key`` in serialized-key order; ``None`` is unbounded."""
+        return self._iterate(from_key, to_key, reverse=False)
+
+    def reverse_range(self, from_key: Any, to_key: Any) -> KeyValueIterator:
+        return self._iterate(from_key, to_key, reverse=True)
+
+    def all(self) -> KeyValueIterator:
+        return self._iterate(None, None, reverse=False)
+
+    def reverse_all(self) -> KeyValueIterator:
+        return self._iterate(None, None, reverse=True)
+
+    def prefix_scan(self, prefix: Any, prefix_serde: Any = None) -> KeyValueIterator:
+        """Entries whose serialized key starts with the serialized ``prefix``."""
+        from kstate.serdes import serde_for
+
+        serde = self._key_serde if prefix_serde is None else serde_for(prefix_serde)
+        raw = serde.serialize(prefix)
+        if raw is None:
+            raise InvalidArgumentError("prefix cannot be None")
+        return KeyValueIterator(self._open_reader().prefix_scan(raw), self._entry)
+
+    def _iterate(self, from_key: Any, to_key: Any, reverse: bool) -> KeyValueIterator:
+        lower = None if from_key is None else self._key_bytes(from_key)
+        upper = None if to_key is None else self._key_bytes(to_key)
+        if lower is not None and upper is not None and lower > upper:
+            log.warning("range with from_key > to_key returns no entries (serialized keys compared as bytes)")
+        return KeyValueIterator(self._open_reader().range(lower, upper, reverse), self._entry)
+
+    def approximate_num_entries(self) -> int:
+        """An estimate of the number of entries (RocksDB's ``estimate-num-keys`` plus staged writes)."""
+        return self._open_reader().approximate_num_entries()
+
+    def __iter__(self) -> Iterator[Any]:
+        return self.all()
+
+
+class ReadOnlyKeyValueStore(_Reads):
+    """Reads of a store without its writes. ``read_committed`` views see only committed state and
+    may be used from another thread while the writer works (interactive queries)."""
+
+    def __init__(self, store: KeyValueStore, read_committed: bool):
+        self.name = store.name
+        self.read_committed = read_committed
+        self._key_serde = store._key_serde
+        self._value_serde = store._value_serde
+        self._store = store
+        self._reader = store._open_native().read_committed_view() if read_committed else store._open_native()
+
+    def _value_of(self, stored: bytes) -> Any:
+        return self._store._value_of(stored)
+
+    def _packs_values(self) -> bool:
+        return self._store._packs_values()
+
+
+class KeyValueStore(_Reads):
+    """A key-value store. Build one with ``Stores.key_value_store_builder(...).build()``, then
+    ``init(task_dir)``; or use it as a context manager after ``init``."""
+
+    def __init__(self, supplier: KeyValueBytesStoreSupplier, key_serde: Serde, value_serde: Serde,
+                 config: Mapping[str, Any] | None = None):
+        self.name = supplier.name
+        self._supplier = supplier
+        self._key_serde = key_serde
+        self._value_serde = value_serde
+        self._config = StoreConfig.parse(config)
+        self._reader: Any = None
+        self.task_dir: Path | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    @property
+    def persistent(self) -> bool:
+        return self._supplier.persistent
+
+    @property
+    def transactional(self) -> bool:
+        """Whether writes are staged until ``commit`` (KIP-892)."""
+        return self._supplier.transactional and self._config.transactional
+
+    @property
+    def is_open(self) -> bool:
+        return self._reader is not None and self._reader.is_open
+
+    def _stores_timestamps(self) -> bool:
+        return self._supplier.timestamped
+
+    def init(self, task_dir: str | Path, *, partition: int | None = None,
+             application_id: str | None = None) -> KeyValueStore:
+        """Open the store under ``task_dir`` (Kafka layout: ``<state.dir>/<application.id>/<sub>_<partition>``).
+
+        The changelog this store commits offsets for is ``<application.id>-<name>-changelog``,
+        partition ``partition``; both default from the task directory's path. Opening finishes a
+        spilled commit a crash interrupted and discards uncommitted writes a crash left behind.
+        """
+        if self._reader is not None and self._reader.is_open:
+            raise InvalidArgumentError(f"store {self.name} is already open")
+        task_dir = Path(task_dir)
+        if partition is None:
+            match = _TASK_DIR.match(task_dir.name)
+            partition = int(match.group(1)) if match else 0
+        app = application_id or self._config.application_id or task_dir.resolve().parent.name or "kstate"
+        offset_key = f"{app}-{self.name}-changelog-{partition}"
+        self.changelog_topic = f"{app}-{self.name}-changelog"
+        self.partition = partition
+        self.task_dir = task_dir
+        if not self.persistent:
+            self._reader = _core.KeyValueStore.open_in_memory(self.name, self.transactional, offset_key)
+            return self
+        path = task_dir / "rocksdb" / self.name
+        spill = task_dir / "rocksdb" / f".{self.name}.uncommitted"
+        native, found = _core.KeyValueStore.open_rocksdb(
+            self.name, str(path), str(spill), self._supplier.timestamped, self.transactional,
+            self._config.uncommitted_max_bytes, offset_key, _progress_logger(f"finishing commit of {self.name}"),
+        )
+        self._reader = native
+        if found["upgrade_mode"]:
+            log.info("Opening store %s in upgrade mode: legacy values migrate on access", self.name)
+        if found["unclean_shutdown"]:
+            log.warning("Store %s was not closed cleanly; its offset was dropped so it is restored", self.name)
+        if found["finished_spilled_commit"] is not None:
+            log.info("Store %s: finished a commit interrupted by a crash (%d writes)", self.name,
+                     found["finished_spilled_commit"])
+        if found["discarded_spill"]:
+            log.info("Store %s: discarded uncommitted writes a crash left on disk", self.name)
+        return self
+
+    def _open_native(self) -> Any:
+        return self._open_reader()
+
+    def close(self) -> None:
+        """Close the store. Uncommitted writes are discarded (commit first to keep them)."""
+        if self._reader is None:
+            return
+        if self._reader.is_open and self.transactional:
+            staged, spilled = self._reader.uncommitted()
+            if staged or spilled:
+                log.warning("closing store %s discards its uncommitted writes", self.name)
+        self._reader.close()
+
+    def __enter__(self) -> KeyValueStore:
+        self._open_reader()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "open" if self.is_open else "closed"
+        return f"<{type(self).__name__} {self.name!r} {state} transactional={self.transactional}>"
+
+    # -- transactions ----------------------------------------------------------------------------
+
+    def commit(self, changelog_offset: int | None = None,
+               progress: Callable[[int, int], None] | None = None) -> None:
+        """Apply every uncommitted write and record ``changelog_offset`` in one atomic write.
+
+        ``None`` is for stores without a changelog. A commit that spilled to disk reports
+        ``progress(writes_applied, writes_total)`` and logs as it copies.
+        """
+        if changelog_offset is not None and (isinstance(changelog_offset, bool) or not isinstance(changelog_offset, int)):
+            raise InvalidArgumentError(f"changelog_offset must be an int or None, got {changelog_offset!r}")
+        native = self._open_reader()
+        native.commit(changelog_offset, progress or _progress_logger(f"committing {self.name}"))
+
+    def flush(self) -> None:
+        """Kafka's ``flush``: for a transactional store, a commit at the current offset."""
+        self.commit(self.committed_offset())
+
+    def recover(self, changelog_offset: int | None = None) -> bool:
+        """Discard uncommitted writes. ``True`` if the committed state is at ``changelog_offset`` or
+        later; ``False`` if the store must be restored from its changelog."""
+        return self._open_reader().recover(changelog_offset)
+
+    def committed_offset(self) -> int | None:
+        """The changelog offset of the last commit, or ``None``."""
+        return self._open_reader().committed_offset()
+
+    @property
+    def uncommitted_bytes(self) -> int:
+        """Bytes of staged writes held in memory (spilled writes not included)."""
+        return self._open_reader().uncommitted()[0]
+
+    def read_only(self, read_committed: bool = True) -> ReadOnlyKeyValueStore:
+        """A read-only view; with ``read_committed`` it ignores uncommitted writes and is safe to
+        use from other threads."""
+        return ReadOnlyKeyValueStore(self, read_committed)
+
+    # -- writes ----------------------------------------------------------------------------------
+
+    def _stored(self, value: Any) -> bytes | None:
+        return self._value_serde.serialize(value)
+
+    def put(self, key: Any, value: Any) -> None:
+        """Write ``value`` for ``key``; ``None`` deletes."""
+        self._open_reader().put(self._key_bytes(key), self._stored(value))
+
+    def put_if_absent(self, key: Any, value: Any) -> Any:
+        """Write unless ``key`` has a value; returns the existing value (``None`` if written)."""
+        stored = self._stored(value)
+        if stored is None:
+            raise InvalidArgumentError("put_if_absent needs a value, got None")
+        existing = self._open_reader().put_if_absent(self._key_bytes(key), stored)
+        return None if existing is None else self._value_of(existing)
+
+    def put_all(self, entries: Any, values: Any = None) -> None:
+        """Write many entries in one call: an iterable of ``(key, value)`` pairs, a dict, or two
+        sequences / Arrow arrays ``put_all(keys, values)``."""
+        native = self._open_reader()
+        if values is None:
+            keys, vals = _entries(entries.items() if isinstance(entries, Mapping) else entries)
+        else:
+            if _is_arrow(entries) and _is_arrow(values) and self._put_all_packed(native, entries, values):
+                return
+            keys = entries.to_pylist() if _is_arrow(entries) else list(entries)
+            vals = values.to_pylist() if _is_arrow(values) else list(values)
+        stored = self._stored
+        native.put_all([self._key_bytes(k) for k in keys], [stored(v) for v in vals])
+
+    def _put_all_packed(self, native: Any, keys: Any, values: Any) -> bool:
+        import pyarrow as pa
+
+        if isinstance(keys, pa.ChunkedArray):
+            keys = keys.combine_chunks()
+        if isinstance(values, pa.ChunkedArray):
+            values = values.combine_chunks()
+        if len(keys) != len(values):
+            raise InvalidArgumentError(f"put_all got {len(keys)} keys and {len(values)} values")
+        value_serde_packs = (isinstance(self._value_serde, BytesSerde) and pa.types.is_binary(values.type)) or (
+            isinstance(self._value_serde, StringSerde) and pa.types.is_string(values.type))
+        if not (self._packs_keys(keys.type) and self._packs_values() and value_serde_packs):
+            return False
+
+        def column(arr: Any) -> tuple:
+            validity, offsets, data = arr.buffers()
+            large = pa.types.is_large_binary(arr.type) or pa.types.is_large_string(arr.type)
+            return (offsets.to_pybytes(), data.to_pybytes() if data is not None else b"",
+                    validity.to_pybytes() if validity is not None else None, arr.offset, large)
+
+        native.put_all_packed(len(keys), column(keys), column(values))
+        return True
+
+    def delete(self, key: Any) -> Any:
+        """Delete ``key``; returns the value it had."""
+        old = self._open_reader().delete(self._key_bytes(key))
+        return None if old is None else self._value_of(old)
+
+
+def _progress_logger(what: str) -> Callable[[int, int], None]:
+    """A progress callback that logs every 10% of a long operation."""
+    reported = [-1]
+
+    def report(done: int, total: int) -> None:
+        decile = (10 * done) // max(total, 1)
+        if decile != reported[0]:
+            reported[0] = decile
+            log.info("%s: %d of %d writes applied", what, done, total)
+
+    return report
+
+
+def _entries(pairs: Iterable[tuple[Any, Any]]) -> tuple[list, list]:
+    keys, values = [], []
+    for k, v in pairs:
+        keys.append(k)
+        values.append(v)
+    return keys, values

@@ -1,0 +1,52 @@
+//! What a store has committed: RocksDB on disk or an ordered map in memory, behind one trait so
+//! the transactional layer (`store.rs`) and read-committed views do not care which.
+
+use crate::error::Result;
+use crate::key_range::{Direction, KeyRange};
+use crate::merge::SortedSource;
+
+/// A changelog offset write that goes into the same atomic batch as the data.
+#[derive(Debug, Clone, Copy)]
+pub struct OffsetWrite<'a> {
+    pub key: &'a str,
+    /// `None` deletes the entry (a commit without changelog offset).
+    pub offset: Option<i64>,
+}
+
+pub type Write<'a> = (&'a [u8], Option<&'a [u8]>);
+
+pub trait CommittedState: Send + Sync {
+    /// Value of `key` in the store's value format (legacy values converted), without migrating.
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>>;
+
+    /// Like `get`, and moves a legacy value found in upgrade mode to the new format on disk.
+    fn get_migrating(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.get(key)
+    }
+
+    fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
+        keys.iter().map(|k| self.get(k)).collect()
+    }
+
+    /// Sorted sources covering `range` in `direction`, highest priority first.
+    fn sources<'a>(
+        &'a self,
+        range: &KeyRange,
+        direction: Direction,
+    ) -> Result<Vec<Box<dyn SortedSource + 'a>>>;
+
+    /// Applies `writes` and the offset in one atomic batch.
+    fn apply(&self, writes: &mut dyn Iterator<Item = Write<'_>>, offset: Option<OffsetWrite<'_>>) -> Result<()>;
+
+    fn committed_offset(&self, key: &str) -> Result<Option<i64>>;
+
+    fn approximate_num_entries(&self) -> Result<u64>;
+
+    /// Makes everything applied so far durable (memtable flush for RocksDB).
+    fn flush(&self) -> Result<()>;
+
+    /// Records the KIP-1035 OPEN/CLOSED marker where the state is persistent.
+    fn set_status(&self, _status: i64) -> Result<()> {
+        Ok(())
+    }
+}

@@ -1,0 +1,20 @@
+//! kstate's core: Kafka Streams-compatible state store bytes and transactional RocksDB stores.
+//! Pure Rust (no Python); the `kstate-python` crate binds it as `kstate._core`.
+
+pub mod committed;
+pub mod error;
+pub mod key_range;
+pub mod memory;
+pub mod merge;
+pub mod offsets;
+pub mod overlay;
+pub mod packed;
+pub mod rocks;
+pub mod spill;
+pub mod store;
+pub mod timestamped;
+
+pub use error::{Error, Result};
+pub use key_range::{Direction, KeyRange};
+pub use rocks::ValueFormat;
+pub use store::{CommitProgress, KeyValueStore, OpenReport, ReadCommittedView, StoreOptions};

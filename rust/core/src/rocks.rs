@@ -1,0 +1,298 @@
+//! Committed state in RocksDB with Kafka Streams' column families (spec 1.4, 4.2):
+//! `default` (plain values), `keyValueWithTimestamp` (timestamped values), `offsets`.
+//! A timestamped store whose `default` family still holds data opens in upgrade mode: reads fall
+//! back to `default` and convert, point reads migrate, writes delete the legacy copy.
+
+use std::borrow::Cow;
+use std::path::Path;
+
+use rocksdb::{
+    ColumnFamily, ColumnFamilyDescriptor, DBCompressionType, DBRawIterator, FlushOptions, Options, ReadOptions,
+    WriteBatch, WriteOptions, DB, DEFAULT_COLUMN_FAMILY_NAME,
+};
+
+use crate::committed::{CommittedState, OffsetWrite, Write};
+use crate::error::{Error, Result};
+use crate::key_range::{Direction, KeyRange};
+use crate::merge::SortedSource;
+use crate::offsets::{self, OFFSETS_CF, STATUS_KEY};
+use crate::timestamped;
+
+pub const TIMESTAMPED_CF: &str = "keyValueWithTimestamp";
+
+/// Which column family holds the store's values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ValueFormat {
+    /// `RocksDBStore`: raw values in `default`.
+    Plain,
+    /// `RocksDBTimestampedStore`: `ValueAndTimestamp` bytes in `keyValueWithTimestamp`.
+    Timestamped,
+}
+
+pub struct RocksState {
+    db: DB,
+    data_cf: &'static str,
+    /// `Some("default")` while a timestamped store is in upgrade mode.
+    legacy_cf: Option<&'static str>,
+    write_options: WriteOptions,
+}
+
+fn db_options() -> Options {
+    let mut opts = Options::default();
+    opts.create_if_missing(true);
+    opts.create_missing_column_families(true);
+    // Kafka Streams' RocksDBStore stores values uncompressed; so do we, for speed and parity.
+    opts.set_compression_type(DBCompressionType::None);
+    opts
+}
+
+fn is_empty(db: &DB, cf: &ColumnFamily) -> Result<bool> {
+    let mut it = db.raw_iterator_cf(cf);
+    it.seek_to_first();
+    it.status()?;
+    Ok(!it.valid())
+}
+
+impl RocksState {
+    pub fn open(path: &Path, format: ValueFormat) -> Result<Self> {
+        let opts = db_options();
+        let existing = if path.join("CURRENT").exists() {
+            DB::list_cf(&opts, path)?
+        } else {
+            Vec::new()
+        };
+        let mut families: Vec<String> = existing.clone();
+        let wanted = match format {
+            ValueFormat::Plain => vec![DEFAULT_COLUMN_FAMILY_NAME, OFFSETS_CF],
+            ValueFormat::Timestamped => vec![DEFAULT_COLUMN_FAMILY_NAME, TIMESTAMPED_CF, OFFSETS_CF],
+        };
+        for name in &wanted {
+            if !families.iter().any(|f| f == name) {
+                families.push(name.to_string());
+            }
+        }
+        let descriptors = families.iter().map(|f| ColumnFamilyDescriptor::new(f, db_options()));
+        let db = DB::open_cf_descriptors(&opts, path, descriptors).map_err(|e| {
+            Error::Storage(format!("error opening store at {}: {}", path.display(), e.into_string()))
+        })?;
+        for family in &existing {
+            if wanted.contains(&family.as_str()) {
+                continue;
+            }
+            let cf = db.cf_handle(family).ok_or_else(|| Error::Storage(format!("column family {family} vanished")))?;
+            if !is_empty(&db, cf)? {
+                return Err(Error::InvalidState(format!(
+                    "store at {} holds data in column family {family:?}, a format this store type cannot read \
+                     (downgrading a timestamped store to a plain one is not supported; wipe the local state and \
+                     restore from the changelog)",
+                    path.display()
+                )));
+            }
+        }
+        let (data_cf, legacy_cf) = match format {
+            ValueFormat::Plain => (DEFAULT_COLUMN_FAMILY_NAME, None),
+            ValueFormat::Timestamped => {
+                let default = db
+                    .cf_handle(DEFAULT_COLUMN_FAMILY_NAME)
+                    .ok_or_else(|| Error::Storage("default column family missing".into()))?;
+                let upgrade = !is_empty(&db, default)?;
+                (TIMESTAMPED_CF, upgrade.then_some(DEFAULT_COLUMN_FAMILY_NAME))
+            }
+        };
+        Ok(Self {
+            db,
+            data_cf,
+            legacy_cf,
+            write_options: WriteOptions::default(),
+        })
+    }
+
+    /// True while a timestamped store still reads legacy values from `default`.
+    pub fn upgrade_mode(&self) -> bool {
+        self.legacy_cf.is_some()
+    }
+
+    fn cf(&self, name: &str) -> Result<&ColumnFamily> {
+        self.db
+            .cf_handle(name)
+            .ok_or_else(|| Error::Storage(format!("column family {name} is not open")))
+    }
+
+    fn get_legacy(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        match self.legacy_cf {
+            None => Ok(None),
+            Some(legacy) => Ok(self
+                .db
+                .get_pinned_cf(self.cf(legacy)?, key)?
+                .map(|v| timestamped::convert_legacy(&v))),
+        }
+    }
+
+    fn put_to_batch(&self, batch: &mut WriteBatch, key: &[u8], value: Option<&[u8]>) -> Result<()> {
+        let data = self.cf(self.data_cf)?;
+        match value {
+            Some(v) => batch.put_cf(data, key, v),
+            None => batch.delete_cf(data, key),
+        }
+        if let Some(legacy) = self.legacy_cf {
+            batch.delete_cf(self.cf(legacy)?, key);
+        }
+        Ok(())
+    }
+
+    /// Reads the `status` marker and replaces it with `status`; returns the previous marker.
+    pub fn swap_status(&self, status: Option<i64>) -> Result<Option<i64>> {
+        let cf = self.cf(OFFSETS_CF)?;
+        let previous = match self.db.get_pinned_cf(cf, STATUS_KEY)? {
+            Some(bytes) => Some(offsets::decode(STATUS_KEY, &bytes)?),
+            None => None,
+        };
+        if let Some(s) = status {
+            self.db.put_cf_opt(cf, STATUS_KEY, offsets::encode(s), &self.write_options)?;
+        }
+        Ok(previous)
+    }
+}
+
+struct RocksSource<'a> {
+    iter: DBRawIterator<'a>,
+    direction: Direction,
+    legacy: bool,
+}
+
+impl SortedSource for RocksSource<'_> {
+    fn key(&self) -> Option<&[u8]> {
+        self.iter.key()
+    }
+    fn value(&self) -> Result<Option<Cow<'_, [u8]>>> {
+        Ok(self.iter.value().map(|v| {
+            if self.legacy {
+                Cow::Owned(timestamped::convert_legacy(v))
+            } else {
+                Cow::Borrowed(v)
+            }
+        }))
+    }
+    fn advance(&mut self) -> Result<()> {
+        match self.direction {
+            Direction::Forward => self.iter.next(),
+            Direction::Reverse => self.iter.prev(),
+        }
+        self.iter.status()?;
+        Ok(())
+    }
+}
+
+impl RocksState {
+    fn source<'a>(&'a self, cf: &str, range: &KeyRange, direction: Direction, legacy: bool) -> Result<RocksSource<'a>> {
+        let mut read = ReadOptions::default();
+        if let Some(lower) = &range.lower {
+            read.set_iterate_lower_bound(lower.clone());
+        }
+        if let Some(upper) = &range.upper {
+            read.set_iterate_upper_bound(upper.clone());
+        }
+        let mut iter = self.db.raw_iterator_cf_opt(self.cf(cf)?, read);
+        // An unpositioned iterator is invalid, so an empty range yields nothing.
+        if !range.is_empty() {
+            match direction {
+                Direction::Forward => iter.seek_to_first(),
+                Direction::Reverse => iter.seek_to_last(),
+            }
+        }
+        iter.status()?;
+        Ok(RocksSource { iter, direction, legacy })
+    }
+}
+
+impl CommittedState for RocksState {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        match self.db.get_pinned_cf(self.cf(self.data_cf)?, key)? {
+            Some(v) => Ok(Some(v.to_vec())),
+            None => self.get_legacy(key),
+        }
+    }
+
+    fn get_migrating(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        if let Some(v) = self.db.get_pinned_cf(self.cf(self.data_cf)?, key)? {
+            return Ok(Some(v.to_vec()));
+        }
+        let converted = self.get_legacy(key)?;
+        if let Some(v) = &converted {
+            // Moving a value between column families does not change what the store holds, so it
+            // is written at once rather than staged in the transaction.
+            let mut batch = WriteBatch::default();
+            self.put_to_batch(&mut batch, key, Some(v))?;
+            self.db.write_opt(batch, &self.write_options)?;
+        }
+        Ok(converted)
+    }
+
+    fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
+        let data = self.cf(self.data_cf)?;
+        self.db
+            .batched_multi_get_cf(data, keys.iter().copied(), false)
+            .into_iter()
+            .zip(keys)
+            .map(|(found, key)| match found? {
+                Some(v) => Ok(Some(v.to_vec())),
+                None => self.get_legacy(key),
+            })
+            .collect()
+    }
+
+    fn sources<'a>(&'a self, range: &KeyRange, direction: Direction) -> Result<Vec<Box<dyn SortedSource + 'a>>> {
+        let mut sources: Vec<Box<dyn SortedSource + 'a>> =
+            vec![Box::new(self.source(self.data_cf, range, direction, false)?)];
+        if let Some(legacy) = self.legacy_cf {
+            sources.push(Box::new(self.source(legacy, range, direction, true)?));
+        }
+        Ok(sources)
+    }
+
+    fn apply(&self, writes: &mut dyn Iterator<Item = Write<'_>>, offset: Option<OffsetWrite<'_>>) -> Result<()> {
+        let mut batch = WriteBatch::default();
+        for (key, value) in writes {
+            self.put_to_batch(&mut batch, key, value)?;
+        }
+        if let Some(OffsetWrite { key, offset }) = offset {
+            let cf = self.cf(OFFSETS_CF)?;
+            match offset {
+                Some(o) => batch.put_cf(cf, key.as_bytes(), offsets::encode(o)),
+                None => batch.delete_cf(cf, key.as_bytes()),
+            }
+        }
+        self.db.write_opt(batch, &self.write_options)?;
+        Ok(())
+    }
+
+    fn committed_offset(&self, key: &str) -> Result<Option<i64>> {
+        match self.db.get_pinned_cf(self.cf(OFFSETS_CF)?, key.as_bytes())? {
+            Some(bytes) => Ok(Some(offsets::decode(key.as_bytes(), &bytes)?)),
+            None => Ok(None),
+        }
+    }
+
+    fn approximate_num_entries(&self) -> Result<u64> {
+        let mut total = 0u64;
+        for cf in std::iter::once(self.data_cf).chain(self.legacy_cf) {
+            total += self
+                .db
+                .property_int_value_cf(self.cf(cf)?, rocksdb::properties::ESTIMATE_NUM_KEYS)?
+                .unwrap_or(0);
+        }
+        Ok(total)
+    }
+
+    fn flush(&self) -> Result<()> {
+        let mut options = FlushOptions::default();
+        options.set_wait(true);
+        let families = [self.cf(DEFAULT_COLUMN_FAMILY_NAME)?, self.cf(self.data_cf)?, self.cf(OFFSETS_CF)?];
+        self.db.flush_cfs_opt(&families, &options)?;
+        Ok(())
+    }
+
+    fn set_status(&self, status: i64) -> Result<()> {
+        self.swap_status(Some(status)).map(|_| ())
+    }
+}

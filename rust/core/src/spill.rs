@@ -1,0 +1,208 @@
+//! Uncommitted writes beyond `statestore.uncommitted.max.bytes` (the KIP-892 seed's secondary
+//! store with a commit marker). Staged writes move here when the in-memory overlay grows too big.
+//! A spilled commit first makes the spill durable and writes a marker, then copies the spill into
+//! the store in bounded batches with the offset in the last one. On open, a spill with a marker is
+//! a commit that was interrupted and is finished; a spill without one is discarded.
+
+use std::borrow::Cow;
+use std::path::{Path, PathBuf};
+
+use rocksdb::{ColumnFamily, ColumnFamilyDescriptor, DBRawIterator, Options, ReadOptions, WriteBatch, WriteOptions, DB};
+
+use crate::error::{Error, Result};
+use crate::key_range::{Direction, KeyRange};
+use crate::merge::SortedSource;
+use crate::overlay::Overlay;
+
+const WRITES_CF: &str = "writes";
+const MARKER_CF: &str = "commit";
+const MARKER_KEY: &[u8] = b"offset";
+const TAG_DELETE: u8 = 0;
+const TAG_PUT: u8 = 1;
+
+pub struct Spill {
+    db: DB,
+    path: PathBuf,
+}
+
+fn options() -> Options {
+    let mut opts = Options::default();
+    opts.create_if_missing(true);
+    opts.create_missing_column_families(true);
+    opts
+}
+
+fn decode_tagged(bytes: &[u8]) -> Result<Option<&[u8]>> {
+    match bytes.split_first() {
+        Some((&TAG_PUT, value)) => Ok(Some(value)),
+        Some((&TAG_DELETE, [])) => Ok(None),
+        _ => Err(Error::Corrupted("spilled uncommitted write has an unknown tag".into())),
+    }
+}
+
+/// One batch of spilled writes, in key order: `(key, Some(value))` or `(key, None)` for deletes.
+pub type SpilledWrites = Vec<(Vec<u8>, Option<Vec<u8>>)>;
+
+impl Spill {
+    pub fn exists(path: &Path) -> bool {
+        path.join("CURRENT").exists()
+    }
+
+    pub fn open(path: &Path) -> Result<Self> {
+        let families = [WRITES_CF, MARKER_CF].map(|f| ColumnFamilyDescriptor::new(f, Options::default()));
+        let db = DB::open_cf_descriptors(&options(), path, families)?;
+        Ok(Self {
+            db,
+            path: path.to_path_buf(),
+        })
+    }
+
+    fn cf(&self, name: &str) -> Result<&ColumnFamily> {
+        self.db
+            .cf_handle(name)
+            .ok_or_else(|| Error::Storage(format!("spill column family {name} is not open")))
+    }
+
+    /// Moves the overlay's writes into the spill (newer writes replace spilled ones). No WAL:
+    /// uncommitted writes need not survive a crash, and `mark_commit` flushes before the marker.
+    pub fn absorb(&self, overlay: &Overlay) -> Result<()> {
+        let cf = self.cf(WRITES_CF)?;
+        let mut batch = WriteBatch::default();
+        let mut tagged = Vec::new();
+        for (key, value) in overlay.iter() {
+            tagged.clear();
+            match value {
+                Some(v) => {
+                    tagged.push(TAG_PUT);
+                    tagged.extend_from_slice(v);
+                }
+                None => tagged.push(TAG_DELETE),
+            }
+            batch.put_cf(cf, key, &tagged);
+        }
+        let mut write = WriteOptions::default();
+        write.disable_wal(true);
+        self.db.write_opt(batch, &write)?;
+        Ok(())
+    }
+
+    /// `None`: not spilled; `Some(None)`: spilled delete; `Some(Some(v))`: spilled value.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Option<Vec<u8>>>> {
+        match self.db.get_pinned_cf(self.cf(WRITES_CF)?, key)? {
+            None => Ok(None),
+            Some(bytes) => Ok(Some(decode_tagged(&bytes)?.map(<[u8]>::to_vec))),
+        }
+    }
+
+    pub fn source<'a>(&'a self, range: &KeyRange, direction: Direction) -> Result<Box<dyn SortedSource + 'a>> {
+        let mut read = ReadOptions::default();
+        if let Some(lower) = &range.lower {
+            read.set_iterate_lower_bound(lower.clone());
+        }
+        if let Some(upper) = &range.upper {
+            read.set_iterate_upper_bound(upper.clone());
+        }
+        let mut iter = self.db.raw_iterator_cf_opt(self.cf(WRITES_CF)?, read);
+        if !range.is_empty() {
+            match direction {
+                Direction::Forward => iter.seek_to_first(),
+                Direction::Reverse => iter.seek_to_last(),
+            }
+        }
+        iter.status()?;
+        Ok(Box::new(SpillSource { iter, direction }))
+    }
+
+    /// Makes the spilled writes durable and records that they are committed at `offset`.
+    pub fn mark_commit(&self, offset: Option<i64>) -> Result<()> {
+        self.db.flush_cf(self.cf(WRITES_CF)?)?;
+        let mut marker = vec![u8::from(offset.is_some())];
+        marker.extend_from_slice(&offset.unwrap_or(0).to_be_bytes());
+        let mut write = WriteOptions::default();
+        write.set_sync(true);
+        self.db.put_cf_opt(self.cf(MARKER_CF)?, MARKER_KEY, marker, &write)?;
+        Ok(())
+    }
+
+    /// The offset of a commit that was marked: `Some(offset)`; `None` when never marked.
+    pub fn commit_marker(&self) -> Result<Option<Option<i64>>> {
+        let Some(bytes) = self.db.get_pinned_cf(self.cf(MARKER_CF)?, MARKER_KEY)? else {
+            return Ok(None);
+        };
+        match bytes.split_first() {
+            Some((&has, rest)) if rest.len() == 8 && has <= 1 => {
+                let offset = i64::from_be_bytes(rest.try_into().map_err(|_| Error::Corrupted("marker".into()))?);
+                Ok(Some((has == 1).then_some(offset)))
+            }
+            _ => Err(Error::Corrupted(format!("commit marker in {} is malformed", self.path.display()))),
+        }
+    }
+
+    /// Calls `apply` with consecutive batches of about `batch_bytes` of spilled writes.
+    pub fn for_each_batch(&self, batch_bytes: usize, mut apply: impl FnMut(&SpilledWrites) -> Result<()>) -> Result<()> {
+        let mut iter = self.db.raw_iterator_cf(self.cf(WRITES_CF)?);
+        iter.seek_to_first();
+        let mut batch: SpilledWrites = Vec::new();
+        let mut bytes = 0;
+        while let Some((key, tagged)) = iter.item() {
+            let value = decode_tagged(tagged)?.map(<[u8]>::to_vec);
+            bytes += key.len() + tagged.len();
+            batch.push((key.to_vec(), value));
+            if bytes >= batch_bytes {
+                apply(&batch)?;
+                batch.clear();
+                bytes = 0;
+            }
+            iter.next();
+        }
+        iter.status()?;
+        if !batch.is_empty() {
+            apply(&batch)?;
+        }
+        Ok(())
+    }
+
+    /// Number of spilled writes (RocksDB's estimate).
+    pub fn approximate_len(&self) -> Result<u64> {
+        Ok(self
+            .db
+            .property_int_value_cf(self.cf(WRITES_CF)?, rocksdb::properties::ESTIMATE_NUM_KEYS)?
+            .unwrap_or(0))
+    }
+
+    /// Deletes the spill and its directory.
+    pub fn destroy(self) -> Result<()> {
+        let path = self.path.clone();
+        drop(self.db);
+        DB::destroy(&Options::default(), &path)?;
+        if path.exists() {
+            std::fs::remove_dir_all(&path)?;
+        }
+        Ok(())
+    }
+}
+
+struct SpillSource<'a> {
+    iter: DBRawIterator<'a>,
+    direction: Direction,
+}
+
+impl SortedSource for SpillSource<'_> {
+    fn key(&self) -> Option<&[u8]> {
+        self.iter.key()
+    }
+    fn value(&self) -> Result<Option<Cow<'_, [u8]>>> {
+        match self.iter.value() {
+            Some(bytes) => Ok(decode_tagged(bytes)?.map(Cow::Borrowed)),
+            None => Ok(None),
+        }
+    }
+    fn advance(&mut self) -> Result<()> {
+        match self.direction {
+            Direction::Forward => self.iter.next(),
+            Direction::Reverse => self.iter.prev(),
+        }
+        self.iter.status()?;
+        Ok(())
+    }
+}

@@ -1,0 +1,424 @@
+//! The key-value store users write to: uncommitted writes (overlay, then spill) over committed
+//! state (RocksDB or memory), with KIP-892's `commit(offset)` / `recover(offset)`.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+
+use crate::committed::{CommittedState, OffsetWrite};
+use crate::error::{Error, Result};
+use crate::key_range::{Direction, KeyRange};
+use crate::memory::MemoryState;
+use crate::merge::{merge_into, IterSource, SortedSource};
+use crate::offsets::{STATUS_CLOSED, STATUS_OPEN};
+use crate::overlay::Overlay;
+use crate::rocks::{RocksState, ValueFormat};
+use crate::spill::Spill;
+
+/// Kafka's proposed default for `statestore.uncommitted.max.bytes` (64 MiB).
+pub const DEFAULT_MAX_UNCOMMITTED_BYTES: usize = 64 * 1024 * 1024;
+/// Size of the RocksDB batches a spilled commit is copied in.
+const SPILL_COPY_BATCH_BYTES: usize = 4 * 1024 * 1024;
+
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// Stage writes and apply them atomically on commit (`enable.transactional.statestores`).
+    pub transactional: bool,
+    /// Past this many staged bytes the overlay spills to disk.
+    pub max_uncommitted_bytes: usize,
+    /// Key of this store's changelog offset in the `offsets` family: `<topic>-<partition>`.
+    pub offset_key: String,
+}
+
+/// What opening a store found, for the caller to log.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OpenReport {
+    pub upgrade_mode: bool,
+    /// A non-transactional store was not closed cleanly: its content may be ahead of its offset,
+    /// so the offset was dropped and the store must be restored.
+    pub unclean_shutdown: bool,
+    /// A spilled commit interrupted by a crash was finished (number of writes copied).
+    pub finished_spilled_commit: Option<u64>,
+    /// Uncommitted spilled writes of a crashed writer were discarded.
+    pub discarded_spill: bool,
+}
+
+/// Progress of a long commit, reported between copy batches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CommitProgress {
+    pub writes_applied: u64,
+    pub writes_total: u64,
+}
+
+/// Committed state shared by a store and its read-committed views; `None` once closed.
+#[derive(Clone)]
+pub struct SharedState {
+    name: Arc<str>,
+    state: Arc<RwLock<Option<Box<dyn CommittedState>>>>,
+}
+
+impl SharedState {
+    fn new(name: &str, state: Box<dyn CommittedState>) -> Self {
+        Self {
+            name: name.into(),
+            state: Arc::new(RwLock::new(Some(state))),
+        }
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&dyn CommittedState) -> Result<R>) -> Result<R> {
+        let guard = self
+            .state
+            .read()
+            .map_err(|_| Error::InvalidState(format!("store {} lock poisoned", self.name)))?;
+        match guard.as_deref() {
+            Some(state) => f(state),
+            None => Err(Error::Closed(format!("store {} is closed", self.name))),
+        }
+    }
+
+    fn take(&self) -> Result<Option<Box<dyn CommittedState>>> {
+        let mut guard = self
+            .state
+            .write()
+            .map_err(|_| Error::InvalidState(format!("store {} lock poisoned", self.name)))?;
+        Ok(guard.take())
+    }
+
+    pub fn is_open(&self) -> bool {
+        self.state.read().map(|g| g.is_some()).unwrap_or(false)
+    }
+}
+
+/// Reads only what is committed; safe to use from another thread while the writer works.
+#[derive(Clone)]
+pub struct ReadCommittedView {
+    state: SharedState,
+}
+
+impl ReadCommittedView {
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.state.with(|c| c.get(key))
+    }
+
+    pub fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
+        self.state.with(|c| c.get_many(keys))
+    }
+
+    pub fn scan(&self, range: &KeyRange, direction: Direction, limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.state.with(|c| {
+            let mut sources = c.sources(range, direction)?;
+            let mut out = Vec::with_capacity(limit.min(4096));
+            merge_into(&mut sources, direction, limit, &mut out)?;
+            Ok(out)
+        })
+    }
+
+    pub fn approximate_num_entries(&self) -> Result<u64> {
+        self.state.with(|c| c.approximate_num_entries())
+    }
+
+    pub fn is_open(&self) -> bool {
+        self.state.is_open()
+    }
+}
+
+pub struct KeyValueStore {
+    state: SharedState,
+    options: StoreOptions,
+    overlay: Overlay,
+    /// Where uncommitted writes spill; `None` for in-memory stores, which never spill.
+    spill_path: Option<PathBuf>,
+    spill: Option<Spill>,
+    rocks: bool,
+}
+
+impl KeyValueStore {
+    /// Opens (creating if needed) a RocksDB store at `path`; `spill_path` is where uncommitted
+    /// writes go past the memory bound. Finishes or discards what a crashed writer left there.
+    pub fn open_rocksdb(
+        name: &str,
+        path: &Path,
+        spill_path: &Path,
+        format: ValueFormat,
+        options: StoreOptions,
+        progress: &mut dyn FnMut(CommitProgress),
+    ) -> Result<(Self, OpenReport)> {
+        std::fs::create_dir_all(path)?;
+        let rocks = RocksState::open(path, format)?;
+        let mut report = OpenReport {
+            upgrade_mode: rocks.upgrade_mode(),
+            ..OpenReport::default()
+        };
+        // Transactional stores never leave partial writes behind, so, like Kafka, they do not
+        // write the OPEN/CLOSED marker; a stale OPEN from a non-transactional run still counts.
+        let previous = rocks.swap_status((!options.transactional).then_some(STATUS_OPEN))?;
+        if previous == Some(STATUS_OPEN) {
+            report.unclean_shutdown = true;
+            let forget = OffsetWrite {
+                key: &options.offset_key,
+                offset: None,
+            };
+            rocks.apply(&mut std::iter::empty(), Some(forget))?;
+            if options.transactional {
+                rocks.swap_status(Some(STATUS_CLOSED))?;
+            }
+        }
+        if Spill::exists(spill_path) {
+            let spill = Spill::open(spill_path)?;
+            match spill.commit_marker()? {
+                Some(offset) => {
+                    let copied = copy_spill(&spill, &rocks, &options.offset_key, offset, progress)?;
+                    report.finished_spilled_commit = Some(copied);
+                }
+                None => report.discarded_spill = true,
+            }
+            spill.destroy()?;
+        }
+        let store = Self {
+            state: SharedState::new(name, Box::new(rocks)),
+            options,
+            overlay: Overlay::default(),
+            spill_path: Some(spill_path.to_path_buf()),
+            spill: None,
+            rocks: true,
+        };
+        Ok((store, report))
+    }
+
+    pub fn open_in_memory(name: &str, options: StoreOptions) -> Self {
+        Self {
+            state: SharedState::new(name, Box::new(MemoryState::default())),
+            options,
+            overlay: Overlay::default(),
+            spill_path: None,
+            spill: None,
+            rocks: false,
+        }
+    }
+
+    pub fn transactional(&self) -> bool {
+        self.options.transactional
+    }
+
+    pub fn persistent(&self) -> bool {
+        self.rocks
+    }
+
+    pub fn is_open(&self) -> bool {
+        self.state.is_open()
+    }
+
+    pub fn read_committed_view(&self) -> ReadCommittedView {
+        ReadCommittedView {
+            state: self.state.clone(),
+        }
+    }
+
+    /// Bytes staged in memory and whether earlier staged writes spilled to disk.
+    pub fn uncommitted(&self) -> (usize, bool) {
+        (self.overlay.bytes(), self.spill.is_some())
+    }
+
+    fn staged(&self, key: &[u8]) -> Result<Option<Option<Vec<u8>>>> {
+        if let Some(v) = self.overlay.get(key) {
+            return Ok(Some(v.map(<[u8]>::to_vec)));
+        }
+        match &self.spill {
+            Some(spill) => spill.get(key),
+            None => Ok(None),
+        }
+    }
+
+    /// Reads `key`, uncommitted writes first. A legacy value found in upgrade mode is migrated.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.state.with(|c| {
+            if let Some(staged) = self.staged(key)? {
+                return Ok(staged);
+            }
+            c.get_migrating(key)
+        })
+    }
+
+    pub fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
+        self.state.with(|c| {
+            if self.overlay.is_empty() && self.spill.is_none() {
+                return c.get_many(keys);
+            }
+            let mut out = Vec::with_capacity(keys.len());
+            let mut missing = Vec::new();
+            for (i, key) in keys.iter().enumerate() {
+                match self.staged(key)? {
+                    Some(v) => out.push(v),
+                    None => {
+                        out.push(None);
+                        missing.push(i);
+                    }
+                }
+            }
+            let lookup: Vec<&[u8]> = missing.iter().map(|&i| keys[i]).collect();
+            for (i, value) in missing.into_iter().zip(c.get_many(&lookup)?) {
+                out[i] = value;
+            }
+            Ok(out)
+        })
+    }
+
+    /// Writes `value` (`None` deletes).
+    pub fn put(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<()> {
+        self.put_all(&mut std::iter::once((key, value)))
+    }
+
+    pub fn put_all<'a>(&mut self, writes: &mut dyn Iterator<Item = (&'a [u8], Option<&'a [u8]>)>) -> Result<()> {
+        if !self.options.transactional {
+            return self.state.with(|c| c.apply(writes, None));
+        }
+        self.state.with(|_| Ok(()))?;
+        for (key, value) in writes {
+            self.overlay.stage(key, value);
+        }
+        if self.overlay.bytes() > self.options.max_uncommitted_bytes {
+            self.spill_overlay()?;
+        }
+        Ok(())
+    }
+
+    fn spill_overlay(&mut self) -> Result<()> {
+        let Some(path) = &self.spill_path else {
+            return Ok(());
+        };
+        if self.spill.is_none() {
+            self.spill = Some(Spill::open(path)?);
+        }
+        if let Some(spill) = &self.spill {
+            spill.absorb(&self.overlay)?;
+        }
+        self.overlay.clear();
+        Ok(())
+    }
+
+    /// Writes `value` unless `key` has one; returns the existing value.
+    pub fn put_if_absent(&mut self, key: &[u8], value: &[u8]) -> Result<Option<Vec<u8>>> {
+        let existing = self.get(key)?;
+        if existing.is_none() {
+            self.put(key, Some(value))?;
+        }
+        Ok(existing)
+    }
+
+    /// Deletes `key`; returns the value it had.
+    pub fn delete(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let existing = self.get(key)?;
+        self.put(key, None)?;
+        Ok(existing)
+    }
+
+    /// Up to `limit` visible entries of `range` in `direction`. Iterators call this repeatedly
+    /// with `KeyRange::after` so no RocksDB iterator outlives a call.
+    pub fn scan(&self, range: &KeyRange, direction: Direction, limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.state.with(|c| {
+            let mut sources: Vec<Box<dyn SortedSource + '_>> =
+                vec![Box::new(IterSource::new(self.overlay.range(range, direction)))];
+            if let Some(spill) = &self.spill {
+                sources.push(spill.source(range, direction)?);
+            }
+            sources.extend(c.sources(range, direction)?);
+            let mut out = Vec::with_capacity(limit.min(4096));
+            merge_into(&mut sources, direction, limit, &mut out)?;
+            Ok(out)
+        })
+    }
+
+    pub fn approximate_num_entries(&self) -> Result<u64> {
+        let staged = self.overlay.len() as u64 + self.spill.as_ref().map_or(Ok(0), Spill::approximate_len)?;
+        self.state.with(|c| Ok(c.approximate_num_entries()? + staged))
+    }
+
+    pub fn committed_offset(&self) -> Result<Option<i64>> {
+        self.state.with(|c| c.committed_offset(&self.options.offset_key))
+    }
+
+    /// Applies every uncommitted write and `offset` atomically. On error nothing is lost: the
+    /// staged writes stay staged and the committed state is the previous one.
+    pub fn commit(&mut self, offset: Option<i64>, progress: &mut dyn FnMut(CommitProgress)) -> Result<()> {
+        let offset_key = self.options.offset_key.clone();
+        let offset_write = OffsetWrite {
+            key: &offset_key,
+            offset,
+        };
+        if !self.options.transactional {
+            return self.state.with(|c| c.apply(&mut std::iter::empty(), Some(offset_write)));
+        }
+        if self.spill.is_none() {
+            self.state.with(|c| c.apply(&mut self.overlay.iter(), Some(offset_write)))?;
+            self.overlay.clear();
+            return Ok(());
+        }
+        self.spill_overlay()?;
+        let spill = self.spill.as_ref().ok_or_else(|| Error::InvalidState("spill vanished".into()))?;
+        spill.mark_commit(offset)?;
+        self.state
+            .with(|c| copy_spill(spill, c, &offset_key, offset, progress).map(|_| ()))?;
+        if let Some(spill) = self.spill.take() {
+            spill.destroy()?;
+        }
+        Ok(())
+    }
+
+    /// Discards uncommitted writes. Returns whether the committed state is at `offset` or later
+    /// (always `true` without an offset); `false` means the store must be restored from its
+    /// changelog. A non-transactional store cannot tell what it holds and returns `false`.
+    pub fn recover(&mut self, offset: Option<i64>) -> Result<bool> {
+        self.state.with(|_| Ok(()))?;
+        self.overlay.clear();
+        if let Some(spill) = self.spill.take() {
+            spill.destroy()?;
+        }
+        if !self.options.transactional {
+            return Ok(false);
+        }
+        Ok(match (offset, self.committed_offset()?) {
+            (None, _) => true,
+            (Some(wanted), Some(committed)) => committed >= wanted,
+            (Some(_), None) => false,
+        })
+    }
+
+    /// Discards uncommitted writes and closes; the next open sees the last commit.
+    pub fn close(&mut self) -> Result<()> {
+        self.overlay.clear();
+        if let Some(spill) = self.spill.take() {
+            spill.destroy()?;
+        }
+        if let Some(state) = self.state.take()? {
+            if !self.options.transactional {
+                state.flush()?;
+                state.set_status(STATUS_CLOSED)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Copies a marked spill into the committed state; the offset goes with the last batch.
+fn copy_spill(
+    spill: &Spill,
+    committed: &dyn CommittedState,
+    offset_key: &str,
+    offset: Option<i64>,
+    progress: &mut dyn FnMut(CommitProgress),
+) -> Result<u64> {
+    let total = spill.approximate_len()?;
+    let mut applied = 0u64;
+    spill.for_each_batch(SPILL_COPY_BATCH_BYTES, |batch| {
+        let mut writes = batch.iter().map(|(k, v)| (k.as_slice(), v.as_deref()));
+        committed.apply(&mut writes, None)?;
+        applied += batch.len() as u64;
+        progress(CommitProgress {
+            writes_applied: applied,
+            writes_total: total.max(applied),
+        });
+        Ok(())
+    })?;
+    let offset_write = OffsetWrite { key: offset_key, offset };
+    committed.apply(&mut std::iter::empty(), Some(offset_write))?;
+    Ok(applied)
+}

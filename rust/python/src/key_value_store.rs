@@ -1,0 +1,422 @@
+//! Binds `kstate_core::store` for `kstate.key_value_store`: convert arguments, call the core,
+//! map errors. No store logic lives here.
+
+use std::collections::VecDeque;
+use std::path::Path;
+
+use kstate_core::packed::{BinaryBuilder, BinaryColumn};
+use kstate_core::{CommitProgress, Direction, KeyRange, KeyValueStore, ReadCommittedView, StoreOptions, ValueFormat};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList};
+
+use crate::errors::guard;
+
+const FIRST_CHUNK: usize = 16;
+const MAX_CHUNK: usize = 2048;
+
+/// Calls an optional Python `progress(done, total)` callable; its first error is kept so the
+/// caller can raise it once the (already consistent) operation has finished.
+struct Progress {
+    callback: Option<Py<PyAny>>,
+    error: Option<PyErr>,
+}
+
+impl Progress {
+    fn report(&mut self, p: CommitProgress) {
+        if let (Some(cb), None) = (&self.callback, &self.error) {
+            if let Err(e) = Python::attach(|py| cb.call1(py, (p.writes_applied, p.writes_total))) {
+                self.error = Some(e);
+            }
+        }
+    }
+
+    fn finish(self) -> PyResult<()> {
+        self.error.map_or(Ok(()), Err)
+    }
+}
+
+fn bytes_list<'py>(items: &Bound<'py, PyAny>) -> PyResult<Vec<Bound<'py, PyBytes>>> {
+    items
+        .try_iter()?
+        .map(|item| Ok(item?.cast_into::<PyBytes>()?))
+        .collect()
+}
+
+fn optional_bytes<'py>(py: Python<'py>, value: Option<Vec<u8>>) -> Option<Bound<'py, PyBytes>> {
+    value.map(|v| PyBytes::new(py, &v))
+}
+
+fn packed_result<'py>(
+    py: Python<'py>,
+    values: Vec<Option<Vec<u8>>>,
+    large: bool,
+) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>, Bound<'py, PyBytes>, usize)> {
+    let mut builder = BinaryBuilder::new(values.len(), large);
+    guard(|| values.iter().try_for_each(|v| builder.push(v.as_deref())))?;
+    Ok((
+        PyBytes::new(py, &builder.validity),
+        PyBytes::new(py, &builder.offsets),
+        PyBytes::new(py, &builder.data),
+        builder.null_count,
+    ))
+}
+
+fn inclusive_range(from_key: Option<&[u8]>, to_key: Option<&[u8]>) -> KeyRange {
+    KeyRange::inclusive(from_key, to_key)
+}
+
+fn direction(reverse: bool) -> Direction {
+    if reverse {
+        Direction::Reverse
+    } else {
+        Direction::Forward
+    }
+}
+
+#[pyclass(module = "kstate._core", name = "KeyValueStore")]
+pub struct NativeKeyValueStore {
+    inner: KeyValueStore,
+}
+
+#[pymethods]
+impl NativeKeyValueStore {
+    /// Opens a RocksDB store; returns the store and a dict of what opening found.
+    #[staticmethod]
+    #[pyo3(signature = (name, path, spill_path, timestamped, transactional, max_uncommitted_bytes, offset_key, progress=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn open_rocksdb<'py>(
+        py: Python<'py>,
+        name: &str,
+        path: &str,
+        spill_path: &str,
+        timestamped: bool,
+        transactional: bool,
+        max_uncommitted_bytes: usize,
+        offset_key: String,
+        progress: Option<Py<PyAny>>,
+    ) -> PyResult<(Self, Bound<'py, PyDict>)> {
+        let format = if timestamped { ValueFormat::Timestamped } else { ValueFormat::Plain };
+        let options = StoreOptions {
+            transactional,
+            max_uncommitted_bytes,
+            offset_key,
+        };
+        let mut reporter = Progress { callback: progress, error: None };
+        let (inner, report) = py.detach(|| {
+            guard(|| {
+                KeyValueStore::open_rocksdb(name, Path::new(path), Path::new(spill_path), format, options, &mut |p| {
+                    reporter.report(p)
+                })
+            })
+        })?;
+        reporter.finish()?;
+        let found = PyDict::new(py);
+        found.set_item("upgrade_mode", report.upgrade_mode)?;
+        found.set_item("unclean_shutdown", report.unclean_shutdown)?;
+        found.set_item("finished_spilled_commit", report.finished_spilled_commit)?;
+        found.set_item("discarded_spill", report.discarded_spill)?;
+        Ok((Self { inner }, found))
+    }
+
+    #[staticmethod]
+    fn open_in_memory(name: &str, transactional: bool, offset_key: String) -> Self {
+        let options = StoreOptions {
+            transactional,
+            max_uncommitted_bytes: usize::MAX,
+            offset_key,
+        };
+        Self {
+            inner: KeyValueStore::open_in_memory(name, options),
+        }
+    }
+
+    #[getter]
+    fn transactional(&self) -> bool {
+        self.inner.transactional()
+    }
+
+    #[getter]
+    fn persistent(&self) -> bool {
+        self.inner.persistent()
+    }
+
+    #[getter]
+    fn is_open(&self) -> bool {
+        self.inner.is_open()
+    }
+
+    /// `(bytes staged in memory, whether staged writes spilled to disk)`.
+    fn uncommitted(&self) -> (usize, bool) {
+        self.inner.uncommitted()
+    }
+
+    fn get<'py>(&self, py: Python<'py>, key: &[u8]) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        Ok(optional_bytes(py, guard(|| self.inner.get(key))?))
+    }
+
+    fn get_many<'py>(&self, py: Python<'py>, keys: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
+        let keys = bytes_list(keys)?;
+        let slices: Vec<&[u8]> = keys.iter().map(|k| k.as_bytes()).collect();
+        let values = guard(|| self.inner.get_many(&slices))?;
+        PyList::new(py, values.into_iter().map(|v| optional_bytes(py, v)))
+    }
+
+    /// `get_many` over Arrow binary buffers; returns `(validity, offsets, data, null_count)`.
+    #[allow(clippy::too_many_arguments)]
+    fn get_many_packed<'py>(
+        &self,
+        py: Python<'py>,
+        offsets: &[u8],
+        data: &[u8],
+        validity: Option<&[u8]>,
+        start: usize,
+        count: usize,
+        large: bool,
+    ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>, Bound<'py, PyBytes>, usize)> {
+        let values = guard(|| {
+            let column = BinaryColumn::parse(offsets, data, validity, start, count, large)?;
+            let keys: Vec<&[u8]> = (0..column.len())
+                .map(|i| column.get(i).ok_or_else(|| kstate_core::Error::InvalidArgument("null key".into())))
+                .collect::<kstate_core::Result<_>>()?;
+            self.inner.get_many(&keys)
+        })?;
+        packed_result(py, values, large)
+    }
+
+    #[pyo3(signature = (key, value))]
+    fn put(&mut self, key: &[u8], value: Option<&[u8]>) -> PyResult<()> {
+        guard(|| self.inner.put(key, value))
+    }
+
+    /// Writes `keys[i] -> values[i]`; a `None` value deletes.
+    fn put_all(&mut self, keys: &Bound<'_, PyAny>, values: &Bound<'_, PyAny>) -> PyResult<()> {
+        let keys = bytes_list(keys)?;
+        let values: Vec<Option<Bound<'_, PyBytes>>> = values
+            .try_iter()?
+            .map(|v| {
+                let v = v?;
+                if v.is_none() {
+                    Ok(None)
+                } else {
+                    Ok(Some(v.cast_into::<PyBytes>()?))
+                }
+            })
+            .collect::<PyResult<_>>()?;
+        if keys.len() != values.len() {
+            return Err(crate::errors::to_py(kstate_core::Error::InvalidArgument(format!(
+                "put_all got {} keys and {} values",
+                keys.len(),
+                values.len()
+            ))));
+        }
+        let mut writes = keys.iter().zip(&values).map(|(k, v)| (k.as_bytes(), v.as_ref().map(|b| b.as_bytes())));
+        guard(|| self.inner.put_all(&mut writes))
+    }
+
+    /// `put_all` over Arrow buffers: `key` and `value` are `(offsets, data, validity, start, large)`.
+    fn put_all_packed(
+        &mut self,
+        count: usize,
+        key: (Vec<u8>, Vec<u8>, Option<Vec<u8>>, usize, bool),
+        value: (Vec<u8>, Vec<u8>, Option<Vec<u8>>, usize, bool),
+    ) -> PyResult<()> {
+        guard(|| {
+            let keys = BinaryColumn::parse(&key.0, &key.1, key.2.as_deref(), key.3, count, key.4)?;
+            let values = BinaryColumn::parse(&value.0, &value.1, value.2.as_deref(), value.3, count, value.4)?;
+            let mut writes = Vec::with_capacity(count);
+            for i in 0..count {
+                let k = keys
+                    .get(i)
+                    .ok_or_else(|| kstate_core::Error::InvalidArgument("null key".into()))?;
+                writes.push((k, values.get(i)));
+            }
+            self.inner.put_all(&mut writes.into_iter())
+        })
+    }
+
+    fn put_if_absent<'py>(&mut self, py: Python<'py>, key: &[u8], value: &[u8]) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        Ok(optional_bytes(py, guard(|| self.inner.put_if_absent(key, value))?))
+    }
+
+    fn delete<'py>(&mut self, py: Python<'py>, key: &[u8]) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        Ok(optional_bytes(py, guard(|| self.inner.delete(key))?))
+    }
+
+    /// Iterator over `[from_key, to_key]` (inclusive; `None` is unbounded).
+    #[pyo3(signature = (from_key, to_key, reverse=false))]
+    fn range(slf: Py<Self>, from_key: Option<&[u8]>, to_key: Option<&[u8]>, reverse: bool) -> RangeIterator {
+        RangeIterator::new(Reader::Store(slf), inclusive_range(from_key, to_key), direction(reverse))
+    }
+
+    #[pyo3(signature = (prefix, reverse=false))]
+    fn prefix_scan(slf: Py<Self>, prefix: &[u8], reverse: bool) -> RangeIterator {
+        RangeIterator::new(Reader::Store(slf), KeyRange::prefix(prefix), direction(reverse))
+    }
+
+    fn approximate_num_entries(&self) -> PyResult<u64> {
+        guard(|| self.inner.approximate_num_entries())
+    }
+
+    fn committed_offset(&self) -> PyResult<Option<i64>> {
+        guard(|| self.inner.committed_offset())
+    }
+
+    #[pyo3(signature = (offset, progress=None))]
+    fn commit(&mut self, py: Python<'_>, offset: Option<i64>, progress: Option<Py<PyAny>>) -> PyResult<()> {
+        let mut reporter = Progress { callback: progress, error: None };
+        let inner = &mut self.inner;
+        py.detach(|| guard(|| inner.commit(offset, &mut |p| reporter.report(p))))?;
+        reporter.finish()
+    }
+
+    #[pyo3(signature = (offset))]
+    fn recover(&mut self, py: Python<'_>, offset: Option<i64>) -> PyResult<bool> {
+        let inner = &mut self.inner;
+        py.detach(|| guard(|| inner.recover(offset)))
+    }
+
+    fn close(&mut self, py: Python<'_>) -> PyResult<()> {
+        let inner = &mut self.inner;
+        py.detach(|| guard(|| inner.close()))
+    }
+
+    fn read_committed_view(&self) -> NativeReadCommittedView {
+        NativeReadCommittedView {
+            inner: self.inner.read_committed_view(),
+        }
+    }
+}
+
+/// Committed-only reads, usable from any thread.
+#[pyclass(module = "kstate._core", name = "ReadCommittedView")]
+pub struct NativeReadCommittedView {
+    inner: ReadCommittedView,
+}
+
+#[pymethods]
+impl NativeReadCommittedView {
+    #[getter]
+    fn is_open(&self) -> bool {
+        self.inner.is_open()
+    }
+
+    fn get<'py>(&self, py: Python<'py>, key: &[u8]) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        let view = &self.inner;
+        let value = py.detach(|| guard(|| view.get(key)))?;
+        Ok(optional_bytes(py, value))
+    }
+
+    fn get_many<'py>(&self, py: Python<'py>, keys: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
+        let keys = bytes_list(keys)?;
+        let slices: Vec<&[u8]> = keys.iter().map(|k| k.as_bytes()).collect();
+        let values = guard(|| self.inner.get_many(&slices))?;
+        PyList::new(py, values.into_iter().map(|v| optional_bytes(py, v)))
+    }
+
+    #[pyo3(signature = (from_key, to_key, reverse=false))]
+    fn range(&self, from_key: Option<&[u8]>, to_key: Option<&[u8]>, reverse: bool) -> RangeIterator {
+        RangeIterator::new(Reader::View(self.inner.clone()), inclusive_range(from_key, to_key), direction(reverse))
+    }
+
+    #[pyo3(signature = (prefix, reverse=false))]
+    fn prefix_scan(&self, prefix: &[u8], reverse: bool) -> RangeIterator {
+        RangeIterator::new(Reader::View(self.inner.clone()), KeyRange::prefix(prefix), direction(reverse))
+    }
+
+    fn approximate_num_entries(&self) -> PyResult<u64> {
+        guard(|| self.inner.approximate_num_entries())
+    }
+}
+
+enum Reader {
+    Store(Py<NativeKeyValueStore>),
+    View(ReadCommittedView),
+}
+
+/// Iterates a range in chunks; each chunk is a fresh merge, so no RocksDB iterator outlives a
+/// call and a closed store raises instead of crashing.
+#[pyclass(module = "kstate._core", name = "RangeIterator")]
+pub struct RangeIterator {
+    reader: Reader,
+    rest: KeyRange,
+    direction: Direction,
+    buffer: VecDeque<(Vec<u8>, Vec<u8>)>,
+    exhausted: bool,
+    chunk: usize,
+}
+
+impl RangeIterator {
+    fn new(reader: Reader, range: KeyRange, direction: Direction) -> Self {
+        Self {
+            reader,
+            exhausted: range.is_empty(),
+            rest: range,
+            direction,
+            buffer: VecDeque::new(),
+            chunk: FIRST_CHUNK,
+        }
+    }
+
+    fn ensure_open(&self, py: Python<'_>) -> PyResult<()> {
+        let open = match &self.reader {
+            Reader::Store(store) => store.bind(py).borrow().inner.is_open(),
+            Reader::View(view) => view.is_open(),
+        };
+        if open {
+            Ok(())
+        } else {
+            Err(crate::errors::to_py(kstate_core::Error::Closed(
+                "the store of this iterator is closed".into(),
+            )))
+        }
+    }
+
+    fn fill(&mut self, py: Python<'_>) -> PyResult<()> {
+        self.ensure_open(py)?;
+        if !self.buffer.is_empty() || self.exhausted {
+            return Ok(());
+        }
+        let rows = match &self.reader {
+            Reader::Store(store) => {
+                let store = store.bind(py).borrow();
+                guard(|| store.inner.scan(&self.rest, self.direction, self.chunk))?
+            }
+            Reader::View(view) => guard(|| view.scan(&self.rest, self.direction, self.chunk))?,
+        };
+        if rows.len() < self.chunk {
+            self.exhausted = true;
+        }
+        if let Some((last, _)) = rows.last() {
+            self.rest = self.rest.after(last, self.direction);
+        }
+        self.chunk = (self.chunk * 4).min(MAX_CHUNK);
+        self.buffer.extend(rows);
+        Ok(())
+    }
+}
+
+#[pymethods]
+impl RangeIterator {
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__<'py>(&mut self, py: Python<'py>) -> PyResult<Option<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)>> {
+        self.fill(py)?;
+        Ok(self
+            .buffer
+            .pop_front()
+            .map(|(k, v)| (PyBytes::new(py, &k), PyBytes::new(py, &v))))
+    }
+
+    /// Key the next `__next__` returns, without consuming it; `None` at the end.
+    fn peek_next_key<'py>(&mut self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        self.fill(py)?;
+        Ok(self.buffer.front().map(|(k, _)| PyBytes::new(py, k)))
+    }
+
+    fn close(&mut self) {
+        self.buffer.clear();
+        self.exhausted = true;
+    }
+}

@@ -1,0 +1,17 @@
+//! `kstate._core`: the thin PyO3 layer over `kstate-core`. One file per Python module it serves.
+
+use pyo3::prelude::*;
+
+mod errors;
+mod key_value_store;
+mod value_and_timestamp;
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<key_value_store::NativeKeyValueStore>()?;
+    m.add_class::<key_value_store::NativeReadCommittedView>()?;
+    m.add_class::<key_value_store::RangeIterator>()?;
+    m.add_function(wrap_pyfunction!(value_and_timestamp::encode_value_and_timestamp, m)?)?;
+    m.add_function(wrap_pyfunction!(value_and_timestamp::decode_value_and_timestamp, m)?)?;
+    Ok(())
+}
