@@ -36,7 +36,11 @@ pub trait CommittedState: Send + Sync {
     ) -> Result<Vec<Box<dyn SortedSource + 'a>>>;
 
     /// Applies `writes` and the offset in one atomic batch.
-    fn apply(&self, writes: &mut dyn Iterator<Item = Write<'_>>, offset: Option<OffsetWrite<'_>>) -> Result<()>;
+    fn apply(
+        &self,
+        writes: &mut dyn Iterator<Item = Write<'_>>,
+        offset: Option<OffsetWrite<'_>>,
+    ) -> Result<()>;
 
     fn committed_offset(&self, key: &str) -> Result<Option<i64>>;
 

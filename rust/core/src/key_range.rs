@@ -55,7 +55,8 @@ impl KeyRange {
     }
 
     pub fn contains(&self, key: &[u8]) -> bool {
-        self.lower.as_deref().is_none_or(|l| key >= l) && self.upper.as_deref().is_none_or(|u| key < u)
+        self.lower.as_deref().is_none_or(|l| key >= l)
+            && self.upper.as_deref().is_none_or(|u| key < u)
     }
 
     /// The rest of this range once `last` has been returned in `direction`.

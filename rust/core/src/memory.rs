@@ -38,8 +38,16 @@ impl MapSource<'_> {
         let batch: Vec<(Vec<u8>, Vec<u8>)> = if self.rest.is_empty() {
             Vec::new()
         } else {
-            let lower = self.rest.lower.clone().map_or(Bound::Unbounded, Bound::Included);
-            let upper = self.rest.upper.clone().map_or(Bound::Unbounded, Bound::Excluded);
+            let lower = self
+                .rest
+                .lower
+                .clone()
+                .map_or(Bound::Unbounded, Bound::Included);
+            let upper = self
+                .rest
+                .upper
+                .clone()
+                .map_or(Bound::Unbounded, Bound::Excluded);
             let in_range = data.range::<Vec<u8>, _>((lower, upper));
             let copy = |(k, v): (&Vec<u8>, &Vec<u8>)| (k.clone(), v.clone());
             match self.direction {
@@ -61,7 +69,10 @@ impl SortedSource for MapSource<'_> {
         self.head.as_ref().map(|(k, _)| k.as_slice())
     }
     fn value(&self) -> Result<Option<std::borrow::Cow<'_, [u8]>>> {
-        Ok(self.head.as_ref().map(|(_, v)| std::borrow::Cow::Borrowed(v.as_slice())))
+        Ok(self
+            .head
+            .as_ref()
+            .map(|(_, v)| std::borrow::Cow::Borrowed(v.as_slice())))
     }
     fn advance(&mut self) -> Result<()> {
         self.head = self.batch.next();
@@ -77,7 +88,11 @@ impl CommittedState for MemoryState {
         Ok(self.data.read().map_err(poisoned)?.get(key).cloned())
     }
 
-    fn sources<'a>(&'a self, range: &KeyRange, direction: Direction) -> Result<Vec<Box<dyn SortedSource + 'a>>> {
+    fn sources<'a>(
+        &'a self,
+        range: &KeyRange,
+        direction: Direction,
+    ) -> Result<Vec<Box<dyn SortedSource + 'a>>> {
         let mut source = MapSource {
             state: self,
             rest: range.clone(),
@@ -89,7 +104,11 @@ impl CommittedState for MemoryState {
         Ok(vec![Box::new(source)])
     }
 
-    fn apply(&self, writes: &mut dyn Iterator<Item = Write<'_>>, offset: Option<OffsetWrite<'_>>) -> Result<()> {
+    fn apply(
+        &self,
+        writes: &mut dyn Iterator<Item = Write<'_>>,
+        offset: Option<OffsetWrite<'_>>,
+    ) -> Result<()> {
         let mut data = self.data.write().map_err(poisoned)?;
         for (key, value) in writes {
             match value {

@@ -107,10 +107,21 @@ mod tests {
     #[test]
     fn upper_layer_wins_and_tombstones_hide() {
         let top: Entries = vec![(b"b", Some(b"B2")), (b"c", None)];
-        let base: Entries = vec![(b"a", Some(b"A")), (b"b", Some(b"B")), (b"c", Some(b"C")), (b"d", Some(b"D"))];
+        let base: Entries = vec![
+            (b"a", Some(b"A")),
+            (b"b", Some(b"B")),
+            (b"c", Some(b"C")),
+            (b"d", Some(b"D")),
+        ];
         let fwd = merged(vec![top.clone(), base.clone()], Direction::Forward, 10);
-        let keys: Vec<_> = fwd.iter().map(|(k, v)| (k.as_slice(), v.as_slice())).collect();
-        assert_eq!(keys, vec![(&b"a"[..], &b"A"[..]), (b"b", b"B2"), (b"d", b"D")]);
+        let keys: Vec<_> = fwd
+            .iter()
+            .map(|(k, v)| (k.as_slice(), v.as_slice()))
+            .collect();
+        assert_eq!(
+            keys,
+            vec![(&b"a"[..], &b"A"[..]), (b"b", b"B2"), (b"d", b"D")]
+        );
         let rev = merged(vec![top, base], Direction::Reverse, 2);
         assert_eq!(rev[0].0, b"d");
         assert_eq!(rev[1], (b"b".to_vec(), b"B2".to_vec()));

@@ -34,7 +34,10 @@ mod tests {
 
     #[test]
     fn spec_6_2_offsets_entry() {
-        assert_eq!(offset_key("app-store-changelog", 3).as_bytes(), b"app-store-changelog-3");
+        assert_eq!(
+            offset_key("app-store-changelog", 3).as_bytes(),
+            b"app-store-changelog-3"
+        );
         assert_eq!(encode(1234), [0, 0, 0, 0, 0, 0, 4, 0xd2]);
         assert_eq!(decode(STATUS_KEY, &encode(STATUS_OPEN)).unwrap(), 1);
         assert!(decode(STATUS_KEY, b"\x01").is_err());

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
+use crate::committed::Write;
 use crate::key_range::{Direction, KeyRange};
 
 #[derive(Debug, Default)]
@@ -54,7 +55,9 @@ impl Overlay {
 
     /// Staged writes in key order.
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], Option<&[u8]>)> {
-        self.staged.iter().map(|(k, v)| (k.as_slice(), v.as_deref()))
+        self.staged
+            .iter()
+            .map(|(k, v)| (k.as_slice(), v.as_deref()))
     }
 
     /// Staged writes inside `range`, in `direction` order.
@@ -62,7 +65,7 @@ impl Overlay {
         &'a self,
         range: &KeyRange,
         direction: Direction,
-    ) -> Box<dyn Iterator<Item = (&'a [u8], Option<&'a [u8]>)> + 'a> {
+    ) -> Box<dyn Iterator<Item = Write<'a>> + 'a> {
         if range.is_empty() {
             return Box::new(std::iter::empty());
         }
@@ -111,8 +114,14 @@ mod tests {
             o.stage(k, Some(k));
         }
         let r = KeyRange::inclusive(Some(b"b"), Some(b"c"));
-        let fwd: Vec<_> = o.range(&r, Direction::Forward).map(|(k, _)| k.to_vec()).collect();
-        let rev: Vec<_> = o.range(&r, Direction::Reverse).map(|(k, _)| k.to_vec()).collect();
+        let fwd: Vec<_> = o
+            .range(&r, Direction::Forward)
+            .map(|(k, _)| k.to_vec())
+            .collect();
+        let rev: Vec<_> = o
+            .range(&r, Direction::Reverse)
+            .map(|(k, _)| k.to_vec())
+            .collect();
         assert_eq!(fwd, vec![b"b".to_vec(), b"c".to_vec()]);
         assert_eq!(rev, vec![b"c".to_vec(), b"b".to_vec()]);
     }

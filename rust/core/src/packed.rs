@@ -45,7 +45,9 @@ impl<'a> BinaryColumn<'a> {
                 usize::try_from(v).map_err(|_| invalid("negative offset"))
             })
             .collect::<Result<_>>()?;
-        if parsed.windows(2).any(|w| w[0] > w[1]) || parsed.last().is_some_and(|&end| end > data.len()) {
+        if parsed.windows(2).any(|w| w[0] > w[1])
+            || parsed.last().is_some_and(|&end| end > data.len())
+        {
             return Err(invalid("offsets decrease or point past the data buffer"));
         }
         if let Some(bits) = validity {
@@ -107,7 +109,7 @@ impl BinaryBuilder {
     }
 
     pub fn push(&mut self, value: Option<&[u8]>) -> Result<()> {
-        if self.len % 8 == 0 {
+        if self.len.is_multiple_of(8) {
             self.validity.push(0);
         }
         match value {
@@ -147,7 +149,10 @@ mod tests {
         assert_eq!(b.null_count, 1);
         let col = BinaryColumn::parse(&b.offsets, &b.data, Some(&b.validity), 1, 3, false).unwrap();
         assert_eq!(col.len(), 3);
-        assert_eq!((col.get(0), col.get(1), col.get(2)), (None, Some(&b""[..]), Some(&b"xyz"[..])));
+        assert_eq!(
+            (col.get(0), col.get(1), col.get(2)),
+            (None, Some(&b""[..]), Some(&b"xyz"[..]))
+        );
     }
 
     #[test]

@@ -7,8 +7,8 @@ use std::borrow::Cow;
 use std::path::Path;
 
 use rocksdb::{
-    ColumnFamily, ColumnFamilyDescriptor, DBCompressionType, DBRawIterator, FlushOptions, Options, ReadOptions,
-    WriteBatch, WriteOptions, DB, DEFAULT_COLUMN_FAMILY_NAME,
+    ColumnFamily, ColumnFamilyDescriptor, DBCompressionType, DBRawIterator, FlushOptions, Options,
+    ReadOptions, WriteBatch, WriteOptions, DB, DEFAULT_COLUMN_FAMILY_NAME,
 };
 
 use crate::committed::{CommittedState, OffsetWrite, Write};
@@ -64,22 +64,32 @@ impl RocksState {
         let mut families: Vec<String> = existing.clone();
         let wanted = match format {
             ValueFormat::Plain => vec![DEFAULT_COLUMN_FAMILY_NAME, OFFSETS_CF],
-            ValueFormat::Timestamped => vec![DEFAULT_COLUMN_FAMILY_NAME, TIMESTAMPED_CF, OFFSETS_CF],
+            ValueFormat::Timestamped => {
+                vec![DEFAULT_COLUMN_FAMILY_NAME, TIMESTAMPED_CF, OFFSETS_CF]
+            }
         };
         for name in &wanted {
             if !families.iter().any(|f| f == name) {
                 families.push(name.to_string());
             }
         }
-        let descriptors = families.iter().map(|f| ColumnFamilyDescriptor::new(f, db_options()));
+        let descriptors = families
+            .iter()
+            .map(|f| ColumnFamilyDescriptor::new(f, db_options()));
         let db = DB::open_cf_descriptors(&opts, path, descriptors).map_err(|e| {
-            Error::Storage(format!("error opening store at {}: {}", path.display(), e.into_string()))
+            Error::Storage(format!(
+                "error opening store at {}: {}",
+                path.display(),
+                e.into_string()
+            ))
         })?;
         for family in &existing {
             if wanted.contains(&family.as_str()) {
                 continue;
             }
-            let cf = db.cf_handle(family).ok_or_else(|| Error::Storage(format!("column family {family} vanished")))?;
+            let cf = db
+                .cf_handle(family)
+                .ok_or_else(|| Error::Storage(format!("column family {family} vanished")))?;
             if !is_empty(&db, cf)? {
                 return Err(Error::InvalidState(format!(
                     "store at {} holds data in column family {family:?}, a format this store type cannot read \
@@ -96,7 +106,10 @@ impl RocksState {
                     .cf_handle(DEFAULT_COLUMN_FAMILY_NAME)
                     .ok_or_else(|| Error::Storage("default column family missing".into()))?;
                 let upgrade = !is_empty(&db, default)?;
-                (TIMESTAMPED_CF, upgrade.then_some(DEFAULT_COLUMN_FAMILY_NAME))
+                (
+                    TIMESTAMPED_CF,
+                    upgrade.then_some(DEFAULT_COLUMN_FAMILY_NAME),
+                )
             }
         };
         Ok(Self {
@@ -148,7 +161,8 @@ impl RocksState {
             None => None,
         };
         if let Some(s) = status {
-            self.db.put_cf_opt(cf, STATUS_KEY, offsets::encode(s), &self.write_options)?;
+            self.db
+                .put_cf_opt(cf, STATUS_KEY, offsets::encode(s), &self.write_options)?;
         }
         Ok(previous)
     }
@@ -184,7 +198,13 @@ impl SortedSource for RocksSource<'_> {
 }
 
 impl RocksState {
-    fn source<'a>(&'a self, cf: &str, range: &KeyRange, direction: Direction, legacy: bool) -> Result<RocksSource<'a>> {
+    fn source<'a>(
+        &'a self,
+        cf: &str,
+        range: &KeyRange,
+        direction: Direction,
+        legacy: bool,
+    ) -> Result<RocksSource<'a>> {
         let mut read = ReadOptions::default();
         if let Some(lower) = &range.lower {
             read.set_iterate_lower_bound(lower.clone());
@@ -201,7 +221,11 @@ impl RocksState {
             }
         }
         iter.status()?;
-        Ok(RocksSource { iter, direction, legacy })
+        Ok(RocksSource {
+            iter,
+            direction,
+            legacy,
+        })
     }
 }
 
@@ -241,16 +265,28 @@ impl CommittedState for RocksState {
             .collect()
     }
 
-    fn sources<'a>(&'a self, range: &KeyRange, direction: Direction) -> Result<Vec<Box<dyn SortedSource + 'a>>> {
-        let mut sources: Vec<Box<dyn SortedSource + 'a>> =
-            vec![Box::new(self.source(self.data_cf, range, direction, false)?)];
+    fn sources<'a>(
+        &'a self,
+        range: &KeyRange,
+        direction: Direction,
+    ) -> Result<Vec<Box<dyn SortedSource + 'a>>> {
+        let mut sources: Vec<Box<dyn SortedSource + 'a>> = vec![Box::new(self.source(
+            self.data_cf,
+            range,
+            direction,
+            false,
+        )?)];
         if let Some(legacy) = self.legacy_cf {
             sources.push(Box::new(self.source(legacy, range, direction, true)?));
         }
         Ok(sources)
     }
 
-    fn apply(&self, writes: &mut dyn Iterator<Item = Write<'_>>, offset: Option<OffsetWrite<'_>>) -> Result<()> {
+    fn apply(
+        &self,
+        writes: &mut dyn Iterator<Item = Write<'_>>,
+        offset: Option<OffsetWrite<'_>>,
+    ) -> Result<()> {
         let mut batch = WriteBatch::default();
         for (key, value) in writes {
             self.put_to_batch(&mut batch, key, value)?;
@@ -267,7 +303,10 @@ impl CommittedState for RocksState {
     }
 
     fn committed_offset(&self, key: &str) -> Result<Option<i64>> {
-        match self.db.get_pinned_cf(self.cf(OFFSETS_CF)?, key.as_bytes())? {
+        match self
+            .db
+            .get_pinned_cf(self.cf(OFFSETS_CF)?, key.as_bytes())?
+        {
             Some(bytes) => Ok(Some(offsets::decode(key.as_bytes(), &bytes)?)),
             None => Ok(None),
         }
@@ -287,7 +326,11 @@ impl CommittedState for RocksState {
     fn flush(&self) -> Result<()> {
         let mut options = FlushOptions::default();
         options.set_wait(true);
-        let families = [self.cf(DEFAULT_COLUMN_FAMILY_NAME)?, self.cf(self.data_cf)?, self.cf(OFFSETS_CF)?];
+        let families = [
+            self.cf(DEFAULT_COLUMN_FAMILY_NAME)?,
+            self.cf(self.data_cf)?,
+            self.cf(OFFSETS_CF)?,
+        ];
         self.db.flush_cfs_opt(&families, &options)?;
         Ok(())
     }

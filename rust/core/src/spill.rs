@@ -7,7 +7,10 @@
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
-use rocksdb::{ColumnFamily, ColumnFamilyDescriptor, DBRawIterator, Options, ReadOptions, WriteBatch, WriteOptions, DB};
+use rocksdb::{
+    ColumnFamily, ColumnFamilyDescriptor, DBRawIterator, Options, ReadOptions, WriteBatch,
+    WriteOptions, DB,
+};
 
 use crate::error::{Error, Result};
 use crate::key_range::{Direction, KeyRange};
@@ -36,7 +39,9 @@ fn decode_tagged(bytes: &[u8]) -> Result<Option<&[u8]>> {
     match bytes.split_first() {
         Some((&TAG_PUT, value)) => Ok(Some(value)),
         Some((&TAG_DELETE, [])) => Ok(None),
-        _ => Err(Error::Corrupted("spilled uncommitted write has an unknown tag".into())),
+        _ => Err(Error::Corrupted(
+            "spilled uncommitted write has an unknown tag".into(),
+        )),
     }
 }
 
@@ -49,7 +54,8 @@ impl Spill {
     }
 
     pub fn open(path: &Path) -> Result<Self> {
-        let families = [WRITES_CF, MARKER_CF].map(|f| ColumnFamilyDescriptor::new(f, Options::default()));
+        let families =
+            [WRITES_CF, MARKER_CF].map(|f| ColumnFamilyDescriptor::new(f, Options::default()));
         let db = DB::open_cf_descriptors(&options(), path, families)?;
         Ok(Self {
             db,
@@ -94,7 +100,11 @@ impl Spill {
         }
     }
 
-    pub fn source<'a>(&'a self, range: &KeyRange, direction: Direction) -> Result<Box<dyn SortedSource + 'a>> {
+    pub fn source<'a>(
+        &'a self,
+        range: &KeyRange,
+        direction: Direction,
+    ) -> Result<Box<dyn SortedSource + 'a>> {
         let mut read = ReadOptions::default();
         if let Some(lower) = &range.lower {
             read.set_iterate_lower_bound(lower.clone());
@@ -120,7 +130,8 @@ impl Spill {
         marker.extend_from_slice(&offset.unwrap_or(0).to_be_bytes());
         let mut write = WriteOptions::default();
         write.set_sync(true);
-        self.db.put_cf_opt(self.cf(MARKER_CF)?, MARKER_KEY, marker, &write)?;
+        self.db
+            .put_cf_opt(self.cf(MARKER_CF)?, MARKER_KEY, marker, &write)?;
         Ok(())
     }
 
@@ -131,15 +142,25 @@ impl Spill {
         };
         match bytes.split_first() {
             Some((&has, rest)) if rest.len() == 8 && has <= 1 => {
-                let offset = i64::from_be_bytes(rest.try_into().map_err(|_| Error::Corrupted("marker".into()))?);
+                let offset = i64::from_be_bytes(
+                    rest.try_into()
+                        .map_err(|_| Error::Corrupted("marker".into()))?,
+                );
                 Ok(Some((has == 1).then_some(offset)))
             }
-            _ => Err(Error::Corrupted(format!("commit marker in {} is malformed", self.path.display()))),
+            _ => Err(Error::Corrupted(format!(
+                "commit marker in {} is malformed",
+                self.path.display()
+            ))),
         }
     }
 
     /// Calls `apply` with consecutive batches of about `batch_bytes` of spilled writes.
-    pub fn for_each_batch(&self, batch_bytes: usize, mut apply: impl FnMut(&SpilledWrites) -> Result<()>) -> Result<()> {
+    pub fn for_each_batch(
+        &self,
+        batch_bytes: usize,
+        mut apply: impl FnMut(&SpilledWrites) -> Result<()>,
+    ) -> Result<()> {
         let mut iter = self.db.raw_iterator_cf(self.cf(WRITES_CF)?);
         iter.seek_to_first();
         let mut batch: SpilledWrites = Vec::new();

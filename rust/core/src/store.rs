@@ -103,7 +103,12 @@ impl ReadCommittedView {
         self.state.with(|c| c.get_many(keys))
     }
 
-    pub fn scan(&self, range: &KeyRange, direction: Direction, limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    pub fn scan(
+        &self,
+        range: &KeyRange,
+        direction: Direction,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         self.state.with(|c| {
             let mut sources = c.sources(range, direction)?;
             let mut out = Vec::with_capacity(limit.min(4096));
@@ -267,7 +272,10 @@ impl KeyValueStore {
         self.put_all(&mut std::iter::once((key, value)))
     }
 
-    pub fn put_all<'a>(&mut self, writes: &mut dyn Iterator<Item = (&'a [u8], Option<&'a [u8]>)>) -> Result<()> {
+    pub fn put_all<'a>(
+        &mut self,
+        writes: &mut dyn Iterator<Item = (&'a [u8], Option<&'a [u8]>)>,
+    ) -> Result<()> {
         if !self.options.transactional {
             return self.state.with(|c| c.apply(writes, None));
         }
@@ -313,10 +321,16 @@ impl KeyValueStore {
 
     /// Up to `limit` visible entries of `range` in `direction`. Iterators call this repeatedly
     /// with `KeyRange::after` so no RocksDB iterator outlives a call.
-    pub fn scan(&self, range: &KeyRange, direction: Direction, limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    pub fn scan(
+        &self,
+        range: &KeyRange,
+        direction: Direction,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         self.state.with(|c| {
-            let mut sources: Vec<Box<dyn SortedSource + '_>> =
-                vec![Box::new(IterSource::new(self.overlay.range(range, direction)))];
+            let mut sources: Vec<Box<dyn SortedSource + '_>> = vec![Box::new(IterSource::new(
+                self.overlay.range(range, direction),
+            ))];
             if let Some(spill) = &self.spill {
                 sources.push(spill.source(range, direction)?);
             }
@@ -328,32 +342,45 @@ impl KeyValueStore {
     }
 
     pub fn approximate_num_entries(&self) -> Result<u64> {
-        let staged = self.overlay.len() as u64 + self.spill.as_ref().map_or(Ok(0), Spill::approximate_len)?;
-        self.state.with(|c| Ok(c.approximate_num_entries()? + staged))
+        let staged = self.overlay.len() as u64
+            + self.spill.as_ref().map_or(Ok(0), Spill::approximate_len)?;
+        self.state
+            .with(|c| Ok(c.approximate_num_entries()? + staged))
     }
 
     pub fn committed_offset(&self) -> Result<Option<i64>> {
-        self.state.with(|c| c.committed_offset(&self.options.offset_key))
+        self.state
+            .with(|c| c.committed_offset(&self.options.offset_key))
     }
 
     /// Applies every uncommitted write and `offset` atomically. On error nothing is lost: the
     /// staged writes stay staged and the committed state is the previous one.
-    pub fn commit(&mut self, offset: Option<i64>, progress: &mut dyn FnMut(CommitProgress)) -> Result<()> {
+    pub fn commit(
+        &mut self,
+        offset: Option<i64>,
+        progress: &mut dyn FnMut(CommitProgress),
+    ) -> Result<()> {
         let offset_key = self.options.offset_key.clone();
         let offset_write = OffsetWrite {
             key: &offset_key,
             offset,
         };
         if !self.options.transactional {
-            return self.state.with(|c| c.apply(&mut std::iter::empty(), Some(offset_write)));
+            return self
+                .state
+                .with(|c| c.apply(&mut std::iter::empty(), Some(offset_write)));
         }
         if self.spill.is_none() {
-            self.state.with(|c| c.apply(&mut self.overlay.iter(), Some(offset_write)))?;
+            self.state
+                .with(|c| c.apply(&mut self.overlay.iter(), Some(offset_write)))?;
             self.overlay.clear();
             return Ok(());
         }
         self.spill_overlay()?;
-        let spill = self.spill.as_ref().ok_or_else(|| Error::InvalidState("spill vanished".into()))?;
+        let spill = self
+            .spill
+            .as_ref()
+            .ok_or_else(|| Error::InvalidState("spill vanished".into()))?;
         spill.mark_commit(offset)?;
         self.state
             .with(|c| copy_spill(spill, c, &offset_key, offset, progress).map(|_| ()))?;
@@ -418,7 +445,10 @@ fn copy_spill(
         });
         Ok(())
     })?;
-    let offset_write = OffsetWrite { key: offset_key, offset };
+    let offset_write = OffsetWrite {
+        key: offset_key,
+        offset,
+    };
     committed.apply(&mut std::iter::empty(), Some(offset_write))?;
     Ok(applied)
 }

@@ -40,7 +40,13 @@ pub fn guard<T>(f: impl FnOnce() -> kstate_core::Result<T>) -> PyResult<T> {
                 .map(|s| s.to_string())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "unknown panic".into());
-            Err(Python::attach(|py| raise(py, "KStateError", format!("internal error in kstate core: {what}"))))
+            Err(Python::attach(|py| {
+                raise(
+                    py,
+                    "KStateError",
+                    format!("internal error in kstate core: {what}"),
+                )
+            }))
         }
     }
 }

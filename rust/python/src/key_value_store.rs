@@ -5,11 +5,24 @@ use std::collections::VecDeque;
 use std::path::Path;
 
 use kstate_core::packed::{BinaryBuilder, BinaryColumn};
-use kstate_core::{CommitProgress, Direction, KeyRange, KeyValueStore, ReadCommittedView, StoreOptions, ValueFormat};
+use kstate_core::{
+    CommitProgress, Direction, KeyRange, KeyValueStore, ReadCommittedView, StoreOptions,
+    ValueFormat,
+};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
 use crate::errors::guard;
+
+/// `(validity, offsets, data, null_count)` of an Arrow binary array built here.
+type PackedArray<'py> = (
+    Bound<'py, PyBytes>,
+    Bound<'py, PyBytes>,
+    Bound<'py, PyBytes>,
+    usize,
+);
+/// `(offsets, data, validity, start, large)` of an Arrow binary array passed in.
+type ArrowColumn = (Vec<u8>, Vec<u8>, Option<Vec<u8>>, usize, bool);
 
 const FIRST_CHUNK: usize = 16;
 const MAX_CHUNK: usize = 2048;
@@ -50,7 +63,7 @@ fn packed_result<'py>(
     py: Python<'py>,
     values: Vec<Option<Vec<u8>>>,
     large: bool,
-) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>, Bound<'py, PyBytes>, usize)> {
+) -> PyResult<PackedArray<'py>> {
     let mut builder = BinaryBuilder::new(values.len(), large);
     guard(|| values.iter().try_for_each(|v| builder.push(v.as_deref())))?;
     Ok((
@@ -95,18 +108,30 @@ impl NativeKeyValueStore {
         offset_key: String,
         progress: Option<Py<PyAny>>,
     ) -> PyResult<(Self, Bound<'py, PyDict>)> {
-        let format = if timestamped { ValueFormat::Timestamped } else { ValueFormat::Plain };
+        let format = if timestamped {
+            ValueFormat::Timestamped
+        } else {
+            ValueFormat::Plain
+        };
         let options = StoreOptions {
             transactional,
             max_uncommitted_bytes,
             offset_key,
         };
-        let mut reporter = Progress { callback: progress, error: None };
+        let mut reporter = Progress {
+            callback: progress,
+            error: None,
+        };
         let (inner, report) = py.detach(|| {
             guard(|| {
-                KeyValueStore::open_rocksdb(name, Path::new(path), Path::new(spill_path), format, options, &mut |p| {
-                    reporter.report(p)
-                })
+                KeyValueStore::open_rocksdb(
+                    name,
+                    Path::new(path),
+                    Path::new(spill_path),
+                    format,
+                    options,
+                    &mut |p| reporter.report(p),
+                )
             })
         })?;
         reporter.finish()?;
@@ -154,7 +179,11 @@ impl NativeKeyValueStore {
         Ok(optional_bytes(py, guard(|| self.inner.get(key))?))
     }
 
-    fn get_many<'py>(&self, py: Python<'py>, keys: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
+    fn get_many<'py>(
+        &self,
+        py: Python<'py>,
+        keys: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyList>> {
         let keys = bytes_list(keys)?;
         let slices: Vec<&[u8]> = keys.iter().map(|k| k.as_bytes()).collect();
         let values = guard(|| self.inner.get_many(&slices))?;
@@ -172,11 +201,15 @@ impl NativeKeyValueStore {
         start: usize,
         count: usize,
         large: bool,
-    ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>, Bound<'py, PyBytes>, usize)> {
+    ) -> PyResult<PackedArray<'py>> {
         let values = guard(|| {
             let column = BinaryColumn::parse(offsets, data, validity, start, count, large)?;
             let keys: Vec<&[u8]> = (0..column.len())
-                .map(|i| column.get(i).ok_or_else(|| kstate_core::Error::InvalidArgument("null key".into())))
+                .map(|i| {
+                    column
+                        .get(i)
+                        .ok_or_else(|| kstate_core::Error::InvalidArgument("null key".into()))
+                })
                 .collect::<kstate_core::Result<_>>()?;
             self.inner.get_many(&keys)
         })?;
@@ -203,13 +236,18 @@ impl NativeKeyValueStore {
             })
             .collect::<PyResult<_>>()?;
         if keys.len() != values.len() {
-            return Err(crate::errors::to_py(kstate_core::Error::InvalidArgument(format!(
-                "put_all got {} keys and {} values",
-                keys.len(),
-                values.len()
-            ))));
+            return Err(crate::errors::to_py(kstate_core::Error::InvalidArgument(
+                format!(
+                    "put_all got {} keys and {} values",
+                    keys.len(),
+                    values.len()
+                ),
+            )));
         }
-        let mut writes = keys.iter().zip(&values).map(|(k, v)| (k.as_bytes(), v.as_ref().map(|b| b.as_bytes())));
+        let mut writes = keys
+            .iter()
+            .zip(&values)
+            .map(|(k, v)| (k.as_bytes(), v.as_ref().map(|b| b.as_bytes())));
         guard(|| self.inner.put_all(&mut writes))
     }
 
@@ -217,12 +255,19 @@ impl NativeKeyValueStore {
     fn put_all_packed(
         &mut self,
         count: usize,
-        key: (Vec<u8>, Vec<u8>, Option<Vec<u8>>, usize, bool),
-        value: (Vec<u8>, Vec<u8>, Option<Vec<u8>>, usize, bool),
+        key: ArrowColumn,
+        value: ArrowColumn,
     ) -> PyResult<()> {
         guard(|| {
             let keys = BinaryColumn::parse(&key.0, &key.1, key.2.as_deref(), key.3, count, key.4)?;
-            let values = BinaryColumn::parse(&value.0, &value.1, value.2.as_deref(), value.3, count, value.4)?;
+            let values = BinaryColumn::parse(
+                &value.0,
+                &value.1,
+                value.2.as_deref(),
+                value.3,
+                count,
+                value.4,
+            )?;
             let mut writes = Vec::with_capacity(count);
             for i in 0..count {
                 let k = keys
@@ -234,23 +279,48 @@ impl NativeKeyValueStore {
         })
     }
 
-    fn put_if_absent<'py>(&mut self, py: Python<'py>, key: &[u8], value: &[u8]) -> PyResult<Option<Bound<'py, PyBytes>>> {
-        Ok(optional_bytes(py, guard(|| self.inner.put_if_absent(key, value))?))
+    fn put_if_absent<'py>(
+        &mut self,
+        py: Python<'py>,
+        key: &[u8],
+        value: &[u8],
+    ) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        Ok(optional_bytes(
+            py,
+            guard(|| self.inner.put_if_absent(key, value))?,
+        ))
     }
 
-    fn delete<'py>(&mut self, py: Python<'py>, key: &[u8]) -> PyResult<Option<Bound<'py, PyBytes>>> {
+    fn delete<'py>(
+        &mut self,
+        py: Python<'py>,
+        key: &[u8],
+    ) -> PyResult<Option<Bound<'py, PyBytes>>> {
         Ok(optional_bytes(py, guard(|| self.inner.delete(key))?))
     }
 
     /// Iterator over `[from_key, to_key]` (inclusive; `None` is unbounded).
     #[pyo3(signature = (from_key, to_key, reverse=false))]
-    fn range(slf: Py<Self>, from_key: Option<&[u8]>, to_key: Option<&[u8]>, reverse: bool) -> RangeIterator {
-        RangeIterator::new(Reader::Store(slf), inclusive_range(from_key, to_key), direction(reverse))
+    fn range(
+        slf: Py<Self>,
+        from_key: Option<&[u8]>,
+        to_key: Option<&[u8]>,
+        reverse: bool,
+    ) -> RangeIterator {
+        RangeIterator::new(
+            Reader::Store(slf),
+            inclusive_range(from_key, to_key),
+            direction(reverse),
+        )
     }
 
     #[pyo3(signature = (prefix, reverse=false))]
     fn prefix_scan(slf: Py<Self>, prefix: &[u8], reverse: bool) -> RangeIterator {
-        RangeIterator::new(Reader::Store(slf), KeyRange::prefix(prefix), direction(reverse))
+        RangeIterator::new(
+            Reader::Store(slf),
+            KeyRange::prefix(prefix),
+            direction(reverse),
+        )
     }
 
     fn approximate_num_entries(&self) -> PyResult<u64> {
@@ -262,8 +332,16 @@ impl NativeKeyValueStore {
     }
 
     #[pyo3(signature = (offset, progress=None))]
-    fn commit(&mut self, py: Python<'_>, offset: Option<i64>, progress: Option<Py<PyAny>>) -> PyResult<()> {
-        let mut reporter = Progress { callback: progress, error: None };
+    fn commit(
+        &mut self,
+        py: Python<'_>,
+        offset: Option<i64>,
+        progress: Option<Py<PyAny>>,
+    ) -> PyResult<()> {
+        let mut reporter = Progress {
+            callback: progress,
+            error: None,
+        };
         let inner = &mut self.inner;
         py.detach(|| guard(|| inner.commit(offset, &mut |p| reporter.report(p))))?;
         reporter.finish()
@@ -306,7 +384,11 @@ impl NativeReadCommittedView {
         Ok(optional_bytes(py, value))
     }
 
-    fn get_many<'py>(&self, py: Python<'py>, keys: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
+    fn get_many<'py>(
+        &self,
+        py: Python<'py>,
+        keys: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyList>> {
         let keys = bytes_list(keys)?;
         let slices: Vec<&[u8]> = keys.iter().map(|k| k.as_bytes()).collect();
         let values = guard(|| self.inner.get_many(&slices))?;
@@ -314,13 +396,26 @@ impl NativeReadCommittedView {
     }
 
     #[pyo3(signature = (from_key, to_key, reverse=false))]
-    fn range(&self, from_key: Option<&[u8]>, to_key: Option<&[u8]>, reverse: bool) -> RangeIterator {
-        RangeIterator::new(Reader::View(self.inner.clone()), inclusive_range(from_key, to_key), direction(reverse))
+    fn range(
+        &self,
+        from_key: Option<&[u8]>,
+        to_key: Option<&[u8]>,
+        reverse: bool,
+    ) -> RangeIterator {
+        RangeIterator::new(
+            Reader::View(self.inner.clone()),
+            inclusive_range(from_key, to_key),
+            direction(reverse),
+        )
     }
 
     #[pyo3(signature = (prefix, reverse=false))]
     fn prefix_scan(&self, prefix: &[u8], reverse: bool) -> RangeIterator {
-        RangeIterator::new(Reader::View(self.inner.clone()), KeyRange::prefix(prefix), direction(reverse))
+        RangeIterator::new(
+            Reader::View(self.inner.clone()),
+            KeyRange::prefix(prefix),
+            direction(reverse),
+        )
     }
 
     fn approximate_num_entries(&self) -> PyResult<u64> {
@@ -401,7 +496,10 @@ impl RangeIterator {
         slf
     }
 
-    fn __next__<'py>(&mut self, py: Python<'py>) -> PyResult<Option<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)>> {
+    fn __next__<'py>(
+        &mut self,
+        py: Python<'py>,
+    ) -> PyResult<Option<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)>> {
         self.fill(py)?;
         Ok(self
             .buffer

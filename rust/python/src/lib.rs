@@ -11,7 +11,13 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<key_value_store::NativeKeyValueStore>()?;
     m.add_class::<key_value_store::NativeReadCommittedView>()?;
     m.add_class::<key_value_store::RangeIterator>()?;
-    m.add_function(wrap_pyfunction!(value_and_timestamp::encode_value_and_timestamp, m)?)?;
-    m.add_function(wrap_pyfunction!(value_and_timestamp::decode_value_and_timestamp, m)?)?;
+    m.add_function(wrap_pyfunction!(
+        value_and_timestamp::encode_value_and_timestamp,
+        m
+    )?)?;
+    m.add_function(wrap_pyfunction!(
+        value_and_timestamp::decode_value_and_timestamp,
+        m
+    )?)?;
     Ok(())
 }

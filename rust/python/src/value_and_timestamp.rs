@@ -8,13 +8,20 @@ use crate::errors::guard;
 
 /// `<i64 BE timestamp><raw>`.
 #[pyfunction]
-pub fn encode_value_and_timestamp<'py>(py: Python<'py>, timestamp: i64, raw: &[u8]) -> Bound<'py, PyBytes> {
+pub fn encode_value_and_timestamp<'py>(
+    py: Python<'py>,
+    timestamp: i64,
+    raw: &[u8],
+) -> Bound<'py, PyBytes> {
     PyBytes::new(py, &timestamped::encode(timestamp, raw))
 }
 
 /// `(timestamp, raw)` of stored timestamped bytes.
 #[pyfunction]
-pub fn decode_value_and_timestamp<'py>(py: Python<'py>, stored: &[u8]) -> PyResult<(i64, Bound<'py, PyBytes>)> {
+pub fn decode_value_and_timestamp<'py>(
+    py: Python<'py>,
+    stored: &[u8],
+) -> PyResult<(i64, Bound<'py, PyBytes>)> {
     let (timestamp, raw) = guard(|| timestamped::decode(stored))?;
     Ok((timestamp, PyBytes::new(py, raw)))
 }

@@ -1,0 +1,199 @@
+//! The transactional store end to end on real RocksDB, without Python.
+
+use std::path::Path;
+
+use kstate_core::{Direction, Error, KeyRange, KeyValueStore, StoreOptions, ValueFormat};
+
+const OFFSET_KEY: &str = "app-s-changelog-0";
+
+fn options(max_uncommitted_bytes: usize) -> StoreOptions {
+    StoreOptions {
+        transactional: true,
+        max_uncommitted_bytes,
+        offset_key: OFFSET_KEY.into(),
+    }
+}
+
+fn open(dir: &Path, format: ValueFormat, max_uncommitted_bytes: usize) -> KeyValueStore {
+    let (store, _) = KeyValueStore::open_rocksdb(
+        "s",
+        &dir.join("rocksdb/s"),
+        &dir.join("rocksdb/.s.uncommitted"),
+        format,
+        options(max_uncommitted_bytes),
+        &mut |_| {},
+    )
+    .expect("open");
+    store
+}
+
+fn all(store: &KeyValueStore, direction: Direction) -> Vec<(Vec<u8>, Vec<u8>)> {
+    store.scan(&KeyRange::all(), direction, usize::MAX).unwrap()
+}
+
+fn kv(k: &str, v: &str) -> (Vec<u8>, Vec<u8>) {
+    (k.as_bytes().to_vec(), v.as_bytes().to_vec())
+}
+
+#[test]
+fn staged_writes_are_read_then_committed_atomically() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = open(dir.path(), ValueFormat::Plain, 1 << 20);
+    store.put(b"a", Some(b"1")).unwrap();
+    store.put(b"b", Some(b"2")).unwrap();
+    assert_eq!(store.get(b"a").unwrap(), Some(b"1".to_vec()));
+    assert_eq!(store.read_committed_view().get(b"a").unwrap(), None);
+    store.commit(Some(7), &mut |_| {}).unwrap();
+    assert_eq!(
+        store.read_committed_view().get(b"a").unwrap(),
+        Some(b"1".to_vec())
+    );
+
+    store.put(b"a", None).unwrap();
+    store.put(b"c", Some(b"3")).unwrap();
+    assert_eq!(
+        all(&store, Direction::Forward),
+        vec![kv("b", "2"), kv("c", "3")]
+    );
+    assert!(store.recover(Some(7)).unwrap());
+    assert!(!store.recover(Some(8)).unwrap());
+    assert_eq!(
+        all(&store, Direction::Reverse),
+        vec![kv("b", "2"), kv("a", "1")]
+    );
+
+    store.put(b"z", Some(b"uncommitted")).unwrap();
+    store.close().unwrap();
+    assert!(matches!(store.get(b"a"), Err(Error::Closed(_))));
+    let store = open(dir.path(), ValueFormat::Plain, 1 << 20);
+    assert_eq!(store.committed_offset().unwrap(), Some(7));
+    assert_eq!(
+        all(&store, Direction::Forward),
+        vec![kv("a", "1"), kv("b", "2")]
+    );
+}
+
+#[test]
+fn writes_past_the_memory_bound_spill_and_commit_in_full() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = open(dir.path(), ValueFormat::Timestamped, 1000);
+    for i in 0..500u32 {
+        store
+            .put(format!("k{i:04}").as_bytes(), Some(&[7u8; 40]))
+            .unwrap();
+    }
+    assert!(
+        store.uncommitted().1,
+        "500 x 45 bytes must spill past 1000 bytes"
+    );
+    store.put(b"k0001", None).unwrap();
+    assert_eq!(store.get(b"k0001").unwrap(), None);
+    assert_eq!(
+        store
+            .scan(&KeyRange::all(), Direction::Forward, 10_000)
+            .unwrap()
+            .len(),
+        499
+    );
+    assert_eq!(store.read_committed_view().get(b"k0002").unwrap(), None);
+
+    let mut reports = 0;
+    store.commit(Some(1), &mut |_| reports += 1).unwrap();
+    assert!(reports >= 1);
+    assert!(!dir.path().join("rocksdb/.s.uncommitted").exists());
+    store.close().unwrap();
+    let store = open(dir.path(), ValueFormat::Timestamped, 1000);
+    let entries = all(&store, Direction::Forward);
+    assert_eq!(entries.len(), 499);
+    assert_eq!(entries[0].0, b"k0000");
+    assert_eq!(entries[1].0, b"k0002");
+    assert_eq!(store.committed_offset().unwrap(), Some(1));
+}
+
+#[test]
+fn scans_continue_after_the_last_key_in_chunks() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = open(dir.path(), ValueFormat::Plain, 1 << 20);
+    for i in 0..100u8 {
+        store.put(&[i], Some(&[i])).unwrap();
+    }
+    store.commit(None, &mut |_| {}).unwrap();
+    for i in (0..100u8).step_by(3) {
+        store.put(&[i], None).unwrap();
+    }
+    for direction in [Direction::Forward, Direction::Reverse] {
+        let mut range = KeyRange::inclusive(Some(&[10]), Some(&[90]));
+        let mut seen = Vec::new();
+        loop {
+            let chunk = store.scan(&range, direction, 7).unwrap();
+            seen.extend(chunk.iter().map(|(k, _)| k[0]));
+            match chunk.last() {
+                Some((last, _)) if chunk.len() == 7 => range = range.after(last, direction),
+                _ => break,
+            }
+        }
+        let mut expected: Vec<u8> = (10..=90).filter(|i| i % 3 != 0).collect();
+        if direction == Direction::Reverse {
+            expected.reverse();
+        }
+        assert_eq!(seen, expected);
+    }
+}
+
+#[test]
+fn legacy_values_in_default_are_read_with_timestamp_minus_one_and_migrated_by_get() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut plain = open(dir.path(), ValueFormat::Plain, 1 << 20);
+    plain.put(b"k1", Some(b"1")).unwrap();
+    plain.put(b"k2", Some(b"4444")).unwrap();
+    plain.commit(None, &mut |_| {}).unwrap();
+    plain.close().unwrap();
+
+    let (mut store, report) = KeyValueStore::open_rocksdb(
+        "s",
+        &dir.path().join("rocksdb/s"),
+        &dir.path().join("rocksdb/.s.uncommitted"),
+        ValueFormat::Timestamped,
+        options(1 << 20),
+        &mut |_| {},
+    )
+    .unwrap();
+    assert!(report.upgrade_mode);
+    let mut legacy_one = vec![0xff; 8];
+    legacy_one.push(b'1');
+    assert_eq!(store.get(b"k1").unwrap(), Some(legacy_one));
+    assert_eq!(all(&store, Direction::Forward).len(), 2);
+    store.delete(b"k2").unwrap();
+    store.commit(None, &mut |_| {}).unwrap();
+    store.close().unwrap();
+
+    let (store, report) = KeyValueStore::open_rocksdb(
+        "s",
+        &dir.path().join("rocksdb/s"),
+        &dir.path().join("rocksdb/.s.uncommitted"),
+        ValueFormat::Timestamped,
+        options(1 << 20),
+        &mut |_| {},
+    )
+    .unwrap();
+    assert!(!report.upgrade_mode, "every legacy key migrated or deleted");
+    assert_eq!(all(&store, Direction::Forward).len(), 1);
+}
+
+#[test]
+fn a_plain_store_refuses_a_timestamped_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = open(dir.path(), ValueFormat::Timestamped, 1 << 20);
+    store.put(b"k", Some(&[0; 9])).unwrap();
+    store.commit(None, &mut |_| {}).unwrap();
+    store.close().unwrap();
+    let reopened = KeyValueStore::open_rocksdb(
+        "s",
+        &dir.path().join("rocksdb/s"),
+        &dir.path().join("rocksdb/.s.uncommitted"),
+        ValueFormat::Plain,
+        options(1 << 20),
+        &mut |_| {},
+    );
+    assert!(matches!(reopened, Err(Error::InvalidState(_))));
+}
