@@ -38,8 +38,10 @@ def open_store(task_dir: Path, spill_limit: int | None = None):
 
 def batch(number: int, size: int) -> list[tuple[str, int]]:
     """``size`` (word, event time) records of batch ``number``."""
-    return [(f"{WORDS[(number * 7 + i) % len(WORDS)]}-{i % 2000}", 1_700_000_000_000 + number * 1000 + i)
-            for i in range(size)]
+    return [
+        (f"{WORDS[(number * 7 + i) % len(WORDS)]}-{i % 2000}", 1_700_000_000_000 + number * 1000 + i)
+        for i in range(size)
+    ]
 
 
 def count(store, records) -> None:
@@ -69,8 +71,9 @@ def child(task_dir: Path, mode: str) -> None:
 
 
 def kill_child(task_dir: Path, mode: str, wait_for: str) -> None:
-    proc = subprocess.Popen([sys.executable, __file__, "--child", mode, str(task_dir)],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--child", mode, str(task_dir)], stdout=subprocess.PIPE, text=True
+    )
     line = proc.stdout.readline()
     assert line.startswith(wait_for), f"child said {line!r}"
     os.kill(proc.pid, signal.SIGKILL)
@@ -99,8 +102,10 @@ def main() -> None:
             count(store, records)
             expected.update(w for w, _ in records)
             store.commit(n)
-        print(f"   {store.approximate_num_entries()} keys, committed at offset {store.committed_offset()} "
-              f"({15000 / (time.perf_counter() - t0):,.0f} records/s)")
+        print(
+            f"   {store.approximate_num_entries()} keys, committed at offset {store.committed_offset()} "
+            f"({15000 / (time.perf_counter() - t0):,.0f} records/s)"
+        )
 
     print("2. a writer stages batch 99 and is killed before it commits")
     kill_child(task_dir, "uncommitted", "staged")
@@ -114,8 +119,10 @@ def main() -> None:
     expected.update(w for w, _ in batch(3, 20_000))
     with open_store(task_dir) as store:
         state = dict(store.all())
-        print(f"   reopened at offset {store.committed_offset()}; state equals commit 3 in full: "
-              f"{state == dict(expected)}")
+        print(
+            f"   reopened at offset {store.committed_offset()}; state equals commit 3 in full: "
+            f"{state == dict(expected)}"
+        )
         word, vt = next(iter(store.all_with_timestamp()))
         print(f"   e.g. {word!r} -> {vt.value} (last seen at {vt.timestamp})")
     ok = state == dict(expected)

@@ -47,7 +47,9 @@ class StoreConfig:
         if app is not None and (not isinstance(app, str) or not app):
             raise InvalidArgumentError(f"{APPLICATION_ID} must be a non-empty string, got {app!r}")
         return cls(
-            transactional=_as_bool(ENABLE_TRANSACTIONAL_STATESTORES, config.get(ENABLE_TRANSACTIONAL_STATESTORES, True)),
+            transactional=_as_bool(
+                ENABLE_TRANSACTIONAL_STATESTORES, config.get(ENABLE_TRANSACTIONAL_STATESTORES, True)
+            ),
             uncommitted_max_bytes=max_bytes,
             application_id=app,
         )

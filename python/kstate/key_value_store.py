@@ -37,6 +37,18 @@ def _is_arrow(obj: Any) -> bool:
     return type(obj).__module__.startswith("pyarrow") and hasattr(obj, "type")
 
 
+class _Unopened:
+    """Stands in for the native store before ``init``: every use raises ``StoreClosedError``."""
+
+    is_open = False
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, attribute: str) -> Any:
+        raise StoreClosedError(f"store {self._name} is not initialized; call init(task_dir) first")
+
+
 class KeyValueIterator:
     """Iterator over store entries in key order (or reverse). Use as a context manager or call
     ``close()`` when done early; it raises ``StoreClosedError`` once its store is closed."""
@@ -92,23 +104,20 @@ class _Reads:
         k = self._key_serde.deserialize(key)
         return k if stored is None else KeyValue(k, self._value_of(stored))
 
-    def _open_reader(self) -> Any:
-        if self._reader is None:
-            raise StoreClosedError(f"store {self.name} is not initialized; call init(task_dir) first")
-        return self._reader
-
     name: str
 
     def get(self, key: Any) -> Any:
         """The value of ``key``, or ``None``."""
-        stored = self._open_reader().get(self._key_bytes(key))
+        stored = self._reader.get(self._key_bytes(key))
         return None if stored is None else self._value_of(stored)
 
     def get_many(self, keys: Any) -> Any:
         """Values of many keys in one call: a list for a list, an Arrow array for an Arrow array."""
-        reader = self._open_reader()
+        reader = self._reader
         if _is_arrow(keys):
             return self._get_many_arrow(reader, keys)
+        if self._raw_bytes():
+            return reader.get_many(keys)
         stored = reader.get_many([self._key_bytes(k) for k in keys])
         value_of = self._value_of
         return [None if s is None else value_of(s) for s in stored]
@@ -151,6 +160,10 @@ class _Reads:
         """Whether stored value bytes are the serialized value itself (no timestamp to strip)."""
         return isinstance(self._value_serde, (BytesSerde, StringSerde))
 
+    def _raw_bytes(self) -> bool:
+        """Whether keys and values are stored exactly as given (bytes serdes, no timestamps)."""
+        return type(self._key_serde) is BytesSerde and type(self._value_serde) is BytesSerde and self._packs_values()
+
     def range(self, from_key: Any, to_key: Any) -> KeyValueIterator:
         """Entries with ``from_key <= key <= to_key`` in serialized-key order; ``None`` is unbounded."""
         return self._iterate(from_key, to_key, reverse=False)
@@ -172,18 +185,18 @@ class _Reads:
         raw = serde.serialize(prefix)
         if raw is None:
             raise InvalidArgumentError("prefix cannot be None")
-        return KeyValueIterator(self._open_reader().prefix_scan(raw), self._entry)
+        return KeyValueIterator(self._reader.prefix_scan(raw), self._entry)
 
     def _iterate(self, from_key: Any, to_key: Any, reverse: bool) -> KeyValueIterator:
         lower = None if from_key is None else self._key_bytes(from_key)
         upper = None if to_key is None else self._key_bytes(to_key)
         if lower is not None and upper is not None and lower > upper:
             log.warning("range with from_key > to_key returns no entries (serialized keys compared as bytes)")
-        return KeyValueIterator(self._open_reader().range(lower, upper, reverse), self._entry)
+        return KeyValueIterator(self._reader.range(lower, upper, reverse), self._entry)
 
     def approximate_num_entries(self) -> int:
         """An estimate of the number of entries (RocksDB's ``estimate-num-keys`` plus staged writes)."""
-        return self._open_reader().approximate_num_entries()
+        return self._reader.approximate_num_entries()
 
     def __iter__(self) -> Iterator[Any]:
         return self.all()
@@ -212,14 +225,19 @@ class KeyValueStore(_Reads):
     """A key-value store. Build one with ``Stores.key_value_store_builder(...).build()``, then
     ``init(task_dir)``; or use it as a context manager after ``init``."""
 
-    def __init__(self, supplier: KeyValueBytesStoreSupplier, key_serde: Serde, value_serde: Serde,
-                 config: Mapping[str, Any] | None = None):
+    def __init__(
+        self,
+        supplier: KeyValueBytesStoreSupplier,
+        key_serde: Serde,
+        value_serde: Serde,
+        config: Mapping[str, Any] | None = None,
+    ):
         self.name = supplier.name
         self._supplier = supplier
         self._key_serde = key_serde
         self._value_serde = value_serde
         self._config = StoreConfig.parse(config)
-        self._reader: Any = None
+        self._reader: Any = _Unopened(self.name)
         self.task_dir: Path | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -235,20 +253,21 @@ class KeyValueStore(_Reads):
 
     @property
     def is_open(self) -> bool:
-        return self._reader is not None and self._reader.is_open
+        return self._reader.is_open
 
     def _stores_timestamps(self) -> bool:
         return self._supplier.timestamped
 
-    def init(self, task_dir: str | Path, *, partition: int | None = None,
-             application_id: str | None = None) -> KeyValueStore:
+    def init(
+        self, task_dir: str | Path, *, partition: int | None = None, application_id: str | None = None
+    ) -> KeyValueStore:
         """Open the store under ``task_dir`` (Kafka layout: ``<state.dir>/<application.id>/<sub>_<partition>``).
 
         The changelog this store commits offsets for is ``<application.id>-<name>-changelog``,
         partition ``partition``; both default from the task directory's path. Opening finishes a
         spilled commit a crash interrupted and discards uncommitted writes a crash left behind.
         """
-        if self._reader is not None and self._reader.is_open:
+        if self._reader.is_open:
             raise InvalidArgumentError(f"store {self.name} is already open")
         task_dir = Path(task_dir)
         if partition is None:
@@ -261,40 +280,59 @@ class KeyValueStore(_Reads):
         self.task_dir = task_dir
         if not self.persistent:
             self._reader = _core.KeyValueStore.open_in_memory(self.name, self.transactional, offset_key)
+            self._bind_raw_calls()
             return self
         path = task_dir / "rocksdb" / self.name
         spill = task_dir / "rocksdb" / f".{self.name}.uncommitted"
         native, found = _core.KeyValueStore.open_rocksdb(
-            self.name, str(path), str(spill), self._supplier.timestamped, self.transactional,
-            self._config.uncommitted_max_bytes, offset_key, _progress_logger(f"finishing commit of {self.name}"),
+            self.name,
+            str(path),
+            str(spill),
+            self._supplier.timestamped,
+            self.transactional,
+            self._config.uncommitted_max_bytes,
+            offset_key,
+            _progress_logger(f"finishing commit of {self.name}"),
         )
         self._reader = native
+        self._bind_raw_calls()
         if found["upgrade_mode"]:
             log.info("Opening store %s in upgrade mode: legacy values migrate on access", self.name)
         if found["unclean_shutdown"]:
             log.warning("Store %s was not closed cleanly; its offset was dropped so it is restored", self.name)
         if found["finished_spilled_commit"] is not None:
-            log.info("Store %s: finished a commit interrupted by a crash (%d writes)", self.name,
-                     found["finished_spilled_commit"])
+            log.info(
+                "Store %s: finished a commit interrupted by a crash (%d writes)",
+                self.name,
+                found["finished_spilled_commit"],
+            )
         if found["discarded_spill"]:
             log.info("Store %s: discarded uncommitted writes a crash left on disk", self.name)
         return self
 
+    def _bind_raw_calls(self) -> None:
+        # With bytes serdes there is nothing to convert, so the hottest calls go straight to the
+        # native store (it raises the same typed errors for None or non-bytes arguments).
+        if self._raw_bytes():
+            self.get = self._reader.get
+            self.put = self._reader.put
+
     def _open_native(self) -> Any:
-        return self._open_reader()
+        return self._reader
 
     def close(self) -> None:
         """Close the store. Uncommitted writes are discarded (commit first to keep them)."""
-        if self._reader is None:
+        if not self._reader.is_open:
             return
-        if self._reader.is_open and self.transactional:
+        if self.transactional:
             staged, spilled = self._reader.uncommitted()
             if staged or spilled:
                 log.warning("closing store %s discards its uncommitted writes", self.name)
         self._reader.close()
 
     def __enter__(self) -> KeyValueStore:
-        self._open_reader()
+        if not self.is_open:
+            raise StoreClosedError(f"store {self.name} is not open; call init(task_dir) first")
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -306,16 +344,17 @@ class KeyValueStore(_Reads):
 
     # -- transactions ----------------------------------------------------------------------------
 
-    def commit(self, changelog_offset: int | None = None,
-               progress: Callable[[int, int], None] | None = None) -> None:
+    def commit(self, changelog_offset: int | None = None, progress: Callable[[int, int], None] | None = None) -> None:
         """Apply every uncommitted write and record ``changelog_offset`` in one atomic write.
 
         ``None`` is for stores without a changelog. A commit that spilled to disk reports
         ``progress(writes_applied, writes_total)`` and logs as it copies.
         """
-        if changelog_offset is not None and (isinstance(changelog_offset, bool) or not isinstance(changelog_offset, int)):
+        if changelog_offset is not None and (
+            isinstance(changelog_offset, bool) or not isinstance(changelog_offset, int)
+        ):
             raise InvalidArgumentError(f"changelog_offset must be an int or None, got {changelog_offset!r}")
-        native = self._open_reader()
+        native = self._reader
         native.commit(changelog_offset, progress or _progress_logger(f"committing {self.name}"))
 
     def flush(self) -> None:
@@ -325,16 +364,16 @@ class KeyValueStore(_Reads):
     def recover(self, changelog_offset: int | None = None) -> bool:
         """Discard uncommitted writes. ``True`` if the committed state is at ``changelog_offset`` or
         later; ``False`` if the store must be restored from its changelog."""
-        return self._open_reader().recover(changelog_offset)
+        return self._reader.recover(changelog_offset)
 
     def committed_offset(self) -> int | None:
         """The changelog offset of the last commit, or ``None``."""
-        return self._open_reader().committed_offset()
+        return self._reader.committed_offset()
 
     @property
     def uncommitted_bytes(self) -> int:
         """Bytes of staged writes held in memory (spilled writes not included)."""
-        return self._open_reader().uncommitted()[0]
+        return self._reader.uncommitted()[0]
 
     def read_only(self, read_committed: bool = True) -> ReadOnlyKeyValueStore:
         """A read-only view; with ``read_committed`` it ignores uncommitted writes and is safe to
@@ -348,27 +387,30 @@ class KeyValueStore(_Reads):
 
     def put(self, key: Any, value: Any) -> None:
         """Write ``value`` for ``key``; ``None`` deletes."""
-        self._open_reader().put(self._key_bytes(key), self._stored(value))
+        self._reader.put(self._key_bytes(key), self._stored(value))
 
     def put_if_absent(self, key: Any, value: Any) -> Any:
         """Write unless ``key`` has a value; returns the existing value (``None`` if written)."""
         stored = self._stored(value)
         if stored is None:
             raise InvalidArgumentError("put_if_absent needs a value, got None")
-        existing = self._open_reader().put_if_absent(self._key_bytes(key), stored)
+        existing = self._reader.put_if_absent(self._key_bytes(key), stored)
         return None if existing is None else self._value_of(existing)
 
     def put_all(self, entries: Any, values: Any = None) -> None:
         """Write many entries in one call: an iterable of ``(key, value)`` pairs, a dict, or two
         sequences / Arrow arrays ``put_all(keys, values)``."""
-        native = self._open_reader()
+        native = self._reader
         if values is None:
             keys, vals = _entries(entries.items() if isinstance(entries, Mapping) else entries)
         else:
             if _is_arrow(entries) and _is_arrow(values) and self._put_all_packed(native, entries, values):
                 return
-            keys = entries.to_pylist() if _is_arrow(entries) else list(entries)
-            vals = values.to_pylist() if _is_arrow(values) else list(values)
+            keys = entries.to_pylist() if _is_arrow(entries) else entries
+            vals = values.to_pylist() if _is_arrow(values) else values
+        if self._raw_bytes():
+            native.put_all(keys, vals)
+            return
         stored = self._stored
         native.put_all([self._key_bytes(k) for k in keys], [stored(v) for v in vals])
 
@@ -382,22 +424,28 @@ class KeyValueStore(_Reads):
         if len(keys) != len(values):
             raise InvalidArgumentError(f"put_all got {len(keys)} keys and {len(values)} values")
         value_serde_packs = (isinstance(self._value_serde, BytesSerde) and pa.types.is_binary(values.type)) or (
-            isinstance(self._value_serde, StringSerde) and pa.types.is_string(values.type))
+            isinstance(self._value_serde, StringSerde) and pa.types.is_string(values.type)
+        )
         if not (self._packs_keys(keys.type) and self._packs_values() and value_serde_packs):
             return False
 
         def column(arr: Any) -> tuple:
             validity, offsets, data = arr.buffers()
             large = pa.types.is_large_binary(arr.type) or pa.types.is_large_string(arr.type)
-            return (offsets.to_pybytes(), data.to_pybytes() if data is not None else b"",
-                    validity.to_pybytes() if validity is not None else None, arr.offset, large)
+            return (
+                offsets.to_pybytes(),
+                data.to_pybytes() if data is not None else b"",
+                validity.to_pybytes() if validity is not None else None,
+                arr.offset,
+                large,
+            )
 
         native.put_all_packed(len(keys), column(keys), column(values))
         return True
 
     def delete(self, key: Any) -> Any:
         """Delete ``key``; returns the value it had."""
-        old = self._open_reader().delete(self._key_bytes(key))
+        old = self._reader.delete(self._key_bytes(key))
         return None if old is None else self._value_of(old)
 
 

@@ -80,8 +80,9 @@ class Stores:
         return KeyValueBytesStoreSupplier(_check_name(name), False, True)
 
     @staticmethod
-    def key_value_store_builder(supplier: KeyValueBytesStoreSupplier, key_serde: Any = None,
-                                value_serde: Any = None) -> StoreBuilder:
+    def key_value_store_builder(
+        supplier: KeyValueBytesStoreSupplier, key_serde: Any = None, value_serde: Any = None
+    ) -> StoreBuilder:
         """A builder of ``KeyValueStore``. Serdes: a serde object, a type, a name, or ``None`` (bytes)."""
         if supplier.timestamped:
             raise InvalidArgumentError(
@@ -90,8 +91,9 @@ class Stores:
         return StoreBuilder(supplier, key_serde, value_serde, timestamped=False)
 
     @staticmethod
-    def timestamped_key_value_store_builder(supplier: KeyValueBytesStoreSupplier, key_serde: Any = None,
-                                            value_serde: Any = None) -> StoreBuilder:
+    def timestamped_key_value_store_builder(
+        supplier: KeyValueBytesStoreSupplier, key_serde: Any = None, value_serde: Any = None
+    ) -> StoreBuilder:
         """A builder of ``TimestampedKeyValueStore``. Over a plain supplier the store keeps the plain
         on-disk format and reports timestamp -1, as Kafka's adapter does."""
         return StoreBuilder(supplier, key_serde, value_serde, timestamped=True)

@@ -14,7 +14,7 @@ from typing import Any
 
 from kstate import _core
 from kstate.errors import InvalidArgumentError
-from kstate.key_value_store import KeyValueIterator, KeyValueStore, KeyValue, _entries
+from kstate.key_value_store import KeyValue, KeyValueIterator, KeyValueStore, _entries
 from kstate.value_and_timestamp import NO_TIMESTAMP, ValueAndTimestamp
 
 
@@ -70,22 +70,22 @@ class TimestampedKeyValueStore(KeyValueStore):
     # -- reads with timestamps -------------------------------------------------------------------
 
     def get_with_timestamp(self, key: Any) -> ValueAndTimestamp | None:
-        stored = self._open_reader().get(self._key_bytes(key))
+        stored = self._reader.get(self._key_bytes(key))
         return None if stored is None else self._value_and_timestamp_of(stored)
 
     def get_many_with_timestamp(self, keys: Any) -> list[ValueAndTimestamp | None]:
-        stored = self._open_reader().get_many([self._key_bytes(k) for k in keys])
+        stored = self._reader.get_many([self._key_bytes(k) for k in keys])
         return [None if s is None else self._value_and_timestamp_of(s) for s in stored]
 
     def range_with_timestamp(self, from_key: Any, to_key: Any) -> KeyValueIterator:
         lower = None if from_key is None else self._key_bytes(from_key)
         upper = None if to_key is None else self._key_bytes(to_key)
-        return KeyValueIterator(self._open_reader().range(lower, upper, False), self._entry_with_timestamp)
+        return KeyValueIterator(self._reader.range(lower, upper, False), self._entry_with_timestamp)
 
     def reverse_range_with_timestamp(self, from_key: Any, to_key: Any) -> KeyValueIterator:
         lower = None if from_key is None else self._key_bytes(from_key)
         upper = None if to_key is None else self._key_bytes(to_key)
-        return KeyValueIterator(self._open_reader().range(lower, upper, True), self._entry_with_timestamp)
+        return KeyValueIterator(self._reader.range(lower, upper, True), self._entry_with_timestamp)
 
     def all_with_timestamp(self) -> KeyValueIterator:
         return self.range_with_timestamp(None, None)
@@ -94,7 +94,7 @@ class TimestampedKeyValueStore(KeyValueStore):
 
     def put(self, key: Any, value: Any, timestamp: int | None = None) -> None:
         """Write ``value`` (plain or ``ValueAndTimestamp``); ``None`` deletes."""
-        self._open_reader().put(self._key_bytes(key), self._stored(value, timestamp))
+        self._reader.put(self._key_bytes(key), self._stored(value, timestamp))
 
     def put_with_timestamp(self, key: Any, value: Any, timestamp: int | None = None) -> None:
         """The seed's ``putWithTimestamp(key, value, timestamp)`` / ``(key, ValueAndTimestamp)``."""
@@ -102,11 +102,13 @@ class TimestampedKeyValueStore(KeyValueStore):
             raise InvalidArgumentError("put_with_timestamp needs a timestamp or a ValueAndTimestamp")
         self.put(key, value, timestamp)
 
-    def put_if_absent_with_timestamp(self, key: Any, value: Any, timestamp: int | None = None) -> ValueAndTimestamp | None:
+    def put_if_absent_with_timestamp(
+        self, key: Any, value: Any, timestamp: int | None = None
+    ) -> ValueAndTimestamp | None:
         stored = self._stored(value, timestamp)
         if stored is None:
             raise InvalidArgumentError("put_if_absent needs a value, got None")
-        existing = self._open_reader().put_if_absent(self._key_bytes(key), stored)
+        existing = self._reader.put_if_absent(self._key_bytes(key), stored)
         return None if existing is None else self._value_and_timestamp_of(existing)
 
     def put_all_with_timestamp(self, entries: Any) -> None:
@@ -118,5 +120,5 @@ class TimestampedKeyValueStore(KeyValueStore):
         self.put_all(keys, values)
 
     def delete_with_timestamp(self, key: Any) -> ValueAndTimestamp | None:
-        old = self._open_reader().delete(self._key_bytes(key))
+        old = self._reader.delete(self._key_bytes(key))
         return None if old is None else self._value_and_timestamp_of(old)

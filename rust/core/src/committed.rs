@@ -16,16 +16,17 @@ pub struct OffsetWrite<'a> {
 pub type Write<'a> = (&'a [u8], Option<&'a [u8]>);
 
 pub trait CommittedState: Send + Sync {
-    /// Value of `key` in the store's value format (legacy values converted), without migrating.
-    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>>;
+    /// Passes the value of `key` (in the store's value format, legacy values converted) to
+    /// `visit` without copying it. With `migrate`, a legacy value found in upgrade mode is also
+    /// moved to the new format on disk (Kafka's `get`; iterators and `getOnly` do not migrate).
+    fn read(&self, key: &[u8], migrate: bool, visit: &mut dyn FnMut(Option<&[u8]>)) -> Result<()>;
 
-    /// Like `get`, and moves a legacy value found in upgrade mode to the new format on disk.
-    fn get_migrating(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.get(key)
-    }
-
-    fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
-        keys.iter().map(|k| self.get(k)).collect()
+    /// Passes `(index, value)` for every key to `visit`; never migrates.
+    fn read_many(&self, keys: &[&[u8]], visit: &mut dyn FnMut(usize, Option<&[u8]>)) -> Result<()> {
+        for (i, key) in keys.iter().enumerate() {
+            self.read(key, false, &mut |v| visit(i, v))?;
+        }
+        Ok(())
     }
 
     /// Sorted sources covering `range` in `direction`, highest priority first.

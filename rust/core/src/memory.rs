@@ -84,8 +84,15 @@ impl SortedSource for MapSource<'_> {
 }
 
 impl CommittedState for MemoryState {
-    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        Ok(self.data.read().map_err(poisoned)?.get(key).cloned())
+    fn read(&self, key: &[u8], _migrate: bool, visit: &mut dyn FnMut(Option<&[u8]>)) -> Result<()> {
+        visit(
+            self.data
+                .read()
+                .map_err(poisoned)?
+                .get(key)
+                .map(Vec::as_slice),
+        );
+        Ok(())
     }
 
     fn sources<'a>(

@@ -230,39 +230,35 @@ impl RocksState {
 }
 
 impl CommittedState for RocksState {
-    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        match self.db.get_pinned_cf(self.cf(self.data_cf)?, key)? {
-            Some(v) => Ok(Some(v.to_vec())),
-            None => self.get_legacy(key),
-        }
-    }
-
-    fn get_migrating(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+    fn read(&self, key: &[u8], migrate: bool, visit: &mut dyn FnMut(Option<&[u8]>)) -> Result<()> {
         if let Some(v) = self.db.get_pinned_cf(self.cf(self.data_cf)?, key)? {
-            return Ok(Some(v.to_vec()));
+            visit(Some(&v));
+            return Ok(());
         }
         let converted = self.get_legacy(key)?;
-        if let Some(v) = &converted {
+        if let (Some(v), true) = (&converted, migrate) {
             // Moving a value between column families does not change what the store holds, so it
             // is written at once rather than staged in the transaction.
             let mut batch = WriteBatch::default();
             self.put_to_batch(&mut batch, key, Some(v))?;
             self.db.write_opt(batch, &self.write_options)?;
         }
-        Ok(converted)
+        visit(converted.as_deref());
+        Ok(())
     }
 
-    fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
+    fn read_many(&self, keys: &[&[u8]], visit: &mut dyn FnMut(usize, Option<&[u8]>)) -> Result<()> {
         let data = self.cf(self.data_cf)?;
-        self.db
-            .batched_multi_get_cf(data, keys.iter().copied(), false)
-            .into_iter()
-            .zip(keys)
-            .map(|(found, key)| match found? {
-                Some(v) => Ok(Some(v.to_vec())),
-                None => self.get_legacy(key),
-            })
-            .collect()
+        let found = self
+            .db
+            .batched_multi_get_cf(data, keys.iter().copied(), false);
+        for (i, (value, key)) in found.into_iter().zip(keys).enumerate() {
+            match value? {
+                Some(v) => visit(i, Some(&v)),
+                None => visit(i, self.get_legacy(key)?.as_deref()),
+            }
+        }
+        Ok(())
     }
 
     fn sources<'a>(

@@ -96,11 +96,20 @@ pub struct ReadCommittedView {
 
 impl ReadCommittedView {
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.state.with(|c| c.get(key))
+        self.get_with(key, |v| v.map(<[u8]>::to_vec))
     }
 
-    pub fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
-        self.state.with(|c| c.get_many(keys))
+    pub fn get_with<R>(&self, key: &[u8], f: impl FnOnce(Option<&[u8]>) -> R) -> Result<R> {
+        self.state
+            .with(|c| visit_once(|visit| c.read(key, false, visit), f))
+    }
+
+    pub fn get_many_with(
+        &self,
+        keys: &[&[u8]],
+        visit: &mut dyn FnMut(usize, Option<&[u8]>),
+    ) -> Result<()> {
+        self.state.with(|c| c.read_many(keys, visit))
     }
 
     pub fn scan(
@@ -223,48 +232,61 @@ impl KeyValueStore {
         (self.overlay.bytes(), self.spill.is_some())
     }
 
-    fn staged(&self, key: &[u8]) -> Result<Option<Option<Vec<u8>>>> {
+    /// `None`: not staged; `Some(None)`: staged delete; `Some(Some(v))`: staged value.
+    fn with_staged<R>(&self, key: &[u8], f: impl FnOnce(Option<Option<&[u8]>>) -> R) -> Result<R> {
         if let Some(v) = self.overlay.get(key) {
-            return Ok(Some(v.map(<[u8]>::to_vec)));
+            return Ok(f(Some(v)));
         }
         match &self.spill {
-            Some(spill) => spill.get(key),
-            None => Ok(None),
+            Some(spill) => Ok(f(spill.get(key)?.as_ref().map(|v| v.as_deref()))),
+            None => Ok(f(None)),
         }
     }
 
-    /// Reads `key`, uncommitted writes first. A legacy value found in upgrade mode is migrated.
-    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+    /// Passes the value of `key` to `f` without copying, uncommitted writes first. A legacy
+    /// value found in upgrade mode is migrated.
+    pub fn get_with<R>(&self, key: &[u8], f: impl FnOnce(Option<&[u8]>) -> R) -> Result<R> {
         self.state.with(|c| {
-            if let Some(staged) = self.staged(key)? {
-                return Ok(staged);
+            let mut f = Some(f);
+            let staged = self.with_staged(key, |staged| staged.map(|v| f.take().map(|f| f(v))))?;
+            match (staged, f) {
+                (Some(Some(result)), _) => Ok(result),
+                (_, Some(f)) => visit_once(|visit| c.read(key, true, visit), f),
+                (_, None) => Err(Error::InvalidState("read visited twice".into())),
             }
-            c.get_migrating(key)
+        })
+    }
+
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.get_with(key, |v| v.map(<[u8]>::to_vec))
+    }
+
+    /// Passes `(index, value)` of every key to `visit`, uncommitted writes first; never migrates.
+    pub fn get_many_with(
+        &self,
+        keys: &[&[u8]],
+        visit: &mut dyn FnMut(usize, Option<&[u8]>),
+    ) -> Result<()> {
+        self.state.with(|c| {
+            if self.overlay.is_empty() && self.spill.is_none() {
+                return c.read_many(keys, visit);
+            }
+            let mut missing = Vec::new();
+            for (i, key) in keys.iter().enumerate() {
+                self.with_staged(key, |staged| match staged {
+                    Some(v) => visit(i, v),
+                    None => missing.push(i),
+                })?;
+            }
+            let lookup: Vec<&[u8]> = missing.iter().map(|&i| keys[i]).collect();
+            c.read_many(&lookup, &mut |j, v| visit(missing[j], v))
         })
     }
 
     pub fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
-        self.state.with(|c| {
-            if self.overlay.is_empty() && self.spill.is_none() {
-                return c.get_many(keys);
-            }
-            let mut out = Vec::with_capacity(keys.len());
-            let mut missing = Vec::new();
-            for (i, key) in keys.iter().enumerate() {
-                match self.staged(key)? {
-                    Some(v) => out.push(v),
-                    None => {
-                        out.push(None);
-                        missing.push(i);
-                    }
-                }
-            }
-            let lookup: Vec<&[u8]> = missing.iter().map(|&i| keys[i]).collect();
-            for (i, value) in missing.into_iter().zip(c.get_many(&lookup)?) {
-                out[i] = value;
-            }
-            Ok(out)
-        })
+        let mut out = vec![None; keys.len()];
+        self.get_many_with(keys, &mut |i, v| out[i] = v.map(<[u8]>::to_vec))?;
+        Ok(out)
     }
 
     /// Writes `value` (`None` deletes).
@@ -423,6 +445,17 @@ impl KeyValueStore {
         }
         Ok(())
     }
+}
+
+/// Runs a visitor-style `read` and hands its one value to `f`.
+fn visit_once<R>(
+    read: impl FnOnce(&mut dyn FnMut(Option<&[u8]>)) -> Result<()>,
+    f: impl FnOnce(Option<&[u8]>) -> R,
+) -> Result<R> {
+    let mut f = Some(f);
+    let mut out = None;
+    read(&mut |v| out = f.take().map(|f| f(v)))?;
+    out.ok_or_else(|| Error::InvalidState("read produced no value".into()))
 }
 
 /// Copies a marked spill into the committed state; the offset goes with the last batch.

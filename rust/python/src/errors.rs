@@ -6,7 +6,7 @@ use kstate_core::Error;
 use pyo3::prelude::*;
 use pyo3::types::PyModule;
 
-fn raise(py: Python<'_>, class: &str, message: String) -> PyErr {
+fn raise_in(py: Python<'_>, class: &str, message: String) -> PyErr {
     match PyModule::import(py, "kstate.errors").and_then(|m| m.getattr(class)) {
         Ok(class) => PyErr::from_value(match class.call1((message.clone(),)) {
             Ok(instance) => instance,
@@ -14,6 +14,11 @@ fn raise(py: Python<'_>, class: &str, message: String) -> PyErr {
         }),
         Err(e) => e,
     }
+}
+
+/// An instance of `kstate.errors.<class>` with `message`.
+pub fn raise(class: &str, message: String) -> PyErr {
+    Python::attach(|py| raise_in(py, class, message))
 }
 
 pub fn to_py(error: Error) -> PyErr {
@@ -25,7 +30,7 @@ pub fn to_py(error: Error) -> PyErr {
             Error::Corrupted(m) => ("CorruptedDataError", m),
             Error::Storage(m) => ("ProcessorStateError", m),
         };
-        raise(py, class, message)
+        raise_in(py, class, message)
     })
 }
 
@@ -40,13 +45,10 @@ pub fn guard<T>(f: impl FnOnce() -> kstate_core::Result<T>) -> PyResult<T> {
                 .map(|s| s.to_string())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "unknown panic".into());
-            Err(Python::attach(|py| {
-                raise(
-                    py,
-                    "KStateError",
-                    format!("internal error in kstate core: {what}"),
-                )
-            }))
+            Err(raise(
+                "KStateError",
+                format!("internal error in kstate core: {what}"),
+            ))
         }
     }
 }

@@ -12,7 +12,7 @@ use kstate_core::{
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
-use crate::errors::guard;
+use crate::errors::{guard, raise};
 
 /// `(validity, offsets, data, null_count)` of an Arrow binary array built here.
 type PackedArray<'py> = (
@@ -48,11 +48,50 @@ impl Progress {
     }
 }
 
+/// The bytes of a key or value; anything else is the caller's serialization error.
+fn as_bytes<'a>(obj: &'a Bound<'_, PyAny>, what: &str) -> PyResult<&'a [u8]> {
+    match obj.cast::<PyBytes>() {
+        Ok(b) => Ok(b.as_bytes()),
+        Err(_) if obj.is_none() => Err(raise(
+            "InvalidArgumentError",
+            format!("{what} cannot be None"),
+        )),
+        Err(_) => Err(raise(
+            "SerializationError",
+            format!(
+                "{what} must be bytes, got {}",
+                obj.get_type().name().map_or("?".into(), |n| n.to_string())
+            ),
+        )),
+    }
+}
+
 fn bytes_list<'py>(items: &Bound<'py, PyAny>) -> PyResult<Vec<Bound<'py, PyBytes>>> {
     items
         .try_iter()?
-        .map(|item| Ok(item?.cast_into::<PyBytes>()?))
+        .map(|item| {
+            let item = item?;
+            as_bytes(&item, "key")?;
+            Ok(item.cast_into::<PyBytes>()?)
+        })
         .collect()
+}
+
+/// A list of the values of `keys` (bytes or `None`), read by `read` without intermediate copies.
+fn values_list<'py>(
+    py: Python<'py>,
+    keys: &Bound<'py, PyAny>,
+    read: impl FnOnce(&[&[u8]], &mut dyn FnMut(usize, Option<&[u8]>)) -> kstate_core::Result<()>,
+) -> PyResult<Bound<'py, PyList>> {
+    let keys = bytes_list(keys)?;
+    let slices: Vec<&[u8]> = keys.iter().map(|k| k.as_bytes()).collect();
+    let mut values = vec![None; slices.len()];
+    guard(|| {
+        read(&slices, &mut |i, v| {
+            values[i] = v.map(|b| PyBytes::new(py, b))
+        })
+    })?;
+    PyList::new(py, values)
 }
 
 fn optional_bytes<'py>(py: Python<'py>, value: Option<Vec<u8>>) -> Option<Bound<'py, PyBytes>> {
@@ -175,8 +214,13 @@ impl NativeKeyValueStore {
         self.inner.uncommitted()
     }
 
-    fn get<'py>(&self, py: Python<'py>, key: &[u8]) -> PyResult<Option<Bound<'py, PyBytes>>> {
-        Ok(optional_bytes(py, guard(|| self.inner.get(key))?))
+    fn get<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        let key = as_bytes(key, "key")?;
+        guard(|| self.inner.get_with(key, |v| v.map(|b| PyBytes::new(py, b))))
     }
 
     fn get_many<'py>(
@@ -184,10 +228,9 @@ impl NativeKeyValueStore {
         py: Python<'py>,
         keys: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyList>> {
-        let keys = bytes_list(keys)?;
-        let slices: Vec<&[u8]> = keys.iter().map(|k| k.as_bytes()).collect();
-        let values = guard(|| self.inner.get_many(&slices))?;
-        PyList::new(py, values.into_iter().map(|v| optional_bytes(py, v)))
+        values_list(py, keys, |slices, visit| {
+            self.inner.get_many_with(slices, visit)
+        })
     }
 
     /// `get_many` over Arrow binary buffers; returns `(validity, offsets, data, null_count)`.
@@ -216,8 +259,13 @@ impl NativeKeyValueStore {
         packed_result(py, values, large)
     }
 
-    #[pyo3(signature = (key, value))]
-    fn put(&mut self, key: &[u8], value: Option<&[u8]>) -> PyResult<()> {
+    fn put(&mut self, key: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        let key = as_bytes(key, "key")?;
+        let value = if value.is_none() {
+            None
+        } else {
+            Some(as_bytes(value, "value")?)
+        };
         guard(|| self.inner.put(key, value))
     }
 
@@ -378,10 +426,13 @@ impl NativeReadCommittedView {
         self.inner.is_open()
     }
 
-    fn get<'py>(&self, py: Python<'py>, key: &[u8]) -> PyResult<Option<Bound<'py, PyBytes>>> {
-        let view = &self.inner;
-        let value = py.detach(|| guard(|| view.get(key)))?;
-        Ok(optional_bytes(py, value))
+    fn get<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        let key = as_bytes(key, "key")?;
+        guard(|| self.inner.get_with(key, |v| v.map(|b| PyBytes::new(py, b))))
     }
 
     fn get_many<'py>(
@@ -389,10 +440,9 @@ impl NativeReadCommittedView {
         py: Python<'py>,
         keys: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyList>> {
-        let keys = bytes_list(keys)?;
-        let slices: Vec<&[u8]> = keys.iter().map(|k| k.as_bytes()).collect();
-        let values = guard(|| self.inner.get_many(&slices))?;
-        PyList::new(py, values.into_iter().map(|v| optional_bytes(py, v)))
+        values_list(py, keys, |slices, visit| {
+            self.inner.get_many_with(slices, visit)
+        })
     }
 
     #[pyo3(signature = (from_key, to_key, reverse=false))]

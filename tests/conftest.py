@@ -1,0 +1,34 @@
+import pytest
+
+from kstate import Stores
+
+
+@pytest.fixture
+def task_dir(tmp_path):
+    """A Kafka-layout task directory: <state.dir>/<application.id>/<subtopology>_<partition>."""
+    return tmp_path / "app" / "0_3"
+
+
+@pytest.fixture
+def open_store(task_dir):
+    """Builds and opens a store; closes every store it opened at the end of the test."""
+    opened = []
+
+    def make(kind="persistent", timestamped=False, key="bytes", value="bytes", config=None, directory=None):
+        factory = {
+            ("persistent", False): Stores.persistent_key_value_store,
+            ("persistent", True): Stores.persistent_timestamped_key_value_store,
+            ("memory", False): Stores.in_memory_key_value_store,
+            ("memory", True): Stores.in_memory_timestamped_key_value_store,
+        }[(kind, timestamped)]
+        builder_of = Stores.timestamped_key_value_store_builder if timestamped else Stores.key_value_store_builder
+        builder = builder_of(factory("store"), key, value)
+        if config:
+            builder = builder.with_config(config)
+        store = builder.build().init(directory or task_dir)
+        opened.append(store)
+        return store
+
+    yield make
+    for store in opened:
+        store.close()

@@ -1,0 +1,196 @@
+import threading
+
+import pyarrow as pa
+import pytest
+from rocksdict import AccessType, Options, Rdict
+
+from kstate import ValueAndTimestamp
+from kstate.errors import (
+    CorruptedDataError,
+    InvalidArgumentError,
+    InvalidStateStoreError,
+    SerializationError,
+    StoreClosedError,
+)
+
+KINDS = [("persistent", True), ("persistent", False), ("memory", True), ("memory", False)]
+
+
+def read_cf(path, cf):
+    """Reads one column family with rocksdict, an independent RocksDB binding."""
+    opts = Options(raw_mode=True)
+    db = Rdict(
+        str(path),
+        opts,
+        column_families={name: opts for name in Rdict.list_cf(str(path), opts)},
+        access_type=AccessType.read_only(),
+    )
+    try:
+        return dict(db.get_column_family(cf).items())
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize("kind,transactional", KINDS)
+def test_reads_writes_and_scans(open_store, kind, transactional):
+    store = open_store(kind, config={"enable.transactional.statestores": transactional})
+    store.put_all([(b"b", b"2"), (b"d", b"4")])
+    store.put_all({b"a": b"1", b"c": b"3"})
+    assert store.put_if_absent(b"a", b"x") == b"1"
+    assert store.put_if_absent(b"e", b"5") is None
+    assert store.delete(b"e") == b"5"
+    assert store.get(b"e") is None
+    assert list(store.range(b"b", b"c")) == [(b"b", b"2"), (b"c", b"3")]
+    assert [k for k, _ in store.reverse_range(b"a", b"c")] == [b"c", b"b", b"a"]
+    assert [k for k, _ in store.reverse_all()] == [b"d", b"c", b"b", b"a"]
+    assert list(store.range(b"c", b"a")) == []
+    assert list(store.range(None, b"a")) == [(b"a", b"1")]
+    store.put(b"bb", b"22")
+    assert [k for k, _ in store.prefix_scan(b"b")] == [b"b", b"bb"]
+    assert store.get_many([b"a", b"zz", b"d"]) == [b"1", None, b"4"]
+    assert store.approximate_num_entries() >= 1
+    store.commit(5)
+    assert store.committed_offset() == 5
+    assert dict(store.all()) == {b"a": b"1", b"b": b"2", b"bb": b"22", b"c": b"3", b"d": b"4"}
+
+
+@pytest.mark.parametrize("kind", ["persistent", "memory"])
+def test_iterators_over_many_entries_in_both_directions(open_store, kind):
+    store = open_store(kind, key="int64", value="string")
+    store.put_all((i, str(i)) for i in range(0, 20_000, 2))
+    store.commit(1)
+    for i in range(0, 20_000, 6):
+        store.delete(i)
+    store.put(3, "three")
+    expected = sorted({i for i in range(0, 20_000, 2) if i % 6} | {3})
+    assert [k for k, _ in store.all()] == expected
+    assert [k for k, _ in store.reverse_all()] == expected[::-1]
+    with store.range(100, 120) as it:
+        assert it.peek_next_key() == 100
+        assert next(it) == (100, "100")
+        assert it.peek_next_key() == 104
+
+
+def test_staged_deletes_hide_committed_values_until_recover(open_store):
+    store = open_store()
+    store.put(b"k", b"v")
+    store.commit(1)
+    store.delete(b"k")
+    assert store.get(b"k") is None and list(store.all()) == []
+    assert store.recover(1) is True
+    assert store.get(b"k") == b"v"
+    assert store.recover(2) is False
+
+
+def test_read_committed_view_from_another_thread(open_store):
+    store = open_store()
+    view = store.read_only(read_committed=True)
+    store.put(b"k", b"uncommitted")
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append((view.get(b"k"), list(view.all()))))
+    thread.start()
+    thread.join()
+    assert seen == [(None, [])]
+    store.commit(3)
+    assert view.get(b"k") == b"uncommitted"
+    store.close()
+    with pytest.raises(StoreClosedError):
+        view.get(b"k")
+
+
+def test_timestamped_values(open_store):
+    store = open_store(timestamped=True, key="string", value="string")
+    store.put("a", "abc", timestamp=23)
+    store.put("b", ValueAndTimestamp("x", 7))
+    store.put_with_timestamp("c", "y", 9)
+    assert store.get("a") == "abc"
+    assert store.get_with_timestamp("a") == ValueAndTimestamp("abc", 23)
+    assert store.put_if_absent_with_timestamp("a", "zzz", 1) == ValueAndTimestamp("abc", 23)
+    store.put_all_with_timestamp([("d", ValueAndTimestamp("w", 4))])
+    assert store.delete_with_timestamp("d") == ValueAndTimestamp("w", 4)
+    assert [kv.value for kv in store.all_with_timestamp()] == [("abc", 23), ("x", 7), ("y", 9)]
+    assert list(store.range("b", "c")) == [("b", "x"), ("c", "y")]
+
+
+def test_on_disk_bytes_match_kafka_streams(open_store, task_dir):
+    timestamped = open_store(timestamped=True, key="string", value="string")
+    timestamped.put("abc", "abc", timestamp=23)
+    timestamped.commit(1234)
+    timestamped.close()
+    path = task_dir / "rocksdb" / "store"
+    assert read_cf(path, "keyValueWithTimestamp") == {b"abc": bytes.fromhex("0000000000000017616263")}
+    assert read_cf(path, "offsets")[b"app-store-changelog-3"] == bytes.fromhex("00000000000004d2")
+    assert read_cf(path, "default") == {}
+
+
+def test_plain_supplier_under_timestamped_builder_reports_minus_one(tmp_path):
+    from kstate import Stores
+
+    store = Stores.timestamped_key_value_store_builder(Stores.persistent_key_value_store("p"), "string", "string")
+    store = store.build().init(tmp_path / "app" / "0_0")
+    store.put("k", "v", timestamp=99)
+    assert store.get_with_timestamp("k") == ValueAndTimestamp("v", -1)
+    store.commit(None)
+    store.close()
+    assert read_cf(tmp_path / "app" / "0_0" / "rocksdb" / "p", "default") == {b"k": b"v"}
+
+
+def test_arrow_batches(open_store):
+    store = open_store(value="string", key="string")
+    store.put_all(pa.array(["a", "b", "c"]), pa.array(["1", None, "3"]))
+    got = store.get_many(pa.array(["x", "a", "b", "c"]).slice(1))
+    assert got.type == pa.string()
+    assert got.to_pylist() == ["1", None, "3"]
+    with pytest.raises(InvalidArgumentError):
+        store.get_many(pa.array(["a", None]))
+    raw = open_store("memory", key="bytes", value="bytes")
+    raw.put_all(pa.array([b"k1", b"k2"], pa.binary()), pa.array([b"v1", b"v2"], pa.binary()))
+    assert raw.get_many(pa.array([b"k2", b"k3"], pa.large_binary())).to_pylist() == [b"v2", None]
+
+
+def test_errors_are_typed(open_store, task_dir):
+    store = open_store(key="string", value="int64")
+    with pytest.raises(InvalidArgumentError):
+        store.put(None, 1)
+    with pytest.raises(SerializationError):
+        store.put(b"not a str", 1)
+    raw = open_store("memory")
+    with pytest.raises(InvalidArgumentError):
+        raw.get(None)
+    with pytest.raises(SerializationError):
+        raw.put("str", b"v")
+    it = store.all()
+    store.close()
+    with pytest.raises(StoreClosedError):
+        next(it)
+    with pytest.raises(StoreClosedError):
+        store.get("a")
+    from kstate import Stores
+
+    unopened = Stores.key_value_store_builder(Stores.in_memory_key_value_store("u")).build()
+    with pytest.raises(StoreClosedError):
+        unopened.get(b"k")
+    with pytest.raises(InvalidArgumentError):
+        Stores.persistent_key_value_store("bad/name")
+
+
+def test_corrupted_and_foreign_layouts_raise(tmp_path):
+    from kstate import Stores
+
+    task = tmp_path / "app" / "0_0"
+    store = Stores.timestamped_key_value_store_builder(Stores.persistent_timestamped_key_value_store("s")).build()
+    store.init(task).put(b"k", b"v", timestamp=1)
+    store.commit(1)
+    store.close()
+    path = str(task / "rocksdb" / "s")
+    opts = Options(raw_mode=True)
+    db = Rdict(path, opts, column_families={n: opts for n in Rdict.list_cf(path, opts)})
+    db.get_column_family("keyValueWithTimestamp")[b"short"] = b"abc"
+    db.close()
+    store.init(task)
+    with pytest.raises(CorruptedDataError):
+        store.get_with_timestamp(b"short")
+    store.close()
+    plain = Stores.key_value_store_builder(Stores.persistent_key_value_store("s")).build()
+    with pytest.raises(InvalidStateStoreError):
+        plain.init(task)
