@@ -1,0 +1,33 @@
+import os
+
+import pytest
+from rocksdict import Options, Rdict
+
+from kstate import Stores
+
+N = 100_000
+
+
+@pytest.fixture(scope="module")
+def keys():
+    return [b"key-%012d" % i for i in range(N)]  # 16 bytes
+
+
+@pytest.fixture(scope="module")
+def value():
+    return os.urandom(100)
+
+
+@pytest.fixture
+def kstate_store(tmp_path):
+    store = Stores.key_value_store_builder(Stores.persistent_key_value_store("bench")).build()
+    store.init(tmp_path / "app" / "0_0")
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def rdict(tmp_path):
+    db = Rdict(str(tmp_path / "rocksdict"), Options(raw_mode=True))
+    yield db
+    db.close()
