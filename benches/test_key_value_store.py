@@ -36,6 +36,13 @@ def test_get_kstate(benchmark, kstate_store, keys, value):
 
 
 @pytest.mark.benchmark(group="get (per call)")
+def test_get_kstate_uncached(benchmark, kstate_uncached_store, keys, value):
+    loaded(kstate_uncached_store, keys, value, commit=True)
+    get = kstate_uncached_store.get
+    benchmark.pedantic(lambda: [get(k) for k in keys], **ROUNDS)
+
+
+@pytest.mark.benchmark(group="get (per call)")
 def test_get_rocksdict(benchmark, rdict, keys, value):
     loaded(rdict, keys, value, commit=False)
     get = rdict.get
@@ -53,6 +60,12 @@ def test_get_many_kstate_arrow(benchmark, kstate_store, keys, value):
     loaded(kstate_store, keys, value, commit=True)
     arrow_keys = pa.array(keys, pa.binary())
     benchmark.pedantic(lambda: kstate_store.get_many(arrow_keys), **ROUNDS)
+
+
+@pytest.mark.benchmark(group="get_many (batch)")
+def test_get_many_kstate_uncached(benchmark, kstate_uncached_store, keys, value):
+    loaded(kstate_uncached_store, keys, value, commit=True)
+    benchmark.pedantic(lambda: kstate_uncached_store.get_many(keys), **ROUNDS)
 
 
 @pytest.mark.benchmark(group="get_many (batch)")

@@ -33,6 +33,7 @@ class KeyValueStore:
         timestamped: bool,
         transactional: bool,
         max_uncommitted_bytes: int,
+        cache_max_bytes: int,
         offset_key: str,
         progress: Callable[[int, int], Any] | None = None,
     ) -> tuple[KeyValueStore, dict[str, Any]]: ...

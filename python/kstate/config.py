@@ -10,12 +10,23 @@ from kstate.errors import InvalidArgumentError
 
 ENABLE_TRANSACTIONAL_STATESTORES = "enable.transactional.statestores"
 STATESTORE_UNCOMMITTED_MAX_BYTES = "statestore.uncommitted.max.bytes"
+STATESTORE_CACHE_MAX_BYTES = "statestore.cache.max.bytes"
 APPLICATION_ID = "application.id"
 
 DEFAULT_UNCOMMITTED_MAX_BYTES = 64 * 1024 * 1024
 """The KIP-892 proposal's default: 64 MiB of staged writes per store before they spill to disk."""
 
-_KNOWN = {ENABLE_TRANSACTIONAL_STATESTORES, STATESTORE_UNCOMMITTED_MAX_BYTES, APPLICATION_ID}
+DEFAULT_CACHE_MAX_BYTES = 64 * 1024 * 1024
+"""Per persistent store: committed values that reads fetched from RocksDB, kept in memory so a
+read-modify-write loop skips RocksDB (the role of Kafka Streams' caching store; Kafka gives each
+RocksDB store a 50 MB block cache besides). 0 turns the cache off."""
+
+_KNOWN = {
+    ENABLE_TRANSACTIONAL_STATESTORES,
+    STATESTORE_UNCOMMITTED_MAX_BYTES,
+    STATESTORE_CACHE_MAX_BYTES,
+    APPLICATION_ID,
+}
 
 
 def _as_bool(name: str, value: Any) -> bool:
@@ -26,12 +37,20 @@ def _as_bool(name: str, value: Any) -> bool:
     raise InvalidArgumentError(f"{name} must be true or false, got {value!r}")
 
 
+def _byte_count(config: Mapping[str, Any], name: str, default: int) -> int:
+    value = config.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidArgumentError(f"{name} must be an int >= 0, got {value!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class StoreConfig:
     """Parsed store configuration. Unknown keys are rejected so a typo does not pass silently."""
 
     transactional: bool = True
     uncommitted_max_bytes: int = DEFAULT_UNCOMMITTED_MAX_BYTES
+    cache_max_bytes: int = DEFAULT_CACHE_MAX_BYTES
     application_id: str | None = None
 
     @classmethod
@@ -40,9 +59,6 @@ class StoreConfig:
         unknown = set(config) - _KNOWN
         if unknown:
             raise InvalidArgumentError(f"unknown store config {sorted(unknown)}; known: {sorted(_KNOWN)}")
-        max_bytes = config.get(STATESTORE_UNCOMMITTED_MAX_BYTES, DEFAULT_UNCOMMITTED_MAX_BYTES)
-        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
-            raise InvalidArgumentError(f"{STATESTORE_UNCOMMITTED_MAX_BYTES} must be an int >= 0, got {max_bytes!r}")
         app = config.get(APPLICATION_ID)
         if app is not None and (not isinstance(app, str) or not app):
             raise InvalidArgumentError(f"{APPLICATION_ID} must be a non-empty string, got {app!r}")
@@ -50,6 +66,7 @@ class StoreConfig:
             transactional=_as_bool(
                 ENABLE_TRANSACTIONAL_STATESTORES, config.get(ENABLE_TRANSACTIONAL_STATESTORES, True)
             ),
-            uncommitted_max_bytes=max_bytes,
+            uncommitted_max_bytes=_byte_count(config, STATESTORE_UNCOMMITTED_MAX_BYTES, DEFAULT_UNCOMMITTED_MAX_BYTES),
+            cache_max_bytes=_byte_count(config, STATESTORE_CACHE_MAX_BYTES, DEFAULT_CACHE_MAX_BYTES),
             application_id=app,
         )

@@ -291,6 +291,7 @@ class KeyValueStore(_Reads):
             self._supplier.timestamped,
             self.transactional,
             self._config.uncommitted_max_bytes,
+            self._config.cache_max_bytes,
             offset_key,
             _progress_logger(f"finishing commit of {self.name}"),
         )

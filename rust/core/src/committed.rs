@@ -1,6 +1,8 @@
 //! What a store has committed: RocksDB on disk or an ordered map in memory, behind one trait so
 //! the transactional layer (`store.rs`) and read-committed views do not care which.
 
+use rocksdb::WriteBatch;
+
 use crate::error::Result;
 use crate::key_range::{Direction, KeyRange};
 use crate::merge::SortedSource;
@@ -35,6 +37,24 @@ pub trait CommittedState: Send + Sync {
         range: &KeyRange,
         direction: Direction,
     ) -> Result<Vec<Box<dyn SortedSource + 'a>>>;
+
+    /// Adds one staged write to `batch`, the commit's writes in the state's own form. Building it
+    /// while writes are staged makes a commit one write (Kafka's `RocksDBTransactionBuffer`
+    /// keeps a `WriteBatch` the same way). State without a batch form ignores it.
+    fn stage(&self, _batch: &mut WriteBatch, _key: &[u8], _value: Option<&[u8]>) -> Result<()> {
+        Ok(())
+    }
+
+    /// Applies a commit and the offset atomically: `batch` as `stage` built it, or `writes` (the
+    /// same writes, in key order) for state without a batch form.
+    fn commit_staged(
+        &self,
+        _batch: WriteBatch,
+        writes: &mut dyn Iterator<Item = Write<'_>>,
+        offset: Option<OffsetWrite<'_>>,
+    ) -> Result<()> {
+        self.apply(writes, offset)
+    }
 
     /// Applies `writes` and the offset in one atomic batch.
     fn apply(

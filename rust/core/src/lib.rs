@@ -9,6 +9,7 @@ pub mod merge;
 pub mod offsets;
 pub mod overlay;
 pub mod packed;
+pub mod read_cache;
 pub mod rocks;
 pub mod spill;
 pub mod store;

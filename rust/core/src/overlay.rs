@@ -18,15 +18,17 @@ fn entry_bytes(key: &[u8], value: &Option<Vec<u8>>) -> usize {
 }
 
 impl Overlay {
-    /// Stages a put (`Some`) or a delete (`None`).
-    pub fn stage(&mut self, key: &[u8], value: Option<&[u8]>) {
+    /// Stages a put (`Some`) or a delete (`None`); returns whether `key` was not staged before.
+    pub fn stage(&mut self, key: &[u8], value: Option<&[u8]>) -> bool {
         let value = value.map(<[u8]>::to_vec);
         self.bytes += entry_bytes(key, &value);
         if let Some(old) = self.staged.get_mut(key) {
             self.bytes -= entry_bytes(key, old);
             *old = value;
+            false
         } else {
             self.staged.insert(key.to_vec(), value);
+            true
         }
     }
 
@@ -46,6 +48,12 @@ impl Overlay {
 
     pub fn is_empty(&self) -> bool {
         self.staged.is_empty()
+    }
+
+    /// Empties the overlay, handing over its writes in key order.
+    pub fn take(&mut self) -> impl Iterator<Item = (Vec<u8>, Option<Vec<u8>>)> {
+        self.bytes = 0;
+        std::mem::take(&mut self.staged).into_iter()
     }
 
     pub fn clear(&mut self) {
@@ -95,9 +103,9 @@ mod tests {
     #[test]
     fn accounting_follows_overwrites_and_deletes() {
         let mut o = Overlay::default();
-        o.stage(b"k1", Some(b"12345"));
+        assert!(o.stage(b"k1", Some(b"12345")));
         assert_eq!(o.bytes(), 7);
-        o.stage(b"k1", Some(b"1"));
+        assert!(!o.stage(b"k1", Some(b"1")));
         assert_eq!(o.bytes(), 3);
         o.stage(b"k1", None);
         assert_eq!(o.bytes(), 2);

@@ -35,6 +35,8 @@ pub struct RocksState {
     /// `Some("default")` while a timestamped store is in upgrade mode.
     legacy_cf: Option<&'static str>,
     write_options: WriteOptions,
+    // Kept rather than created per call: point reads are the hot path.
+    read_options: ReadOptions,
 }
 
 fn db_options() -> Options {
@@ -117,6 +119,7 @@ impl RocksState {
             data_cf,
             legacy_cf,
             write_options: WriteOptions::default(),
+            read_options: ReadOptions::default(),
         })
     }
 
@@ -136,19 +139,27 @@ impl RocksState {
             None => Ok(None),
             Some(legacy) => Ok(self
                 .db
-                .get_pinned_cf(self.cf(legacy)?, key)?
+                .get_pinned_cf_opt(self.cf(legacy)?, key, &self.read_options)?
                 .map(|v| timestamped::convert_legacy(&v))),
         }
     }
 
-    fn put_to_batch(&self, batch: &mut WriteBatch, key: &[u8], value: Option<&[u8]>) -> Result<()> {
+    /// Adds `writes` to `batch`; in upgrade mode each write also deletes the legacy copy.
+    fn add_to_batch<'a>(
+        &self,
+        batch: &mut WriteBatch,
+        writes: &mut dyn Iterator<Item = Write<'a>>,
+    ) -> Result<()> {
         let data = self.cf(self.data_cf)?;
-        match value {
-            Some(v) => batch.put_cf(data, key, v),
-            None => batch.delete_cf(data, key),
-        }
-        if let Some(legacy) = self.legacy_cf {
-            batch.delete_cf(self.cf(legacy)?, key);
+        let legacy = self.legacy_cf.map(|name| self.cf(name)).transpose()?;
+        for (key, value) in writes {
+            match value {
+                Some(v) => batch.put_cf(data, key, v),
+                None => batch.delete_cf(data, key),
+            }
+            if let Some(legacy) = legacy {
+                batch.delete_cf(legacy, key);
+            }
         }
         Ok(())
     }
@@ -231,7 +242,10 @@ impl RocksState {
 
 impl CommittedState for RocksState {
     fn read(&self, key: &[u8], migrate: bool, visit: &mut dyn FnMut(Option<&[u8]>)) -> Result<()> {
-        if let Some(v) = self.db.get_pinned_cf(self.cf(self.data_cf)?, key)? {
+        if let Some(v) =
+            self.db
+                .get_pinned_cf_opt(self.cf(self.data_cf)?, key, &self.read_options)?
+        {
             visit(Some(&v));
             return Ok(());
         }
@@ -240,7 +254,7 @@ impl CommittedState for RocksState {
             // Moving a value between column families does not change what the store holds, so it
             // is written at once rather than staged in the transaction.
             let mut batch = WriteBatch::default();
-            self.put_to_batch(&mut batch, key, Some(v))?;
+            self.add_to_batch(&mut batch, &mut std::iter::once((key, Some(v.as_slice()))))?;
             self.db.write_opt(batch, &self.write_options)?;
         }
         visit(converted.as_deref());
@@ -249,9 +263,9 @@ impl CommittedState for RocksState {
 
     fn read_many(&self, keys: &[&[u8]], visit: &mut dyn FnMut(usize, Option<&[u8]>)) -> Result<()> {
         let data = self.cf(self.data_cf)?;
-        let found = self
-            .db
-            .batched_multi_get_cf(data, keys.iter().copied(), false);
+        let found =
+            self.db
+                .batched_multi_get_cf_opt(data, keys.iter().copied(), false, &self.read_options);
         for (i, (value, key)) in found.into_iter().zip(keys).enumerate() {
             match value? {
                 Some(v) => visit(i, Some(&v)),
@@ -278,15 +292,16 @@ impl CommittedState for RocksState {
         Ok(sources)
     }
 
-    fn apply(
+    fn stage(&self, batch: &mut WriteBatch, key: &[u8], value: Option<&[u8]>) -> Result<()> {
+        self.add_to_batch(batch, &mut std::iter::once((key, value)))
+    }
+
+    fn commit_staged(
         &self,
-        writes: &mut dyn Iterator<Item = Write<'_>>,
+        mut batch: WriteBatch,
+        _writes: &mut dyn Iterator<Item = Write<'_>>,
         offset: Option<OffsetWrite<'_>>,
     ) -> Result<()> {
-        let mut batch = WriteBatch::default();
-        for (key, value) in writes {
-            self.put_to_batch(&mut batch, key, value)?;
-        }
         if let Some(OffsetWrite { key, offset }) = offset {
             let cf = self.cf(OFFSETS_CF)?;
             match offset {
@@ -296,6 +311,16 @@ impl CommittedState for RocksState {
         }
         self.db.write_opt(batch, &self.write_options)?;
         Ok(())
+    }
+
+    fn apply(
+        &self,
+        writes: &mut dyn Iterator<Item = Write<'_>>,
+        offset: Option<OffsetWrite<'_>>,
+    ) -> Result<()> {
+        let mut batch = WriteBatch::default();
+        self.add_to_batch(&mut batch, writes)?;
+        self.commit_staged(batch, &mut std::iter::empty(), offset)
     }
 
     fn committed_offset(&self, key: &str) -> Result<Option<i64>> {

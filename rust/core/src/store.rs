@@ -2,7 +2,9 @@
 //! state (RocksDB or memory), with KIP-892's `commit(offset)` / `recover(offset)`.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+
+use rocksdb::WriteBatch;
 
 use crate::committed::{CommittedState, OffsetWrite};
 use crate::error::{Error, Result};
@@ -11,6 +13,7 @@ use crate::memory::MemoryState;
 use crate::merge::{merge_into, IterSource, SortedSource};
 use crate::offsets::{STATUS_CLOSED, STATUS_OPEN};
 use crate::overlay::Overlay;
+use crate::read_cache::ReadCache;
 use crate::rocks::{RocksState, ValueFormat};
 use crate::spill::Spill;
 
@@ -27,6 +30,8 @@ pub struct StoreOptions {
     pub max_uncommitted_bytes: usize,
     /// Key of this store's changelog offset in the `offsets` family: `<topic>-<partition>`.
     pub offset_key: String,
+    /// Bytes of recently committed values kept in memory for reads (0 disables the cache).
+    pub cache_max_bytes: usize,
 }
 
 /// What opening a store found, for the caller to log.
@@ -139,10 +144,16 @@ pub struct KeyValueStore {
     state: SharedState,
     options: StoreOptions,
     overlay: Overlay,
+    /// The overlay's writes as the committed state will apply them (`CommittedState::stage`),
+    /// kept while every key is staged once. The first overwrite drops it (`None`) and commit
+    /// builds it from the overlay, so overwritten values never reach RocksDB. Only `&mut self`
+    /// touches it, through `get_mut`; the mutex makes the store `Sync`.
+    batch: Mutex<Option<WriteBatch>>,
     /// Where uncommitted writes spill; `None` for in-memory stores, which never spill.
     spill_path: Option<PathBuf>,
     spill: Option<Spill>,
-    rocks: bool,
+    /// Committed values in front of RocksDB; `None` for in-memory stores.
+    cache: Option<ReadCache>,
 }
 
 impl KeyValueStore {
@@ -189,11 +200,12 @@ impl KeyValueStore {
         }
         let store = Self {
             state: SharedState::new(name, Box::new(rocks)),
+            cache: (options.cache_max_bytes > 0).then(|| ReadCache::new(options.cache_max_bytes)),
             options,
             overlay: Overlay::default(),
+            batch: Mutex::new(Some(WriteBatch::default())),
             spill_path: Some(spill_path.to_path_buf()),
             spill: None,
-            rocks: true,
         };
         Ok((store, report))
     }
@@ -203,9 +215,10 @@ impl KeyValueStore {
             state: SharedState::new(name, Box::new(MemoryState::default())),
             options,
             overlay: Overlay::default(),
+            batch: Mutex::new(Some(WriteBatch::default())),
             spill_path: None,
             spill: None,
-            rocks: false,
+            cache: None,
         }
     }
 
@@ -214,7 +227,7 @@ impl KeyValueStore {
     }
 
     pub fn persistent(&self) -> bool {
-        self.rocks
+        self.spill_path.is_some()
     }
 
     pub fn is_open(&self) -> bool {
@@ -227,63 +240,92 @@ impl KeyValueStore {
         }
     }
 
-    /// Bytes staged in memory and whether earlier staged writes spilled to disk.
+    /// Bytes staged in memory (the overlay and its batch, as Kafka counts them) and whether
+    /// earlier staged writes spilled to disk.
     pub fn uncommitted(&self) -> (usize, bool) {
-        (self.overlay.bytes(), self.spill.is_some())
-    }
-
-    /// `None`: not staged; `Some(None)`: staged delete; `Some(Some(v))`: staged value.
-    fn with_staged<R>(&self, key: &[u8], f: impl FnOnce(Option<Option<&[u8]>>) -> R) -> Result<R> {
-        if let Some(v) = self.overlay.get(key) {
-            return Ok(f(Some(v)));
-        }
-        match &self.spill {
-            Some(spill) => Ok(f(spill.get(key)?.as_ref().map(|v| v.as_deref()))),
-            None => Ok(f(None)),
-        }
+        (
+            self.overlay.bytes()
+                + self
+                    .batch
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .as_ref()
+                    .map_or(0, WriteBatch::size_in_bytes),
+            self.spill.is_some(),
+        )
     }
 
     /// Passes the value of `key` to `f` without copying, uncommitted writes first. A legacy
-    /// value found in upgrade mode is migrated.
-    pub fn get_with<R>(&self, key: &[u8], f: impl FnOnce(Option<&[u8]>) -> R) -> Result<R> {
-        self.state.with(|c| {
+    /// value found in upgrade mode is migrated; a committed value read from disk is cached.
+    pub fn get_with<R>(&mut self, key: &[u8], f: impl FnOnce(Option<&[u8]>) -> R) -> Result<R> {
+        let Self {
+            state,
+            overlay,
+            spill,
+            cache,
+            ..
+        } = self;
+        state.with(|c| {
             let mut f = Some(f);
-            let staged = self.with_staged(key, |staged| staged.map(|v| f.take().map(|f| f(v))))?;
-            match (staged, f) {
-                (Some(Some(result)), _) => Ok(result),
-                (_, Some(f)) => visit_once(|visit| c.read(key, true, visit), f),
-                (_, None) => Err(Error::InvalidState("read visited twice".into())),
-            }
+            let known = with_known(overlay, spill, cache, key, |known| {
+                known.map(|v| f.take().map(|f| f(v)))
+            })?;
+            let Some(f) = f else {
+                return known
+                    .flatten()
+                    .ok_or_else(|| Error::InvalidState("read visited twice".into()));
+            };
+            visit_once(
+                |visit| c.read(key, true, visit),
+                |v| {
+                    if let Some(cache) = cache {
+                        cache.insert(key.to_vec(), v.map(<[u8]>::to_vec));
+                    }
+                    f(v)
+                },
+            )
         })
     }
 
-    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+    pub fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         self.get_with(key, |v| v.map(<[u8]>::to_vec))
     }
 
     /// Passes `(index, value)` of every key to `visit`, uncommitted writes first; never migrates.
     pub fn get_many_with(
-        &self,
+        &mut self,
         keys: &[&[u8]],
         visit: &mut dyn FnMut(usize, Option<&[u8]>),
     ) -> Result<()> {
-        self.state.with(|c| {
-            if self.overlay.is_empty() && self.spill.is_none() {
+        let Self {
+            state,
+            overlay,
+            spill,
+            cache,
+            ..
+        } = self;
+        state.with(|c| {
+            if overlay.is_empty() && spill.is_none() && cache.is_none() {
                 return c.read_many(keys, visit);
             }
             let mut missing = Vec::new();
             for (i, key) in keys.iter().enumerate() {
-                self.with_staged(key, |staged| match staged {
+                with_known(overlay, spill, cache, key, |known| match known {
                     Some(v) => visit(i, v),
                     None => missing.push(i),
                 })?;
             }
             let lookup: Vec<&[u8]> = missing.iter().map(|&i| keys[i]).collect();
-            c.read_many(&lookup, &mut |j, v| visit(missing[j], v))
+            c.read_many(&lookup, &mut |j, v| {
+                if let Some(cache) = cache.as_mut() {
+                    cache.insert(lookup[j].to_vec(), v.map(<[u8]>::to_vec));
+                }
+                visit(missing[j], v)
+            })
         })
     }
 
-    pub fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
+    pub fn get_many(&mut self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
         let mut out = vec![None; keys.len()];
         self.get_many_with(keys, &mut |i, v| out[i] = v.map(<[u8]>::to_vec))?;
         Ok(out)
@@ -298,14 +340,36 @@ impl KeyValueStore {
         &mut self,
         writes: &mut dyn Iterator<Item = (&'a [u8], Option<&'a [u8]>)>,
     ) -> Result<()> {
-        if !self.options.transactional {
-            return self.state.with(|c| c.apply(writes, None));
+        let Self {
+            state,
+            overlay,
+            batch,
+            cache,
+            options,
+            ..
+        } = self;
+        if !options.transactional {
+            return state.with(|c| {
+                let mut writes = writes.inspect(|(key, _)| {
+                    if let Some(cache) = cache.as_mut() {
+                        cache.remove(key);
+                    }
+                });
+                c.apply(&mut writes, None)
+            });
         }
-        self.state.with(|_| Ok(()))?;
-        for (key, value) in writes {
-            self.overlay.stage(key, value);
-        }
-        if self.overlay.bytes() > self.options.max_uncommitted_bytes {
+        let batch = batch.get_mut().unwrap_or_else(PoisonError::into_inner);
+        state.with(|c| {
+            for (key, value) in writes {
+                let first_write_of_key = overlay.stage(key, value);
+                match batch {
+                    Some(b) if first_write_of_key => c.stage(b, key, value)?,
+                    _ => *batch = None,
+                }
+            }
+            Ok(())
+        })?;
+        if self.uncommitted().0 > self.options.max_uncommitted_bytes {
             self.spill_overlay()?;
         }
         Ok(())
@@ -321,8 +385,14 @@ impl KeyValueStore {
         if let Some(spill) = &self.spill {
             spill.absorb(&self.overlay)?;
         }
-        self.overlay.clear();
+        self.discard_staged();
         Ok(())
+    }
+
+    /// Drops the writes staged in memory (not those spilled).
+    fn discard_staged(&mut self) {
+        self.overlay.clear();
+        *self.batch.get_mut().unwrap_or_else(PoisonError::into_inner) = Some(WriteBatch::default());
     }
 
     /// Writes `value` unless `key` has one; returns the existing value.
@@ -393,9 +463,26 @@ impl KeyValueStore {
                 .with(|c| c.apply(&mut std::iter::empty(), Some(offset_write)));
         }
         if self.spill.is_none() {
-            self.state
-                .with(|c| c.apply(&mut self.overlay.iter(), Some(offset_write)))?;
-            self.overlay.clear();
+            let Self {
+                state,
+                overlay,
+                batch,
+                ..
+            } = self;
+            let batch = batch.get_mut().unwrap_or_else(PoisonError::into_inner);
+            // A failed write takes the batch with it; the next commit rebuilds it from the overlay.
+            state.with(|c| {
+                let staged = match batch.take() {
+                    Some(staged) => staged,
+                    None => batch_of(c, overlay)?,
+                };
+                c.commit_staged(staged, &mut overlay.iter(), Some(offset_write))
+            })?;
+            *batch = Some(WriteBatch::default());
+            let committed = self.overlay.take();
+            if let Some(cache) = &mut self.cache {
+                cache.refresh(committed);
+            }
             return Ok(());
         }
         self.spill_overlay()?;
@@ -404,6 +491,11 @@ impl KeyValueStore {
             .as_ref()
             .ok_or_else(|| Error::InvalidState("spill vanished".into()))?;
         spill.mark_commit(offset)?;
+        // A spilled commit may overwrite any cached key; dropping the cache is cheaper than
+        // finding them.
+        if let Some(cache) = &mut self.cache {
+            cache.clear();
+        }
         self.state
             .with(|c| copy_spill(spill, c, &offset_key, offset, progress).map(|_| ()))?;
         if let Some(spill) = self.spill.take() {
@@ -417,7 +509,7 @@ impl KeyValueStore {
     /// changelog. A non-transactional store cannot tell what it holds and returns `false`.
     pub fn recover(&mut self, offset: Option<i64>) -> Result<bool> {
         self.state.with(|_| Ok(()))?;
-        self.overlay.clear();
+        self.discard_staged();
         if let Some(spill) = self.spill.take() {
             spill.destroy()?;
         }
@@ -433,7 +525,7 @@ impl KeyValueStore {
 
     /// Discards uncommitted writes and closes; the next open sees the last commit.
     pub fn close(&mut self) -> Result<()> {
-        self.overlay.clear();
+        self.discard_staged();
         if let Some(spill) = self.spill.take() {
             spill.destroy()?;
         }
@@ -445,6 +537,35 @@ impl KeyValueStore {
         }
         Ok(())
     }
+}
+
+/// What the layers above the committed state know of `key`: staged writes, then spilled writes,
+/// then cached committed values. `None`: nothing; `Some(None)`: absent; `Some(Some(v))`: value.
+fn with_known<R>(
+    overlay: &Overlay,
+    spill: &Option<Spill>,
+    cache: &Option<ReadCache>,
+    key: &[u8],
+    f: impl FnOnce(Option<Option<&[u8]>>) -> R,
+) -> Result<R> {
+    if let Some(v) = overlay.get(key) {
+        return Ok(f(Some(v)));
+    }
+    if let Some(spill) = spill {
+        if let Some(v) = spill.get(key)? {
+            return Ok(f(Some(v.as_deref())));
+        }
+    }
+    Ok(f(cache.as_ref().and_then(|c| c.get(key))))
+}
+
+/// The overlay's writes as one batch of `committed`.
+fn batch_of(committed: &dyn CommittedState, overlay: &Overlay) -> Result<WriteBatch> {
+    let mut batch = WriteBatch::default();
+    for (key, value) in overlay.iter() {
+        committed.stage(&mut batch, key, value)?;
+    }
+    Ok(batch)
 }
 
 /// Runs a visitor-style `read` and hands its one value to `f`.

@@ -11,6 +11,7 @@ fn options(max_uncommitted_bytes: usize) -> StoreOptions {
         transactional: true,
         max_uncommitted_bytes,
         offset_key: OFFSET_KEY.into(),
+        cache_max_bytes: 1 << 20,
     }
 }
 
@@ -108,6 +109,64 @@ fn writes_past_the_memory_bound_spill_and_commit_in_full() {
     assert_eq!(entries[0].0, b"k0000");
     assert_eq!(entries[1].0, b"k0002");
     assert_eq!(store.committed_offset().unwrap(), Some(1));
+}
+
+#[test]
+fn reads_after_commits_never_see_a_stale_cached_value() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = open(dir.path(), ValueFormat::Plain, 1000);
+    store.put(b"a", Some(b"1")).unwrap();
+    store.put(b"b", Some(b"2")).unwrap();
+    store.commit(Some(1), &mut |_| {}).unwrap();
+    // Reads fill the cache from RocksDB; the commits below must keep it current.
+    assert_eq!(store.get(b"a").unwrap(), Some(b"1".to_vec()));
+    assert_eq!(store.get_many(&[b"b"]).unwrap(), vec![Some(b"2".to_vec())]);
+    store.put(b"a", None).unwrap();
+    store.commit(Some(2), &mut |_| {}).unwrap();
+    assert_eq!(
+        store.get(b"a").unwrap(),
+        None,
+        "a committed delete is cached as absent"
+    );
+    assert_eq!(
+        store.get_many(&[b"a", b"b"]).unwrap(),
+        vec![None, Some(b"2".to_vec())]
+    );
+
+    // A commit that spilled to disk rewrites "b" behind the cache's back.
+    for i in 0..100u32 {
+        store
+            .put(format!("k{i:03}").as_bytes(), Some(&[0u8; 40]))
+            .unwrap();
+    }
+    store.put(b"b", Some(b"spilled")).unwrap();
+    assert!(store.uncommitted().1);
+    store.commit(Some(3), &mut |_| {}).unwrap();
+    assert_eq!(store.get(b"b").unwrap(), Some(b"spilled".to_vec()));
+    assert_eq!(
+        store.get_many(&[b"b"]).unwrap(),
+        vec![Some(b"spilled".to_vec())]
+    );
+    store.close().unwrap();
+
+    // Without transactions every write goes through the cache to RocksDB.
+    let direct = StoreOptions {
+        transactional: false,
+        ..options(1000)
+    };
+    let (mut store, _) = KeyValueStore::open_rocksdb(
+        "s",
+        &dir.path().join("rocksdb/s"),
+        &dir.path().join("rocksdb/.s.uncommitted"),
+        ValueFormat::Plain,
+        direct,
+        &mut |_| {},
+    )
+    .unwrap();
+    assert_eq!(store.get(b"b").unwrap(), Some(b"spilled".to_vec()));
+    store.put(b"b", None).unwrap();
+    assert_eq!(store.get(b"b").unwrap(), None);
+    assert_eq!(store.read_committed_view().get(b"b").unwrap(), None);
 }
 
 #[test]

@@ -134,7 +134,7 @@ pub struct NativeKeyValueStore {
 impl NativeKeyValueStore {
     /// Opens a RocksDB store; returns the store and a dict of what opening found.
     #[staticmethod]
-    #[pyo3(signature = (name, path, spill_path, timestamped, transactional, max_uncommitted_bytes, offset_key, progress=None))]
+    #[pyo3(signature = (name, path, spill_path, timestamped, transactional, max_uncommitted_bytes, cache_max_bytes, offset_key, progress=None))]
     #[allow(clippy::too_many_arguments)]
     fn open_rocksdb<'py>(
         py: Python<'py>,
@@ -144,6 +144,7 @@ impl NativeKeyValueStore {
         timestamped: bool,
         transactional: bool,
         max_uncommitted_bytes: usize,
+        cache_max_bytes: usize,
         offset_key: String,
         progress: Option<Py<PyAny>>,
     ) -> PyResult<(Self, Bound<'py, PyDict>)> {
@@ -156,6 +157,7 @@ impl NativeKeyValueStore {
             transactional,
             max_uncommitted_bytes,
             offset_key,
+            cache_max_bytes,
         };
         let mut reporter = Progress {
             callback: progress,
@@ -188,6 +190,7 @@ impl NativeKeyValueStore {
             transactional,
             max_uncommitted_bytes: usize::MAX,
             offset_key,
+            cache_max_bytes: 0,
         };
         Self {
             inner: KeyValueStore::open_in_memory(name, options),
@@ -215,7 +218,7 @@ impl NativeKeyValueStore {
     }
 
     fn get<'py>(
-        &self,
+        &mut self,
         py: Python<'py>,
         key: &Bound<'py, PyAny>,
     ) -> PyResult<Option<Bound<'py, PyBytes>>> {
@@ -224,7 +227,7 @@ impl NativeKeyValueStore {
     }
 
     fn get_many<'py>(
-        &self,
+        &mut self,
         py: Python<'py>,
         keys: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyList>> {
@@ -236,7 +239,7 @@ impl NativeKeyValueStore {
     /// `get_many` over Arrow binary buffers; returns `(validity, offsets, data, null_count)`.
     #[allow(clippy::too_many_arguments)]
     fn get_many_packed<'py>(
-        &self,
+        &mut self,
         py: Python<'py>,
         offsets: &[u8],
         data: &[u8],
