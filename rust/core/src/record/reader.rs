@@ -1,0 +1,283 @@
+//! Reading a message set (spec 3.1, 3.5 reader side): shallow entries as stored, and deep
+//! records with wrappers decompressed and absolute offsets assigned, as Kafka's
+//! `AbstractLegacyRecordBatch.DeepRecordsIterator` does.
+
+use super::compression;
+use super::legacy::{self, Framing, Message, LOG_OVERHEAD};
+use super::{Compression, Magic, Record, TimestampType};
+use crate::error::{Error, Result};
+
+/// One top-level entry of a message set as stored: a plain message or a compressed wrapper
+/// (whose `value` is then the compressed inner message set). Its CRC has been checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry<'a> {
+    /// Byte position of the entry in the message set (what Kafka's offset index points at).
+    pub position: usize,
+    /// Bytes the entry takes: the 12-byte offset/size header plus the message.
+    pub size: usize,
+    /// For a wrapper, the absolute offset of its last inner record.
+    pub offset: i64,
+    pub magic: Magic,
+    pub compression: Compression,
+    /// For a v1 wrapper: the max inner timestamp (CreateTime) or the log-append time.
+    pub timestamp: i64,
+    pub timestamp_type: Option<TimestampType>,
+    pub key: Option<&'a [u8]>,
+    pub value: Option<&'a [u8]>,
+}
+
+/// One deep record borrowed from the set or from a decompressed wrapper value.
+pub(crate) struct RecordView<'b> {
+    pub offset: i64,
+    pub timestamp: i64,
+    pub timestamp_type: Option<TimestampType>,
+    pub key: Option<&'b [u8]>,
+    pub value: Option<&'b [u8]>,
+}
+
+impl RecordView<'_> {
+    fn to_record(&self) -> Record {
+        Record {
+            offset: self.offset,
+            timestamp: self.timestamp,
+            timestamp_type: self.timestamp_type,
+            key: self.key.map(<[u8]>::to_vec),
+            value: self.value.map(<[u8]>::to_vec),
+        }
+    }
+}
+
+impl Entry<'_> {
+    pub fn is_compressed(&self) -> bool {
+        self.compression != Compression::None
+    }
+
+    /// The entry itself as a record; a wrapper's value stays compressed.
+    pub fn to_record(&self) -> Record {
+        self.as_view().to_record()
+    }
+
+    /// The records this entry holds: itself when plain, the decompressed inner records with
+    /// absolute offsets when a wrapper.
+    pub fn records(&self) -> Result<Vec<Record>> {
+        let mut records = Vec::new();
+        self.visit_records(&mut |record| {
+            records.push(record.to_record());
+            Ok(())
+        })?;
+        Ok(records)
+    }
+
+    /// Calls `visit` with each record of [`Entry::records`], without copying keys and values.
+    pub(crate) fn visit_records(
+        &self,
+        visit: &mut dyn FnMut(RecordView<'_>) -> Result<()>,
+    ) -> Result<()> {
+        if !self.is_compressed() {
+            return visit(self.as_view());
+        }
+        let value = self
+            .value
+            .ok_or_else(|| self.corrupted("compressed wrapper has a null value"))?;
+        let decompressed = compression::decompress(self.compression, self.magic, value)
+            .map_err(|problem| self.corrupted(&problem))?;
+        let inner = self.parse_inner(&decompressed)?;
+
+        let last_inner_offset = match inner.last() {
+            Some((offset, _)) => *offset,
+            None => return Err(self.corrupted("compressed wrapper holds no messages")),
+        };
+        let absolute_base = match self.magic {
+            // v0 inner offsets are absolute already.
+            Magic::V0 => 0,
+            // Some librdkafka versions leave the wrapper offset 0 in produce requests.
+            Magic::V1 if self.offset == 0 => 0,
+            Magic::V1 if self.offset < last_inner_offset => {
+                return Err(self.corrupted(&format!(
+                    "wrapper offset is less than its last inner offset {last_inner_offset}"
+                )))
+            }
+            Magic::V1 => self.offset.checked_sub(last_inner_offset).ok_or_else(|| {
+                self.corrupted(&format!("inner offset {last_inner_offset} overflows"))
+            })?,
+        };
+        let log_append_time = match self.timestamp_type {
+            Some(TimestampType::LogAppendTime) => Some(self.timestamp),
+            _ => None,
+        };
+        for (inner_offset, message) in &inner {
+            let offset = absolute_base
+                .checked_add(*inner_offset)
+                .ok_or_else(|| self.corrupted(&format!("inner offset {inner_offset} overflows")))?;
+            visit(RecordView {
+                offset,
+                // A LogAppendTime wrapper's timestamp replaces the inner ones, and every inner
+                // record reports the wrapper's type.
+                timestamp: log_append_time.unwrap_or(message.timestamp),
+                timestamp_type: self.timestamp_type,
+                key: message.key,
+                value: message.value,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Every inner entry of a decompressed wrapper value, with its offset as stored. Like Kafka,
+    /// a truncated last inner entry just ends the inner set.
+    fn parse_inner<'d>(&self, decompressed: &'d [u8]) -> Result<Vec<(i64, Message<'d>)>> {
+        let mut inner = Vec::new();
+        let mut position = 0;
+        loop {
+            let rest = decompressed.get(position..).unwrap_or_default();
+            let (offset, message) = match legacy::next_entry(rest) {
+                Framing::End => return Ok(inner),
+                Framing::Corrupt { offset, problem } => {
+                    return Err(self.inner_corrupted(position, offset, &problem))
+                }
+                Framing::Entry { offset, message } => (offset, message),
+            };
+            let parsed = legacy::parse_message(message)
+                .map_err(|problem| self.inner_corrupted(position, offset, &problem))?;
+            if parsed.magic != self.magic {
+                let problem = format!(
+                    "inner magic {} does not match the wrapper's magic {}",
+                    parsed.magic.as_byte(),
+                    self.magic.as_byte()
+                );
+                return Err(self.inner_corrupted(position, offset, &problem));
+            }
+            if parsed.compression != Compression::None {
+                let problem = format!("inner message is compressed too ({:?})", parsed.compression);
+                return Err(self.inner_corrupted(position, offset, &problem));
+            }
+            inner.push((offset, parsed));
+            position += LOG_OVERHEAD + message.len();
+        }
+    }
+
+    fn as_view(&self) -> RecordView<'_> {
+        RecordView {
+            offset: self.offset,
+            timestamp: self.timestamp,
+            timestamp_type: self.timestamp_type,
+            key: self.key,
+            value: self.value,
+        }
+    }
+
+    fn corrupted(&self, problem: &str) -> Error {
+        corrupted(self.position, self.offset, problem)
+    }
+
+    fn inner_corrupted(&self, inner_position: usize, inner_offset: i64, problem: &str) -> Error {
+        self.corrupted(&format!(
+            "inner entry at byte {inner_position} of the decompressed value \
+             (stored offset {inner_offset}): {problem}"
+        ))
+    }
+}
+
+fn corrupted(position: usize, offset: i64, problem: &str) -> Error {
+    Error::Corrupted(format!(
+        "legacy message set: entry at byte {position} (offset {offset}): {problem}"
+    ))
+}
+
+/// The top-level entries of `set`, in order. Stops after the first error.
+pub fn shallow_entries(set: &[u8]) -> ShallowEntries<'_> {
+    ShallowEntries {
+        set,
+        position: 0,
+        failed: false,
+    }
+}
+
+/// Iterator of [`shallow_entries`].
+pub struct ShallowEntries<'a> {
+    set: &'a [u8],
+    position: usize,
+    failed: bool,
+}
+
+impl ShallowEntries<'_> {
+    /// Bytes of the complete entries read so far. When iteration has ended without an error,
+    /// a value below the set's length means the set ends in a truncated entry, which was
+    /// dropped (as Kafka drops a partial entry at the end of a fetch response).
+    pub fn position(&self) -> usize {
+        self.position
+    }
+}
+
+impl<'a> Iterator for ShallowEntries<'a> {
+    type Item = Result<Entry<'a>>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed {
+            return None;
+        }
+        let rest = self.set.get(self.position..)?;
+        let result = match legacy::next_entry(rest) {
+            Framing::End => return None,
+            Framing::Corrupt { offset, problem } => Err(corrupted(self.position, offset, &problem)),
+            Framing::Entry { offset, message } => legacy::parse_message(message)
+                .map(|parsed| Entry {
+                    position: self.position,
+                    size: LOG_OVERHEAD + message.len(),
+                    offset,
+                    magic: parsed.magic,
+                    compression: parsed.compression,
+                    timestamp: parsed.timestamp,
+                    timestamp_type: parsed.timestamp_type,
+                    key: parsed.key,
+                    value: parsed.value,
+                })
+                .map_err(|problem| corrupted(self.position, offset, &problem)),
+        };
+        match &result {
+            Ok(entry) => self.position += entry.size,
+            Err(_) => self.failed = true,
+        }
+        Some(result)
+    }
+}
+
+/// Every record of `set` with its absolute offset, wrappers decompressed. Stops after the
+/// first error.
+pub fn deep_records(set: &[u8]) -> DeepRecords<'_> {
+    DeepRecords {
+        entries: shallow_entries(set),
+        pending: Vec::new().into_iter(),
+    }
+}
+
+/// Iterator of [`deep_records`]; decompresses one wrapper at a time.
+pub struct DeepRecords<'a> {
+    entries: ShallowEntries<'a>,
+    /// The rest of the current wrapper's records.
+    pending: std::vec::IntoIter<Record>,
+}
+
+impl Iterator for DeepRecords<'_> {
+    type Item = Result<Record>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if let Some(record) = self.pending.next() {
+                return Some(Ok(record));
+            }
+            let records = self.entries.next()?.and_then(|entry| entry.records());
+            match records {
+                Ok(records) => self.pending = records.into_iter(),
+                Err(error) => {
+                    self.entries.failed = true;
+                    return Some(Err(error));
+                }
+            }
+        }
+    }
+}
+
+/// All records of `set` (deep), or the first error.
+pub fn decode_records(set: &[u8]) -> Result<Vec<Record>> {
+    deep_records(set).collect()
+}
