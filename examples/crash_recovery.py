@@ -65,7 +65,7 @@ def child(task_dir: Path, mode: str) -> None:
 
         def progress(done: int, total: int) -> None:
             print("copying", done, total, flush=True)
-            time.sleep(60)  # the parent kills us here, halfway through the commit
+            time.sleep(60)  # the parent kills us here: copying began, the offset is not written yet
 
         store.commit(3, progress)
 
@@ -114,7 +114,7 @@ def main() -> None:
         state = dict(store.all())
         print(f"   recover(2) -> {recovered}; state equals the last commit: {state == dict(expected)}")
 
-    print("3. a writer commits a batch too big for memory and is killed halfway through the copy")
+    print("3. a writer commits a batch too big for memory and is killed in the middle of its commit")
     kill_child(task_dir, "spilled", "copying")
     expected.update(w for w, _ in batch(3, 20_000))
     with open_store(task_dir) as store:

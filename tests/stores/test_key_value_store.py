@@ -1,3 +1,4 @@
+import logging
 import threading
 
 import pyarrow as pa
@@ -80,6 +81,21 @@ def test_staged_deletes_hide_committed_values_until_recover(open_store):
     assert store.recover(1) is True
     assert store.get(b"k") == b"v"
     assert store.recover(2) is False
+
+
+def test_close_warns_only_when_it_discards_writes(open_store, caplog):
+    store = open_store()
+    store.put(b"k", b"v")
+    assert store.uncommitted_bytes > 0
+    store.commit(1)
+    assert store.uncommitted_bytes == 0
+    with caplog.at_level(logging.WARNING, logger="kstate.store"):
+        store.close()
+        assert "discards" not in caplog.text
+        store = open_store()
+        store.put(b"k", b"v2")
+        store.close()
+        assert "discards its uncommitted writes" in caplog.text
 
 
 def test_read_committed_view_from_another_thread(open_store):

@@ -250,6 +250,7 @@ impl KeyValueStore {
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
                     .as_ref()
+                    .filter(|batch| !batch.is_empty()) // an empty batch still has a header
                     .map_or(0, WriteBatch::size_in_bytes),
             self.spill.is_some(),
         )

@@ -40,11 +40,18 @@ fn kv(k: &str, v: &str) -> (Vec<u8>, Vec<u8>) {
 fn staged_writes_are_read_then_committed_atomically() {
     let dir = tempfile::tempdir().unwrap();
     let mut store = open(dir.path(), ValueFormat::Plain, 1 << 20);
+    assert_eq!(store.uncommitted(), (0, false));
     store.put(b"a", Some(b"1")).unwrap();
     store.put(b"b", Some(b"2")).unwrap();
+    let (staged_bytes, _) = store.uncommitted();
+    assert!(
+        staged_bytes > 4,
+        "counts the overlay's 4 bytes and the staged batch"
+    );
     assert_eq!(store.get(b"a").unwrap(), Some(b"1".to_vec()));
     assert_eq!(store.read_committed_view().get(b"a").unwrap(), None);
     store.commit(Some(7), &mut |_| {}).unwrap();
+    assert_eq!(store.uncommitted(), (0, false));
     assert_eq!(
         store.read_committed_view().get(b"a").unwrap(),
         Some(b"1".to_vec())
