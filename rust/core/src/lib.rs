@@ -1,6 +1,7 @@
 //! kstate's core: Kafka Streams-compatible state store bytes and transactional RocksDB stores.
 //! Pure Rust (no Python); the `kstate-python` crate binds it as `kstate._core`.
 
+pub mod checkpoint;
 pub mod committed;
 pub mod error;
 pub mod key_range;
