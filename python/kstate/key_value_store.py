@@ -55,7 +55,9 @@ class KeyValueIterator:
 
     __slots__ = ("_native", "_decode")
 
-    def __init__(self, native: _core.RangeIterator, decode: Callable[[bytes, bytes], Any]):
+    def __init__(self, native: _core.RangeIterator, decode: Callable[[bytes, bytes | None], Any] | None):
+        # ``decode`` turns stored bytes into the entry; ``None`` when the native iterator already
+        # yields finished ``KeyValue`` rows (bytes serdes).
         self._native = native
         self._decode = decode
 
@@ -63,13 +65,14 @@ class KeyValueIterator:
         return self
 
     def __next__(self) -> Any:
-        key, value = next(self._native)
-        return self._decode(key, value)
+        row = next(self._native)
+        decode = self._decode
+        return row if decode is None else decode(*row)
 
     def peek_next_key(self) -> Any:
         """The key ``next()`` would return, or ``None`` at the end."""
         key = self._native.peek_next_key()
-        return None if key is None else self._decode(key, None)
+        return key if key is None or self._decode is None else self._decode(key, None)
 
     def close(self) -> None:
         self._native.close()
@@ -185,6 +188,8 @@ class _Reads:
         raw = serde.serialize(prefix)
         if raw is None:
             raise InvalidArgumentError("prefix cannot be None")
+        if self._raw_bytes():
+            return KeyValueIterator(self._reader.prefix_scan(raw, False, KeyValue), None)
         return KeyValueIterator(self._reader.prefix_scan(raw), self._entry)
 
     def _iterate(self, from_key: Any, to_key: Any, reverse: bool) -> KeyValueIterator:
@@ -192,6 +197,8 @@ class _Reads:
         upper = None if to_key is None else self._key_bytes(to_key)
         if lower is not None and upper is not None and lower > upper:
             log.warning("range with from_key > to_key returns no entries (serialized keys compared as bytes)")
+        if self._raw_bytes():
+            return KeyValueIterator(self._reader.range(lower, upper, reverse, KeyValue), None)
         return KeyValueIterator(self._reader.range(lower, upper, reverse), self._entry)
 
     def approximate_num_entries(self) -> int:

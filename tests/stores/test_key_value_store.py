@@ -5,7 +5,7 @@ import pyarrow as pa
 import pytest
 from rocksdict import AccessType, Options, Rdict
 
-from kstate import ValueAndTimestamp
+from kstate import KeyValue, ValueAndTimestamp
 from kstate.errors import (
     CorruptedDataError,
     InvalidArgumentError,
@@ -210,3 +210,19 @@ def test_corrupted_and_foreign_layouts_raise(tmp_path):
     plain = Stores.key_value_store_builder(Stores.persistent_key_value_store("s")).build()
     with pytest.raises(InvalidStateStoreError):
         plain.init(task)
+
+
+def test_iterators_yield_key_value_rows_for_every_serde(open_store):
+    raw = open_store()
+    raw.put_all([(b"a", b"1"), (b"ab", b"2")])
+    raw.commit(1)
+    text = open_store(kind="memory", key="string", value="string")
+    text.put_all([("a", "1"), ("ab", "2")])
+    for rows in (raw.all(), raw.prefix_scan(b"a"), raw.read_only(read_committed=True).all(), text.all()):
+        first = next(rows)
+        assert isinstance(first, KeyValue)
+        assert (first.key, first.value) == tuple(first) and len(first) == 2
+        assert first == (b"a", b"1") or first == ("a", "1")
+    with raw.reverse_all() as rows:
+        assert rows.peek_next_key() == b"ab"
+        assert [kv.key for kv in rows] == [b"ab", b"a"]

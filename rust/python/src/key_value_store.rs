@@ -9,8 +9,9 @@ use kstate_core::{
     CommitProgress, Direction, KeyRange, KeyValueStore, ReadCommittedView, StoreOptions,
     ValueFormat,
 };
+use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList};
+use pyo3::types::{PyBytes, PyDict, PyList, PyTuple, PyType};
 
 use crate::errors::{guard, raise};
 
@@ -350,27 +351,40 @@ impl NativeKeyValueStore {
         Ok(optional_bytes(py, guard(|| self.inner.delete(key))?))
     }
 
-    /// Iterator over `[from_key, to_key]` (inclusive; `None` is unbounded).
-    #[pyo3(signature = (from_key, to_key, reverse=false))]
+    /// Iterator over `[from_key, to_key]` (inclusive; `None` is unbounded) yielding
+    /// `(key, value)` tuples, or instances of `row_type` (a tuple subclass) when given.
+    #[pyo3(signature = (from_key, to_key, reverse=false, row_type=None))]
     fn range(
         slf: Py<Self>,
+        py: Python<'_>,
         from_key: Option<&[u8]>,
         to_key: Option<&[u8]>,
         reverse: bool,
-    ) -> RangeIterator {
+        row_type: Option<Py<PyType>>,
+    ) -> PyResult<RangeIterator> {
         RangeIterator::new(
+            py,
             Reader::Store(slf),
             inclusive_range(from_key, to_key),
             direction(reverse),
+            row_type,
         )
     }
 
-    #[pyo3(signature = (prefix, reverse=false))]
-    fn prefix_scan(slf: Py<Self>, prefix: &[u8], reverse: bool) -> RangeIterator {
+    #[pyo3(signature = (prefix, reverse=false, row_type=None))]
+    fn prefix_scan(
+        slf: Py<Self>,
+        py: Python<'_>,
+        prefix: &[u8],
+        reverse: bool,
+        row_type: Option<Py<PyType>>,
+    ) -> PyResult<RangeIterator> {
         RangeIterator::new(
+            py,
             Reader::Store(slf),
             KeyRange::prefix(prefix),
             direction(reverse),
+            row_type,
         )
     }
 
@@ -448,26 +462,38 @@ impl NativeReadCommittedView {
         })
     }
 
-    #[pyo3(signature = (from_key, to_key, reverse=false))]
+    #[pyo3(signature = (from_key, to_key, reverse=false, row_type=None))]
     fn range(
         &self,
+        py: Python<'_>,
         from_key: Option<&[u8]>,
         to_key: Option<&[u8]>,
         reverse: bool,
-    ) -> RangeIterator {
+        row_type: Option<Py<PyType>>,
+    ) -> PyResult<RangeIterator> {
         RangeIterator::new(
+            py,
             Reader::View(self.inner.clone()),
             inclusive_range(from_key, to_key),
             direction(reverse),
+            row_type,
         )
     }
 
-    #[pyo3(signature = (prefix, reverse=false))]
-    fn prefix_scan(&self, prefix: &[u8], reverse: bool) -> RangeIterator {
+    #[pyo3(signature = (prefix, reverse=false, row_type=None))]
+    fn prefix_scan(
+        &self,
+        py: Python<'_>,
+        prefix: &[u8],
+        reverse: bool,
+        row_type: Option<Py<PyType>>,
+    ) -> PyResult<RangeIterator> {
         RangeIterator::new(
+            py,
             Reader::View(self.inner.clone()),
             KeyRange::prefix(prefix),
             direction(reverse),
+            row_type,
         )
     }
 
@@ -491,18 +517,35 @@ pub struct RangeIterator {
     buffer: VecDeque<(Vec<u8>, Vec<u8>)>,
     exhausted: bool,
     chunk: usize,
+    /// `(tuple.__new__, row_type)` when rows are built as a tuple subclass (a named tuple):
+    /// calling `tuple.__new__` directly skips the named tuple's Python-level `__new__`.
+    row: Option<(Py<PyAny>, Py<PyType>)>,
 }
 
 impl RangeIterator {
-    fn new(reader: Reader, range: KeyRange, direction: Direction) -> Self {
-        Self {
+    fn new(
+        py: Python<'_>,
+        reader: Reader,
+        range: KeyRange,
+        direction: Direction,
+        row_type: Option<Py<PyType>>,
+    ) -> PyResult<Self> {
+        let row = match row_type {
+            Some(row_type) => {
+                let tuple_new = py.get_type::<PyTuple>().getattr(intern!(py, "__new__"))?;
+                Some((tuple_new.unbind(), row_type))
+            }
+            None => None,
+        };
+        Ok(Self {
             reader,
             exhausted: range.is_empty(),
             rest: range,
             direction,
             buffer: VecDeque::new(),
             chunk: FIRST_CHUNK,
-        }
+            row,
+        })
     }
 
     fn ensure_open(&self, py: Python<'_>) -> PyResult<()> {
@@ -549,15 +592,18 @@ impl RangeIterator {
         slf
     }
 
-    fn __next__<'py>(
-        &mut self,
-        py: Python<'py>,
-    ) -> PyResult<Option<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)>> {
+    fn __next__<'py>(&mut self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
         self.fill(py)?;
-        Ok(self
-            .buffer
-            .pop_front()
-            .map(|(k, v)| (PyBytes::new(py, &k), PyBytes::new(py, &v))))
+        let Some((key, value)) = self.buffer.pop_front() else {
+            return Ok(None);
+        };
+        let pair = PyTuple::new(py, [PyBytes::new(py, &key), PyBytes::new(py, &value)])?;
+        match &self.row {
+            None => Ok(Some(pair.into_any())),
+            Some((tuple_new, row_type)) => tuple_new
+                .call1(py, (row_type, pair))
+                .map(|row| Some(row.into_bound(py))),
+        }
     }
 
     /// Key the next `__next__` returns, without consuming it; `None` at the end.
