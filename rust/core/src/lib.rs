@@ -5,6 +5,7 @@ pub mod checkpoint;
 pub mod committed;
 pub mod error;
 pub mod key_range;
+pub mod key_schema;
 pub mod memory;
 pub mod merge;
 pub mod offsets;
