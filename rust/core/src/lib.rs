@@ -14,6 +14,7 @@ pub mod packed;
 pub mod read_cache;
 pub mod record;
 pub mod rocks;
+pub mod segments;
 pub mod spill;
 pub mod store;
 pub mod timestamped;

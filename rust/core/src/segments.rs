@@ -1,0 +1,109 @@
+//! Time segments of window and session stores (spec 1.8): each segment is its own RocksDB at
+//! `<task_dir>/<store>/<store>.<segment start ms>`, so expired data goes by deleting a directory.
+
+/// Kafka's `Stores` choose `max(retention / 2, 60 s)`.
+pub fn segment_interval(retention_ms: i64) -> i64 {
+    (retention_ms / 2).max(60_000)
+}
+
+/// `segmentId(ts) = ts / segmentInterval` (Java's truncating division).
+pub fn segment_id(timestamp: i64, interval: i64) -> i64 {
+    timestamp / interval
+}
+
+/// The directory name of segment `id`: `<store>.<start ms>`.
+pub fn segment_name(store: &str, id: i64, interval: i64) -> String {
+    format!("{store}.{}", id.saturating_mul(interval))
+}
+
+/// The segment id of a directory name: `<store>.<ms>`, or the legacy `<store>:<ms>` and
+/// `<store>-yyyyMMddHHmm` (UTC) forms that Kafka renames on open. `None`: not a segment of it.
+pub fn parse_segment_name(store: &str, name: &str, interval: i64) -> Option<i64> {
+    let rest = name.strip_prefix(store)?;
+    let millis = if let Some(ms) = rest.strip_prefix('.').or_else(|| rest.strip_prefix(':')) {
+        parse_digits(ms)?
+    } else {
+        legacy_date_millis(rest.strip_prefix('-')?)?
+    };
+    Some(segment_id(millis, interval))
+}
+
+fn parse_digits(s: &str) -> Option<i64> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
+/// Milliseconds of a `yyyyMMddHHmm` UTC date.
+fn legacy_date_millis(s: &str) -> Option<i64> {
+    if s.len() != 12 {
+        return None;
+    }
+    let field = |from: usize, to: usize| parse_digits(s.get(from..to)?);
+    let (year, month, day) = (field(0, 4)?, field(4, 6)?, field(6, 8)?);
+    let (hour, minute) = (field(8, 10)?, field(10, 12)?);
+    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 {
+        return None;
+    }
+    let days = days_from_civil(year, month, day);
+    Some(((days * 24 + hour) * 60 + minute) * 60_000)
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm).
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let year_of_era = y - era * 400;
+    let day_of_year = (153 * ((month + 9) % 12) + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    era * 146_097 + day_of_era - 719_468
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interval_id_and_name_follow_kafka() {
+        assert_eq!(segment_interval(1_000), 60_000);
+        assert_eq!(segment_interval(86_400_000), 43_200_000);
+        let interval = 60_000;
+        assert_eq!(segment_id(119_999, interval), 1);
+        assert_eq!(segment_name("counts", 2, interval), "counts.120000");
+        assert_eq!(
+            parse_segment_name("counts", "counts.120000", interval),
+            Some(2)
+        );
+    }
+
+    #[test]
+    fn legacy_names_parse_to_the_same_segment() {
+        let interval = 60_000;
+        assert_eq!(parse_segment_name("s", "s:120000", interval), Some(2));
+        // 2019-01-01 00:02 UTC = 1546300920000 ms.
+        let id = segment_id(1_546_300_920_000, interval);
+        assert_eq!(
+            parse_segment_name("s", "s-201901010002", interval),
+            Some(id)
+        );
+        assert_eq!(days_from_civil(1970, 1, 1), 0);
+        assert_eq!(days_from_civil(2000, 3, 1), 11_017);
+    }
+
+    #[test]
+    fn other_names_are_not_segments() {
+        for name in [
+            "s",
+            "s.",
+            "s.12a",
+            "t.120000",
+            "s-2019",
+            "s-201913010000",
+            "s.-5",
+            ".s.uncommitted",
+        ] {
+            assert_eq!(parse_segment_name("s", name, 60_000), None, "{name}");
+        }
+    }
+}
