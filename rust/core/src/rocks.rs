@@ -199,13 +199,45 @@ impl SortedSource for RocksSource<'_> {
         }))
     }
     fn advance(&mut self) -> Result<()> {
-        match self.direction {
-            Direction::Forward => self.iter.next(),
-            Direction::Reverse => self.iter.prev(),
-        }
-        self.iter.status()?;
-        Ok(())
+        step(&mut self.iter, self.direction)
     }
+}
+
+/// A raw iterator over `range` of `cf`, positioned on the first entry in `direction`. Bounds
+/// are set in RocksDB so it never reads past the range.
+pub(crate) fn range_iterator<'a>(
+    db: &'a DB,
+    cf: &ColumnFamily,
+    range: &KeyRange,
+    direction: Direction,
+) -> Result<DBRawIterator<'a>> {
+    let mut read = ReadOptions::default();
+    if let Some(lower) = &range.lower {
+        read.set_iterate_lower_bound(lower.clone());
+    }
+    if let Some(upper) = &range.upper {
+        read.set_iterate_upper_bound(upper.clone());
+    }
+    let mut iter = db.raw_iterator_cf_opt(cf, read);
+    // An unpositioned iterator is invalid, so an empty range yields nothing.
+    if !range.is_empty() {
+        match direction {
+            Direction::Forward => iter.seek_to_first(),
+            Direction::Reverse => iter.seek_to_last(),
+        }
+    }
+    iter.status()?;
+    Ok(iter)
+}
+
+/// Moves `iter` one entry on in `direction`.
+pub(crate) fn step(iter: &mut DBRawIterator<'_>, direction: Direction) -> Result<()> {
+    match direction {
+        Direction::Forward => iter.next(),
+        Direction::Reverse => iter.prev(),
+    }
+    iter.status()?;
+    Ok(())
 }
 
 impl RocksState {
@@ -216,24 +248,8 @@ impl RocksState {
         direction: Direction,
         legacy: bool,
     ) -> Result<RocksSource<'a>> {
-        let mut read = ReadOptions::default();
-        if let Some(lower) = &range.lower {
-            read.set_iterate_lower_bound(lower.clone());
-        }
-        if let Some(upper) = &range.upper {
-            read.set_iterate_upper_bound(upper.clone());
-        }
-        let mut iter = self.db.raw_iterator_cf_opt(self.cf(cf)?, read);
-        // An unpositioned iterator is invalid, so an empty range yields nothing.
-        if !range.is_empty() {
-            match direction {
-                Direction::Forward => iter.seek_to_first(),
-                Direction::Reverse => iter.seek_to_last(),
-            }
-        }
-        iter.status()?;
         Ok(RocksSource {
-            iter,
+            iter: range_iterator(&self.db, self.cf(cf)?, range, direction)?,
             direction,
             legacy,
         })

@@ -8,14 +8,14 @@ use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
 use rocksdb::{
-    ColumnFamily, ColumnFamilyDescriptor, DBRawIterator, Options, ReadOptions, WriteBatch,
-    WriteOptions, DB,
+    ColumnFamily, ColumnFamilyDescriptor, DBRawIterator, Options, WriteBatch, WriteOptions, DB,
 };
 
 use crate::error::{Error, Result};
 use crate::key_range::{Direction, KeyRange};
 use crate::merge::SortedSource;
 use crate::overlay::Overlay;
+use crate::rocks::{range_iterator, step};
 
 const WRITES_CF: &str = "writes";
 const MARKER_CF: &str = "commit";
@@ -105,21 +105,7 @@ impl Spill {
         range: &KeyRange,
         direction: Direction,
     ) -> Result<Box<dyn SortedSource + 'a>> {
-        let mut read = ReadOptions::default();
-        if let Some(lower) = &range.lower {
-            read.set_iterate_lower_bound(lower.clone());
-        }
-        if let Some(upper) = &range.upper {
-            read.set_iterate_upper_bound(upper.clone());
-        }
-        let mut iter = self.db.raw_iterator_cf_opt(self.cf(WRITES_CF)?, read);
-        if !range.is_empty() {
-            match direction {
-                Direction::Forward => iter.seek_to_first(),
-                Direction::Reverse => iter.seek_to_last(),
-            }
-        }
-        iter.status()?;
+        let iter = range_iterator(&self.db, self.cf(WRITES_CF)?, range, direction)?;
         Ok(Box::new(SpillSource { iter, direction }))
     }
 
@@ -219,11 +205,6 @@ impl SortedSource for SpillSource<'_> {
         }
     }
     fn advance(&mut self) -> Result<()> {
-        match self.direction {
-            Direction::Forward => self.iter.next(),
-            Direction::Reverse => self.iter.prev(),
-        }
-        self.iter.status()?;
-        Ok(())
+        step(&mut self.iter, self.direction)
     }
 }
