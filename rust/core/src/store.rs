@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use rocksdb::WriteBatch;
 
-use crate::committed::{CommittedState, OffsetWrite};
+use crate::committed::{CommittedState, OffsetWrite, Write};
 use crate::error::{Error, Result};
 use crate::key_range::{Direction, KeyRange};
 use crate::memory::MemoryState;
@@ -444,6 +444,67 @@ impl KeyValueStore {
     pub fn committed_offset(&self) -> Result<Option<i64>> {
         self.state
             .with(|c| c.committed_offset(&self.options.offset_key))
+    }
+
+    /// Passes every uncommitted write to `chunk`, in key order, in chunks of about
+    /// `chunk_bytes` (the changelog carries them before the commit). Spilled writes are read
+    /// back from disk, so a transaction of any size streams through.
+    pub fn for_each_staged(
+        &mut self,
+        chunk_bytes: usize,
+        chunk: &mut dyn FnMut(&[Write<'_>]) -> Result<()>,
+    ) -> Result<()> {
+        self.state.with(|_| Ok(()))?;
+        if self.spill.is_some() {
+            self.spill_overlay()?;
+        }
+        if let Some(spill) = &self.spill {
+            return spill.for_each_batch(chunk_bytes, |batch| {
+                let writes: Vec<Write<'_>> = batch
+                    .iter()
+                    .map(|(k, v)| (k.as_slice(), v.as_deref()))
+                    .collect();
+                chunk(&writes)
+            });
+        }
+        let mut writes = Vec::new();
+        let mut bytes = 0;
+        for (key, value) in self.overlay.iter() {
+            bytes += key.len() + value.map_or(0, <[u8]>::len);
+            writes.push((key, value));
+            if bytes >= chunk_bytes {
+                chunk(&writes)?;
+                writes.clear();
+                bytes = 0;
+            }
+        }
+        if writes.is_empty() {
+            return Ok(());
+        }
+        chunk(&writes)
+    }
+
+    /// Writes restored changelog records straight into the committed state together with
+    /// their last `offset`, bypassing the transaction as Kafka's restore does. Each call is
+    /// atomic, so an interrupted restore resumes after the last call that returned.
+    pub fn restore(
+        &mut self,
+        writes: &mut dyn Iterator<Item = Write<'_>>,
+        offset: i64,
+    ) -> Result<()> {
+        if !self.overlay.is_empty() || self.spill.is_some() {
+            return Err(Error::InvalidState(
+                "a store with uncommitted writes cannot restore; recover first".into(),
+            ));
+        }
+        if let Some(cache) = &mut self.cache {
+            cache.clear();
+        }
+        let offset_write = OffsetWrite {
+            key: &self.options.offset_key,
+            offset: Some(offset),
+        };
+        self.state.with(|c| c.apply(writes, Some(offset_write)))
     }
 
     /// Applies every uncommitted write and `offset` atomically. On error nothing is lost: the

@@ -263,3 +263,49 @@ fn a_plain_store_refuses_a_timestamped_directory() {
     );
     assert!(matches!(reopened, Err(Error::InvalidState(_))));
 }
+
+#[test]
+fn staged_writes_stream_out_in_key_order_spilled_or_not_and_restore_bypasses_them() {
+    let dir = tempfile::tempdir().unwrap();
+    for limit in [1 << 20, 200] {
+        let mut store = open(dir.path(), ValueFormat::Plain, limit);
+        for i in (0..100u32).rev() {
+            store
+                .put(format!("k{i:03}").as_bytes(), Some(b"v"))
+                .unwrap();
+        }
+        store.put(b"k050", None).unwrap();
+        assert_eq!(
+            store.uncommitted().1,
+            limit == 200,
+            "the small limit spills"
+        );
+        let mut seen = Vec::new();
+        let mut chunks = 0;
+        store
+            .for_each_staged(64, &mut |chunk| {
+                chunks += 1;
+                seen.extend(chunk.iter().map(|(k, v)| (k.to_vec(), v.is_some())));
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(seen.len(), 100);
+        assert!(seen.windows(2).all(|w| w[0].0 < w[1].0), "key order");
+        assert!(!seen[50].1, "k050 is a staged delete");
+        assert!(chunks > 1);
+        assert!(matches!(
+            store.restore(&mut std::iter::empty(), 0),
+            Err(Error::InvalidState(_))
+        ));
+        store.recover(None).unwrap();
+        store
+            .restore(&mut [(&b"r"[..], Some(&b"1"[..]))].into_iter(), 41)
+            .unwrap();
+        assert_eq!(store.committed_offset().unwrap(), Some(41));
+        assert_eq!(
+            store.read_committed_view().get(b"r").unwrap(),
+            Some(b"1".to_vec())
+        );
+        store.close().unwrap();
+    }
+}
