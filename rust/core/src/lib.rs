@@ -4,6 +4,7 @@
 pub mod committed;
 pub mod error;
 pub mod key_range;
+pub mod log;
 pub mod memory;
 pub mod merge;
 pub mod offsets;
