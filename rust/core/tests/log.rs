@@ -664,7 +664,7 @@ fn missing_or_wrong_indexes_are_rebuilt_and_lookups_stay_right() {
     type Damage = fn(&Path);
     let sealed = 10;
     let active = 20;
-    let damages: [(&str, i64, Damage); 7] = [
+    let damages: [(&str, i64, Damage); 8] = [
         ("sealed index deleted", sealed, |dir| {
             fs::remove_file(segment_file(dir, 10, "index")).unwrap()
         }),
@@ -692,6 +692,18 @@ fn missing_or_wrong_indexes_are_rebuilt_and_lookups_stay_right() {
             bytes[last] = bytes[last].wrapping_add(1);
             fs::write(&path, bytes).unwrap();
         }),
+        (
+            "sealed index points at the log's last bytes",
+            sealed,
+            |dir| {
+                let log_size = fs::metadata(segment_file(dir, 10, "log")).unwrap().len();
+                let path = segment_file(dir, 10, "index");
+                let mut bytes = fs::read(&path).unwrap();
+                bytes.extend_from_slice(&9i32.to_be_bytes());
+                bytes.extend_from_slice(&(log_size as i32 - 3).to_be_bytes());
+                fs::write(&path, bytes).unwrap();
+            },
+        ),
         ("active index deleted", active, |dir| {
             fs::remove_file(segment_file(dir, 20, "index")).unwrap()
         }),

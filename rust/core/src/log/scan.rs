@@ -10,7 +10,7 @@ use crate::record::{shallow_entries, Entry};
 /// Bytes read at a time; a larger entry is read whole.
 pub(crate) const SCAN_CHUNK_BYTES: usize = 1 << 20;
 /// `LOG_OVERHEAD`: the offset and size before each message.
-const ENTRY_HEADER_BYTES: usize = 12;
+pub(crate) const ENTRY_HEADER_BYTES: usize = 12;
 
 /// One entry as seen by a scan.
 pub(crate) struct ScannedEntry<'a> {

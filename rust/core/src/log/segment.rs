@@ -15,7 +15,9 @@ use super::file_names::{segment_path, FileStage, SegmentFile};
 use super::index_file::{read_index, IndexEntry, IndexFile, StoredIndex};
 use super::indexing::SegmentIndexing;
 use super::offset_index::{OffsetIndex, OffsetIndexEntry};
-use super::scan::{scan_entries, ScanEnd, ScannedEntry, Visit, SCAN_CHUNK_BYTES};
+use super::scan::{
+    scan_entries, ScanEnd, ScannedEntry, Visit, ENTRY_HEADER_BYTES, SCAN_CHUNK_BYTES,
+};
 use super::time_index::{TimeIndex, TimeIndexEntry};
 use crate::error::{Error, Result};
 use crate::record::shallow_entries;
@@ -221,6 +223,12 @@ impl LogSegment {
             .base_offset
             .saturating_add(i64::from(last.relative_offset));
         let position = u64::try_from(last.position).unwrap_or(0);
+        if position + ENTRY_HEADER_BYTES as u64 > self.size {
+            return Ok(Some(format!(
+                "offset index: last entry {last:?} points into the last {} bytes of the log",
+                self.size - position
+            )));
+        }
         let mut header = [0; 8];
         file_io::read_exact_at(&self.log, &mut header, position)
             .context(|| format!("reading {}", self.log_path().display()))?;
