@@ -6,6 +6,7 @@ pub mod committed;
 pub mod error;
 pub mod key_range;
 pub mod key_schema;
+pub mod log;
 pub mod memory;
 pub mod merge;
 pub mod offsets;

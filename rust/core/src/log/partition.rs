@@ -1,0 +1,341 @@
+//! A partition's log: a directory of segments, appended to at the end (this file), read
+//! ([`read`](super::read)), truncated, and cleaned by retention and compaction.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use super::config::LogConfig;
+use super::file_io::{self, IoContext};
+use super::file_names::FileStage;
+use super::recovery::{index_interval, load_segments, OpenReport};
+use super::segment::{LogSegment, MAX_SEGMENT_FILE_BYTES};
+use super::timestamp_validation::validate_timestamps;
+use crate::error::{Error, Result};
+use crate::packed::BinaryColumn;
+use crate::record::{Magic, MessageSetBuilder, TimestampType};
+use crate::timestamped::NO_TIMESTAMP;
+
+/// The message format kstate writes: v1 (KIP-32 timestamps), readable by every Kafka since 0.10.
+const WRITE_MAGIC: Magic = Magic::V1;
+/// Held exclusively (an OS file lock) while a `Partition` has the directory open: two writers
+/// would corrupt the log.
+const LOCK_FILE: &str = ".kstate.lock";
+
+/// One record to append; the log assigns its offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NewRecord<'a> {
+    /// Milliseconds since the epoch, or -1 for none. Replaced by the append time with
+    /// LogAppendTime.
+    pub timestamp: i64,
+    /// `None` is a null key (not allowed on a compacted topic).
+    pub key: Option<&'a [u8]>,
+    /// `None` is a null value: a tombstone.
+    pub value: Option<&'a [u8]>,
+}
+
+/// What an append did (Kafka's `LogAppendInfo`, in part).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendInfo {
+    pub first_offset: i64,
+    pub last_offset: i64,
+    /// The time stamped on every record with LogAppendTime, else -1 (as in Kafka).
+    pub log_append_time: i64,
+    /// The largest record timestamp written, -1 if none.
+    pub max_timestamp: i64,
+    /// Bytes written to the segment.
+    pub bytes: usize,
+    /// Whether a new segment was rolled before the append.
+    pub rolled: bool,
+}
+
+/// A segment as [`Partition::segments`] describes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentInfo {
+    pub base_offset: i64,
+    pub size_bytes: u64,
+    /// The largest entry timestamp, -1 if none.
+    pub max_timestamp: i64,
+}
+
+/// A partition's log in one directory. Not thread-safe for writes (`&mut self`); reads take
+/// `&self`. After an I/O error the in-memory state may not match the files: drop the partition
+/// and open it again, which recovers.
+pub struct Partition {
+    pub(super) dir: PathBuf,
+    pub(super) config: LogConfig,
+    /// Ordered by base offset, never empty; the last one is the active segment.
+    pub(super) segments: Vec<LogSegment>,
+    /// The offset the next record gets.
+    pub(super) log_end_offset: i64,
+    _lock: File,
+}
+
+impl Partition {
+    /// Opens (creating if needed) the partition log in `dir`, recovering from a crash: see
+    /// [`OpenReport`] for what that may involve.
+    pub fn open(dir: impl AsRef<Path>, config: LogConfig) -> Result<(Self, OpenReport)> {
+        config.validate()?;
+        let dir = dir.as_ref();
+        let existed = dir.exists();
+        std::fs::create_dir_all(dir).context(|| format!("creating {}", dir.display()))?;
+        if !existed {
+            if let Some(parent) = dir.parent() {
+                file_io::sync_dir(parent)?;
+            }
+        }
+        let lock = lock_directory(dir)?;
+        let (segments, log_end_offset, report) = load_segments(dir, &config)?;
+        let partition = Self {
+            dir: dir.to_path_buf(),
+            config,
+            segments,
+            log_end_offset,
+            _lock: lock,
+        };
+        Ok((partition, report))
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn config(&self) -> &LogConfig {
+        &self.config
+    }
+
+    /// The first offset the log may hold: the base offset of its first segment.
+    pub fn log_start_offset(&self) -> i64 {
+        self.segments
+            .first()
+            .map_or(self.log_end_offset, LogSegment::base_offset)
+    }
+
+    /// The offset the next appended record gets.
+    pub fn log_end_offset(&self) -> i64 {
+        self.log_end_offset
+    }
+
+    /// Bytes of all segment files.
+    pub fn size_bytes(&self) -> u64 {
+        self.segments.iter().map(LogSegment::size).sum()
+    }
+
+    /// The segments, oldest first; the last one is active.
+    pub fn segments(&self) -> Vec<SegmentInfo> {
+        self.segments
+            .iter()
+            .map(|segment| SegmentInfo {
+                base_offset: segment.base_offset(),
+                size_bytes: segment.size(),
+                max_timestamp: segment.max_timestamp(),
+            })
+            .collect()
+    }
+
+    /// Appends records as one message set (one entry per record, or one compressed wrapper
+    /// with `compression.type`), assigning offsets from [`Self::log_end_offset`], as a broker
+    /// does for a produce request at `now_ms`:
+    ///
+    /// - With CreateTime, timestamps are checked against `now_ms` (spec 3.6); if any is out of
+    ///   range the whole batch is rejected (`INVALID_TIMESTAMP (32)`, see
+    ///   [`INVALID_TIMESTAMP`](super::INVALID_TIMESTAMP)) and nothing is written. With
+    ///   LogAppendTime every record gets `now_ms`.
+    /// - On a compacted topic every record needs a key (Kafka's `INVALID_RECORD`).
+    /// - A new segment is rolled first if the active one is not empty and would exceed
+    ///   `segment.bytes`, or if `segment.ms` has passed: measured, as in Kafka, from the
+    ///   active segment's first timestamp to the largest timestamp being appended, or, when the
+    ///   segment's first entry has no timestamp, from when this process created it or first
+    ///   appended to it to `now_ms`.
+    ///
+    /// The data is written to the file but durable only after [`Self::flush`].
+    pub fn append(&mut self, records: &[NewRecord<'_>], now_ms: i64) -> Result<AppendInfo> {
+        self.append_rows(records.len(), |i| records.get(i).copied(), now_ms)
+    }
+
+    /// [`Self::append`] from columns (Arrow binary arrays for keys and values), without
+    /// building a record per row.
+    pub fn append_columns(
+        &mut self,
+        timestamps: &[i64],
+        keys: &BinaryColumn<'_>,
+        values: &BinaryColumn<'_>,
+        now_ms: i64,
+    ) -> Result<AppendInfo> {
+        if keys.len() != timestamps.len() || values.len() != timestamps.len() {
+            return Err(Error::InvalidArgument(format!(
+                "append columns differ in length: {} timestamps, {} keys, {} values",
+                timestamps.len(),
+                keys.len(),
+                values.len()
+            )));
+        }
+        let row = |i: usize| {
+            Some(NewRecord {
+                timestamp: *timestamps.get(i)?,
+                key: keys.get(i),
+                value: values.get(i),
+            })
+        };
+        self.append_rows(timestamps.len(), row, now_ms)
+    }
+
+    fn append_rows<'a>(
+        &mut self,
+        count: usize,
+        row: impl Fn(usize) -> Option<NewRecord<'a>>,
+        now_ms: i64,
+    ) -> Result<AppendInfo> {
+        let rows = || (0..count).filter_map(&row);
+        if count == 0 {
+            return Err(Error::InvalidArgument(
+                "append needs at least one record".into(),
+            ));
+        }
+        validate_timestamps(&self.config, rows().map(|record| record.timestamp), now_ms)?;
+        if self.config.cleanup_policy.compacts() {
+            let keyless = rows().filter(|record| record.key.is_none()).count();
+            if keyless > 0 {
+                return Err(Error::InvalidArgument(format!(
+                    "INVALID_RECORD (87): {keyless} of {count} records have no key, which a \
+                     compacted topic cannot accept; nothing was appended"
+                )));
+            }
+        }
+        let log_append = self.config.message_timestamp_type == TimestampType::LogAppendTime;
+        if log_append && now_ms < 0 {
+            return Err(Error::InvalidArgument(format!(
+                "the append time {now_ms} of a LogAppendTime topic is negative"
+            )));
+        }
+        let mut builder = if log_append {
+            MessageSetBuilder::with_log_append_time(WRITE_MAGIC, self.config.compression, now_ms)?
+        } else {
+            MessageSetBuilder::new(WRITE_MAGIC, self.config.compression)
+        };
+        let first_offset = self.log_end_offset;
+        let mut max_timestamp = NO_TIMESTAMP;
+        for (offset, record) in (first_offset..).zip(rows()) {
+            builder.append(offset, record.timestamp, record.key, record.value)?;
+            max_timestamp = max_timestamp.max(record.timestamp);
+        }
+        let set = builder.build()?;
+        let last_offset = first_offset + count as i64 - 1;
+        let (log_append_time, max_timestamp) = if log_append {
+            (now_ms, now_ms)
+        } else {
+            (NO_TIMESTAMP, max_timestamp)
+        };
+
+        let rolled = self.roll_if_needed(set.len() as u64, max_timestamp, last_offset, now_ms)?;
+        let active = self.active_mut();
+        active.created_ms(now_ms);
+        active.append(&set)?;
+        self.log_end_offset = last_offset + 1;
+        Ok(AppendInfo {
+            first_offset,
+            last_offset,
+            log_append_time,
+            max_timestamp,
+            bytes: set.len(),
+            rolled,
+        })
+    }
+
+    /// Kafka's `LogSegment.shouldRoll`, then the roll.
+    fn roll_if_needed(
+        &mut self,
+        set_bytes: u64,
+        max_timestamp: i64,
+        last_offset: i64,
+        now_ms: i64,
+    ) -> Result<bool> {
+        let segment_bytes = u64::try_from(self.config.segment_bytes).unwrap_or(0);
+        let segment_ms = self.config.segment_ms;
+        let active = self.active_mut();
+        let size = active.size();
+        if size == 0 {
+            if set_bytes > MAX_SEGMENT_FILE_BYTES {
+                return Err(Error::InvalidArgument(format!(
+                    "a {set_bytes}-byte message set does not fit a segment (positions are i32)"
+                )));
+            }
+            return Ok(false);
+        }
+        let full = size + set_bytes > segment_bytes || size + set_bytes > MAX_SEGMENT_FILE_BYTES;
+        let offsets_overflow = i32::try_from(last_offset - active.base_offset()).is_err();
+        let waited = match active.first_entry_timestamp().filter(|&ts| ts >= 0) {
+            Some(first_timestamp) => max_timestamp.saturating_sub(first_timestamp),
+            None => now_ms.saturating_sub(active.created_ms(now_ms)),
+        };
+        if full || offsets_overflow || waited > segment_ms {
+            self.roll(now_ms)?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// Starts a new active segment at the log end offset, sealing (and fsyncing) the current
+    /// one. Does nothing if the active segment is empty. Appends roll by themselves; this is
+    /// for making everything so far eligible for compaction or retention.
+    pub fn roll(&mut self, now_ms: i64) -> Result<()> {
+        let active = self.active_mut();
+        if active.size() == 0 {
+            return Ok(());
+        }
+        active.seal()?;
+        let mut segment = LogSegment::create(
+            &self.dir,
+            self.log_end_offset,
+            FileStage::Live,
+            index_interval(&self.config),
+        )?;
+        segment.created_ms(now_ms);
+        file_io::sync_dir(&self.dir)?;
+        self.segments.push(segment);
+        Ok(())
+    }
+
+    /// Makes everything appended so far durable: fsyncs the active segment's log and indexes
+    /// (earlier segments were fsynced when sealed).
+    pub fn flush(&mut self) -> Result<()> {
+        self.active_mut().flush()
+    }
+
+    /// Flushes and closes.
+    pub fn close(mut self) -> Result<()> {
+        self.flush()
+    }
+
+    pub(super) fn active_mut(&mut self) -> &mut LogSegment {
+        // `segments` is never empty: every operation that removes segments adds one first.
+        let last = self.segments.len() - 1;
+        &mut self.segments[last]
+    }
+
+    /// The index of the segment that holds `offset`: the last one based at or below it.
+    pub(super) fn segment_index_for(&self, offset: i64) -> usize {
+        self.segments
+            .partition_point(|segment| segment.base_offset() <= offset)
+            .saturating_sub(1)
+    }
+}
+
+fn lock_directory(dir: &Path) -> Result<File> {
+    let path = dir.join(LOCK_FILE);
+    let file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .context(|| format!("opening {}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(Error::InvalidState(format!(
+            "{} is already open (locked by another Partition or process)",
+            dir.display()
+        ))),
+        Err(std::fs::TryLockError::Error(error)) => {
+            Err(error).context(|| format!("locking {}", path.display()))
+        }
+    }
+}
