@@ -16,8 +16,8 @@ All value objects are frozen, comparable and hashable; collections are normalize
 from __future__ import annotations
 
 import uuid
-from contextlib import contextmanager
 from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import Enum, IntEnum
 from typing import Any, Generic, TypeVar, Union

@@ -49,9 +49,11 @@ pub fn decode(bytes: &[u8]) -> Result<String, String> {
                 (u16::from(first & 0x0F) << 12) | (continuation(1)? << 6) | continuation(2)?,
                 3,
             ),
-            _ => return Err(format!(
+            _ => {
+                return Err(format!(
                 "malformed modified UTF-8: byte {position} ({first:#04x}) cannot start a character"
-            )),
+            ))
+            }
         };
         units.push(unit);
         position += width;
