@@ -5,7 +5,7 @@
 //! The spec's section 6 has no SubscriptionInfo / AssignmentInfo vectors, so every vector here
 //! is *derived*: written field by field from the layout tables, never produced by the encoder.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use kstate_core::rebalance::simulator::{GroupSimulator, Release, SimulatorConfig};
 use kstate_core::rebalance::{
@@ -879,5 +879,4 @@ fn upgrade_from_0_10_0_forces_version_1() {
             .forced_subscription_version(),
         Some(1)
     );
-    let _ = BTreeMap::<i32, i32>::new();
 }
