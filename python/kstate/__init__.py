@@ -3,7 +3,7 @@
 Timestamped, transactional key-value stores on RocksDB whose bytes match Kafka Streams.
 """
 
-from kstate import errors, serdes
+from kstate import errors, rebalance, serdes
 from kstate.key_value_store import KeyValue, KeyValueIterator, KeyValueStore, ReadOnlyKeyValueStore
 from kstate.stores import KeyValueBytesStoreSupplier, StoreBuilder, Stores
 from kstate.timestamped_key_value_store import TimestampedKeyValueStore
@@ -11,6 +11,7 @@ from kstate.value_and_timestamp import NO_TIMESTAMP, ValueAndTimestamp
 
 __all__ = [
     "errors",
+    "rebalance",
     "serdes",
     "KeyValue",
     "KeyValueIterator",

@@ -20,7 +20,14 @@ class ProcessorStateError(KStateError):
 
 
 class CorruptedDataError(KStateError):
-    """Bytes read from disk do not have the layout their format requires."""
+    """Bytes read from disk, or received from another instance, do not have the layout their format
+    requires."""
+
+
+class TaskAssignmentError(KStateError):
+    """Rebalance metadata that the group protocol cannot reconcile (Kafka's ``TaskAssignmentException``):
+    e.g. a subscription newer than a pre-probing leader reads, or an assignment newer than the
+    subscription sent."""
 
 
 class InvalidArgumentError(KStateError, ValueError):
@@ -37,6 +44,7 @@ __all__ = [
     "StoreClosedError",
     "ProcessorStateError",
     "CorruptedDataError",
+    "TaskAssignmentError",
     "InvalidArgumentError",
     "SerializationError",
 ]

@@ -13,6 +13,7 @@ pub mod offsets;
 pub mod overlay;
 pub mod packed;
 pub mod read_cache;
+pub mod rebalance;
 pub mod record;
 pub mod rocks;
 pub mod segments;

@@ -4,6 +4,7 @@ use pyo3::prelude::*;
 
 mod errors;
 mod key_value_store;
+mod rebalance;
 mod value_and_timestamp;
 
 #[pymodule]
@@ -19,5 +20,18 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         value_and_timestamp::decode_value_and_timestamp,
         m
     )?)?;
+    m.add_class::<rebalance::NativeProbingMember>()?;
+    m.add_class::<rebalance::NativeGroupSimulator>()?;
+    for function in [
+        wrap_pyfunction!(rebalance::encode_subscription, m)?,
+        wrap_pyfunction!(rebalance::decode_subscription, m)?,
+        wrap_pyfunction!(rebalance::encode_assignment, m)?,
+        wrap_pyfunction!(rebalance::decode_assignment, m)?,
+        wrap_pyfunction!(rebalance::upgrade_from_values, m)?,
+        wrap_pyfunction!(rebalance::parse_upgrade_config, m)?,
+        wrap_pyfunction!(rebalance::leader_plan, m)?,
+    ] {
+        m.add_function(function)?;
+    }
     Ok(())
 }
