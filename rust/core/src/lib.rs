@@ -1,12 +1,14 @@
 //! kstate's core: Kafka Streams-compatible state store bytes and transactional RocksDB stores.
 //! Pure Rust (no Python); the `kstate-python` crate binds it as `kstate._core`.
 
+pub mod changelog;
 pub mod checkpoint;
 pub mod committed;
 pub mod error;
 pub mod key_range;
 pub mod key_schema;
 pub mod log;
+pub mod logged_store;
 pub mod memory;
 pub mod merge;
 pub mod offsets;

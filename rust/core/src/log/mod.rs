@@ -34,6 +34,7 @@ mod truncate;
 
 pub use compaction::CompactionReport;
 pub use config::{CleanupPolicy, LogConfig};
+pub(crate) use file_io::sync_dir;
 pub use file_names::filename_prefix;
 pub use offset_index::OffsetIndexEntry;
 pub use partition::{AppendInfo, NewRecord, Partition, SegmentInfo};

@@ -1,0 +1,260 @@
+//! A key-value store and its changelog, committed in the order of the KIP-892 seed so that a
+//! crash at any point reopens to exactly the last commit (spec 1.3, 1.9):
+//!
+//! 1. the staged writes become changelog records (key; value without the timestamp prefix;
+//!    record timestamp = the stored timestamp; null value = delete) and are published;
+//! 2. the store applies them with the published offset in one RocksDB write;
+//! 3. the task's `.checkpoint` records the offset (for tools: the `offsets` family is the truth).
+//!
+//! Opening and `recover` replay published records the store lacks, so a crash before 1
+//! discards the transaction, one between 1 and 2 replays it, and one after 2 costs nothing.
+
+use crate::changelog::Changelog;
+use crate::checkpoint::{OffsetCheckpoint, Offsets};
+use crate::error::{Error, Result};
+use crate::log::NewRecord;
+use crate::store::{CommitProgress, KeyValueStore};
+
+/// Staged bytes turned into changelog records per append.
+const CHANGELOG_CHUNK_BYTES: usize = 4 * 1024 * 1024;
+
+/// Where a commit got to, reported as it goes (and observable by tests that kill a writer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommitStage {
+    /// The changelog holds the commit durably; the store does not have it yet.
+    Published,
+    /// The store holds the commit and its offset.
+    StoreCommitted,
+    /// `.checkpoint` names the new offset.
+    Checkpointed,
+}
+
+impl CommitStage {
+    pub fn name(self) -> &'static str {
+        match self {
+            CommitStage::Published => "published",
+            CommitStage::StoreCommitted => "store-committed",
+            CommitStage::Checkpointed => "checkpointed",
+        }
+    }
+}
+
+/// The changelog of a store and where its offset is checkpointed.
+pub struct StoreChangelog {
+    pub changelog: Changelog,
+    pub checkpoint: OffsetCheckpoint,
+    /// The changelog's topic and partition, as `.checkpoint` names them.
+    pub topic: String,
+    pub partition: i32,
+    /// Stored values carry an 8-byte timestamp prefix that the changelog keeps apart.
+    pub timestamped: bool,
+}
+
+pub struct LoggedStore {
+    pub store: KeyValueStore,
+    changelog: Option<StoreChangelog>,
+}
+
+/// The changelog record of one staged write.
+fn record_of<'a>(
+    key: &'a [u8],
+    value: Option<&'a [u8]>,
+    timestamped: bool,
+    now_ms: i64,
+) -> Result<NewRecord<'a>> {
+    let (timestamp, value) = match value {
+        Some(v) if timestamped => {
+            let (ts, raw) = crate::timestamped::decode(v)?;
+            (ts, Some(raw))
+        }
+        other => (now_ms, other),
+    };
+    Ok(NewRecord {
+        timestamp,
+        key: Some(key),
+        value,
+    })
+}
+
+impl LoggedStore {
+    /// A store without changelog: the caller supplies commit offsets.
+    pub fn unlogged(store: KeyValueStore) -> Self {
+        Self {
+            store,
+            changelog: None,
+        }
+    }
+
+    /// A store with its changelog, restored up to the changelog's last published commit;
+    /// returns the store and the number of records restored.
+    pub fn logged(
+        store: KeyValueStore,
+        changelog: StoreChangelog,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<(Self, u64)> {
+        let mut logged = Self {
+            store,
+            changelog: Some(changelog),
+        };
+        let restored = logged.restore(progress)?;
+        Ok((logged, restored))
+    }
+
+    pub fn is_logged(&self) -> bool {
+        self.changelog.is_some()
+    }
+
+    /// Replays published changelog records after the store's offset into the store, reporting
+    /// `(records restored, records to restore)`. Returns the number restored.
+    pub fn restore(&mut self, progress: &mut dyn FnMut(u64, u64)) -> Result<u64> {
+        let Self {
+            store,
+            changelog: Some(log),
+        } = self
+        else {
+            return Ok(0);
+        };
+        let committed = store.committed_offset()?;
+        let Some(published) = log.changelog.published() else {
+            return match committed {
+                Some(c) => Err(Error::InvalidState(format!(
+                    "store is at changelog offset {c} but its changelog {} is empty; \
+                     delete the store directory to start over",
+                    log.changelog.dir().display()
+                ))),
+                None => Ok(0),
+            };
+        };
+        let start = log.changelog.log_start_offset();
+        let from = match committed {
+            Some(c) if c > published => {
+                return Err(Error::InvalidState(format!(
+                    "store is at changelog offset {c}, past its changelog's last commit {published}"
+                )))
+            }
+            Some(c) if c + 1 < start => {
+                return Err(Error::InvalidState(format!(
+                    "store is at changelog offset {c} but the changelog starts at {start}; \
+                     delete the store directory to restore it from the changelog"
+                )))
+            }
+            Some(c) => c + 1,
+            None => start,
+        };
+        let total = u64::try_from(published + 1 - from).unwrap_or(0);
+        let mut restored = 0u64;
+        let timestamped = log.timestamped;
+        let mut buffer = Vec::new();
+        log.changelog
+            .replay(from, published, &mut |view, rows, last| {
+                buffer.clear();
+                let mut spans = Vec::with_capacity(rows.len());
+                for i in rows.clone() {
+                    let key = view.keys.get(i).ok_or_else(|| {
+                        Error::Corrupted(format!(
+                            "changelog record at offset {} has no key",
+                            view.offsets[i]
+                        ))
+                    })?;
+                    let value = view.values.get(i).map(|v| {
+                        let begin = buffer.len();
+                        if timestamped {
+                            buffer.extend_from_slice(&view.timestamps[i].to_be_bytes());
+                        }
+                        buffer.extend_from_slice(v);
+                        begin..buffer.len()
+                    });
+                    spans.push((key, value));
+                }
+                let mut writes = spans
+                    .iter()
+                    .map(|(k, v)| (*k, v.clone().map(|r| &buffer[r])));
+                store.restore(&mut writes, last)?;
+                restored += rows.len() as u64;
+                progress(restored, total.max(restored));
+                Ok(())
+            })?;
+        if store.committed_offset()? != Some(published) {
+            // Compaction can leave the last published offsets without records.
+            store.restore(&mut std::iter::empty(), published)?;
+        }
+        checkpoint(log, published)?;
+        Ok(restored)
+    }
+
+    /// Commits the staged writes. A logged store publishes them to its changelog first and
+    /// returns the changelog offset; an unlogged one commits at the caller's `offset`.
+    pub fn commit(
+        &mut self,
+        offset: Option<i64>,
+        now_ms: i64,
+        progress: &mut dyn FnMut(CommitProgress),
+        stage: &mut dyn FnMut(CommitStage),
+    ) -> Result<Option<i64>> {
+        let Self {
+            store,
+            changelog: Some(log),
+        } = self
+        else {
+            self.store.commit(offset, progress)?;
+            return Ok(offset);
+        };
+        if offset.is_some() {
+            return Err(Error::InvalidArgument(
+                "a logged store takes its offsets from its changelog: commit without an offset"
+                    .into(),
+            ));
+        }
+        let timestamped = log.timestamped;
+        let appended = store.for_each_staged(CHANGELOG_CHUNK_BYTES, &mut |writes| {
+            let records = writes
+                .iter()
+                .map(|&(key, value)| record_of(key, value, timestamped, now_ms))
+                .collect::<Result<Vec<_>>>()?;
+            log.changelog.append(&records, now_ms)
+        });
+        let published = match appended.and_then(|()| log.changelog.publish()) {
+            Ok(published) => published,
+            Err(error) => {
+                log.changelog.discard_unpublished()?;
+                return Err(error);
+            }
+        };
+        stage(CommitStage::Published);
+        store.commit(published, progress)?;
+        stage(CommitStage::StoreCommitted);
+        if let Some(offset) = published {
+            checkpoint(log, offset)?;
+        }
+        stage(CommitStage::Checkpointed);
+        Ok(published)
+    }
+
+    /// Discards uncommitted writes. A logged store then replays what its changelog published
+    /// beyond it and is current (`true`); an unlogged one says whether it is at `offset`.
+    pub fn recover(
+        &mut self,
+        offset: Option<i64>,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<bool> {
+        if !self.is_logged() {
+            return self.store.recover(offset);
+        }
+        self.store.recover(None)?;
+        self.restore(progress)?;
+        Ok(true)
+    }
+
+    pub fn close(&mut self) -> Result<()> {
+        self.store.close()?;
+        if let Some(log) = self.changelog.take() {
+            log.changelog.close()?;
+        }
+        Ok(())
+    }
+}
+
+fn checkpoint(log: &StoreChangelog, offset: i64) -> Result<()> {
+    let entry = Offsets::from([((log.topic.clone(), log.partition), offset)]);
+    log.checkpoint.update(&entry)
+}
