@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kstate.errors import InvalidArgumentError
@@ -70,3 +71,32 @@ class StoreConfig:
             cache_max_bytes=_byte_count(config, STATESTORE_CACHE_MAX_BYTES, DEFAULT_CACHE_MAX_BYTES),
             application_id=app,
         )
+
+
+CHANGELOG_DIR = "changelog.dir"
+"""kstate's own logging config: the log directory holding changelog partitions."""
+
+CHANGELOG_TOPIC_DEFAULTS = {"cleanup.policy": "compact"}
+"""Kafka Streams creates changelog topics compacted: the latest value per key is what restores."""
+
+
+@dataclass(frozen=True)
+class ChangelogConfig:
+    """Parsed ``with_logging_enabled`` config: where the changelog lives and its topic configs
+    (Kafka's names, passed to the log as strings; the log rejects unknown names and values)."""
+
+    changelog_dir: str | None = None
+    topic_config: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, config: Mapping[str, Any]) -> ChangelogConfig:
+        config = dict(config)
+        log_dir = config.pop(CHANGELOG_DIR, None)
+        if log_dir is not None and not isinstance(log_dir, (str, os.PathLike)):
+            raise InvalidArgumentError(f"{CHANGELOG_DIR} must be a path, got {log_dir!r}")
+        topic_config = {**CHANGELOG_TOPIC_DEFAULTS}
+        for name, value in config.items():
+            if isinstance(value, bool):
+                value = str(value).lower()
+            topic_config[str(name)] = str(value)
+        return cls(None if log_dir is None else os.fspath(log_dir), topic_config)

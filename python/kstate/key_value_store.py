@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 from kstate import _core
-from kstate.config import StoreConfig
+from kstate.config import ChangelogConfig, StoreConfig
 from kstate.errors import InvalidArgumentError, StoreClosedError
 from kstate.serdes import BytesSerde, Serde, StringSerde
 
@@ -238,12 +239,14 @@ class KeyValueStore(_Reads):
         key_serde: Serde,
         value_serde: Serde,
         config: Mapping[str, Any] | None = None,
+        logging: Mapping[str, Any] | None = None,
     ):
         self.name = supplier.name
         self._supplier = supplier
         self._key_serde = key_serde
         self._value_serde = value_serde
         self._config = StoreConfig.parse(config)
+        self._logging = ChangelogConfig.parse(logging) if logging is not None else None
         self._reader: Any = _Unopened(self.name)
         self.task_dir: Path | None = None
 
@@ -261,6 +264,11 @@ class KeyValueStore(_Reads):
     @property
     def is_open(self) -> bool:
         return self._reader.is_open
+
+    @property
+    def logged(self) -> bool:
+        """Whether a changelog backs the store (``StoreBuilder.with_logging_enabled``)."""
+        return self._logging is not None
 
     def _stores_timestamps(self) -> bool:
         return self._supplier.timestamped
@@ -288,6 +296,7 @@ class KeyValueStore(_Reads):
         if not self.persistent:
             self._reader = _core.KeyValueStore.open_in_memory(self.name, self.transactional, offset_key)
             self._bind_raw_calls()
+            self._attach_changelog(task_dir)
             return self
         path = task_dir / "rocksdb" / self.name
         spill = task_dir / "rocksdb" / f".{self.name}.uncommitted"
@@ -316,7 +325,50 @@ class KeyValueStore(_Reads):
             )
         if found["discarded_spill"]:
             log.info("Store %s: discarded uncommitted writes a crash left on disk", self.name)
+        self._attach_changelog(task_dir)
         return self
+
+    def _attach_changelog(self, task_dir: Path) -> None:
+        if self._logging is None:
+            return
+        log_dir = self._logging.changelog_dir or task_dir.resolve().parent.parent / "changelog"
+        partition_dir = Path(log_dir) / f"{self.changelog_topic}-{self.partition}"
+        checkpoint = str(task_dir / ".checkpoint") if self.persistent else None
+        started = time.monotonic()
+        with _RestoreProgress(f"restoring {self.name}") as progress:
+            try:
+                found = self._reader.attach_changelog(
+                    str(partition_dir),
+                    self._logging.topic_config,
+                    self.changelog_topic,
+                    self.partition,
+                    self._supplier.timestamped,
+                    checkpoint,
+                    progress,
+                )
+            except BaseException:
+                self._reader.close()
+                raise
+        if found["truncated_tail"] is not None:
+            removed, problem = found["truncated_tail"]
+            log.warning("Changelog %s: cut a torn tail of %d bytes (%s)", partition_dir, removed, problem)
+        if found["unpublished_records_dropped"]:
+            log.info(
+                "Changelog %s: dropped %d records of a commit that never published",
+                partition_dir,
+                found["unpublished_records_dropped"],
+            )
+        if found["restored"]:
+            seconds = time.monotonic() - started
+            log.info(
+                "Store %s: restored %d records from %s in %.2f s (%.0f records/s)",
+                self.name,
+                found["restored"],
+                partition_dir,
+                seconds,
+                found["restored"] / max(seconds, 1e-9),
+            )
+        self.restored_records = found["restored"]
 
     def _bind_raw_calls(self) -> None:
         # With bytes serdes there is nothing to convert, so the hottest calls go straight to the
@@ -352,27 +404,43 @@ class KeyValueStore(_Reads):
 
     # -- transactions ----------------------------------------------------------------------------
 
-    def commit(self, changelog_offset: int | None = None, progress: Callable[[int, int], None] | None = None) -> None:
-        """Apply every uncommitted write and record ``changelog_offset`` in one atomic write.
+    def commit(
+        self,
+        changelog_offset: int | None = None,
+        progress: Callable[[int, int], None] | None = None,
+        on_stage: Callable[[str], None] | None = None,
+    ) -> int | None:
+        """Apply every uncommitted write and record the changelog offset in one atomic write;
+        returns that offset.
 
-        ``None`` is for stores without a changelog. A commit that spilled to disk reports
-        ``progress(writes_applied, writes_total)`` and logs as it copies.
+        A logged store publishes the writes to its changelog first and takes the offset from it
+        (pass none); ``on_stage(name)`` hears ``"published"``, ``"store-committed"`` and
+        ``"checkpointed"`` as the commit passes them. An unlogged store records
+        ``changelog_offset`` (``None`` for stores without any changelog). A commit that spilled
+        to disk reports ``progress(writes_applied, writes_total)`` and logs as it copies.
         """
         if changelog_offset is not None and (
             isinstance(changelog_offset, bool) or not isinstance(changelog_offset, int)
         ):
             raise InvalidArgumentError(f"changelog_offset must be an int or None, got {changelog_offset!r}")
-        native = self._reader
-        native.commit(changelog_offset, progress or _progress_logger(f"committing {self.name}"))
+        if changelog_offset is not None and self.logged:
+            raise InvalidArgumentError(
+                f"store {self.name} is logged: its changelog assigns offsets, so commit() takes none"
+            )
+        progress = progress or _progress_logger(f"committing {self.name}")
+        return self._reader.commit(changelog_offset, _now_ms(), progress, on_stage)
 
     def flush(self) -> None:
-        """Kafka's ``flush``: for a transactional store, a commit at the current offset."""
-        self.commit(self.committed_offset())
+        """Kafka's ``flush``: for a transactional store, a commit (at the current offset when
+        the store is not logged)."""
+        self.commit(None if self.logged else self.committed_offset())
 
     def recover(self, changelog_offset: int | None = None) -> bool:
-        """Discard uncommitted writes. ``True`` if the committed state is at ``changelog_offset`` or
-        later; ``False`` if the store must be restored from its changelog."""
-        return self._reader.recover(changelog_offset)
+        """Discard uncommitted writes. A logged store then replays what its changelog holds
+        beyond it and returns ``True``. An unlogged store returns whether its committed state is
+        at ``changelog_offset`` or later (``False``: restore it from its changelog)."""
+        with _RestoreProgress(f"recovering {self.name}") as progress:
+            return self._reader.recover(changelog_offset, progress)
 
     def committed_offset(self) -> int | None:
         """The changelog offset of the last commit, or ``None``."""
@@ -455,6 +523,34 @@ class KeyValueStore(_Reads):
         """Delete ``key``; returns the value it had."""
         old = self._reader.delete(self._key_bytes(key))
         return None if old is None else self._value_of(old)
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class _RestoreProgress:
+    """A ``progress(done, total)`` callback drawing a tqdm bar with records/s (shown on a
+    terminal; tqdm stays quiet elsewhere) once a restore turns out to take a while."""
+
+    def __init__(self, what: str):
+        self._what = what
+        self._bar: Any = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if self._bar is None:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total, desc=self._what, unit=" records", unit_scale=True, disable=None)
+        self._bar.total = max(self._bar.total or 0, total)
+        self._bar.update(done - self._bar.n)
+
+    def __enter__(self) -> _RestoreProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.close()
 
 
 def _progress_logger(what: str) -> Callable[[int, int], None]:

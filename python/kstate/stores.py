@@ -45,6 +45,7 @@ class StoreBuilder:
     value_serde: Any
     timestamped: bool
     config: Mapping[str, Any] = field(default_factory=dict)
+    logging: Mapping[str, Any] | None = None
 
     @property
     def name(self) -> str:
@@ -53,9 +54,25 @@ class StoreBuilder:
     def with_config(self, config: Mapping[str, Any]) -> StoreBuilder:
         return replace(self, config={**self.config, **config})
 
+    def with_logging_enabled(self, config: Mapping[str, Any] | None = None) -> StoreBuilder:
+        """Back the store with a changelog (Kafka's ``withLoggingEnabled``).
+
+        ``config`` holds Kafka topic configs for the changelog (``segment.bytes``,
+        ``retention.ms``, ``cleanup.policy`` (default ``compact``), ``compression.type``, ...) and
+        ``changelog.dir``, the log directory (default: ``<state.dir>/changelog``). A logged
+        store's ``commit()`` publishes to the changelog first and returns the changelog offset;
+        opening restores whatever the store lacks.
+        """
+        return replace(self, logging=dict(config or {}))
+
+    def with_logging_disabled(self) -> StoreBuilder:
+        return replace(self, logging=None)
+
     def build(self) -> KeyValueStore:
         store_class = TimestampedKeyValueStore if self.timestamped else KeyValueStore
-        return store_class(self.supplier, serde_for(self.key_serde), serde_for(self.value_serde), self.config)
+        return store_class(
+            self.supplier, serde_for(self.key_serde), serde_for(self.value_serde), self.config, self.logging
+        )
 
 
 class Stores:

@@ -8,18 +8,13 @@ supplier, the store keeps the plain format and reports timestamp -1 (Kafka's ada
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from typing import Any
 
 from kstate import _core
 from kstate.errors import InvalidArgumentError
-from kstate.key_value_store import KeyValue, KeyValueIterator, KeyValueStore, _entries
+from kstate.key_value_store import KeyValue, KeyValueIterator, KeyValueStore, _entries, _now_ms
 from kstate.value_and_timestamp import NO_TIMESTAMP, ValueAndTimestamp
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def _check_timestamp(timestamp: Any) -> int:

@@ -42,7 +42,8 @@ impl CommitStage {
 /// The changelog of a store and where its offset is checkpointed.
 pub struct StoreChangelog {
     pub changelog: Changelog,
-    pub checkpoint: OffsetCheckpoint,
+    /// The task's `.checkpoint`; Kafka keeps one for persistent stores only.
+    pub checkpoint: Option<OffsetCheckpoint>,
     /// The changelog's topic and partition, as `.checkpoint` names them.
     pub topic: String,
     pub partition: i32,
@@ -92,12 +93,25 @@ impl LoggedStore {
         changelog: StoreChangelog,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<(Self, u64)> {
-        let mut logged = Self {
-            store,
-            changelog: Some(changelog),
-        };
-        let restored = logged.restore(progress)?;
+        let mut logged = Self::unlogged(store);
+        let restored = logged.attach(changelog, progress)?;
         Ok((logged, restored))
+    }
+
+    /// Gives an unlogged store its changelog and restores what the store lacks; returns the
+    /// number of records restored.
+    pub fn attach(
+        &mut self,
+        changelog: StoreChangelog,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<u64> {
+        if self.changelog.is_some() {
+            return Err(Error::InvalidState(
+                "the store has a changelog already".into(),
+            ));
+        }
+        self.changelog = Some(changelog);
+        self.restore(progress)
     }
 
     pub fn is_logged(&self) -> bool {
@@ -255,6 +269,11 @@ impl LoggedStore {
 }
 
 fn checkpoint(log: &StoreChangelog, offset: i64) -> Result<()> {
-    let entry = Offsets::from([((log.topic.clone(), log.partition), offset)]);
-    log.checkpoint.update(&entry)
+    let Some(checkpoint) = &log.checkpoint else {
+        return Ok(());
+    };
+    checkpoint.update(&Offsets::from([(
+        (log.topic.clone(), log.partition),
+        offset,
+    )]))
 }

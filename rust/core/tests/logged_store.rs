@@ -34,7 +34,7 @@ fn open(task: &Path, log_dir: &Path, max_uncommitted_bytes: usize) -> (LoggedSto
         Changelog::open(&log_dir.join(format!("{TOPIC}-0")), LogConfig::default()).unwrap();
     let changelog = StoreChangelog {
         changelog,
-        checkpoint: OffsetCheckpoint::in_task_dir(task),
+        checkpoint: Some(OffsetCheckpoint::in_task_dir(task)),
         topic: TOPIC.into(),
         partition: 0,
         timestamped: true,

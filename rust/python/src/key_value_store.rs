@@ -1,9 +1,13 @@
 //! Binds `kstate_core::store` for `kstate.key_value_store`: convert arguments, call the core,
 //! map errors. No store logic lives here.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::path::Path;
 
+use kstate_core::changelog::Changelog;
+use kstate_core::checkpoint::OffsetCheckpoint;
+use kstate_core::log::LogConfig;
+use kstate_core::logged_store::{LoggedStore, StoreChangelog};
 use kstate_core::packed::{BinaryBuilder, BinaryColumn};
 use kstate_core::{
     CommitProgress, Direction, KeyRange, KeyValueStore, ReadCommittedView, StoreOptions,
@@ -36,12 +40,20 @@ struct Progress {
 }
 
 impl Progress {
-    fn report(&mut self, p: CommitProgress) {
+    fn call(&mut self, args: impl for<'py> pyo3::call::PyCallArgs<'py>) {
         if let (Some(cb), None) = (&self.callback, &self.error) {
-            if let Err(e) = Python::attach(|py| cb.call1(py, (p.writes_applied, p.writes_total))) {
+            if let Err(e) = Python::attach(|py| cb.call1(py, args)) {
                 self.error = Some(e);
             }
         }
+    }
+
+    fn counts(&mut self, done: u64, total: u64) {
+        self.call((done, total));
+    }
+
+    fn report(&mut self, p: CommitProgress) {
+        self.counts(p.writes_applied, p.writes_total);
     }
 
     fn finish(self) -> PyResult<()> {
@@ -128,7 +140,7 @@ fn direction(reverse: bool) -> Direction {
 
 #[pyclass(module = "kstate._core", name = "KeyValueStore")]
 pub struct NativeKeyValueStore {
-    inner: KeyValueStore,
+    inner: LoggedStore,
 }
 
 #[pymethods]
@@ -182,7 +194,12 @@ impl NativeKeyValueStore {
         found.set_item("unclean_shutdown", report.unclean_shutdown)?;
         found.set_item("finished_spilled_commit", report.finished_spilled_commit)?;
         found.set_item("discarded_spill", report.discarded_spill)?;
-        Ok((Self { inner }, found))
+        Ok((
+            Self {
+                inner: LoggedStore::unlogged(inner),
+            },
+            found,
+        ))
     }
 
     #[staticmethod]
@@ -194,28 +211,28 @@ impl NativeKeyValueStore {
             cache_max_bytes: 0,
         };
         Self {
-            inner: KeyValueStore::open_in_memory(name, options),
+            inner: LoggedStore::unlogged(KeyValueStore::open_in_memory(name, options)),
         }
     }
 
     #[getter]
     fn transactional(&self) -> bool {
-        self.inner.transactional()
+        self.inner.store.transactional()
     }
 
     #[getter]
     fn persistent(&self) -> bool {
-        self.inner.persistent()
+        self.inner.store.persistent()
     }
 
     #[getter]
     fn is_open(&self) -> bool {
-        self.inner.is_open()
+        self.inner.store.is_open()
     }
 
     /// `(bytes staged in memory, whether staged writes spilled to disk)`.
     fn uncommitted(&self) -> (usize, bool) {
-        self.inner.uncommitted()
+        self.inner.store.uncommitted()
     }
 
     fn get<'py>(
@@ -224,7 +241,11 @@ impl NativeKeyValueStore {
         key: &Bound<'py, PyAny>,
     ) -> PyResult<Option<Bound<'py, PyBytes>>> {
         let key = as_bytes(key, "key")?;
-        guard(|| self.inner.get_with(key, |v| v.map(|b| PyBytes::new(py, b))))
+        guard(|| {
+            self.inner
+                .store
+                .get_with(key, |v| v.map(|b| PyBytes::new(py, b)))
+        })
     }
 
     fn get_many<'py>(
@@ -233,7 +254,7 @@ impl NativeKeyValueStore {
         keys: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyList>> {
         values_list(py, keys, |slices, visit| {
-            self.inner.get_many_with(slices, visit)
+            self.inner.store.get_many_with(slices, visit)
         })
     }
 
@@ -258,7 +279,7 @@ impl NativeKeyValueStore {
                         .ok_or_else(|| kstate_core::Error::InvalidArgument("null key".into()))
                 })
                 .collect::<kstate_core::Result<_>>()?;
-            self.inner.get_many(&keys)
+            self.inner.store.get_many(&keys)
         })?;
         packed_result(py, values, large)
     }
@@ -270,7 +291,7 @@ impl NativeKeyValueStore {
         } else {
             Some(as_bytes(value, "value")?)
         };
-        guard(|| self.inner.put(key, value))
+        guard(|| self.inner.store.put(key, value))
     }
 
     /// Writes `keys[i] -> values[i]`; a `None` value deletes.
@@ -300,7 +321,7 @@ impl NativeKeyValueStore {
             .iter()
             .zip(&values)
             .map(|(k, v)| (k.as_bytes(), v.as_ref().map(|b| b.as_bytes())));
-        guard(|| self.inner.put_all(&mut writes))
+        guard(|| self.inner.store.put_all(&mut writes))
     }
 
     /// `put_all` over Arrow buffers: `key` and `value` are `(offsets, data, validity, start, large)`.
@@ -327,7 +348,7 @@ impl NativeKeyValueStore {
                     .ok_or_else(|| kstate_core::Error::InvalidArgument("null key".into()))?;
                 writes.push((k, values.get(i)));
             }
-            self.inner.put_all(&mut writes.into_iter())
+            self.inner.store.put_all(&mut writes.into_iter())
         })
     }
 
@@ -339,7 +360,7 @@ impl NativeKeyValueStore {
     ) -> PyResult<Option<Bound<'py, PyBytes>>> {
         Ok(optional_bytes(
             py,
-            guard(|| self.inner.put_if_absent(key, value))?,
+            guard(|| self.inner.store.put_if_absent(key, value))?,
         ))
     }
 
@@ -348,7 +369,7 @@ impl NativeKeyValueStore {
         py: Python<'py>,
         key: &[u8],
     ) -> PyResult<Option<Bound<'py, PyBytes>>> {
-        Ok(optional_bytes(py, guard(|| self.inner.delete(key))?))
+        Ok(optional_bytes(py, guard(|| self.inner.store.delete(key))?))
     }
 
     /// Iterator over `[from_key, to_key]` (inclusive; `None` is unbounded) yielding
@@ -389,33 +410,125 @@ impl NativeKeyValueStore {
     }
 
     fn approximate_num_entries(&self) -> PyResult<u64> {
-        guard(|| self.inner.approximate_num_entries())
+        guard(|| self.inner.store.approximate_num_entries())
     }
 
     fn committed_offset(&self) -> PyResult<Option<i64>> {
-        guard(|| self.inner.committed_offset())
+        guard(|| self.inner.store.committed_offset())
     }
 
-    #[pyo3(signature = (offset, progress=None))]
-    fn commit(
+    /// Gives the store its changelog (the partition directory, Kafka topic configs as strings)
+    /// and restores what the store lacks; returns what opening the changelog found.
+    #[pyo3(signature = (partition_dir, config, topic, partition, timestamped, checkpoint_path=None, progress=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn attach_changelog<'py>(
         &mut self,
-        py: Python<'_>,
-        offset: Option<i64>,
+        py: Python<'py>,
+        partition_dir: &str,
+        config: HashMap<String, String>,
+        topic: String,
+        partition: i32,
+        timestamped: bool,
+        checkpoint_path: Option<&str>,
         progress: Option<Py<PyAny>>,
-    ) -> PyResult<()> {
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let mut log_config = LogConfig::default();
+        guard(|| {
+            config
+                .iter()
+                .try_for_each(|(name, value)| log_config.set(name, value))?;
+            log_config.validate()
+        })?;
         let mut reporter = Progress {
             callback: progress,
             error: None,
         };
         let inner = &mut self.inner;
-        py.detach(|| guard(|| inner.commit(offset, &mut |p| reporter.report(p))))?;
-        reporter.finish()
+        let (report, restored) = py.detach(|| {
+            guard(|| {
+                let (changelog, report) = Changelog::open(Path::new(partition_dir), log_config)?;
+                let changelog = StoreChangelog {
+                    changelog,
+                    checkpoint: checkpoint_path.map(OffsetCheckpoint::new),
+                    topic,
+                    partition,
+                    timestamped,
+                };
+                let restored =
+                    inner.attach(changelog, &mut |done, total| reporter.counts(done, total))?;
+                Ok((report, restored))
+            })
+        })?;
+        reporter.finish()?;
+        let found = PyDict::new(py);
+        found.set_item("restored", restored)?;
+        found.set_item(
+            "unpublished_records_dropped",
+            report.unpublished_records_dropped,
+        )?;
+        let tail = report
+            .log
+            .truncated_tail
+            .map(|t| (t.bytes_removed, t.problem));
+        found.set_item("truncated_tail", tail)?;
+        found.set_item("rebuilt_indexes", report.log.rebuilt_indexes.len())?;
+        Ok(found)
     }
 
-    #[pyo3(signature = (offset))]
-    fn recover(&mut self, py: Python<'_>, offset: Option<i64>) -> PyResult<bool> {
+    #[getter]
+    fn logged(&self) -> bool {
+        self.inner.is_logged()
+    }
+
+    /// Commits; returns the changelog offset. `progress(done, total)` hears about long copies,
+    /// `on_stage(name)` about each step of a logged commit.
+    #[pyo3(signature = (offset, now_ms, progress=None, on_stage=None))]
+    fn commit(
+        &mut self,
+        py: Python<'_>,
+        offset: Option<i64>,
+        now_ms: i64,
+        progress: Option<Py<PyAny>>,
+        on_stage: Option<Py<PyAny>>,
+    ) -> PyResult<Option<i64>> {
+        let mut reporter = Progress {
+            callback: progress,
+            error: None,
+        };
+        let mut stages = Progress {
+            callback: on_stage,
+            error: None,
+        };
         let inner = &mut self.inner;
-        py.detach(|| guard(|| inner.recover(offset)))
+        let committed = py.detach(|| {
+            guard(|| {
+                inner.commit(offset, now_ms, &mut |p| reporter.report(p), &mut |stage| {
+                    stages.call((stage.name(),))
+                })
+            })
+        })?;
+        reporter.finish()?;
+        stages.finish()?;
+        Ok(committed)
+    }
+
+    #[pyo3(signature = (offset, progress=None))]
+    fn recover(
+        &mut self,
+        py: Python<'_>,
+        offset: Option<i64>,
+        progress: Option<Py<PyAny>>,
+    ) -> PyResult<bool> {
+        let mut reporter = Progress {
+            callback: progress,
+            error: None,
+        };
+        let inner = &mut self.inner;
+        let current = py.detach(|| {
+            guard(|| inner.recover(offset, &mut |done, total| reporter.counts(done, total)))
+        })?;
+        reporter.finish()?;
+        Ok(current)
     }
 
     fn close(&mut self, py: Python<'_>) -> PyResult<()> {
@@ -425,7 +538,7 @@ impl NativeKeyValueStore {
 
     fn read_committed_view(&self) -> NativeReadCommittedView {
         NativeReadCommittedView {
-            inner: self.inner.read_committed_view(),
+            inner: self.inner.store.read_committed_view(),
         }
     }
 }
@@ -550,7 +663,7 @@ impl RangeIterator {
 
     fn ensure_open(&self, py: Python<'_>) -> PyResult<()> {
         let open = match &self.reader {
-            Reader::Store(store) => store.bind(py).borrow().inner.is_open(),
+            Reader::Store(store) => store.bind(py).borrow().inner.store.is_open(),
             Reader::View(view) => view.is_open(),
         };
         if open {
@@ -570,7 +683,12 @@ impl RangeIterator {
         let rows = match &self.reader {
             Reader::Store(store) => {
                 let store = store.bind(py).borrow();
-                guard(|| store.inner.scan(&self.rest, self.direction, self.chunk))?
+                guard(|| {
+                    store
+                        .inner
+                        .store
+                        .scan(&self.rest, self.direction, self.chunk)
+                })?
             }
             Reader::View(view) => guard(|| view.scan(&self.rest, self.direction, self.chunk))?,
         };

@@ -1,0 +1,123 @@
+"""The four crash windows of the KIP-892 seed, each with a real writer process killed by SIGKILL,
+for a store backed by a changelog. Each commit adds 1 to every key's count (a read-modify-write
+that is wrong if a commit is lost or applied twice), so after a reopen every count must equal
+the number of commits the changelog published, and no commit the writer saw finish may be lost.
+"""
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from kstate import Stores
+
+KEYS = 200
+WRITER = textwrap.dedent(f"""
+    import sys, time
+    from kstate import Stores
+
+    task_dir, pause_at, limit = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    store = (Stores.key_value_store_builder(Stores.persistent_key_value_store("counts"), "string", "int64")
+             .with_config({{"statestore.uncommitted.max.bytes": limit}})
+             .with_logging_enabled().build().init(task_dir))
+    keys = [f"k{{i:03d}}" for i in range({KEYS})]
+
+    def count_once():
+        store.put_all(zip(keys, [(v or 0) + 1 for v in store.get_many(keys)]))
+
+    def stage(name):
+        print(name, flush=True)
+        if name == pause_at:
+            time.sleep(60)
+
+    count_once()
+    store.commit()
+    print("first commit done", flush=True)
+    count_once()
+    if pause_at == "staged":
+        print("staged", flush=True)
+        time.sleep(60)
+    if pause_at == "loop":
+        while True:
+            store.commit()
+            print("committed", store.committed_offset(), flush=True)
+            count_once()
+    store.commit(on_stage=stage)
+    time.sleep(60)
+""")
+SPILL = 4096  # staged writes spill to disk: the commit streams them to the changelog from there
+NO_SPILL = 1 << 30
+
+
+def run_and_kill(task_dir, pause_at, limit, wait_for, delay=0.0):
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(task_dir), pause_at, str(limit)], stdout=subprocess.PIPE, text=True
+    )
+    lines = []
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            assert line, f"writer exited early with {proc.wait()}"
+            lines.append(line.split())
+            if line.startswith(wait_for):
+                break
+        time.sleep(delay)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    return lines
+
+
+def reopen(task_dir):
+    supplier = Stores.persistent_key_value_store("counts")
+    return Stores.key_value_store_builder(supplier, "string", "int64").with_logging_enabled().build().init(task_dir)
+
+
+def counts(store):
+    return {v for _, v in store.all()}
+
+
+def checkpointed(task_dir):
+    lines = (task_dir / ".checkpoint").read_text().split("\n")
+    return int(lines[2].split()[2])
+
+
+@pytest.mark.parametrize("limit", [SPILL, NO_SPILL], ids=["spilled", "in-memory"])
+@pytest.mark.parametrize(
+    "window, pause_at, commits, restored",
+    [
+        ("1: staged, not published", "staged", 1, 0),
+        ("2: published, not in the store", "published", 2, KEYS),
+        ("3: in the store, not checkpointed", "store-committed", 2, 0),
+        ("4: checkpointed", "checkpointed", 2, 0),
+    ],
+    ids=lambda v: v.split(":")[0] if isinstance(v, str) and ":" in v else None,
+)
+def test_each_crash_window_reopens_at_exactly_the_published_commits(
+    task_dir, limit, window, pause_at, commits, restored
+):
+    run_and_kill(task_dir, pause_at, limit, wait_for=pause_at)
+    with reopen(task_dir) as store:
+        assert store.restored_records == restored, window
+        assert counts(store) == {commits}, window
+        assert store.committed_offset() == commits * KEYS - 1
+    assert checkpointed(task_dir) == commits * KEYS - 1, ".checkpoint catches up on open"
+
+
+@pytest.mark.parametrize("attempt", range(3))
+def test_killed_at_random_while_committing_loses_and_repeats_nothing(task_dir, attempt):
+    random.seed(attempt)
+    lines = run_and_kill(task_dir, "loop", NO_SPILL, "committed 799", delay=random.uniform(0, 0.3))
+    seen = [int(words[1]) for words in lines if words[0] == "committed"]
+    with reopen(task_dir) as store:
+        offset = store.committed_offset()
+        assert offset >= max(seen), "a commit the writer saw finish is lost"
+        assert (offset + 1) % KEYS == 0, "the store holds whole commits only"
+        assert counts(store) == {(offset + 1) // KEYS}, "every published commit applied exactly once"
