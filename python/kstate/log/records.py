@@ -24,6 +24,7 @@ truncated entry (a fetch response cut at its size limit) is not corrupt: reading
 from __future__ import annotations
 
 import enum
+import itertools
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -192,7 +193,9 @@ def iter_decode(data: bytes | bytearray | memoryview) -> Iterator[Record]:
     way holds one record at a time, which is faster and lighter than ``decode``'s list. A
     corrupt entry raises when iteration reaches it, after the records before it.
     """
-    return _core.RecordIterator(_set_bytes(data))
+    # The native side decodes a chunk of records per call; chaining the chunks in C keeps the
+    # cost per record below that of a native call per record.
+    return itertools.chain.from_iterable(_core.RecordChunks(_set_bytes(data)))
 
 
 def shallow_entries(data: bytes | bytearray | memoryview) -> list[Entry]:

@@ -13,7 +13,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<key_value_store::NativeReadCommittedView>()?;
     m.add_class::<key_value_store::RangeIterator>()?;
     m.add_class::<records::Record>()?;
-    m.add_class::<records::RecordIterator>()?;
+    m.add_class::<records::RecordChunks>()?;
     m.add_class::<records::ColumnBuffer>()?;
     m.add_function(wrap_pyfunction!(records::encode_records, m)?)?;
     m.add_function(wrap_pyfunction!(records::decode_records, m)?)?;

@@ -327,20 +327,28 @@ pub fn decode_records<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, 
     PyList::new(py, records.into_iter().collect::<PyResult<Vec<_>>>()?)
 }
 
-/// The records of a message set, decoded as they are read: a wrapper is decompressed when its
-/// first record is read, and each record is made on its own `__next__`.
-#[pyclass(module = "kstate._core", name = "RecordIterator")]
-pub struct RecordIterator {
+/// Records decoded per `__next__` call of `RecordChunks`: enough to make the per-call cost
+/// negligible, few enough to stay small in memory.
+const CHUNK_RECORDS: usize = 1024;
+
+/// The records of a message set, decoded as they are read, as lists of up to `CHUNK_RECORDS`
+/// (`kstate.log.records.iter_decode` flattens them in C with `itertools.chain`). A wrapper is
+/// decompressed when its first record is needed.
+#[pyclass(module = "kstate._core", name = "RecordChunks")]
+pub struct RecordChunks {
     data: Py<PyBytes>,
     /// Where the next top-level entry starts in `data`.
     position: usize,
     /// The wrapper whose records are being read.
     inner: Option<InnerRecords>,
-    /// Set by an error: iteration has ended.
-    failed: bool,
+    /// An error met after some records of a chunk: raised by the next call, so the records
+    /// before it are still returned.
+    pending_error: Option<PyErr>,
+    /// The set has ended, or an error was raised.
+    done: bool,
 }
 
-impl RecordIterator {
+impl RecordChunks {
     fn next_record<'py>(&mut self, py: Python<'py>) -> PyResult<Option<Bound<'py, Record>>> {
         loop {
             if let Some(inner) = &mut self.inner {
@@ -363,14 +371,15 @@ impl RecordIterator {
 }
 
 #[pymethods]
-impl RecordIterator {
+impl RecordChunks {
     #[new]
     fn new(data: Py<PyBytes>) -> Self {
         Self {
             data,
             position: 0,
             inner: None,
-            failed: false,
+            pending_error: None,
+            done: false,
         }
     }
 
@@ -378,13 +387,30 @@ impl RecordIterator {
         slf
     }
 
-    fn __next__<'py>(&mut self, py: Python<'py>) -> PyResult<Option<Bound<'py, Record>>> {
-        if self.failed {
+    fn __next__<'py>(&mut self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyList>>> {
+        if let Some(error) = self.pending_error.take() {
+            self.done = true;
+            return Err(error);
+        }
+        let mut chunk = Vec::with_capacity(CHUNK_RECORDS);
+        while !self.done && chunk.len() < CHUNK_RECORDS {
+            match self.next_record(py) {
+                Ok(Some(record)) => chunk.push(record),
+                Ok(None) => self.done = true,
+                Err(error) if chunk.is_empty() => {
+                    self.done = true;
+                    return Err(error);
+                }
+                Err(error) => {
+                    self.pending_error = Some(error);
+                    break;
+                }
+            }
+        }
+        if chunk.is_empty() {
             return Ok(None);
         }
-        let next = self.next_record(py);
-        self.failed = next.is_err();
-        next
+        PyList::new(py, chunk).map(Some)
     }
 }
 

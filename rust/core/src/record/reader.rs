@@ -2,6 +2,8 @@
 //! records with wrappers decompressed and absolute offsets assigned, as Kafka's
 //! `AbstractLegacyRecordBatch.DeepRecordsIterator` does.
 
+use std::cell::Cell;
+
 use super::compression;
 use super::legacy::{self, Framing, Message, LOG_OVERHEAD};
 use super::{Compression, Magic, Record, TimestampType};
@@ -116,7 +118,8 @@ impl Entry<'_> {
         let value = self
             .value
             .ok_or_else(|| wrapper.corrupted("compressed wrapper has a null value"))?;
-        let decompressed = compression::decompress(self.compression, self.magic, value)
+        let mut decompressed = SPARE_BUFFER.take();
+        compression::decompress(self.compression, self.magic, value, &mut decompressed)
             .map_err(|problem| wrapper.corrupted(&problem))?;
         let last_inner_offset = wrapper
             .last_inner_offset(&decompressed)?
@@ -229,6 +232,16 @@ impl Wrapper {
     }
 }
 
+thread_local! {
+    /// The decompression buffer of the last wrapper read on this thread, for the next one. As in
+    /// Kafka's consumer (`BufferSupplier`), reusing it saves first-touching megabytes of fresh
+    /// memory per wrapper, which costs more than inflating into them.
+    static SPARE_BUFFER: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
+}
+
+/// Larger decompression buffers are freed rather than kept for reuse.
+const MAX_SPARE_BUFFER: usize = 32 << 20;
+
 /// The records of one compressed wrapper (see [`Entry::inner_records`]): owns the decompressed
 /// inner set and parses one message per [`InnerRecords::next_record`], so a reader holds one
 /// record at a time however many the wrapper has.
@@ -240,6 +253,16 @@ pub struct InnerRecords {
     position: usize,
     absolute_base: i64,
     failed: bool,
+}
+
+impl Drop for InnerRecords {
+    fn drop(&mut self) {
+        let buffer = std::mem::take(&mut self.decompressed);
+        if buffer.capacity() <= MAX_SPARE_BUFFER {
+            // Fails only while the thread exits, when there is no next wrapper to read.
+            let _ = SPARE_BUFFER.try_with(|spare| spare.set(buffer));
+        }
+    }
 }
 
 impl InnerRecords {
