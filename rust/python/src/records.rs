@@ -119,7 +119,8 @@ fn timestamp_type_member(py: Python<'_>, id: i8) -> PyResult<Bound<'_, PyAny>> {
     Ok(members[index].bind(py).clone())
 }
 
-/// The bytes of a key or value argument: `bytes` or `None`.
+/// The bytes of a key or value argument: exactly `bytes` (no subclass, which could refer back
+/// to the record and so make a cycle; see `new_decoded_record`) or `None`.
 fn optional_bytes<'py>(
     value: Option<Bound<'py, PyAny>>,
     what: &str,
@@ -127,16 +128,19 @@ fn optional_bytes<'py>(
     match value {
         None => Ok(None),
         Some(value) if value.is_none() => Ok(None),
-        Some(value) => value.cast_into::<PyBytes>().map(Some).map_err(|error| {
-            let type_name = error
-                .into_inner()
-                .get_type()
-                .name()
-                .map_or("?".into(), |name| name.to_string());
-            invalid(format!(
-                "a record {what} must be bytes or None, got {type_name}"
-            ))
-        }),
+        Some(value) => value
+            .cast_into_exact::<PyBytes>()
+            .map(Some)
+            .map_err(|error| {
+                let type_name = error
+                    .into_inner()
+                    .get_type()
+                    .name()
+                    .map_or("?".into(), |name| name.to_string());
+                invalid(format!(
+                    "a record {what} must be bytes or None, got {type_name}"
+                ))
+            }),
     }
 }
 
@@ -414,10 +418,11 @@ impl RecordChunks {
     }
 }
 
-/// A `Record` of freshly made `bytes`, left out of the cyclic garbage collector: it refers only
-/// to exact `bytes` and so can never be part of a reference cycle (CPython untracks tuples of
-/// such values the same way). Tracked, every collection pass would rescan every record of a
-/// large decoded list, which doubles the cost of decoding it.
+/// A `Record` of freshly made `bytes`, left out of the cyclic garbage collector: a record refers
+/// only to exact `bytes` and so can never be part of a reference cycle (CPython untracks tuples
+/// of such values the same way).
+/// Tracked, every collection pass would rescan every record of a large decoded list, which
+/// doubles the cost of decoding it.
 fn new_decoded_record<'py>(
     py: Python<'py>,
     record: RecordView<'_>,
