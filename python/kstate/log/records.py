@@ -94,8 +94,8 @@ Record = _core.Record
 Record.__doc__ = """One record as a consumer sees it: ``Record(offset, timestamp, timestamp_type, key, value)``.
 
 ``offset`` is absolute; ``timestamp`` is in milliseconds since the epoch or -1 (``NO_TIMESTAMP``);
-``timestamp_type`` is a ``TimestampType``; ``key`` and ``value`` are ``bytes`` or ``None`` (a null
-key, or a null value, which is a tombstone; both differ from ``b""``).
+``timestamp_type`` is a ``TimestampType``; ``key`` and ``value`` are ``bytes`` (exactly, not a
+subclass) or ``None`` (a null key, or a null value, which is a tombstone; both differ from ``b""``).
 
 Records are immutable, hashable and comparable (ordered by offset, then timestamp, timestamp type,
 key and value, ``None`` before any bytes), and pickle. Build one with keywords, for example
@@ -187,11 +187,12 @@ def decode(data: bytes | bytearray | memoryview) -> list[Record]:
 
 
 def iter_decode(data: bytes | bytearray | memoryview) -> Iterator[Record]:
-    """The records of ``data`` as ``decode`` returns them, made one at a time as they are read.
+    """The records of ``data`` as ``decode`` returns them, made as iteration reaches them.
 
-    A compressed wrapper is decompressed when its first record is read. Reading a large set this
-    way holds one record at a time, which is faster and lighter than ``decode``'s list. A
-    corrupt entry raises when iteration reaches it, after the records before it.
+    Records are made in chunks of up to 1024, and a compressed wrapper is decompressed when its
+    first record is needed, so a large set never becomes one big list: faster and lighter than
+    ``decode`` for a loop. A corrupt entry raises when iteration reaches it, after the records
+    before it.
     """
     # The native side decodes a chunk of records per call; chaining the chunks in C keeps the
     # cost per record below that of a native call per record.
