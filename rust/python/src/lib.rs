@@ -5,6 +5,7 @@ use pyo3::prelude::*;
 mod errors;
 mod key_value_store;
 mod rebalance;
+mod records;
 mod value_and_timestamp;
 
 #[pymodule]
@@ -12,6 +13,14 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<key_value_store::NativeKeyValueStore>()?;
     m.add_class::<key_value_store::NativeReadCommittedView>()?;
     m.add_class::<key_value_store::RangeIterator>()?;
+    m.add_class::<records::Record>()?;
+    m.add_class::<records::RecordChunks>()?;
+    m.add_class::<records::ColumnBuffer>()?;
+    m.add_function(wrap_pyfunction!(records::encode_records, m)?)?;
+    m.add_function(wrap_pyfunction!(records::decode_records, m)?)?;
+    m.add_function(wrap_pyfunction!(records::shallow_entries, m)?)?;
+    m.add_function(wrap_pyfunction!(records::decode_record_columns, m)?)?;
+    m.add_function(wrap_pyfunction!(records::encode_record_columns, m)?)?;
     m.add_function(wrap_pyfunction!(
         value_and_timestamp::encode_value_and_timestamp,
         m

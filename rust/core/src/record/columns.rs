@@ -2,7 +2,7 @@
 //! timestamp types as u8 codes, keys and values as Arrow binary buffers.
 
 use super::builder::MessageSetBuilder;
-use super::reader::shallow_entries;
+use super::reader::visit_records;
 use super::{Compression, Magic, TimestampType};
 use crate::error::{Error, Result};
 use crate::packed::{BinaryBuilder, BinaryColumn};
@@ -80,19 +80,17 @@ pub fn decode_columns(set: &[u8], large_binary: bool) -> Result<RecordColumns> {
         values: BinaryBuilder::new(0, large_binary),
         large_binary,
     };
-    for entry in shallow_entries(set) {
-        entry?.visit_records(&mut |record| {
-            columns.offsets.push(record.offset);
-            columns.timestamps.push(record.timestamp);
-            columns.timestamp_types.push(match record.timestamp_type {
-                None => TIMESTAMP_TYPE_NONE,
-                Some(TimestampType::CreateTime) => TIMESTAMP_TYPE_CREATE_TIME,
-                Some(TimestampType::LogAppendTime) => TIMESTAMP_TYPE_LOG_APPEND_TIME,
-            });
-            columns.keys.push(record.key)?;
-            columns.values.push(record.value)
-        })?;
-    }
+    visit_records(set, &mut |record| {
+        columns.offsets.push(record.offset);
+        columns.timestamps.push(record.timestamp);
+        columns.timestamp_types.push(match record.timestamp_type {
+            None => TIMESTAMP_TYPE_NONE,
+            Some(TimestampType::CreateTime) => TIMESTAMP_TYPE_CREATE_TIME,
+            Some(TimestampType::LogAppendTime) => TIMESTAMP_TYPE_LOG_APPEND_TIME,
+        });
+        columns.keys.push(record.key)?;
+        columns.values.push(record.value)
+    })?;
     Ok(columns)
 }
 

@@ -51,21 +51,27 @@ pub(crate) fn compress(compression: Compression, magic: Magic, data: &[u8]) -> R
     }
 }
 
-/// Decompresses a wrapper's value. The error is the problem only; the caller names the entry.
-pub(crate) fn decompress(compression: Compression, magic: Magic, data: &[u8]) -> Parsed<Vec<u8>> {
+/// Decompresses a wrapper's value into `out` (cleared first, so a reused buffer may be passed).
+/// The error is the problem only; the caller names the entry.
+pub(crate) fn decompress(
+    compression: Compression,
+    magic: Magic,
+    data: &[u8],
+    out: &mut Vec<u8>,
+) -> Parsed<()> {
+    out.clear();
     match compression {
-        Compression::None => Ok(data.to_vec()),
+        Compression::None => out.extend_from_slice(data),
         Compression::Gzip => {
             // Java's GZIPInputStream reads concatenated gzip members, so this does too.
-            let mut out = Vec::new();
             flate2::read::MultiGzDecoder::new(data)
-                .read_to_end(&mut out)
+                .read_to_end(out)
                 .map_err(|e| format!("gzip value does not decompress: {e}"))?;
-            Ok(out)
         }
-        Compression::Snappy => unsnappy(data),
-        Compression::Lz4 => unlz4(magic, data),
+        Compression::Snappy => unsnappy(data, out)?,
+        Compression::Lz4 => unlz4(magic, data, out)?,
     }
+    Ok(())
 }
 
 fn snappy_xerial(data: &[u8]) -> Result<Vec<u8>> {
@@ -84,8 +90,7 @@ fn snappy_xerial(data: &[u8]) -> Result<Vec<u8>> {
 
 /// Xerial-framed when the value starts with xerial's magic (as kafka-python and librdkafka
 /// detect it), raw snappy otherwise.
-fn unsnappy(data: &[u8]) -> Parsed<Vec<u8>> {
-    let mut out = Vec::new();
+fn unsnappy(data: &[u8], out: &mut Vec<u8>) -> Parsed<()> {
     match data.split_at_checked(XERIAL_HEADER.len()) {
         Some((header, mut blocks)) if header.starts_with(&XERIAL_MAGIC) => {
             while !blocks.is_empty() {
@@ -102,13 +107,13 @@ fn unsnappy(data: &[u8]) -> Parsed<Vec<u8>> {
                             after_length.len()
                         )
                     })?;
-                unsnappy_block(block, &mut out)?;
+                unsnappy_block(block, out)?;
                 blocks = rest;
             }
         }
-        _ => unsnappy_block(data, &mut out)?,
+        _ => unsnappy_block(data, out)?,
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Appends one raw snappy block's content to `out`.
@@ -152,7 +157,7 @@ fn lz4_frame(magic: Magic, data: &[u8]) -> Result<Vec<u8>> {
 
 /// For magic v0 the header checksum is ignored (Kafka's `ignoreFlagDescriptorChecksum`): the
 /// byte is replaced by the correct one so the standard decoder accepts the frame.
-fn unlz4(magic: Magic, data: &[u8]) -> Parsed<Vec<u8>> {
+fn unlz4(magic: Magic, data: &[u8], out: &mut Vec<u8>) -> Parsed<()> {
     let checksum_position = lz4_checksum_position(data)?;
     let frame: Cow<'_, [u8]> = match magic {
         Magic::V1 => Cow::Borrowed(data),
@@ -167,11 +172,10 @@ fn unlz4(magic: Magic, data: &[u8]) -> Parsed<Vec<u8>> {
             Cow::Owned(patched)
         }
     };
-    let mut out = Vec::new();
     lz4_flex::frame::FrameDecoder::new(&frame[..])
-        .read_to_end(&mut out)
+        .read_to_end(out)
         .map_err(|e| format!("lz4 value does not decompress: {e}"))?;
-    Ok(out)
+    Ok(())
 }
 
 /// Where the header checksum byte (HC) of the LZ4 frame at the start of `frame` is.
@@ -207,12 +211,24 @@ mod tests {
 
     const DATA: &[u8] = b"legacy kafka legacy kafka legacy kafka legacy kafka";
 
+    fn decompressed(compression: Compression, magic: Magic, data: &[u8]) -> Parsed<Vec<u8>> {
+        let mut out = b"left over from the last use".to_vec();
+        decompress(compression, magic, data, &mut out)?;
+        Ok(out)
+    }
+
+    fn unsnappied(data: &[u8]) -> Parsed<Vec<u8>> {
+        let mut out = Vec::new();
+        unsnappy(data, &mut out)?;
+        Ok(out)
+    }
+
     #[test]
     fn every_codec_round_trips_for_both_magics() {
         for compression in [Compression::Gzip, Compression::Snappy, Compression::Lz4] {
             for magic in [Magic::V0, Magic::V1] {
                 let packed = compress(compression, magic, DATA).unwrap();
-                assert_eq!(decompress(compression, magic, &packed).unwrap(), DATA);
+                assert_eq!(decompressed(compression, magic, &packed).unwrap(), DATA);
             }
         }
     }
@@ -224,17 +240,20 @@ mod tests {
         assert_eq!(v0[6], lz4_header_checksum(&v0[..6]));
         assert_eq!(v1[6], lz4_header_checksum(&v1[4..6]));
         assert_ne!(v0[6], v1[6]);
-        assert!(decompress(Compression::Lz4, Magic::V1, &v0).is_err());
+        assert!(decompressed(Compression::Lz4, Magic::V1, &v0).is_err());
         // v0 ignores the checksum, so the correct one is accepted too.
-        assert_eq!(decompress(Compression::Lz4, Magic::V0, &v1).unwrap(), DATA);
+        assert_eq!(
+            decompressed(Compression::Lz4, Magic::V0, &v1).unwrap(),
+            DATA
+        );
     }
 
     #[test]
     fn snappy_reads_raw_blocks_and_rejects_impossible_lengths() {
         let raw = snap::raw::Encoder::new().compress_vec(DATA).unwrap();
-        assert_eq!(unsnappy(&raw).unwrap(), DATA);
+        assert_eq!(unsnappied(&raw).unwrap(), DATA);
         // A varint claiming ~4 GiB from five bytes.
         let lie = [0xff, 0xff, 0xff, 0xff, 0x0f];
-        assert!(unsnappy(&lie).unwrap_err().contains("impossible"));
+        assert!(unsnappied(&lie).unwrap_err().contains("impossible"));
     }
 }

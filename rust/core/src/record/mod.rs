@@ -8,7 +8,9 @@
 //! - [`shallow_entries`] walks the top-level entries as stored (wrappers stay compressed), with
 //!   their byte positions, for segment files and indexes.
 //! - [`deep_records`] / [`decode_records`] yield every record with its absolute offset,
-//!   decompressing wrappers the way Kafka's consumer does.
+//!   decompressing wrappers the way Kafka's consumer does; [`visit_records`] does the same
+//!   without copying keys and values, and [`entry_at`] with [`Entry::inner_records`] reads
+//!   them one at a time.
 //! - [`decode_columns`] / [`encode_columns`] do the same as Arrow-style columns.
 //!
 //! Bad input is reported as [`Error::Corrupted`](crate::Error::Corrupted) naming the entry's
@@ -27,7 +29,8 @@ pub use columns::{
     TIMESTAMP_TYPE_LOG_APPEND_TIME, TIMESTAMP_TYPE_NONE,
 };
 pub use reader::{
-    decode_records, deep_records, shallow_entries, DeepRecords, Entry, ShallowEntries,
+    decode_records, deep_records, entry_at, shallow_entries, visit_records, DeepRecords, Entry,
+    InnerRecords, RecordView, ShallowEntries,
 };
 
 /// The message format version (the message's magic byte).

@@ -2,6 +2,8 @@
 //! records with wrappers decompressed and absolute offsets assigned, as Kafka's
 //! `AbstractLegacyRecordBatch.DeepRecordsIterator` does.
 
+use std::cell::Cell;
+
 use super::compression;
 use super::legacy::{self, Framing, Message, LOG_OVERHEAD};
 use super::{Compression, Magic, Record, TimestampType};
@@ -26,8 +28,10 @@ pub struct Entry<'a> {
     pub value: Option<&'a [u8]>,
 }
 
-/// One deep record borrowed from the set or from a decompressed wrapper value.
-pub(crate) struct RecordView<'b> {
+/// One deep record borrowed from the set or from a decompressed wrapper value (see
+/// [`visit_records`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordView<'b> {
     pub offset: i64,
     pub timestamp: i64,
     pub timestamp_type: Option<TimestampType>,
@@ -36,7 +40,8 @@ pub(crate) struct RecordView<'b> {
 }
 
 impl RecordView<'_> {
-    fn to_record(&self) -> Record {
+    /// The record with its key and value copied.
+    pub fn to_record(self) -> Record {
         Record {
             offset: self.offset,
             timestamp: self.timestamp,
@@ -54,7 +59,7 @@ impl Entry<'_> {
 
     /// The entry itself as a record; a wrapper's value stays compressed.
     pub fn to_record(&self) -> Record {
-        self.as_view().to_record()
+        self.record_view().to_record()
     }
 
     /// The records this entry holds: itself when plain, the decompressed inner records with
@@ -69,93 +74,19 @@ impl Entry<'_> {
     }
 
     /// Calls `visit` with each record of [`Entry::records`], without copying keys and values.
-    pub(crate) fn visit_records(
-        &self,
-        visit: &mut dyn FnMut(RecordView<'_>) -> Result<()>,
-    ) -> Result<()> {
+    pub fn visit_records(&self, visit: &mut dyn FnMut(RecordView<'_>) -> Result<()>) -> Result<()> {
         if !self.is_compressed() {
-            return visit(self.as_view());
+            return visit(self.record_view());
         }
-        let value = self
-            .value
-            .ok_or_else(|| self.corrupted("compressed wrapper has a null value"))?;
-        let decompressed = compression::decompress(self.compression, self.magic, value)
-            .map_err(|problem| self.corrupted(&problem))?;
-        let inner = self.parse_inner(&decompressed)?;
-
-        let last_inner_offset = match inner.last() {
-            Some((offset, _)) => *offset,
-            None => return Err(self.corrupted("compressed wrapper holds no messages")),
-        };
-        let absolute_base = match self.magic {
-            // v0 inner offsets are absolute already.
-            Magic::V0 => 0,
-            // Some librdkafka versions leave the wrapper offset 0 in produce requests.
-            Magic::V1 if self.offset == 0 => 0,
-            Magic::V1 if self.offset < last_inner_offset => {
-                return Err(self.corrupted(&format!(
-                    "wrapper offset is less than its last inner offset {last_inner_offset}"
-                )))
-            }
-            Magic::V1 => self.offset.checked_sub(last_inner_offset).ok_or_else(|| {
-                self.corrupted(&format!("inner offset {last_inner_offset} overflows"))
-            })?,
-        };
-        let log_append_time = match self.timestamp_type {
-            Some(TimestampType::LogAppendTime) => Some(self.timestamp),
-            _ => None,
-        };
-        for (inner_offset, message) in &inner {
-            let offset = absolute_base
-                .checked_add(*inner_offset)
-                .ok_or_else(|| self.corrupted(&format!("inner offset {inner_offset} overflows")))?;
-            visit(RecordView {
-                offset,
-                // A LogAppendTime wrapper's timestamp replaces the inner ones, and every inner
-                // record reports the wrapper's type.
-                timestamp: log_append_time.unwrap_or(message.timestamp),
-                timestamp_type: self.timestamp_type,
-                key: message.key,
-                value: message.value,
-            })?;
+        let mut inner = self.inner_records()?;
+        while let Some(record) = inner.next_record() {
+            visit(record?)?;
         }
         Ok(())
     }
 
-    /// Every inner entry of a decompressed wrapper value, with its offset as stored. Like Kafka,
-    /// a truncated last inner entry just ends the inner set.
-    fn parse_inner<'d>(&self, decompressed: &'d [u8]) -> Result<Vec<(i64, Message<'d>)>> {
-        let mut inner = Vec::new();
-        let mut position = 0;
-        loop {
-            let rest = decompressed.get(position..).unwrap_or_default();
-            let (offset, message) = match legacy::next_entry(rest) {
-                Framing::End => return Ok(inner),
-                Framing::Corrupt { offset, problem } => {
-                    return Err(self.inner_corrupted(position, offset, &problem))
-                }
-                Framing::Entry { offset, message } => (offset, message),
-            };
-            let parsed = legacy::parse_message(message)
-                .map_err(|problem| self.inner_corrupted(position, offset, &problem))?;
-            if parsed.magic != self.magic {
-                let problem = format!(
-                    "inner magic {} does not match the wrapper's magic {}",
-                    parsed.magic.as_byte(),
-                    self.magic.as_byte()
-                );
-                return Err(self.inner_corrupted(position, offset, &problem));
-            }
-            if parsed.compression != Compression::None {
-                let problem = format!("inner message is compressed too ({:?})", parsed.compression);
-                return Err(self.inner_corrupted(position, offset, &problem));
-            }
-            inner.push((offset, parsed));
-            position += LOG_OVERHEAD + message.len();
-        }
-    }
-
-    fn as_view(&self) -> RecordView<'_> {
+    /// A plain entry as the record it is (a wrapper's value stays compressed).
+    pub fn record_view(&self) -> RecordView<'_> {
         RecordView {
             offset: self.offset,
             timestamp: self.timestamp,
@@ -163,6 +94,130 @@ impl Entry<'_> {
             key: self.key,
             value: self.value,
         }
+    }
+
+    /// A compressed wrapper's records, decompressed now and parsed as they are read. Checks
+    /// what must hold before the first record can be given its absolute offset: the value
+    /// decompresses, the inner entries are framed, there is at least one, and (v1) the wrapper
+    /// offset can be the last inner record's.
+    pub fn inner_records(&self) -> Result<InnerRecords> {
+        let wrapper = Wrapper {
+            position: self.position,
+            offset: self.offset,
+            magic: self.magic,
+            timestamp_type: self.timestamp_type,
+            // A LogAppendTime wrapper's timestamp replaces the inner ones.
+            log_append_time: match self.timestamp_type {
+                Some(TimestampType::LogAppendTime) => Some(self.timestamp),
+                _ => None,
+            },
+        };
+        if !self.is_compressed() {
+            return Err(wrapper.corrupted("a plain entry has no inner records"));
+        }
+        let value = self
+            .value
+            .ok_or_else(|| wrapper.corrupted("compressed wrapper has a null value"))?;
+        let mut decompressed = SPARE_BUFFER.take();
+        compression::decompress(self.compression, self.magic, value, &mut decompressed)
+            .map_err(|problem| wrapper.corrupted(&problem))?;
+        let last_inner_offset = wrapper
+            .last_inner_offset(&decompressed)?
+            .ok_or_else(|| wrapper.corrupted("compressed wrapper holds no messages"))?;
+        let absolute_base = wrapper.absolute_base(last_inner_offset)?;
+        Ok(InnerRecords {
+            wrapper,
+            decompressed,
+            position: 0,
+            absolute_base,
+            failed: false,
+        })
+    }
+}
+
+/// What reading a wrapper's inner records needs to know about the wrapper.
+#[derive(Debug, Clone, Copy)]
+struct Wrapper {
+    position: usize,
+    offset: i64,
+    magic: Magic,
+    timestamp_type: Option<TimestampType>,
+    log_append_time: Option<i64>,
+}
+
+impl Wrapper {
+    /// The stored offset of the last inner entry, reading only the entries' framing; `None`
+    /// when there is none. Like Kafka, a truncated last inner entry just ends the inner set.
+    fn last_inner_offset(&self, decompressed: &[u8]) -> Result<Option<i64>> {
+        let mut last = None;
+        let mut position = 0;
+        loop {
+            let rest = decompressed.get(position..).unwrap_or_default();
+            match legacy::next_entry(rest) {
+                Framing::End => return Ok(last),
+                Framing::Corrupt { offset, problem } => {
+                    return Err(self.inner_corrupted(position, offset, &problem))
+                }
+                Framing::Entry { offset, message } => {
+                    last = Some(offset);
+                    position += LOG_OVERHEAD + message.len();
+                }
+            }
+        }
+    }
+
+    /// What turns an inner offset as stored into an absolute one (spec 3.5 reader side).
+    fn absolute_base(&self, last_inner_offset: i64) -> Result<i64> {
+        match self.magic {
+            // v0 inner offsets are absolute already.
+            Magic::V0 => Ok(0),
+            // Some librdkafka versions leave the wrapper offset 0 in produce requests.
+            Magic::V1 if self.offset == 0 => Ok(0),
+            Magic::V1 if self.offset < last_inner_offset => Err(self.corrupted(&format!(
+                "wrapper offset is less than its last inner offset {last_inner_offset}"
+            ))),
+            Magic::V1 => self.offset.checked_sub(last_inner_offset).ok_or_else(|| {
+                self.corrupted(&format!("inner offset {last_inner_offset} overflows"))
+            }),
+        }
+    }
+
+    /// The inner message `message` (stored at `inner_position` with `inner_offset`), checked
+    /// and with its absolute offset.
+    fn inner_record<'d>(
+        &self,
+        absolute_base: i64,
+        inner_position: usize,
+        inner_offset: i64,
+        message: &'d [u8],
+    ) -> Result<RecordView<'d>> {
+        let fail = |problem: &str| self.inner_corrupted(inner_position, inner_offset, problem);
+        let parsed: Message<'d> =
+            legacy::parse_message(message).map_err(|problem| fail(&problem))?;
+        if parsed.magic != self.magic {
+            return Err(fail(&format!(
+                "inner magic {} does not match the wrapper's magic {}",
+                parsed.magic.as_byte(),
+                self.magic.as_byte()
+            )));
+        }
+        if parsed.compression != Compression::None {
+            return Err(fail(&format!(
+                "inner message is compressed too ({:?})",
+                parsed.compression
+            )));
+        }
+        let offset = absolute_base
+            .checked_add(inner_offset)
+            .ok_or_else(|| fail("inner offset overflows"))?;
+        Ok(RecordView {
+            offset,
+            timestamp: self.log_append_time.unwrap_or(parsed.timestamp),
+            // Every inner record reports the wrapper's type.
+            timestamp_type: self.timestamp_type,
+            key: parsed.key,
+            value: parsed.value,
+        })
     }
 
     fn corrupted(&self, problem: &str) -> Error {
@@ -174,6 +229,64 @@ impl Entry<'_> {
             "inner entry at byte {inner_position} of the decompressed value \
              (stored offset {inner_offset}): {problem}"
         ))
+    }
+}
+
+thread_local! {
+    /// The decompression buffer of the last wrapper read on this thread, for the next one. As in
+    /// Kafka's consumer (`BufferSupplier`), reusing it saves first-touching megabytes of fresh
+    /// memory per wrapper, which costs more than inflating into them.
+    static SPARE_BUFFER: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
+}
+
+/// Larger decompression buffers are freed rather than kept for reuse.
+const MAX_SPARE_BUFFER: usize = 32 << 20;
+
+/// The records of one compressed wrapper (see [`Entry::inner_records`]): owns the decompressed
+/// inner set and parses one message per [`InnerRecords::next_record`], so a reader holds one
+/// record at a time however many the wrapper has.
+#[derive(Debug)]
+pub struct InnerRecords {
+    wrapper: Wrapper,
+    decompressed: Vec<u8>,
+    /// Where the next inner entry starts in `decompressed`.
+    position: usize,
+    absolute_base: i64,
+    failed: bool,
+}
+
+impl Drop for InnerRecords {
+    fn drop(&mut self) {
+        let buffer = std::mem::take(&mut self.decompressed);
+        if buffer.capacity() <= MAX_SPARE_BUFFER {
+            // Fails only while the thread exits, when there is no next wrapper to read.
+            let _ = SPARE_BUFFER.try_with(|spare| spare.set(buffer));
+        }
+    }
+}
+
+impl InnerRecords {
+    /// The next record, borrowing from the decompressed set; `None` at the end or after an
+    /// error.
+    pub fn next_record(&mut self) -> Option<Result<RecordView<'_>>> {
+        if self.failed {
+            return None;
+        }
+        let position = self.position;
+        let rest = self.decompressed.get(position..).unwrap_or_default();
+        let result = match legacy::next_entry(rest) {
+            Framing::End => return None,
+            Framing::Corrupt { offset, problem } => {
+                Err(self.wrapper.inner_corrupted(position, offset, &problem))
+            }
+            Framing::Entry { offset, message } => {
+                self.position += LOG_OVERHEAD + message.len();
+                self.wrapper
+                    .inner_record(self.absolute_base, position, offset, message)
+            }
+        };
+        self.failed = result.is_err();
+        Some(result)
     }
 }
 
@@ -190,6 +303,17 @@ pub fn shallow_entries(set: &[u8]) -> ShallowEntries<'_> {
         position: 0,
         failed: false,
     }
+}
+
+/// The top-level entry that starts at byte `position` of `set` (the `position + size` of the
+/// entry before it); `None` at the end of the set or at a truncated trailing entry.
+pub fn entry_at(set: &[u8], position: usize) -> Option<Result<Entry<'_>>> {
+    ShallowEntries {
+        set,
+        position,
+        failed: false,
+    }
+    .next()
 }
 
 /// Iterator of [`shallow_entries`].
@@ -275,6 +399,18 @@ impl Iterator for DeepRecords<'_> {
             }
         }
     }
+}
+
+/// Calls `visit` with every record of `set` (deep, as [`decode_records`]), borrowing keys and
+/// values instead of copying them. Stops at the first error, from the set or from `visit`.
+pub fn visit_records(
+    set: &[u8],
+    visit: &mut dyn FnMut(RecordView<'_>) -> Result<()>,
+) -> Result<()> {
+    for entry in shallow_entries(set) {
+        entry?.visit_records(visit)?;
+    }
+    Ok(())
 }
 
 /// All records of `set` (deep), or the first error.
