@@ -34,6 +34,11 @@ class InvalidArgumentError(KStateError, ValueError):
     """An argument or configuration value that can never be valid."""
 
 
+class InvalidTimestampError(InvalidArgumentError):
+    """A log rejected a batch of records whose timestamps are out of the allowed range (Kafka's
+    ``INVALID_TIMESTAMP``, error 32); nothing of the batch was written."""
+
+
 class SerializationError(KStateError, ValueError):
     """A key or value could not be serialized or deserialized by its serde."""
 
@@ -46,5 +51,6 @@ __all__ = [
     "CorruptedDataError",
     "TaskAssignmentError",
     "InvalidArgumentError",
+    "InvalidTimestampError",
     "SerializationError",
 ]

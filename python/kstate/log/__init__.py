@@ -1,7 +1,9 @@
-"""Kafka's log formats. ``kstate.log.records``: legacy (magic v0/v1) message sets to and from
-bytes, as ``Record`` lists or Arrow record batches."""
+"""Kafka's logs. ``kstate.log.partition``: topics and partitions on disk in a broker's files and
+layout. ``kstate.log.records``: legacy (magic v0/v1) message sets to and from bytes, as ``Record``
+lists or Arrow record batches."""
 
-from kstate.log import records
+from kstate.log import partition, records
+from kstate.log.partition import AppendInfo, Partition, SegmentInfo, TimestampAndOffset, Topic, partition_dir
 from kstate.log.records import (
     Compression,
     Entry,
@@ -17,7 +19,14 @@ from kstate.log.records import (
 )
 
 __all__ = [
+    "partition",
     "records",
+    "AppendInfo",
+    "Partition",
+    "SegmentInfo",
+    "TimestampAndOffset",
+    "Topic",
+    "partition_dir",
     "Compression",
     "Entry",
     "Record",

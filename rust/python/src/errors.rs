@@ -26,6 +26,9 @@ pub fn to_py(error: Error) -> PyErr {
         let (class, message) = match error {
             Error::Closed(m) => ("StoreClosedError", m),
             Error::InvalidState(m) => ("InvalidStateStoreError", m),
+            Error::InvalidArgument(m) if m.starts_with(kstate_core::log::INVALID_TIMESTAMP) => {
+                ("InvalidTimestampError", m)
+            }
             Error::InvalidArgument(m) => ("InvalidArgumentError", m),
             Error::Corrupted(m) => ("CorruptedDataError", m),
             Error::Storage(m) => ("ProcessorStateError", m),

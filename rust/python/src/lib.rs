@@ -4,6 +4,7 @@ use pyo3::prelude::*;
 
 mod errors;
 mod key_value_store;
+mod partition;
 mod rebalance;
 mod records;
 mod value_and_timestamp;
@@ -13,6 +14,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<key_value_store::NativeKeyValueStore>()?;
     m.add_class::<key_value_store::NativeReadCommittedView>()?;
     m.add_class::<key_value_store::RangeIterator>()?;
+    m.add_class::<partition::NativePartition>()?;
     m.add_class::<records::Record>()?;
     m.add_class::<records::RecordChunks>()?;
     m.add_class::<records::ColumnBuffer>()?;

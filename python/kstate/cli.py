@@ -1,0 +1,111 @@
+"""The ``kstate`` command line.
+
+kstate log dump <partition dir> [--deep] [--no-data]   entries of every segment, like kafka-dump-log
+kstate log offsets-for-times <partition dir> <ms>      first offset with a timestamp >= ms
+"""
+
+from __future__ import annotations
+
+import argparse
+import struct
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from kstate.errors import KStateError
+from kstate.log import Partition, decode, shallow_entries
+
+HEADER = struct.Struct(">qi")  # offset, size: the 12 bytes before each message
+TIMESTAMP_NAMES = {-1: "NoTimestampType", 0: "CreateTime", 1: "LogAppendTime"}
+
+
+def _text(data: bytes | None) -> str:
+    if data is None:
+        return "null"
+    return data.decode("utf-8", errors="backslashreplace")
+
+
+def _entries(segment: bytes) -> Iterator[tuple[int, bytes]]:
+    """Each entry's position and bytes, by the size field alone, so a corrupt entry can still be
+    shown; a truncated trailing entry ends the walk."""
+    position = 0
+    while position + HEADER.size <= len(segment):
+        _, size = HEADER.unpack_from(segment, position)
+        end = position + HEADER.size + size
+        if size < 0 or end > len(segment):
+            return
+        yield position, segment[position:end]
+        position = end
+
+
+def _describe(entry, position: int, raw: bytes, print_data: bool) -> str:
+    crc = struct.unpack_from(">I", raw, HEADER.size)[0]
+    line = (
+        f"offset: {entry.offset} position: {position} "
+        f"{TIMESTAMP_NAMES.get(int(entry.timestamp_type), '?')}: {entry.timestamp} isvalid: true "
+        f"size: {len(raw)} magic: {entry.magic} compresscodec: {entry.compression.name} crc: {crc}"
+    )
+    if print_data and not entry.is_compressed:
+        line += f" key: {_text(entry.key)} payload: {_text(entry.value)}"
+    return line
+
+
+def dump(partition_dir: Path, deep: bool, print_data: bool, out=sys.stdout) -> int:
+    """Prints every entry of every segment; returns the number of invalid entries seen."""
+    invalid = 0
+    for segment_file in sorted(partition_dir.glob("*.log")):
+        print(f"Dumping {segment_file}", file=out)
+        segment = segment_file.read_bytes()
+        end = 0
+        for position, raw in _entries(segment):
+            end = position + len(raw)
+            try:
+                [entry] = shallow_entries(raw)
+            except KStateError as error:
+                invalid += 1
+                print(f"offset: {HEADER.unpack_from(raw)[0]} position: {position} isvalid: false ({error})", file=out)
+                continue
+            print(_describe(entry, position, raw, print_data), file=out)
+            if deep and entry.is_compressed:
+                for record in decode(raw):
+                    data = f" key: {_text(record.key)} payload: {_text(record.value)}" if print_data else ""
+                    kind = TIMESTAMP_NAMES.get(int(record.timestamp_type), "?")
+                    print(f"| offset: {record.offset} {kind}: {record.timestamp}{data}", file=out)
+        if end < len(segment):
+            print(f"Found {len(segment) - end} bytes of a truncated entry at position {end}", file=out)
+    return invalid
+
+
+def offsets_for_times(partition_dir: Path, timestamp: int, out=sys.stdout) -> None:
+    with Partition.open(partition_dir) as log:
+        found = log.offsets_for_times(timestamp)
+    print("none" if found is None else f"offset: {found.offset} timestamp: {found.timestamp}", file=out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="kstate", description="kstate's tools for Kafka-format logs.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    log_parser = commands.add_parser("log", help="Kafka log partitions on disk")
+    log_commands = log_parser.add_subparsers(dest="log_command", required=True)
+    dump_parser = log_commands.add_parser("dump", help="print the entries of a partition's segments")
+    dump_parser.add_argument("partition_dir", type=Path)
+    dump_parser.add_argument("--deep", action="store_true", help="also print the records inside compressed wrappers")
+    dump_parser.add_argument("--no-data", action="store_true", help="leave keys and values out")
+    times_parser = log_commands.add_parser("offsets-for-times", help="first offset with a timestamp >= the given ms")
+    times_parser.add_argument("partition_dir", type=Path)
+    times_parser.add_argument("timestamp", type=int)
+    args = parser.parse_args(argv)
+    try:
+        if not args.partition_dir.is_dir():
+            parser.error(f"{args.partition_dir} is not a directory")
+        if args.log_command == "dump":
+            return 1 if dump(args.partition_dir, args.deep, not args.no_data) else 0
+        offsets_for_times(args.partition_dir, args.timestamp)
+        return 0
+    except KStateError as error:
+        print(f"kstate: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
