@@ -57,6 +57,10 @@ def test_out_of_range_timestamps_reject_the_whole_batch(tmp_path):
         with pytest.raises(InvalidTimestampError, match="INVALID_TIMESTAMP"):
             log.append([(b"ok", b"1", NOW), (b"late", b"2", NOW - 5000)], now_ms=NOW)
         assert log.log_end_offset == 0, "nothing of the batch was written"
+    with Partition.open(tmp_path / "s-0", {"max.message.time.difference.ms": 1000}) as log:
+        with pytest.raises(InvalidTimestampError):
+            log.append([(b"early", b"1", NOW + 5000)], now_ms=NOW)
+        log.append([(b"ok", b"1", NOW + 500)], now_ms=NOW)
     with Partition.open(tmp_path / "u-0", {"message.timestamp.type": "LogAppendTime"}) as log:
         info = log.append([(b"k", b"v", 5)], now_ms=NOW)
         assert info.log_append_time == NOW

@@ -121,7 +121,8 @@ impl LogConfig {
             "message.timestamp.after.max.ms" => {
                 self.message_timestamp_after_max_ms = parse_number(name, value)?
             }
-            "message.timestamp.difference.max.ms" => {
+            // The KIP-32 seed's name for it, which Kafka never shipped (spec 3.6).
+            "message.timestamp.difference.max.ms" | "max.message.time.difference.ms" => {
                 self.message_timestamp_difference_max_ms = parse_number(name, value)?
             }
             "retention.ms" => self.retention_ms = parse_number(name, value)?,
