@@ -14,6 +14,7 @@ from pathlib import Path
 
 from kstate.errors import KStateError
 from kstate.log import Partition, decode, shallow_entries
+from kstate.upgrade import find_stores, upgrade_store
 
 HEADER = struct.Struct(">qi")  # offset, size: the 12 bytes before each message
 TIMESTAMP_NAMES = {-1: "NoTimestampType", 0: "CreateTime", 1: "LogAppendTime"}
@@ -82,6 +83,19 @@ def offsets_for_times(partition_dir: Path, timestamp: int, out=sys.stdout) -> No
     print("none" if found is None else f"offset: {found.offset} timestamp: {found.timestamp}", file=out)
 
 
+def upgrade(path: Path, dry_run: bool, out=sys.stdout) -> None:
+    stores = find_stores(path)
+    if not stores:
+        print(f"no key-value store under {path}", file=out)
+    for store in stores:
+        found = upgrade_store(store, dry_run)
+        if found.legacy_entries == 0:
+            print(f"{store}: {found.format}, nothing to upgrade", file=out)
+        else:
+            verb = "would convert" if dry_run else "converted"
+            print(f"{store}: {found.format}, {verb} {found.legacy_entries} values to the timestamped format", file=out)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kstate", description="kstate's tools for Kafka-format logs.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -94,8 +108,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     times_parser = log_commands.add_parser("offsets-for-times", help="first offset with a timestamp >= the given ms")
     times_parser.add_argument("partition_dir", type=Path)
     times_parser.add_argument("timestamp", type=int)
+    upgrade_parser = commands.add_parser("upgrade", help="convert plain key-value stores to the timestamped format")
+    upgrade_parser.add_argument(
+        "path", type=Path, help="a store directory, or a state or task directory holding stores"
+    )
+    upgrade_parser.add_argument("--dry-run", action="store_true", help="only say what would be converted")
     args = parser.parse_args(argv)
     try:
+        if args.command == "upgrade":
+            upgrade(args.path, args.dry_run)
+            return 0
         if not args.partition_dir.is_dir():
             parser.error(f"{args.partition_dir} is not a directory")
         if args.log_command == "dump":

@@ -22,6 +22,7 @@ pub mod segments;
 pub mod spill;
 pub mod store;
 pub mod timestamped;
+pub mod upgrade;
 
 pub use error::{Error, Result};
 pub use key_range::{Direction, KeyRange};

@@ -7,8 +7,8 @@ use std::borrow::Cow;
 use std::path::Path;
 
 use rocksdb::{
-    ColumnFamily, ColumnFamilyDescriptor, DBCompressionType, DBRawIterator, FlushOptions, Options,
-    ReadOptions, WriteBatch, WriteOptions, DB, DEFAULT_COLUMN_FAMILY_NAME,
+    BlockBasedOptions, ColumnFamily, ColumnFamilyDescriptor, DBCompressionType, DBRawIterator,
+    FlushOptions, Options, ReadOptions, WriteBatch, WriteOptions, DB, DEFAULT_COLUMN_FAMILY_NAME,
 };
 
 use crate::committed::{CommittedState, OffsetWrite, Write};
@@ -45,6 +45,11 @@ fn db_options() -> Options {
     opts.create_missing_column_families(true);
     // Kafka Streams' RocksDBStore stores values uncompressed; so do we, for speed and parity.
     opts.set_compression_type(DBCompressionType::None);
+    // SST format 5, readable by the RocksDB of Kafka Streams 3.x (rocksdbjni 7.x) and of other
+    // bindings; the bundled RocksDB's default (7) is not.
+    let mut table = BlockBasedOptions::default();
+    table.set_format_version(5);
+    opts.set_block_based_table_factory(&table);
     opts
 }
 
@@ -162,6 +167,63 @@ impl RocksState {
             }
         }
         Ok(())
+    }
+
+    /// Entries in the value column family and, in upgrade mode, still in the legacy one,
+    /// counted exactly (for an offline upgrade's report).
+    pub fn count_entries(&self) -> Result<(u64, u64)> {
+        let count = |cf: &str| -> Result<u64> {
+            let mut iter =
+                range_iterator(&self.db, self.cf(cf)?, &KeyRange::all(), Direction::Forward)?;
+            let mut n = 0u64;
+            while iter.valid() {
+                n += 1;
+                step(&mut iter, Direction::Forward)?;
+            }
+            Ok(n)
+        };
+        let legacy = self.legacy_cf.map(count).transpose()?.unwrap_or(0);
+        Ok((count(self.data_cf)?, legacy))
+    }
+
+    /// Moves every legacy value to the timestamped family now (what upgrade mode does lazily),
+    /// in atomic batches of about `batch_bytes`; reports `(moved, total)` after each. A crash
+    /// leaves a store still in upgrade mode, which reads right and resumes on the next run.
+    pub fn migrate_legacy(
+        &self,
+        batch_bytes: usize,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<u64> {
+        let Some(legacy) = self.legacy_cf else {
+            return Ok(0);
+        };
+        let (_, total) = self.count_entries()?;
+        let mut moved = 0u64;
+        let mut range = KeyRange::all();
+        loop {
+            let mut iter = range_iterator(&self.db, self.cf(legacy)?, &range, Direction::Forward)?;
+            let mut batch = WriteBatch::default();
+            let mut last = None;
+            while let Some((key, value)) = iter.item() {
+                let converted = timestamped::convert_legacy(value);
+                self.add_to_batch(
+                    &mut batch,
+                    &mut std::iter::once((key, Some(converted.as_slice()))),
+                )?;
+                last = Some(key.to_vec());
+                if batch.size_in_bytes() >= batch_bytes {
+                    break;
+                }
+                step(&mut iter, Direction::Forward)?;
+            }
+            let Some(last) = last else {
+                return Ok(moved);
+            };
+            moved += batch.len() as u64 / 2; // each key is a put and a legacy delete
+            self.db.write_opt(batch, &self.write_options)?;
+            progress(moved, total.max(moved));
+            range = range.after(&last, Direction::Forward);
+        }
     }
 
     /// Reads the `status` marker and replaces it with `status`; returns the previous marker.

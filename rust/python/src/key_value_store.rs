@@ -10,14 +10,14 @@ use kstate_core::log::LogConfig;
 use kstate_core::logged_store::{LoggedStore, StoreChangelog};
 use kstate_core::packed::{BinaryBuilder, BinaryColumn};
 use kstate_core::{
-    CommitProgress, Direction, KeyRange, KeyValueStore, ReadCommittedView, StoreOptions,
-    ValueFormat,
+    Direction, KeyRange, KeyValueStore, ReadCommittedView, StoreOptions, ValueFormat,
 };
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple, PyType};
 
 use crate::errors::{guard, raise};
+use crate::progress::Progress;
 
 /// `(validity, offsets, data, null_count)` of an Arrow binary array built here.
 type PackedArray<'py> = (
@@ -31,35 +31,6 @@ type ArrowColumn = (Vec<u8>, Vec<u8>, Option<Vec<u8>>, usize, bool);
 
 const FIRST_CHUNK: usize = 16;
 const MAX_CHUNK: usize = 2048;
-
-/// Calls an optional Python `progress(done, total)` callable; its first error is kept so the
-/// caller can raise it once the (already consistent) operation has finished.
-struct Progress {
-    callback: Option<Py<PyAny>>,
-    error: Option<PyErr>,
-}
-
-impl Progress {
-    fn call(&mut self, args: impl for<'py> pyo3::call::PyCallArgs<'py>) {
-        if let (Some(cb), None) = (&self.callback, &self.error) {
-            if let Err(e) = Python::attach(|py| cb.call1(py, args)) {
-                self.error = Some(e);
-            }
-        }
-    }
-
-    fn counts(&mut self, done: u64, total: u64) {
-        self.call((done, total));
-    }
-
-    fn report(&mut self, p: CommitProgress) {
-        self.counts(p.writes_applied, p.writes_total);
-    }
-
-    fn finish(self) -> PyResult<()> {
-        self.error.map_or(Ok(()), Err)
-    }
-}
 
 /// The bytes of a key or value; anything else is the caller's serialization error.
 fn as_bytes<'a>(obj: &'a Bound<'_, PyAny>, what: &str) -> PyResult<&'a [u8]> {
@@ -172,10 +143,7 @@ impl NativeKeyValueStore {
             offset_key,
             cache_max_bytes,
         };
-        let mut reporter = Progress {
-            callback: progress,
-            error: None,
-        };
+        let mut reporter = Progress::new(progress);
         let (inner, report) = py.detach(|| {
             guard(|| {
                 KeyValueStore::open_rocksdb(
@@ -439,10 +407,7 @@ impl NativeKeyValueStore {
                 .try_for_each(|(name, value)| log_config.set(name, value))?;
             log_config.validate()
         })?;
-        let mut reporter = Progress {
-            callback: progress,
-            error: None,
-        };
+        let mut reporter = Progress::new(progress);
         let inner = &mut self.inner;
         let (report, restored) = py.detach(|| {
             guard(|| {
@@ -491,14 +456,8 @@ impl NativeKeyValueStore {
         progress: Option<Py<PyAny>>,
         on_stage: Option<Py<PyAny>>,
     ) -> PyResult<Option<i64>> {
-        let mut reporter = Progress {
-            callback: progress,
-            error: None,
-        };
-        let mut stages = Progress {
-            callback: on_stage,
-            error: None,
-        };
+        let mut reporter = Progress::new(progress);
+        let mut stages = Progress::new(on_stage);
         let inner = &mut self.inner;
         let committed = py.detach(|| {
             guard(|| {
@@ -519,10 +478,7 @@ impl NativeKeyValueStore {
         offset: Option<i64>,
         progress: Option<Py<PyAny>>,
     ) -> PyResult<bool> {
-        let mut reporter = Progress {
-            callback: progress,
-            error: None,
-        };
+        let mut reporter = Progress::new(progress);
         let inner = &mut self.inner;
         let current = py.detach(|| {
             guard(|| inner.recover(offset, &mut |done, total| reporter.counts(done, total)))

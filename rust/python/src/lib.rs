@@ -5,8 +5,10 @@ use pyo3::prelude::*;
 mod errors;
 mod key_value_store;
 mod partition;
+mod progress;
 mod rebalance;
 mod records;
+mod upgrade;
 mod value_and_timestamp;
 
 #[pymodule]
@@ -44,5 +46,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     ] {
         m.add_function(function)?;
     }
+    m.add_function(wrap_pyfunction!(upgrade::inspect_store, m)?)?;
+    m.add_function(wrap_pyfunction!(upgrade::upgrade_store_to_timestamped, m)?)?;
     Ok(())
 }

@@ -1,0 +1,41 @@
+//! Binds `kstate_core::upgrade` for `kstate.upgrade`: offline store-format upgrades.
+
+use std::path::Path;
+
+use kstate_core::upgrade;
+use pyo3::prelude::*;
+
+use crate::errors::guard;
+use crate::progress::Progress;
+
+/// `(format name, legacy entries, timestamped entries)` of the store at `path`, read-only.
+#[pyfunction]
+pub fn inspect_store(py: Python<'_>, path: &str) -> PyResult<(&'static str, u64, u64)> {
+    let found = py.detach(|| guard(|| upgrade::inspect(Path::new(path))))?;
+    Ok((
+        found.format.name(),
+        found.legacy_entries,
+        found.timestamped_entries,
+    ))
+}
+
+/// Converts the store at `path` to the timestamped format; `progress(done, total)` after each
+/// batch. Returns the number of values converted.
+#[pyfunction]
+#[pyo3(signature = (path, progress=None))]
+pub fn upgrade_store_to_timestamped(
+    py: Python<'_>,
+    path: &str,
+    progress: Option<Py<PyAny>>,
+) -> PyResult<u64> {
+    let mut reporter = Progress::new(progress);
+    let converted = py.detach(|| {
+        guard(|| {
+            upgrade::upgrade_to_timestamped(Path::new(path), &mut |done, total| {
+                reporter.counts(done, total)
+            })
+        })
+    })?;
+    reporter.finish()?;
+    Ok(converted)
+}
