@@ -102,6 +102,19 @@ class TimestampedKeyValueStore(KeyValueStore):
             raise InvalidArgumentError("put_with_timestamp needs a timestamp or a ValueAndTimestamp")
         self.put(key, value, timestamp)
 
+    def put_if_newer(self, key: Any, value: Any, timestamp: int | None = None) -> bool:
+        """Out-of-order updates (KAFKA-5533): write ``value`` (plain or ``ValueAndTimestamp``;
+        ``None`` deletes) unless ``key`` holds a value with a larger timestamp. Returns whether it
+        applied; of equal timestamps the later write wins."""
+        if not self._supplier.timestamped:
+            raise InvalidArgumentError(f"put_if_newer needs a timestamped supplier; {self.name} stores no timestamps")
+        if isinstance(value, ValueAndTimestamp):
+            timestamp = value.timestamp
+        elif timestamp is None:
+            raise InvalidArgumentError("put_if_newer needs a timestamp or a ValueAndTimestamp")
+        timestamp = _check_timestamp(timestamp)
+        return self._reader.put_if_newer(self._key_bytes(key), self._stored(value, timestamp), timestamp)
+
     def put_if_absent_with_timestamp(
         self, key: Any, value: Any, timestamp: int | None = None
     ) -> ValueAndTimestamp | None:

@@ -9,7 +9,9 @@ use std::sync::Arc;
 use crate::error::{Error, Result};
 use crate::key_range::{successor, Direction, KeyRange};
 use crate::key_schema::window;
-use crate::segmented::{min_live_time, SegmentQuery, SegmentedStore};
+use crate::segmented::{
+    min_live_time, scan, ScanCursor, SegmentQuery, SegmentReader, SegmentedStore,
+};
 use crate::segments::segment_id;
 
 /// How a store's queries are shaped: retention, segment interval, window size.
@@ -96,9 +98,17 @@ impl WindowQueries {
         self.query(from, to, range, direction, key_from, key_to)
     }
 
-    /// All windows of `key` that start exactly at `time` (duplicates included).
-    pub fn at(&self, stream_time: i64, key: &[u8], time: i64) -> SegmentQuery {
-        self.key(stream_time, key, time, time, Direction::Forward)
+    /// The first value (lowest sequence number) of `key`'s window starting at `time`, as
+    /// `reader` sees it: `fetch(key, time)` of stores with duplicates.
+    pub fn first_at(
+        &self,
+        reader: &dyn SegmentReader,
+        key: &[u8],
+        time: i64,
+    ) -> Result<Option<Vec<u8>>> {
+        let query = self.key(reader.stream_time(), key, time, time, Direction::Forward);
+        let rows = scan(reader, &query, &mut ScanCursor::default(), 1)?;
+        Ok(rows.into_iter().next().map(|(_, v)| v))
     }
 
     /// `(key, window start, window end)` of a store key.
@@ -190,14 +200,7 @@ impl WindowStore {
     /// the one with the lowest sequence number.
     pub fn fetch(&mut self, key: &[u8], time: i64) -> Result<Option<Vec<u8>>> {
         if self.retain_duplicates {
-            let query = self.queries.at(
-                crate::segmented::SegmentReader::stream_time(&self.segments),
-                key,
-                time,
-            );
-            let mut cursor = Default::default();
-            let rows = crate::segmented::scan(&self.segments, &query, &mut cursor, 1)?;
-            return Ok(rows.into_iter().next().map(|(_, v)| v));
+            return self.queries.first_at(&self.segments, key, time);
         }
         self.segments.get(&window::to_store_key(key, time, 0), time)
     }

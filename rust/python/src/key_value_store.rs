@@ -6,8 +6,8 @@ use std::path::Path;
 
 use kstate_core::packed::{BinaryBuilder, BinaryColumn};
 use kstate_core::{
-    CommitProgress, Direction, KeyRange, KeyValueStore, ReadCommittedView, StoreOptions,
-    ValueFormat,
+    CommitProgress, Direction, KeyRange, KeyValueStore, ReadCommittedView, StoreOptions, Ttl,
+    TtlClock, ValueFormat,
 };
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -30,13 +30,20 @@ const MAX_CHUNK: usize = 2048;
 
 /// Calls an optional Python `progress(done, total)` callable; its first error is kept so the
 /// caller can raise it once the (already consistent) operation has finished.
-struct Progress {
+pub(crate) struct Progress {
     callback: Option<Py<PyAny>>,
     error: Option<PyErr>,
 }
 
 impl Progress {
-    fn report(&mut self, p: CommitProgress) {
+    pub(crate) fn new(callback: Option<Py<PyAny>>) -> Self {
+        Self {
+            callback,
+            error: None,
+        }
+    }
+
+    pub(crate) fn report(&mut self, p: CommitProgress) {
         if let (Some(cb), None) = (&self.callback, &self.error) {
             if let Err(e) = Python::attach(|py| cb.call1(py, (p.writes_applied, p.writes_total))) {
                 self.error = Some(e);
@@ -44,13 +51,13 @@ impl Progress {
         }
     }
 
-    fn finish(self) -> PyResult<()> {
+    pub(crate) fn finish(self) -> PyResult<()> {
         self.error.map_or(Ok(()), Err)
     }
 }
 
 /// The bytes of a key or value; anything else is the caller's serialization error.
-fn as_bytes<'a>(obj: &'a Bound<'_, PyAny>, what: &str) -> PyResult<&'a [u8]> {
+pub(crate) fn as_bytes<'a>(obj: &'a Bound<'_, PyAny>, what: &str) -> PyResult<&'a [u8]> {
     match obj.cast::<PyBytes>() {
         Ok(b) => Ok(b.as_bytes()),
         Err(_) if obj.is_none() => Err(raise(
@@ -118,7 +125,26 @@ fn inclusive_range(from_key: Option<&[u8]>, to_key: Option<&[u8]>) -> KeyRange {
     KeyRange::inclusive(from_key, to_key)
 }
 
-fn direction(reverse: bool) -> Direction {
+/// The TTL of a store opened with `ttl_ms` (`None`: no TTL).
+pub(crate) fn ttl_of(ttl_ms: Option<i64>, wall_clock: bool) -> PyResult<Option<Ttl>> {
+    let clock = if wall_clock {
+        TtlClock::WallClock
+    } else {
+        TtlClock::StreamTime
+    };
+    ttl_ms.map(|ms| guard(|| Ttl::new(ms, clock))).transpose()
+}
+
+/// A value argument: bytes, or `None` for a delete.
+pub(crate) fn optional_value<'a>(value: &'a Bound<'_, PyAny>) -> PyResult<Option<&'a [u8]>> {
+    if value.is_none() {
+        Ok(None)
+    } else {
+        as_bytes(value, "value").map(Some)
+    }
+}
+
+pub(crate) fn direction(reverse: bool) -> Direction {
     if reverse {
         Direction::Reverse
     } else {
@@ -135,7 +161,7 @@ pub struct NativeKeyValueStore {
 impl NativeKeyValueStore {
     /// Opens a RocksDB store; returns the store and a dict of what opening found.
     #[staticmethod]
-    #[pyo3(signature = (name, path, spill_path, timestamped, transactional, max_uncommitted_bytes, cache_max_bytes, offset_key, progress=None))]
+    #[pyo3(signature = (name, path, spill_path, timestamped, transactional, max_uncommitted_bytes, cache_max_bytes, offset_key, progress=None, ttl_ms=None, ttl_wall_clock=false))]
     #[allow(clippy::too_many_arguments)]
     fn open_rocksdb<'py>(
         py: Python<'py>,
@@ -148,7 +174,10 @@ impl NativeKeyValueStore {
         cache_max_bytes: usize,
         offset_key: String,
         progress: Option<Py<PyAny>>,
+        ttl_ms: Option<i64>,
+        ttl_wall_clock: bool,
     ) -> PyResult<(Self, Bound<'py, PyDict>)> {
+        let ttl = ttl_of(ttl_ms, ttl_wall_clock)?;
         let format = if timestamped {
             ValueFormat::Timestamped
         } else {
@@ -166,12 +195,13 @@ impl NativeKeyValueStore {
         };
         let (inner, report) = py.detach(|| {
             guard(|| {
-                KeyValueStore::open_rocksdb(
+                KeyValueStore::open_rocksdb_with_ttl(
                     name,
                     Path::new(path),
                     Path::new(spill_path),
                     format,
                     options,
+                    ttl,
                     &mut |p| reporter.report(p),
                 )
             })
@@ -186,16 +216,24 @@ impl NativeKeyValueStore {
     }
 
     #[staticmethod]
-    fn open_in_memory(name: &str, transactional: bool, offset_key: String) -> Self {
+    #[pyo3(signature = (name, transactional, offset_key, ttl_ms=None, ttl_wall_clock=false))]
+    fn open_in_memory(
+        name: &str,
+        transactional: bool,
+        offset_key: String,
+        ttl_ms: Option<i64>,
+        ttl_wall_clock: bool,
+    ) -> PyResult<Self> {
         let options = StoreOptions {
             transactional,
             max_uncommitted_bytes: usize::MAX,
             offset_key,
             cache_max_bytes: 0,
         };
-        Self {
-            inner: KeyValueStore::open_in_memory(name, options),
-        }
+        let ttl = ttl_of(ttl_ms, ttl_wall_clock)?;
+        Ok(Self {
+            inner: KeyValueStore::open_in_memory_with_ttl(name, options, ttl),
+        })
     }
 
     #[getter]
@@ -349,6 +387,25 @@ impl NativeKeyValueStore {
         key: &[u8],
     ) -> PyResult<Option<Bound<'py, PyBytes>>> {
         Ok(optional_bytes(py, guard(|| self.inner.delete(key))?))
+    }
+
+    /// Writes `value` (timestamped bytes, `None` deletes) unless `key` holds a value with a
+    /// larger timestamp; returns whether it applied.
+    fn put_if_newer(
+        &mut self,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+        timestamp: i64,
+    ) -> PyResult<bool> {
+        let key = as_bytes(key, "key")?;
+        let value = optional_value(value)?;
+        guard(|| self.inner.put_if_newer(key, value, timestamp))
+    }
+
+    /// Compacts the store now; with a TTL, expired values leave the disk.
+    fn compact(&self, py: Python<'_>) -> PyResult<()> {
+        let inner = &self.inner;
+        py.detach(|| guard(|| inner.compact()))
     }
 
     /// Iterator over `[from_key, to_key]` (inclusive; `None` is unbounded) yielding
