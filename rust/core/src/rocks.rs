@@ -7,7 +7,7 @@ use std::borrow::Cow;
 use std::path::Path;
 
 use rocksdb::{
-    ColumnFamily, ColumnFamilyDescriptor, DBCompressionType, DBRawIterator, FlushOptions, Options,
+    BlockBasedOptions, ColumnFamily, ColumnFamilyDescriptor, DBCompressionType, DBRawIterator, FlushOptions, Options,
     ReadOptions, WriteBatch, WriteOptions, DB, DEFAULT_COLUMN_FAMILY_NAME,
 };
 
@@ -46,6 +46,11 @@ fn db_options() -> Options {
     opts.create_missing_column_families(true);
     // Kafka Streams' RocksDBStore stores values uncompressed; so do we, for speed and parity.
     opts.set_compression_type(DBCompressionType::None);
+    // SST format 5, readable by the RocksDB of Kafka Streams 3.x (rocksdbjni 7.x) and of other
+    // bindings; the bundled RocksDB's default (7) is not.
+    let mut table = BlockBasedOptions::default();
+    table.set_format_version(5);
+    opts.set_block_based_table_factory(&table);
     opts
 }
 
