@@ -269,6 +269,11 @@ impl SegmentedStore {
         }
         report.segments = store.segments.len();
         let intent_path = store.intent_path()?;
+        // A commit killed while writing its intent left this; the intent never took effect.
+        let torn = intent_path.with_extension("commit.tmp");
+        if torn.exists() {
+            std::fs::remove_file(torn)?;
+        }
         match commit_intent::read(&intent_path)? {
             Some(intent) => {
                 if intent.entries > 0 {
