@@ -19,7 +19,7 @@ from kstate import _core
 from kstate.config import StoreConfig
 from kstate.errors import InvalidArgumentError, StoreClosedError
 from kstate.key_value_store import _TASK_DIR, _progress_logger, _Unopened
-from kstate.serdes import Serde
+from kstate.serdes import BytesSerde, Serde
 from kstate.value_and_timestamp import NO_TIMESTAMP, ValueAndTimestamp
 from kstate.windowed import Windowed
 
@@ -37,6 +37,7 @@ class _SegmentedReads:
     _key_serde: Serde
     _value_serde: Serde
     _timestamped_bytes: bool
+    _raw: bool
     name: str
 
     def _key_bytes(self, key: Any) -> bytes:
@@ -46,6 +47,14 @@ class _SegmentedReads:
         if raw is None:
             raise InvalidArgumentError(f"key serde turned {key!r} into None")
         return raw
+
+    def _raw_bytes(self) -> bool:
+        """Whether keys and values are stored exactly as given (bytes serdes, no timestamps):
+        then the hottest calls skip the conversions and go straight to the native store, which
+        raises the same typed errors for ``None`` or non-bytes arguments."""
+        return type(self._key_serde) is BytesSerde and type(self._value_serde) is BytesSerde and not (
+            self._timestamped_bytes
+        )
 
     def _optional_key_bytes(self, key: Any) -> bytes | None:
         return None if key is None else self._key_bytes(key)
@@ -91,6 +100,7 @@ class SegmentedStore(_SegmentedReads):
         self._timestamped_bytes = supplier.timestamped
         self._config = StoreConfig.parse(config)
         self._reader: Any = _Unopened(self.name)
+        self._raw = self._raw_bytes()
         self.task_dir: Path | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------

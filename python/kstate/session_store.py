@@ -91,6 +91,7 @@ class ReadOnlySessionStore(_SessionReads):
         self._value_serde = store._value_serde
         self._timestamped_bytes = store._timestamped_bytes
         self._reader = store._reader.read_committed_view() if read_committed else store._reader
+        self._raw = self._raw_bytes()
 
 
 class SessionStore(_SessionReads, SegmentedStore):

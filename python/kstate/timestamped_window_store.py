@@ -12,8 +12,8 @@ from typing import Any
 from kstate import _core
 from kstate.errors import InvalidArgumentError
 from kstate.value_and_timestamp import ValueAndTimestamp
-from kstate.window_store import _MIN_TIME, ReadOnlyWindowStore, WindowStore, _WindowReads
-from kstate.windowed import MAX_TIME, WindowedIterator, check_time
+from kstate.window_store import ReadOnlyWindowStore, WindowStore, _WindowReads
+from kstate.windowed import MAX_TIME, MIN_TIME, WindowedIterator, check_time
 
 
 class _WithTimestampReads(_WindowReads):
@@ -30,10 +30,10 @@ class _WithTimestampReads(_WindowReads):
         return self._iterate(args, reverse=True, with_timestamp=True)
 
     def all_with_timestamp(self) -> WindowedIterator:
-        return self._iterate((None, None, _MIN_TIME, MAX_TIME), reverse=False, with_timestamp=True)
+        return self._iterate((None, None, MIN_TIME, MAX_TIME), reverse=False, with_timestamp=True)
 
     def backward_all_with_timestamp(self) -> WindowedIterator:
-        return self._iterate((None, None, _MIN_TIME, MAX_TIME), reverse=True, with_timestamp=True)
+        return self._iterate((None, None, MIN_TIME, MAX_TIME), reverse=True, with_timestamp=True)
 
     def fetch_all_with_timestamp(self, time_from: int, time_to: int) -> WindowedIterator:
         return self._iterate((None, None, time_from, time_to), reverse=False, with_timestamp=True)

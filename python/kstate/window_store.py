@@ -15,9 +15,7 @@ from kstate import _core
 from kstate.errors import InvalidArgumentError
 from kstate.key_value_store import KeyValue
 from kstate.segmented_store import SegmentedStore, _SegmentedReads
-from kstate.windowed import MAX_TIME, WindowedIterator, check_time
-
-_MIN_TIME = -(2**63)
+from kstate.windowed import MAX_TIME, MIN_TIME, WindowedIterator, check_time
 
 
 class _WindowReads(_SegmentedReads):
@@ -34,7 +32,12 @@ class _WindowReads(_SegmentedReads):
           in ``[key_from, key_to]`` (``None``: unbounded).
         """
         if len(args) == 2:
-            stored = self._reader.fetch(self._key_bytes(args[0]), check_time("time", args[1]))
+            key, time = args
+            if type(time) is not int or not MIN_TIME <= time <= MAX_TIME:
+                check_time("time", time)
+            if self._raw:
+                return self._reader.fetch(key, time)
+            stored = self._reader.fetch(self._key_bytes(key), time)
             return None if stored is None else self._value_of(stored)
         return self._iterate(args, reverse=False, with_timestamp=False)
 
@@ -45,10 +48,10 @@ class _WindowReads(_SegmentedReads):
 
     def all(self) -> WindowedIterator:
         """Every live window: ``KeyValue(Windowed, value)``, oldest segment first."""
-        return self._iterate((None, None, _MIN_TIME, MAX_TIME), reverse=False, with_timestamp=False)
+        return self._iterate((None, None, MIN_TIME, MAX_TIME), reverse=False, with_timestamp=False)
 
     def backward_all(self) -> WindowedIterator:
-        return self._iterate((None, None, _MIN_TIME, MAX_TIME), reverse=True, with_timestamp=False)
+        return self._iterate((None, None, MIN_TIME, MAX_TIME), reverse=True, with_timestamp=False)
 
     def fetch_all(self, time_from: int, time_to: int) -> WindowedIterator:
         """Every window starting in ``[time_from, time_to]``: ``KeyValue(Windowed, value)``."""
@@ -90,6 +93,7 @@ class ReadOnlyWindowStore(_WindowReads):
         self._value_serde = store._value_serde
         self._timestamped_bytes = store._timestamped_bytes
         self._reader = store._reader.read_committed_view() if read_committed else store._reader
+        self._raw = self._raw_bytes()
 
 
 class WindowStore(_WindowReads, SegmentedStore):
@@ -121,5 +125,8 @@ class WindowStore(_WindowReads, SegmentedStore):
         """Write ``value`` for the window of ``key`` starting at ``window_start`` (``None``
         deletes; with duplicates it does nothing). Returns ``False`` when the window had already
         expired and the put was dropped (counted in ``dropped_records``)."""
-        start = check_time("window_start", window_start)
-        return self._reader.put(self._key_bytes(key), self._stored(value, start), start)
+        if type(window_start) is not int or not MIN_TIME <= window_start <= MAX_TIME:
+            check_time("window_start", window_start)
+        if self._raw:
+            return self._reader.put(key, value, window_start)
+        return self._reader.put(self._key_bytes(key), self._stored(value, window_start), window_start)

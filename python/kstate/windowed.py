@@ -31,11 +31,16 @@ class Windowed(NamedTuple):
         return Window(self.start, self.end)
 
 
+MIN_TIME = -(2**63)
+
+
 def check_time(name: str, value: Any) -> int:
     """A time argument in milliseconds: an int (not a bool)."""
+    if type(value) is int and MIN_TIME <= value <= MAX_TIME:
+        return value
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidArgumentError(f"{name} must be an int (ms), got {value!r}")
-    if not -(2**63) <= value <= MAX_TIME:
+    if not MIN_TIME <= value <= MAX_TIME:
         raise InvalidArgumentError(f"{name} must fit in 64 bits, got {value}")
     return value
 

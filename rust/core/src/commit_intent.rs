@@ -40,9 +40,14 @@ pub struct IntentWriter {
     entries: u64,
 }
 
+/// Where a commit-intent file is written before it is renamed to `path`.
+pub fn temp_path(path: &Path) -> PathBuf {
+    path.with_extension("commit.tmp")
+}
+
 impl IntentWriter {
     pub fn create(path: &Path, offset: Option<i64>, stream_time: i64) -> Result<Self> {
-        let tmp = path.with_extension("commit.tmp");
+        let tmp = temp_path(path);
         let mut writer = Self {
             file: BufWriter::with_capacity(1 << 20, File::create(&tmp)?),
             tmp,
@@ -223,7 +228,7 @@ mod tests {
                 entries: 0
             })
         );
-        assert!(!path.with_extension("commit.tmp").exists());
+        assert!(!temp_path(&path).exists());
     }
 
     #[test]

@@ -39,8 +39,7 @@ pub struct SegmentedOptions {
     pub retention_ms: i64,
     pub segment_interval: i64,
     pub format: ValueFormat,
-    /// Store-wide: `max_uncommitted_bytes` bounds all segments together; `cache_max_bytes` is
-    /// shared out among the live segments.
+    /// `max_uncommitted_bytes` bounds all segments together; `cache_max_bytes` is per segment.
     pub store: StoreOptions,
     pub ttl: Option<Ttl>,
 }
@@ -56,11 +55,12 @@ impl SegmentedOptions {
     }
 
     fn segment_store_options(&self) -> StoreOptions {
-        let live = (self.retention_ms / self.segment_interval).saturating_add(2) as usize;
         StoreOptions {
             // The segmented store spills its segments itself, against the store-wide bound.
             max_uncommitted_bytes: usize::MAX,
-            cache_max_bytes: self.store.cache_max_bytes / live.max(1),
+            // Each segment gets the whole read cache budget: caches fill only with what is read,
+            // which is mostly the newest segment, and Kafka's interval keeps at most 3-4 segments
+            // live. Splitting the budget made the hot segment's cache thrash.
             ..self.store.clone()
         }
     }
@@ -270,7 +270,7 @@ impl SegmentedStore {
         report.segments = store.segments.len();
         let intent_path = store.intent_path()?;
         // A commit killed while writing its intent left this; the intent never took effect.
-        let torn = intent_path.with_extension("commit.tmp");
+        let torn = commit_intent::temp_path(&intent_path);
         if torn.exists() {
             std::fs::remove_file(torn)?;
         }
@@ -489,14 +489,24 @@ impl SegmentedStore {
 
     /// The value under store key `key` in the segment of `timestamp`, if not expired.
     pub fn get(&mut self, key: &[u8], timestamp: i64) -> Result<Option<Vec<u8>>> {
+        self.get_with(key, timestamp, |v| v.map(<[u8]>::to_vec))
+    }
+
+    /// `get`, passing the value to `f` without copying it.
+    pub fn get_with<R>(
+        &mut self,
+        key: &[u8],
+        timestamp: i64,
+        f: impl FnOnce(Option<&[u8]>) -> R,
+    ) -> Result<R> {
         self.check_open()?;
         if timestamp < min_live_time(self.stream_time, self.options.retention_ms) {
-            return Ok(None);
+            return Ok(f(None));
         }
         let id = self.options.segment_id(timestamp);
         match self.segments.get_mut(&id) {
-            Some(segment) => segment.get(key),
-            None => Ok(None),
+            Some(segment) => segment.get_with(key, f),
+            None => Ok(f(None)),
         }
     }
 

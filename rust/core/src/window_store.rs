@@ -199,9 +199,21 @@ impl WindowStore {
     /// `fetch(key, time)`: the value of the window of `key` starting at `time`. With duplicates,
     /// the one with the lowest sequence number.
     pub fn fetch(&mut self, key: &[u8], time: i64) -> Result<Option<Vec<u8>>> {
+        self.fetch_with(key, time, |v| v.map(<[u8]>::to_vec))
+    }
+
+    /// `fetch`, passing the value to `f` without copying it.
+    pub fn fetch_with<R>(
+        &mut self,
+        key: &[u8],
+        time: i64,
+        f: impl FnOnce(Option<&[u8]>) -> R,
+    ) -> Result<R> {
         if self.retain_duplicates {
-            return self.queries.first_at(&self.segments, key, time);
+            let first = self.queries.first_at(&self.segments, key, time)?;
+            return Ok(f(first.as_deref()));
         }
-        self.segments.get(&window::to_store_key(key, time, 0), time)
+        self.segments
+            .get_with(&window::to_store_key(key, time, 0), time, f)
     }
 }

@@ -88,8 +88,10 @@ impl NativeWindowStore {
         time: i64,
     ) -> PyResult<Option<Bound<'py, PyBytes>>> {
         let key = as_bytes(key, "key")?;
-        let value = guard(|| self.inner.fetch(key, time))?;
-        Ok(value.map(|v| PyBytes::new(py, &v)))
+        guard(|| {
+            self.inner
+                .fetch_with(key, time, |v| v.map(|b| PyBytes::new(py, b)))
+        })
     }
 
     /// Windows of one key starting in `[time_from, time_to]`.
