@@ -287,7 +287,11 @@ class KeyValueStore(_Reads):
         self.task_dir = task_dir
         if not self.persistent:
             self._reader = _core.KeyValueStore.open_in_memory(
-                self.name, self.transactional, offset_key, self._supplier.ttl_ms, self._supplier.ttl_clock == "wall_clock"
+                self.name,
+                self.transactional,
+                offset_key,
+                self._supplier.ttl_ms,
+                self._supplier.ttl_clock == "wall_clock",
             )
             self._bind_raw_calls()
             return self

@@ -52,8 +52,10 @@ class _SegmentedReads:
         """Whether keys and values are stored exactly as given (bytes serdes, no timestamps):
         then the hottest calls skip the conversions and go straight to the native store, which
         raises the same typed errors for ``None`` or non-bytes arguments."""
-        return type(self._key_serde) is BytesSerde and type(self._value_serde) is BytesSerde and not (
-            self._timestamped_bytes
+        return (
+            type(self._key_serde) is BytesSerde
+            and type(self._value_serde) is BytesSerde
+            and not (self._timestamped_bytes)
         )
 
     def _optional_key_bytes(self, key: Any) -> bytes | None:

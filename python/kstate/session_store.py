@@ -47,7 +47,8 @@ class _SessionReads(_SegmentedReads):
     def fetch_session(self, key: Any, session_start_time: int, session_end_time: int) -> Any:
         """The aggregate of exactly the session ``[start, end]`` of ``key``, or ``None``."""
         stored = self._reader.fetch_session(
-            self._key_bytes(key), check_time("session_start_time", session_start_time),
+            self._key_bytes(key),
+            check_time("session_start_time", session_start_time),
             check_time("session_end_time", session_end_time),
         )
         return None if stored is None else self._value_of(stored)

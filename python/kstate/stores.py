@@ -129,8 +129,15 @@ def _window_supplier(
         )
     _check_ttl(ttl_ms, ttl_clock)
     return WindowBytesStoreSupplier(
-        _check_name(name), persistent, timestamped, retention, size, bool(retain_duplicates), transactional,
-        ttl_ms, ttl_clock,
+        _check_name(name),
+        persistent,
+        timestamped,
+        retention,
+        size,
+        bool(retain_duplicates),
+        transactional,
+        ttl_ms,
+        ttl_clock,
     )
 
 
@@ -145,8 +152,13 @@ def _session_supplier(
 ) -> SessionBytesStoreSupplier:
     _check_ttl(ttl_ms, ttl_clock)
     return SessionBytesStoreSupplier(
-        _check_name(name), persistent, timestamped, _check_ms("retention_ms", retention_ms), transactional,
-        ttl_ms, ttl_clock,
+        _check_name(name),
+        persistent,
+        timestamped,
+        _check_ms("retention_ms", retention_ms),
+        transactional,
+        ttl_ms,
+        ttl_clock,
     )
 
 

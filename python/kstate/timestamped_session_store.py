@@ -35,7 +35,8 @@ class _WithTimestampReads(_SessionReads):
         self, key: Any, session_start_time: int, session_end_time: int
     ) -> ValueAndTimestamp | None:
         stored = self._reader.fetch_session(
-            self._key_bytes(key), check_time("session_start_time", session_start_time),
+            self._key_bytes(key),
+            check_time("session_start_time", session_start_time),
             check_time("session_end_time", session_end_time),
         )
         return None if stored is None else self._value_and_timestamp_of(stored)

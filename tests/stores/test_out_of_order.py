@@ -1,10 +1,9 @@
 """put_if_newer (KAFKA-5533): whatever order updates arrive in, the value with the larger
 timestamp wins; of equal timestamps the later write wins."""
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import pytest
 
 from kstate import Stores, ValueAndTimestamp
 from kstate.errors import InvalidArgumentError
@@ -34,9 +33,13 @@ def test_needs_a_timestamped_supplier(open_store):
 @settings(max_examples=50, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(0, 20)), max_size=30), st.randoms())
 def test_any_arrival_order_ends_with_the_newest(updates, rng):
-    store = Stores.timestamped_key_value_store_builder(
-        Stores.in_memory_timestamped_key_value_store("s"), "string", "string"
-    ).build().init("unused")
+    store = (
+        Stores.timestamped_key_value_store_builder(
+            Stores.in_memory_timestamped_key_value_store("s"), "string", "string"
+        )
+        .build()
+        .init("unused")
+    )
     arrivals = list(enumerate(updates))
     rng.shuffle(arrivals)
     newest = {}

@@ -5,6 +5,7 @@ import struct
 import threading
 
 import pytest
+
 from kstate import KeyValue, Stores, TimestampedWindowStore, ValueAndTimestamp, Window, Windowed, WindowStore
 from kstate.errors import InvalidArgumentError, StoreClosedError
 
@@ -212,3 +213,17 @@ def test_legacy_segment_directories_are_renamed_and_read(open_window, task_dir):
     store = open_window()
     assert (task_dir / "w" / "w.300000").is_dir()
     assert store.fetch("k", 5 * MINUTE) == "v"
+
+
+def test_non_transactional_store_writes_through(task_dir):
+    supplier = Stores.persistent_window_store("w", 10 * MINUTE, MINUTE, transactional=False)
+    store = Stores.window_store_builder(supplier, "string", "string").build().init(task_dir)
+    assert not store.transactional
+    store.put("k", "v", 0)
+    assert store.read_only().fetch("k", 0) == "v", "written through: committed at once"
+    store.commit(3)
+    assert not store.recover(3), "a store written through cannot tell what it holds"
+    store.close()
+    with Stores.window_store_builder(supplier, "string", "string").build().init(task_dir) as store:
+        assert store.committed_offset() == 3
+        assert store.fetch("k", 0) == "v"

@@ -7,8 +7,8 @@ use std::borrow::Cow;
 use std::path::Path;
 
 use rocksdb::{
-    BlockBasedOptions, ColumnFamily, ColumnFamilyDescriptor, DBCompressionType, DBRawIterator, FlushOptions, Options,
-    ReadOptions, WriteBatch, WriteOptions, DB, DEFAULT_COLUMN_FAMILY_NAME,
+    BlockBasedOptions, ColumnFamily, ColumnFamilyDescriptor, DBCompressionType, DBRawIterator,
+    FlushOptions, Options, ReadOptions, WriteBatch, WriteOptions, DB, DEFAULT_COLUMN_FAMILY_NAME,
 };
 
 use crate::committed::{CommittedState, OffsetWrite, Write};

@@ -245,9 +245,9 @@ impl NativeWindowView {
         reverse: bool,
     ) -> WindowedIterator {
         let t = self.view.stream_time();
-        let query =
-            self.queries
-                .range(t, key_from, key_to, time_from, time_to, direction(reverse));
+        let query = self
+            .queries
+            .range(t, key_from, key_to, time_from, time_to, direction(reverse));
         WindowedIterator::new(
             Source::View(self.view.clone()),
             query,

@@ -7,9 +7,7 @@ use std::path::Path;
 use kstate_core::segmented::{self, Row, ScanCursor, SegmentQuery, SegmentReader};
 use kstate_core::session_store::SessionQueries;
 use kstate_core::window_store::WindowQueries;
-use kstate_core::{
-    SegmentedOptions, SegmentedStore, SegmentedView, StoreOptions, ValueFormat,
-};
+use kstate_core::{SegmentedOptions, SegmentedStore, SegmentedView, StoreOptions, ValueFormat};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 
@@ -68,14 +66,15 @@ pub fn open_segmented<'py>(
     let options = config.options()?;
     let found = PyDict::new(py);
     let Some(dir) = dir else {
-        return Ok((guard(|| SegmentedStore::open_in_memory(name, options))?, found));
+        return Ok((
+            guard(|| SegmentedStore::open_in_memory(name, options))?,
+            found,
+        ));
     };
     let mut reporter = Progress::new(progress);
     let (store, report) = py.detach(|| {
         guard(|| {
-            SegmentedStore::open_rocksdb(name, Path::new(dir), options, &mut |p| {
-                reporter.report(p)
-            })
+            SegmentedStore::open_rocksdb(name, Path::new(dir), options, &mut |p| reporter.report(p))
         })
     })?;
     reporter.finish()?;
@@ -169,12 +168,7 @@ impl WindowedIterator {
             Decoder::Window(q) => q.decode(&store_key),
             Decoder::Session(q) => q.decode(&store_key),
         })?;
-        let row = (
-            PyBytes::new(py, key),
-            start,
-            end,
-            PyBytes::new(py, &value),
-        );
+        let row = (PyBytes::new(py, key), start, end, PyBytes::new(py, &value));
         Ok(Some(row.into_pyobject(py)?))
     }
 
