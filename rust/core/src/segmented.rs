@@ -532,7 +532,15 @@ impl SegmentedStore {
                     })?;
                 }
                 writer.finish(&path)?;
-                self.apply_intent(progress)?;
+                if let Err(e) = self.apply_intent(progress) {
+                    // Some segments may hold the commit and others not; the durable intent makes
+                    // reopening finish it, so close rather than serve a mix.
+                    let _ = self.close();
+                    return Err(Error::InvalidState(format!(
+                        "store {} failed while applying a commit ({e}); it is closed, reopen it to finish the commit",
+                        self.name
+                    )));
+                }
             }
             (dir, _) => {
                 // In memory nothing survives a crash; written through, each put is already on
