@@ -166,6 +166,7 @@ class SegmentedStore(_SegmentedReads):
         directory = str(task_dir / self.name) if self.persistent else None
         native, found = self._open_native(directory, config, _progress_logger(f"finishing commit of {self.name}"))
         self._reader = native
+        self._bind_raw_calls()
         if found.get("renamed_legacy"):
             log.info("Store %s: renamed %d legacy segment directories", self.name, found["renamed_legacy"])
         if found.get("upgrade_mode"):
@@ -179,6 +180,9 @@ class SegmentedStore(_SegmentedReads):
         if found.get("unclean_shutdown"):
             log.warning("Store %s was not closed cleanly; its offset was dropped so it is restored", self.name)
         return self
+
+    def _bind_raw_calls(self) -> None:
+        """With bytes serdes, subclasses may bind their hottest calls to the native store."""
 
     def close(self) -> None:
         """Close the store. Uncommitted writes are discarded (commit first to keep them)."""

@@ -118,6 +118,11 @@ class WindowStore(_WindowReads, SegmentedStore):
         use from other threads."""
         return ReadOnlyWindowStore(self, read_committed)
 
+    def _bind_raw_calls(self) -> None:
+        # Same arguments, same typed errors: the native put needs no conversion in between.
+        if self._raw:
+            self.put = self._reader.put
+
     def _stored(self, value: Any, timestamp: int) -> bytes | None:
         return self._value_serde.serialize(value)
 

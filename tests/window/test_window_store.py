@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from kstate import KeyValue, Stores, TimestampedWindowStore, ValueAndTimestamp, Window, Windowed, WindowStore
-from kstate.errors import InvalidArgumentError, StoreClosedError
+from kstate.errors import InvalidArgumentError, SerializationError, StoreClosedError
 
 MINUTE = 60_000
 
@@ -227,3 +227,18 @@ def test_non_transactional_store_writes_through(task_dir):
     with Stores.window_store_builder(supplier, "string", "string").build().init(task_dir) as store:
         assert store.committed_offset() == 3
         assert store.fetch("k", 0) == "v"
+
+
+def test_bytes_serde_fast_path_raises_the_same_typed_errors(task_dir):
+    store = Stores.window_store_builder(Stores.persistent_window_store("w", MINUTE, MINUTE)).build().init(task_dir)
+    with store:
+        for bad in ["soon", True, 2**64, None]:
+            with pytest.raises(InvalidArgumentError):
+                store.put(b"k", b"v", bad)
+        with pytest.raises(InvalidArgumentError):
+            store.put(None, b"v", 0)
+        with pytest.raises(SerializationError):
+            store.put("text", b"v", 0)
+        with pytest.raises(InvalidArgumentError):
+            store.fetch(b"k", 1.5)
+        assert store.put(b"k", b"v", 0) and store.fetch(b"k", 0) == b"v"

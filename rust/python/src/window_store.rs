@@ -10,7 +10,7 @@ use pyo3::types::{PyBytes, PyDict};
 
 use crate::errors::guard;
 use crate::key_value_store::{as_bytes, direction, optional_value, Progress};
-use crate::windowed::{open_segmented, Decoder, SegmentedConfig, Source, WindowedIterator};
+use crate::windowed::{millis, open_segmented, Decoder, SegmentedConfig, Source, WindowedIterator};
 
 #[pyclass(module = "kstate._core", name = "WindowStore")]
 pub struct NativeWindowStore {
@@ -74,10 +74,11 @@ impl NativeWindowStore {
         &mut self,
         key: &Bound<'_, PyAny>,
         value: &Bound<'_, PyAny>,
-        window_start: i64,
+        window_start: &Bound<'_, PyAny>,
     ) -> PyResult<bool> {
         let key = as_bytes(key, "key")?;
         let value = optional_value(value)?;
+        let window_start = millis(window_start, "window_start")?;
         guard(|| self.inner.put(key, value, window_start))
     }
 

@@ -9,7 +9,7 @@ use kstate_core::session_store::SessionQueries;
 use kstate_core::window_store::WindowQueries;
 use kstate_core::{SegmentedOptions, SegmentedStore, SegmentedView, StoreOptions, ValueFormat};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyTuple};
+use pyo3::types::{PyBool, PyBytes, PyDict, PyTuple};
 
 use crate::errors::guard;
 use crate::key_value_store::{ttl_of, Progress};
@@ -18,6 +18,22 @@ use crate::window_store::NativeWindowStore;
 
 const FIRST_CHUNK: usize = 16;
 const MAX_CHUNK: usize = 2048;
+
+/// A time argument in milliseconds: an int (not a bool) that fits in 64 bits, else
+/// `InvalidArgumentError`, so Python may call the native store directly.
+pub fn millis(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<i64> {
+    let value = if obj.is_instance_of::<PyBool>() {
+        None
+    } else {
+        obj.extract::<i64>().ok()
+    };
+    value.ok_or_else(|| {
+        crate::errors::raise(
+            "InvalidArgumentError",
+            format!("{what} must be an int (ms) in 64 bits, got {obj}"),
+        )
+    })
+}
 
 /// Store-wide settings of a segmented store, as Python passes them (a dict).
 #[derive(FromPyObject)]
