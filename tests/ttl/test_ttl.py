@@ -87,3 +87,13 @@ def test_ttl_needs_a_timestamped_supplier():
     # Plain factories take no TTL at all: plain values carry no timestamp to expire by.
     with pytest.raises(TypeError):
         Stores.persistent_key_value_store("kv", ttl_ms=5)
+
+
+def test_read_only_views_return_timestamps_too(task_dir):
+    with kv_store(task_dir) as store:
+        store.put("k", "v", timestamp=7)
+        store.commit(1)
+        view = store.read_only()
+        assert view.get_with_timestamp("k") == ValueAndTimestamp("v", 7)
+        assert list(view.reverse_all_with_timestamp()) == [KeyValue("k", ValueAndTimestamp("v", 7))]
+        assert view.get_many_with_timestamp(["k", "x"]) == [ValueAndTimestamp("v", 7), None]

@@ -242,3 +242,27 @@ def test_bytes_serde_fast_path_raises_the_same_typed_errors(task_dir):
         with pytest.raises(InvalidArgumentError):
             store.fetch(b"k", 1.5)
         assert store.put(b"k", b"v", 0) and store.fetch(b"k", 0) == b"v"
+
+
+def test_plain_segments_open_in_upgrade_mode_as_timestamped(task_dir, column_families, caplog):
+    """Each timestamped segment is a timestamped key-value store: a plain segment upgrades lazily."""
+    plain = Stores.window_store_builder(Stores.persistent_window_store("w", 10 * MINUTE, MINUTE), "string", "string")
+    with plain.build().init(task_dir) as store:
+        store.put("old", "legacy", 0)
+        store.commit(1)
+    timestamped = Stores.timestamped_window_store_builder(
+        Stores.persistent_timestamped_window_store("w", 10 * MINUTE, MINUTE), "string", "string"
+    )
+    with caplog.at_level("INFO", logger="kstate.store"), timestamped.build().init(task_dir) as store:
+        assert "upgrade mode" in caplog.text
+        assert [kv.value for kv in store.all_with_timestamp()] == [ValueAndTimestamp("legacy", -1)]
+        assert store.fetch_with_timestamp("old", 0) == ValueAndTimestamp("legacy", -1)  # migrates
+        store.put("new", "v", 0, timestamp=5)
+        store.commit(2)
+    cfs = column_families(task_dir / "w" / "w.0")
+    key = struct.pack(">qi", 0, 0)
+    assert cfs["default"] == {}
+    assert cfs["keyValueWithTimestamp"] == {
+        b"old" + key: b"\xff" * 8 + b"legacy",
+        b"new" + key: struct.pack(">q", 5) + b"v",
+    }
