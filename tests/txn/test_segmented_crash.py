@@ -90,7 +90,7 @@ def test_killed_between_segment_writes_finishes_the_commit_on_reopen(task_dir):
     with reopen(task_dir) as store:
         assert store.committed_offset() == 2
         assert state_of(store) == ({start: KEYS for start in STARTS}, {b"2"})
-    assert not (task_dir / "w" / ".w.commit.tmp").exists()
+    assert not (task_dir / ".w.commit.tmp").exists()
 
 
 def test_killed_before_commit_keeps_the_last_commit(task_dir):

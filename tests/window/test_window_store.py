@@ -82,7 +82,10 @@ def test_retention_boundary_late_puts_and_segment_deletion(open_window, task_dir
     assert store.segment_ids() == [0, 2, 13], "deleted only when a commit makes the stream time durable"
     store.commit(1)
     assert store.segment_ids() == [13]
-    assert sorted(p.name for p in (task_dir / "w").iterdir()) == [".w.commit", "w.1170000"]
+    # Only segments in the store directory: Kafka's openExisting skips every segment after a name
+    # it cannot parse, so kstate's commit file lives in the task directory.
+    assert sorted(p.name for p in (task_dir / "w").iterdir()) == ["w.1170000"]
+    assert (task_dir / ".w.commit").is_file()
 
 
 def test_duplicates_keep_every_put_with_sequence_numbers(open_window, task_dir, column_families):

@@ -1,5 +1,6 @@
-//! The commit-intent file of a segmented store (`<task>/<store>/.<store>.commit`), which makes a
-//! commit that writes several segment databases atomic.
+//! The commit-intent file of a segmented store (`<task>/.<store>.commit`, beside the store's
+//! directory, which must hold segments only), which makes a commit that writes several segment
+//! databases atomic.
 //!
 //! A commit first writes every touched segment's RocksDB `WriteBatch`, the changelog offset and
 //! the stream time into a new file (checksummed, fsynced, renamed over the old one), then applies

@@ -7,7 +7,8 @@
 //!   than `stream_time - retention + 1` at once; expired segments are deleted when a commit makes
 //!   the stream time that expired them durable (at once for non-transactional stores, as Kafka).
 //! - A persistent transactional commit goes through the commit-intent file (`commit_intent.rs`):
-//!   every segment's prepared batches and the offset are made durable in one file first, then
+//!   every segment's prepared batches and the offset are made durable in one file (in the task
+//!   directory: Kafka's `openExisting` wants nothing but segments in the store's) first, then
 //!   applied segment by segment; a crash in between is finished on open. The file also keeps the
 //!   committed offset and stream time, so retention survives restarts.
 //! - Scans walk the segments in time order (reverse for backward scans) and filter each segment's
@@ -323,12 +324,27 @@ impl SegmentedStore {
         }
     }
 
-    fn intent_path(&self) -> Result<PathBuf> {
-        let dir = self
+    /// `<task>/.<store><suffix>`: kstate's own files stay out of `<task>/<store>/`, where Kafka's
+    /// `openExisting` gives up on every segment once it meets a name that is not one.
+    fn beside(&self, suffix: &str) -> Result<PathBuf> {
+        let task_dir = self
             .dir
             .as_ref()
-            .ok_or_else(|| Error::InvalidState("in-memory stores have no commit file".into()))?;
-        Ok(dir.join(format!(".{}.commit", self.name)))
+            .and_then(|dir| dir.parent())
+            .ok_or_else(|| {
+                Error::InvalidState(format!("store {} has no task directory", self.name))
+            })?;
+        Ok(task_dir.join(format!(".{}{suffix}", self.name)))
+    }
+
+    fn intent_path(&self) -> Result<PathBuf> {
+        self.beside(".commit")
+    }
+
+    /// Where a segment's staged writes spill: `<task>/.<segment>.uncommitted`.
+    fn spill_path(&self, segment: &str) -> Result<PathBuf> {
+        let suffix = segment.strip_prefix(&self.name).unwrap_or(segment);
+        self.beside(&format!("{suffix}.uncommitted"))
     }
 
     fn check_open(&self) -> Result<()> {
@@ -351,7 +367,7 @@ impl SegmentedStore {
             Some(dir) => KeyValueStore::open_rocksdb_with_ttl(
                 &segment,
                 &dir.join(&segment),
-                &dir.join(format!(".{segment}.uncommitted")),
+                &self.spill_path(&segment)?,
                 self.options.format,
                 options,
                 ttl,
@@ -403,7 +419,7 @@ impl SegmentedStore {
             segment.close()?;
             if let Some(dir) = &self.dir {
                 let name = segment_name(&self.name, id, self.options.segment_interval);
-                for path in [dir.join(&name), dir.join(format!(".{name}.uncommitted"))] {
+                for path in [dir.join(&name), self.spill_path(&name)?] {
                     if path.exists() {
                         std::fs::remove_dir_all(path)?;
                     }

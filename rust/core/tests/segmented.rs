@@ -230,15 +230,15 @@ fn a_commit_interrupted_between_segments_is_finished_on_open() {
     for start in [0, 5 * MINUTE, 9 * MINUTE] {
         store.put(b"k", Some(b"v2"), start).unwrap();
     }
-    // Copying the directory after the first segment's batch is applied is what a crash there
-    // leaves behind (RocksDB's WAL is in the page cache, as after a killed process).
+    // Copying the task directory (segments and the commit file) after the first segment's batch
+    // is applied is what a crash there leaves behind (RocksDB's WAL is in the page cache, as after a killed process).
     let snapshot = tempfile::tempdir().unwrap();
     let mut copied = false;
     store
         .segments_mut()
         .commit(Some(2), &mut |p| {
             if p.writes_applied == 1 && !copied {
-                copy_dir(&dir.path().join("w"), &snapshot.path().join("w"));
+                copy_dir(dir.path(), snapshot.path());
                 copied = true;
             }
         })
@@ -307,6 +307,13 @@ fn spilled_segments_commit_through_the_intent() {
             .unwrap();
     }
     assert!(store.segments().uncommitted().1, "spilled");
+    // Kafka's openExisting gives up on a store directory holding anything but segments.
+    for entry in std::fs::read_dir(dir.path().join("w")).unwrap() {
+        let name = entry.unwrap().file_name().into_string().unwrap();
+        let parsed = kstate_core::segments::parse_segment_name("w", &name, opts.segment_interval);
+        assert!(parsed.is_some(), "{name} in the store directory");
+    }
+    assert!(dir.path().join(".w.300000.uncommitted").is_dir());
     assert_eq!(
         store.fetch(b"k00003", 3 * MINUTE).unwrap(),
         Some(vec![7; 50])
