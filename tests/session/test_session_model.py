@@ -158,7 +158,7 @@ class InMemorySessionStoreModel(SessionStoreModel):
     persistent = False
 
 
-SETTINGS = settings(max_examples=30, stateful_step_count=40, deadline=None)
+SETTINGS = settings(max_examples=50, stateful_step_count=40, deadline=None)
 TestSessionStoreModel = SessionStoreModel.TestCase
 TestSessionStoreModel.settings = SETTINGS
 TestInMemorySessionStoreModel = InMemorySessionStoreModel.TestCase

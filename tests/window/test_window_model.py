@@ -188,7 +188,7 @@ class InMemoryWindowStoreModel(WindowStoreModel):
     persistent = False
 
 
-SETTINGS = settings(max_examples=30, stateful_step_count=40, deadline=None)
+SETTINGS = settings(max_examples=50, stateful_step_count=40, deadline=None)
 TestWindowStoreModel = WindowStoreModel.TestCase
 TestWindowStoreModel.settings = SETTINGS
 TestWindowStoreWithDuplicatesModel = WindowStoreWithDuplicatesModel.TestCase
