@@ -117,7 +117,8 @@ class SessionStore(_SessionReads, SegmentedStore):
         stored = self._stored(aggregate, session.end)
         return self._reader.put(self._key_bytes(session.key), session.start, session.end, stored)
 
-    def remove(self, session_key: Any) -> bool:
-        """Remove the session ``Windowed(key, start, end)``."""
+    def remove(self, session_key: Any) -> None:
+        """Remove the session ``Windowed(key, start, end)``. Like Kafka's ``remove`` it advances
+        stream time but counts no drop when the session has expired."""
         session = _session_of(session_key)
-        return self._reader.put(self._key_bytes(session.key), session.start, session.end, None)
+        self._reader.remove(self._key_bytes(session.key), session.start, session.end)

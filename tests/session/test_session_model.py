@@ -49,6 +49,11 @@ class Model:
             self.sessions[(key, start, end)] = value
         return True
 
+    def remove(self, key, start, end):
+        """Kafka's remove: advances stream time, deletes where the segment exists, counts nothing."""
+        self.stream_time = max(self.stream_time, end)
+        self.sessions.pop((key, start, end), None)
+
     def live_from(self):
         return self.stream_time - RETENTION + 1
 
@@ -92,6 +97,12 @@ class SessionStoreModel(RuleBasedStateMachine):
         start, end = session
         got = self.store.put(Windowed(key, start, end), value)
         assert got == self.model.put(key, start, end, value)
+        assert self.store.dropped_records == self.model.dropped
+
+    @rule(key=KEYS, session=SESSIONS)
+    def remove(self, key, session):
+        self.store.remove(Windowed(key, *session))
+        self.model.remove(key, *session)
         assert self.store.dropped_records == self.model.dropped
 
     @rule(key=KEYS, session=SESSIONS)

@@ -503,6 +503,20 @@ impl SegmentedStore {
         Ok(true)
     }
 
+    /// Deletes store key `key` from the segment of `timestamp` if that segment exists (Kafka's
+    /// `remove`: it advances stream time but neither creates a segment nor counts a drop).
+    pub fn remove(&mut self, key: &[u8], timestamp: i64) -> Result<()> {
+        self.check_open()?;
+        self.stream_time = self.stream_time.max(timestamp);
+        let id = self.options.segment_id(timestamp);
+        // An expired segment is as good as deleted (Kafka deletes it as stream time passes).
+        if id < self.options.min_live_segment(self.stream_time) || !self.segments.contains_key(&id)
+        {
+            return Ok(());
+        }
+        self.put(key, timestamp, None).map(|_| ())
+    }
+
     /// The value under store key `key` in the segment of `timestamp`, if not expired.
     pub fn get(&mut self, key: &[u8], timestamp: i64) -> Result<Option<Vec<u8>>> {
         self.get_with(key, timestamp, |v| v.map(<[u8]>::to_vec))

@@ -114,6 +114,13 @@ impl SessionStore {
             .put(&session::to_store_key(key, start, end), end, value)
     }
 
+    /// Removes a session (Kafka's `remove`: no segment is created, no drop counted).
+    pub fn remove(&mut self, key: &[u8], start: i64, end: i64) -> Result<()> {
+        check_session(start, end)?;
+        self.segments
+            .remove(&session::to_store_key(key, start, end), end)
+    }
+
     /// `fetchSession(key, start, end)`: the aggregate of exactly that session.
     pub fn fetch_session(&mut self, key: &[u8], start: i64, end: i64) -> Result<Option<Vec<u8>>> {
         check_session(start, end)?;

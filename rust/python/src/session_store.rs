@@ -84,6 +84,11 @@ impl NativeSessionStore {
         guard(|| self.inner.put(key, start, end, value))
     }
 
+    fn remove(&mut self, key: &Bound<'_, PyAny>, start: i64, end: i64) -> PyResult<()> {
+        let key = as_bytes(key, "key")?;
+        guard(|| self.inner.remove(key, start, end))
+    }
+
     fn fetch_session<'py>(
         &mut self,
         py: Python<'py>,
