@@ -32,3 +32,21 @@ def open_store(task_dir):
     yield make
     for store in opened:
         store.close()
+
+
+@pytest.fixture
+def column_families():
+    """Reads a RocksDB directory read-only with rocksdict (an independent RocksDB binding):
+    ``{column family: {key: value}}``."""
+    from rocksdict import AccessType, Options, Rdict
+
+    def read(path):
+        opts = Options(raw_mode=True)
+        names = Rdict.list_cf(str(path), opts)
+        db = Rdict(str(path), opts, column_families={n: opts for n in names}, access_type=AccessType.read_only())
+        try:
+            return {n: dict(db.get_column_family(n).items()) for n in names}
+        finally:
+            db.close()
+
+    return read

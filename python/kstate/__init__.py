@@ -1,13 +1,25 @@
 """kstate: Kafka Streams' local state for Python and PySpark.
 
-Timestamped, transactional key-value stores on RocksDB whose bytes match Kafka Streams.
+Timestamped, transactional key-value, window and session stores on RocksDB whose bytes match
+Kafka Streams.
 """
 
 from kstate import errors, rebalance, serdes
 from kstate.key_value_store import KeyValue, KeyValueIterator, KeyValueStore, ReadOnlyKeyValueStore
-from kstate.stores import KeyValueBytesStoreSupplier, StoreBuilder, Stores
+from kstate.session_store import ReadOnlySessionStore, SessionStore
+from kstate.stores import (
+    KeyValueBytesStoreSupplier,
+    SessionBytesStoreSupplier,
+    StoreBuilder,
+    Stores,
+    WindowBytesStoreSupplier,
+)
 from kstate.timestamped_key_value_store import TimestampedKeyValueStore
+from kstate.timestamped_session_store import TimestampedSessionStore
+from kstate.timestamped_window_store import TimestampedWindowStore
 from kstate.value_and_timestamp import NO_TIMESTAMP, ValueAndTimestamp
+from kstate.window_store import ReadOnlyWindowStore, WindowStore
+from kstate.windowed import Window, Windowed, WindowedIterator
 
 __all__ = [
     "errors",
@@ -18,7 +30,18 @@ __all__ = [
     "KeyValueStore",
     "ReadOnlyKeyValueStore",
     "TimestampedKeyValueStore",
+    "WindowStore",
+    "ReadOnlyWindowStore",
+    "TimestampedWindowStore",
+    "SessionStore",
+    "ReadOnlySessionStore",
+    "TimestampedSessionStore",
+    "Window",
+    "Windowed",
+    "WindowedIterator",
     "KeyValueBytesStoreSupplier",
+    "WindowBytesStoreSupplier",
+    "SessionBytesStoreSupplier",
     "StoreBuilder",
     "Stores",
     "ValueAndTimestamp",

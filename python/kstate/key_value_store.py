@@ -294,7 +294,13 @@ class KeyValueStore(_Reads):
         self.partition = partition
         self.task_dir = task_dir
         if not self.persistent:
-            self._reader = _core.KeyValueStore.open_in_memory(self.name, self.transactional, offset_key)
+            self._reader = _core.KeyValueStore.open_in_memory(
+                self.name,
+                self.transactional,
+                offset_key,
+                self._supplier.ttl_ms,
+                self._supplier.ttl_clock == "wall_clock",
+            )
             self._bind_raw_calls()
             self._attach_changelog(task_dir)
             return self
@@ -310,6 +316,8 @@ class KeyValueStore(_Reads):
             self._config.cache_max_bytes,
             offset_key,
             _progress_logger(f"finishing commit of {self.name}"),
+            self._supplier.ttl_ms,
+            self._supplier.ttl_clock == "wall_clock",
         )
         self._reader = native
         self._bind_raw_calls()
@@ -450,6 +458,10 @@ class KeyValueStore(_Reads):
     def uncommitted_bytes(self) -> int:
         """Bytes of staged writes held in memory (spilled writes not included)."""
         return self._reader.uncommitted()[0]
+
+    def compact(self) -> None:
+        """Compact the RocksDB data now. With a TTL, expired values leave the disk."""
+        self._reader.compact()
 
     def read_only(self, read_committed: bool = True) -> ReadOnlyKeyValueStore:
         """A read-only view; with ``read_committed`` it ignores uncommitted writes and is safe to

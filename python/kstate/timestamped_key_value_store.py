@@ -9,11 +9,19 @@ supplier, the store keeps the plain format and reports timestamp -1 (Kafka's ada
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Callable
 
 from kstate import _core
 from kstate.errors import InvalidArgumentError
-from kstate.key_value_store import KeyValue, KeyValueIterator, KeyValueStore, _entries, _now_ms
+from kstate.key_value_store import (
+    KeyValue,
+    KeyValueIterator,
+    KeyValueStore,
+    ReadOnlyKeyValueStore,
+    _entries,
+    _now_ms,
+    _Reads,
+)
 from kstate.value_and_timestamp import NO_TIMESTAMP, ValueAndTimestamp
 
 
@@ -23,46 +31,14 @@ def _check_timestamp(timestamp: Any) -> int:
     return timestamp
 
 
-class TimestampedKeyValueStore(KeyValueStore):
-    """A key-value store whose values carry timestamps.
+class _TimestampedReads(_Reads):
+    """The ``*_with_timestamp`` reads, shared by the store and its read-only views."""
 
-    ``get``/``range``/``all`` return plain values; the ``*_with_timestamp`` forms return
-    ``ValueAndTimestamp``. ``put(key, value)`` accepts a ``ValueAndTimestamp`` or a plain value,
-    which is stamped with the current wall-clock time unless ``timestamp`` is given.
-    """
-
-    # -- value bytes -----------------------------------------------------------------------------
-
-    def _value_and_timestamp_of(self, stored: bytes) -> ValueAndTimestamp:
-        if not self._supplier.timestamped:
-            return ValueAndTimestamp(self._value_serde.deserialize(stored), NO_TIMESTAMP)
-        timestamp, raw = _core.decode_value_and_timestamp(stored)
-        return ValueAndTimestamp(self._value_serde.deserialize(raw), timestamp)
-
-    def _value_of(self, stored: bytes) -> Any:
-        return self._value_and_timestamp_of(stored).value
-
-    def _packs_values(self) -> bool:
-        return False
-
-    def _stored_with(self, value: Any, timestamp: int) -> bytes | None:
-        raw = self._value_serde.serialize(value)
-        if raw is None:
-            return None
-        if not self._supplier.timestamped:
-            return raw
-        return _core.encode_value_and_timestamp(_check_timestamp(timestamp), raw)
-
-    def _stored(self, value: Any, timestamp: int | None = None) -> bytes | None:
-        if isinstance(value, ValueAndTimestamp):
-            return self._stored_with(value.value, value.timestamp)
-        return self._stored_with(value, _now_ms() if timestamp is None else timestamp)
+    _value_and_timestamp_of: Callable[[bytes], ValueAndTimestamp]
 
     def _entry_with_timestamp(self, key: bytes, stored: bytes | None) -> Any:
         k = self._key_serde.deserialize(key)
         return k if stored is None else KeyValue(k, self._value_and_timestamp_of(stored))
-
-    # -- reads with timestamps -------------------------------------------------------------------
 
     def get_with_timestamp(self, key: Any) -> ValueAndTimestamp | None:
         stored = self._reader.get(self._key_bytes(key))
@@ -85,6 +61,55 @@ class TimestampedKeyValueStore(KeyValueStore):
     def all_with_timestamp(self) -> KeyValueIterator:
         return self.range_with_timestamp(None, None)
 
+    def reverse_all_with_timestamp(self) -> KeyValueIterator:
+        return self.reverse_range_with_timestamp(None, None)
+
+
+class ReadOnlyTimestampedKeyValueStore(_TimestampedReads, ReadOnlyKeyValueStore):
+    """Reads of a timestamped store without its writes, ``*_with_timestamp`` included."""
+
+    def _value_and_timestamp_of(self, stored: bytes) -> ValueAndTimestamp:
+        return self._store._value_and_timestamp_of(stored)
+
+
+class TimestampedKeyValueStore(_TimestampedReads, KeyValueStore):
+    """A key-value store whose values carry timestamps.
+
+    ``get``/``range``/``all`` return plain values; the ``*_with_timestamp`` forms return
+    ``ValueAndTimestamp``. ``put(key, value)`` accepts a ``ValueAndTimestamp`` or a plain value,
+    which is stamped with the current wall-clock time unless ``timestamp`` is given.
+    """
+
+    # -- value bytes -----------------------------------------------------------------------------
+
+    def _value_and_timestamp_of(self, stored: bytes) -> ValueAndTimestamp:
+        if not self._supplier.timestamped:
+            return ValueAndTimestamp(self._value_serde.deserialize(stored), NO_TIMESTAMP)
+        timestamp, raw = _core.decode_value_and_timestamp(stored)
+        return ValueAndTimestamp(self._value_serde.deserialize(raw), timestamp)
+
+    def _value_of(self, stored: bytes) -> Any:
+        return self._value_and_timestamp_of(stored).value
+
+    def _packs_values(self) -> bool:
+        return False
+
+    def read_only(self, read_committed: bool = True) -> ReadOnlyTimestampedKeyValueStore:
+        return ReadOnlyTimestampedKeyValueStore(self, read_committed)
+
+    def _stored_with(self, value: Any, timestamp: int) -> bytes | None:
+        raw = self._value_serde.serialize(value)
+        if raw is None:
+            return None
+        if not self._supplier.timestamped:
+            return raw
+        return _core.encode_value_and_timestamp(_check_timestamp(timestamp), raw)
+
+    def _stored(self, value: Any, timestamp: int | None = None) -> bytes | None:
+        if isinstance(value, ValueAndTimestamp):
+            return self._stored_with(value.value, value.timestamp)
+        return self._stored_with(value, _now_ms() if timestamp is None else timestamp)
+
     # -- writes with timestamps ------------------------------------------------------------------
 
     def put(self, key: Any, value: Any, timestamp: int | None = None) -> None:
@@ -96,6 +121,19 @@ class TimestampedKeyValueStore(KeyValueStore):
         if timestamp is None and not isinstance(value, ValueAndTimestamp) and value is not None:
             raise InvalidArgumentError("put_with_timestamp needs a timestamp or a ValueAndTimestamp")
         self.put(key, value, timestamp)
+
+    def put_if_newer(self, key: Any, value: Any, timestamp: int | None = None) -> bool:
+        """Out-of-order updates (KAFKA-5533): write ``value`` (plain or ``ValueAndTimestamp``;
+        ``None`` deletes) unless ``key`` holds a value with a larger timestamp. Returns whether it
+        applied; of equal timestamps the later write wins."""
+        if not self._supplier.timestamped:
+            raise InvalidArgumentError(f"put_if_newer needs a timestamped supplier; {self.name} stores no timestamps")
+        if isinstance(value, ValueAndTimestamp):
+            timestamp = value.timestamp
+        elif timestamp is None:
+            raise InvalidArgumentError("put_if_newer needs a timestamp or a ValueAndTimestamp")
+        timestamp = _check_timestamp(timestamp)
+        return self._reader.put_if_newer(self._key_bytes(key), self._stored(value, timestamp), timestamp)
 
     def put_if_absent_with_timestamp(
         self, key: Any, value: Any, timestamp: int | None = None

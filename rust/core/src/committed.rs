@@ -70,6 +70,11 @@ pub trait CommittedState: Send + Sync {
     /// Makes everything applied so far durable (memtable flush for RocksDB).
     fn flush(&self) -> Result<()>;
 
+    /// Compacts the stored data now (RocksDB), running compaction filters such as TTL's.
+    fn compact(&self) -> Result<()> {
+        Ok(())
+    }
+
     /// Records the KIP-1035 OPEN/CLOSED marker where the state is persistent.
     fn set_status(&self, _status: i64) -> Result<()> {
         Ok(())

@@ -3,6 +3,7 @@
 
 pub mod changelog;
 pub mod checkpoint;
+pub mod commit_intent;
 pub mod committed;
 pub mod error;
 pub mod key_range;
@@ -12,19 +13,28 @@ pub mod logged_store;
 pub mod memory;
 pub mod merge;
 pub mod offsets;
+pub mod out_of_order;
 pub mod overlay;
 pub mod packed;
 pub mod read_cache;
 pub mod rebalance;
 pub mod record;
 pub mod rocks;
+pub mod segmented;
 pub mod segments;
+pub mod session_store;
 pub mod spill;
 pub mod store;
 pub mod timestamped;
+pub mod ttl;
 pub mod upgrade;
+pub mod window_store;
 
 pub use error::{Error, Result};
 pub use key_range::{Direction, KeyRange};
 pub use rocks::ValueFormat;
+pub use segmented::{SegmentedOptions, SegmentedStore, SegmentedView};
+pub use session_store::SessionStore;
 pub use store::{CommitProgress, KeyValueStore, OpenReport, ReadCommittedView, StoreOptions};
+pub use ttl::{Ttl, TtlClock};
+pub use window_store::WindowStore;

@@ -17,6 +17,7 @@ use crate::key_range::{Direction, KeyRange};
 use crate::merge::SortedSource;
 use crate::offsets::{self, OFFSETS_CF, STATUS_KEY};
 use crate::timestamped;
+use crate::ttl::Ttl;
 
 pub const TIMESTAMPED_CF: &str = "keyValueWithTimestamp";
 
@@ -62,6 +63,17 @@ fn is_empty(db: &DB, cf: &ColumnFamily) -> Result<bool> {
 
 impl RocksState {
     pub fn open(path: &Path, format: ValueFormat) -> Result<Self> {
+        Self::open_with_ttl(path, format, None)
+    }
+
+    /// Opens with a TTL: the timestamped column family gets the TTL's compaction filter, which
+    /// drops expired values when RocksDB compacts (only timestamped values carry a timestamp).
+    pub fn open_with_ttl(path: &Path, format: ValueFormat, ttl: Option<&Ttl>) -> Result<Self> {
+        if ttl.is_some() && format == ValueFormat::Plain {
+            return Err(Error::InvalidArgument(
+                "a TTL needs a timestamped store: plain values carry no timestamp".into(),
+            ));
+        }
         let opts = db_options();
         let existing = if path.join("CURRENT").exists() {
             DB::list_cf(&opts, path)?
@@ -80,9 +92,13 @@ impl RocksState {
                 families.push(name.to_string());
             }
         }
-        let descriptors = families
-            .iter()
-            .map(|f| ColumnFamilyDescriptor::new(f, db_options()));
+        let descriptors = families.iter().map(|f| {
+            let mut cf_options = db_options();
+            if let (Some(ttl), TIMESTAMPED_CF) = (ttl, f.as_str()) {
+                cf_options.set_compaction_filter("kstate-ttl", ttl.compaction_filter());
+            }
+            ColumnFamilyDescriptor::new(f, cf_options)
+        });
         let db = DB::open_cf_descriptors(&opts, path, descriptors).map_err(|e| {
             Error::Storage(format!(
                 "error opening store at {}: {}",
@@ -436,5 +452,14 @@ impl CommittedState for RocksState {
 
     fn set_status(&self, status: i64) -> Result<()> {
         self.swap_status(Some(status)).map(|_| ())
+    }
+
+    fn compact(&self) -> Result<()> {
+        self.flush()?;
+        for cf in std::iter::once(self.data_cf).chain(self.legacy_cf) {
+            self.db
+                .compact_range_cf(self.cf(cf)?, None::<&[u8]>, None::<&[u8]>);
+        }
+        Ok(())
     }
 }

@@ -16,6 +16,7 @@ use crate::overlay::Overlay;
 use crate::read_cache::ReadCache;
 use crate::rocks::{RocksState, ValueFormat};
 use crate::spill::Spill;
+use crate::ttl::{self, Ttl};
 
 /// Kafka's proposed default for `statestore.uncommitted.max.bytes` (64 MiB).
 pub const DEFAULT_MAX_UNCOMMITTED_BYTES: usize = 64 * 1024 * 1024;
@@ -97,6 +98,7 @@ impl SharedState {
 #[derive(Clone)]
 pub struct ReadCommittedView {
     state: SharedState,
+    ttl: Option<Ttl>,
 }
 
 impl ReadCommittedView {
@@ -105,8 +107,9 @@ impl ReadCommittedView {
     }
 
     pub fn get_with<R>(&self, key: &[u8], f: impl FnOnce(Option<&[u8]>) -> R) -> Result<R> {
+        let ttl = &self.ttl;
         self.state
-            .with(|c| visit_once(|visit| c.read(key, false, visit), f))
+            .with(|c| visit_once(|visit| c.read(key, false, visit), |v| f(live(ttl, v))))
     }
 
     pub fn get_many_with(
@@ -114,7 +117,9 @@ impl ReadCommittedView {
         keys: &[&[u8]],
         visit: &mut dyn FnMut(usize, Option<&[u8]>),
     ) -> Result<()> {
-        self.state.with(|c| c.read_many(keys, visit))
+        let ttl = &self.ttl;
+        self.state
+            .with(|c| c.read_many(keys, &mut |i, v| visit(i, live(ttl, v))))
     }
 
     pub fn scan(
@@ -123,12 +128,20 @@ impl ReadCommittedView {
         direction: Direction,
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        self.state.with(|c| {
-            let mut sources = c.sources(range, direction)?;
-            let mut out = Vec::with_capacity(limit.min(4096));
-            merge_into(&mut sources, direction, limit, &mut out)?;
-            Ok(out)
-        })
+        ttl::scan_visible(
+            self.ttl.as_ref(),
+            range,
+            direction,
+            limit,
+            |range, limit| {
+                self.state.with(|c| {
+                    let mut sources = c.sources(range, direction)?;
+                    let mut out = Vec::with_capacity(limit.min(4096));
+                    merge_into(&mut sources, direction, limit, &mut out)?;
+                    Ok(out)
+                })
+            },
+        )
     }
 
     pub fn approximate_num_entries(&self) -> Result<u64> {
@@ -154,6 +167,8 @@ pub struct KeyValueStore {
     spill: Option<Spill>,
     /// Committed values in front of RocksDB; `None` for in-memory stores.
     cache: Option<ReadCache>,
+    /// Expired values are hidden from every read (and dropped by RocksDB compactions).
+    ttl: Option<Ttl>,
 }
 
 impl KeyValueStore {
@@ -167,8 +182,21 @@ impl KeyValueStore {
         options: StoreOptions,
         progress: &mut dyn FnMut(CommitProgress),
     ) -> Result<(Self, OpenReport)> {
+        Self::open_rocksdb_with_ttl(name, path, spill_path, format, options, None, progress)
+    }
+
+    /// `open_rocksdb` with a TTL (timestamped stores only).
+    pub fn open_rocksdb_with_ttl(
+        name: &str,
+        path: &Path,
+        spill_path: &Path,
+        format: ValueFormat,
+        options: StoreOptions,
+        ttl: Option<Ttl>,
+        progress: &mut dyn FnMut(CommitProgress),
+    ) -> Result<(Self, OpenReport)> {
         std::fs::create_dir_all(path)?;
-        let rocks = RocksState::open(path, format)?;
+        let rocks = RocksState::open_with_ttl(path, format, ttl.as_ref())?;
         let mut report = OpenReport {
             upgrade_mode: rocks.upgrade_mode(),
             ..OpenReport::default()
@@ -206,11 +234,17 @@ impl KeyValueStore {
             batch: Mutex::new(Some(WriteBatch::default())),
             spill_path: Some(spill_path.to_path_buf()),
             spill: None,
+            ttl,
         };
         Ok((store, report))
     }
 
     pub fn open_in_memory(name: &str, options: StoreOptions) -> Self {
+        Self::open_in_memory_with_ttl(name, options, None)
+    }
+
+    /// `open_in_memory` with a TTL: expired values are hidden from reads.
+    pub fn open_in_memory_with_ttl(name: &str, options: StoreOptions, ttl: Option<Ttl>) -> Self {
         Self {
             state: SharedState::new(name, Box::new(MemoryState::default())),
             options,
@@ -219,7 +253,12 @@ impl KeyValueStore {
             spill_path: None,
             spill: None,
             cache: None,
+            ttl,
         }
+    }
+
+    pub fn ttl(&self) -> Option<&Ttl> {
+        self.ttl.as_ref()
     }
 
     pub fn transactional(&self) -> bool {
@@ -237,6 +276,7 @@ impl KeyValueStore {
     pub fn read_committed_view(&self) -> ReadCommittedView {
         ReadCommittedView {
             state: self.state.clone(),
+            ttl: self.ttl.clone(),
         }
     }
 
@@ -264,8 +304,10 @@ impl KeyValueStore {
             overlay,
             spill,
             cache,
+            ttl,
             ..
         } = self;
+        let f = |v: Option<&[u8]>| f(live(ttl, v));
         state.with(|c| {
             let mut f = Some(f);
             let known = with_known(overlay, spill, cache, key, |known| {
@@ -303,8 +345,10 @@ impl KeyValueStore {
             overlay,
             spill,
             cache,
+            ttl,
             ..
         } = self;
+        let visit = &mut |i: usize, v: Option<&[u8]>| visit(i, live(ttl, v));
         state.with(|c| {
             if overlay.is_empty() && spill.is_none() && cache.is_none() {
                 return c.read_many(keys, visit);
@@ -347,8 +391,14 @@ impl KeyValueStore {
             batch,
             cache,
             options,
+            ttl,
             ..
         } = self;
+        let writes = &mut writes.inspect(|(_, value)| {
+            if let (Some(ttl), Some(value)) = (ttl.as_ref(), value) {
+                ttl.observe(value);
+            }
+        });
         if !options.transactional {
             return state.with(|c| {
                 let mut writes = writes.inspect(|(key, _)| {
@@ -420,18 +470,32 @@ impl KeyValueStore {
         direction: Direction,
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        self.state.with(|c| {
-            let mut sources: Vec<Box<dyn SortedSource + '_>> = vec![Box::new(IterSource::new(
-                self.overlay.range(range, direction),
-            ))];
-            if let Some(spill) = &self.spill {
-                sources.push(spill.source(range, direction)?);
-            }
-            sources.extend(c.sources(range, direction)?);
-            let mut out = Vec::with_capacity(limit.min(4096));
-            merge_into(&mut sources, direction, limit, &mut out)?;
-            Ok(out)
-        })
+        ttl::scan_visible(
+            self.ttl.as_ref(),
+            range,
+            direction,
+            limit,
+            |range, limit| {
+                self.state.with(|c| {
+                    let mut sources: Vec<Box<dyn SortedSource + '_>> = vec![Box::new(
+                        IterSource::new(self.overlay.range(range, direction)),
+                    )];
+                    if let Some(spill) = &self.spill {
+                        sources.push(spill.source(range, direction)?);
+                    }
+                    sources.extend(c.sources(range, direction)?);
+                    let mut out = Vec::with_capacity(limit.min(4096));
+                    merge_into(&mut sources, direction, limit, &mut out)?;
+                    Ok(out)
+                })
+            },
+        )
+    }
+
+    /// Compacts the committed data now (RocksDB); the TTL's compaction filter drops expired
+    /// values on the way.
+    pub fn compact(&self) -> Result<()> {
+        self.state.with(|c| c.compact())
     }
 
     pub fn approximate_num_entries(&self) -> Result<u64> {
@@ -566,6 +630,76 @@ impl KeyValueStore {
         Ok(())
     }
 
+    /// Moves the writes staged in memory to the spill on disk: for a caller that bounds the
+    /// uncommitted bytes of several stores together (segmented stores). No-op in memory.
+    pub fn spill_staged(&mut self) -> Result<()> {
+        self.spill_overlay()
+    }
+
+    /// Hands every uncommitted write to `sink` as batches of the committed state's writes (about
+    /// `batch_bytes` each when spilled), without applying them. With `apply_prepared` and
+    /// `finish_prepared_commit` this splits `commit` for a caller that makes the commits of
+    /// several RocksDB stores atomic by keeping the batches durably first (segmented stores'
+    /// commit intent). Persistent transactional stores only: in-memory state has no batch form.
+    pub fn prepare_commit(
+        &mut self,
+        batch_bytes: usize,
+        sink: &mut dyn FnMut(&WriteBatch) -> Result<()>,
+    ) -> Result<()> {
+        if self.spill.is_some() {
+            self.spill_overlay()?;
+        }
+        let Self {
+            state,
+            overlay,
+            batch,
+            spill,
+            ..
+        } = self;
+        let batch = batch.get_mut().unwrap_or_else(PoisonError::into_inner);
+        state.with(|c| match (spill.as_ref(), batch.as_ref()) {
+            (Some(spill), _) => spill.for_each_batch(batch_bytes, |writes| {
+                let mut spilled = WriteBatch::default();
+                for (key, value) in writes {
+                    c.stage(&mut spilled, key, value.as_deref())?;
+                }
+                sink(&spilled)
+            }),
+            (None, Some(staged)) => sink(staged),
+            (None, None) => sink(&batch_of(c, overlay)?),
+        })
+    }
+
+    /// Applies one batch of `prepare_commit` (possibly read back after a crash). Applying a
+    /// batch again is harmless: it holds final values and deletes.
+    pub fn apply_prepared(&self, batch: WriteBatch) -> Result<()> {
+        self.state
+            .with(|c| c.commit_staged(batch, &mut std::iter::empty(), None))
+    }
+
+    /// Records `offset` after the prepared batches are applied and forgets the staged writes.
+    pub fn finish_prepared_commit(&mut self, offset: Option<i64>) -> Result<()> {
+        let offset_write = OffsetWrite {
+            key: &self.options.offset_key,
+            offset,
+        };
+        self.state
+            .with(|c| c.apply(&mut std::iter::empty(), Some(offset_write)))?;
+        let committed = self.overlay.take();
+        *self.batch.get_mut().unwrap_or_else(PoisonError::into_inner) = Some(WriteBatch::default());
+        match (self.spill.take(), &mut self.cache) {
+            (Some(spill), cache) => {
+                spill.destroy()?;
+                if let Some(cache) = cache {
+                    cache.clear();
+                }
+            }
+            (None, Some(cache)) => cache.refresh(committed),
+            (None, None) => {}
+        }
+        Ok(())
+    }
+
     /// Discards uncommitted writes. Returns whether the committed state is at `offset` or later
     /// (always `true` without an offset); `false` means the store must be restored from its
     /// changelog. A non-transactional store cannot tell what it holds and returns `false`.
@@ -619,6 +753,14 @@ fn with_known<R>(
         }
     }
     Ok(f(cache.as_ref().and_then(|c| c.get(key))))
+}
+
+/// `value` unless the TTL says it expired.
+fn live<'a>(ttl: &Option<Ttl>, value: Option<&'a [u8]>) -> Option<&'a [u8]> {
+    match ttl {
+        Some(ttl) => value.filter(|v| !ttl.is_expired(v)),
+        None => value,
+    }
 }
 
 /// The overlay's writes as one batch of `committed`.

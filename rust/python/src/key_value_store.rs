@@ -10,7 +10,7 @@ use kstate_core::log::LogConfig;
 use kstate_core::logged_store::{LoggedStore, StoreChangelog};
 use kstate_core::packed::{BinaryBuilder, BinaryColumn};
 use kstate_core::{
-    Direction, KeyRange, KeyValueStore, ReadCommittedView, StoreOptions, ValueFormat,
+    Direction, KeyRange, KeyValueStore, ReadCommittedView, StoreOptions, Ttl, TtlClock, ValueFormat,
 };
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -33,7 +33,7 @@ const FIRST_CHUNK: usize = 16;
 const MAX_CHUNK: usize = 2048;
 
 /// The bytes of a key or value; anything else is the caller's serialization error.
-fn as_bytes<'a>(obj: &'a Bound<'_, PyAny>, what: &str) -> PyResult<&'a [u8]> {
+pub(crate) fn as_bytes<'a>(obj: &'a Bound<'_, PyAny>, what: &str) -> PyResult<&'a [u8]> {
     match obj.cast::<PyBytes>() {
         Ok(b) => Ok(b.as_bytes()),
         Err(_) if obj.is_none() => Err(raise(
@@ -101,7 +101,26 @@ fn inclusive_range(from_key: Option<&[u8]>, to_key: Option<&[u8]>) -> KeyRange {
     KeyRange::inclusive(from_key, to_key)
 }
 
-fn direction(reverse: bool) -> Direction {
+/// The TTL of a store opened with `ttl_ms` (`None`: no TTL).
+pub(crate) fn ttl_of(ttl_ms: Option<i64>, wall_clock: bool) -> PyResult<Option<Ttl>> {
+    let clock = if wall_clock {
+        TtlClock::WallClock
+    } else {
+        TtlClock::StreamTime
+    };
+    ttl_ms.map(|ms| guard(|| Ttl::new(ms, clock))).transpose()
+}
+
+/// A value argument: bytes, or `None` for a delete.
+pub(crate) fn optional_value<'a>(value: &'a Bound<'_, PyAny>) -> PyResult<Option<&'a [u8]>> {
+    if value.is_none() {
+        Ok(None)
+    } else {
+        as_bytes(value, "value").map(Some)
+    }
+}
+
+pub(crate) fn direction(reverse: bool) -> Direction {
     if reverse {
         Direction::Reverse
     } else {
@@ -118,7 +137,7 @@ pub struct NativeKeyValueStore {
 impl NativeKeyValueStore {
     /// Opens a RocksDB store; returns the store and a dict of what opening found.
     #[staticmethod]
-    #[pyo3(signature = (name, path, spill_path, timestamped, transactional, max_uncommitted_bytes, cache_max_bytes, offset_key, progress=None))]
+    #[pyo3(signature = (name, path, spill_path, timestamped, transactional, max_uncommitted_bytes, cache_max_bytes, offset_key, progress=None, ttl_ms=None, ttl_wall_clock=false))]
     #[allow(clippy::too_many_arguments)]
     fn open_rocksdb<'py>(
         py: Python<'py>,
@@ -131,7 +150,10 @@ impl NativeKeyValueStore {
         cache_max_bytes: usize,
         offset_key: String,
         progress: Option<Py<PyAny>>,
+        ttl_ms: Option<i64>,
+        ttl_wall_clock: bool,
     ) -> PyResult<(Self, Bound<'py, PyDict>)> {
+        let ttl = ttl_of(ttl_ms, ttl_wall_clock)?;
         let format = if timestamped {
             ValueFormat::Timestamped
         } else {
@@ -146,12 +168,13 @@ impl NativeKeyValueStore {
         let mut reporter = Progress::new(progress);
         let (inner, report) = py.detach(|| {
             guard(|| {
-                KeyValueStore::open_rocksdb(
+                KeyValueStore::open_rocksdb_with_ttl(
                     name,
                     Path::new(path),
                     Path::new(spill_path),
                     format,
                     options,
+                    ttl,
                     &mut |p| reporter.report(p),
                 )
             })
@@ -171,16 +194,26 @@ impl NativeKeyValueStore {
     }
 
     #[staticmethod]
-    fn open_in_memory(name: &str, transactional: bool, offset_key: String) -> Self {
+    #[pyo3(signature = (name, transactional, offset_key, ttl_ms=None, ttl_wall_clock=false))]
+    fn open_in_memory(
+        name: &str,
+        transactional: bool,
+        offset_key: String,
+        ttl_ms: Option<i64>,
+        ttl_wall_clock: bool,
+    ) -> PyResult<Self> {
         let options = StoreOptions {
             transactional,
             max_uncommitted_bytes: usize::MAX,
             offset_key,
             cache_max_bytes: 0,
         };
-        Self {
-            inner: LoggedStore::unlogged(KeyValueStore::open_in_memory(name, options)),
-        }
+        let ttl = ttl_of(ttl_ms, ttl_wall_clock)?;
+        Ok(Self {
+            inner: LoggedStore::unlogged(KeyValueStore::open_in_memory_with_ttl(
+                name, options, ttl,
+            )),
+        })
     }
 
     #[getter]
@@ -338,6 +371,25 @@ impl NativeKeyValueStore {
         key: &[u8],
     ) -> PyResult<Option<Bound<'py, PyBytes>>> {
         Ok(optional_bytes(py, guard(|| self.inner.store.delete(key))?))
+    }
+
+    /// Writes `value` (timestamped bytes, `None` deletes) unless `key` holds a value with a
+    /// larger timestamp; returns whether it applied.
+    fn put_if_newer(
+        &mut self,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+        timestamp: i64,
+    ) -> PyResult<bool> {
+        let key = as_bytes(key, "key")?;
+        let value = optional_value(value)?;
+        guard(|| self.inner.store.put_if_newer(key, value, timestamp))
+    }
+
+    /// Compacts the store now; with a TTL, expired values leave the disk.
+    fn compact(&self, py: Python<'_>) -> PyResult<()> {
+        let inner = &self.inner;
+        py.detach(|| guard(|| inner.store.compact()))
     }
 
     /// Iterator over `[from_key, to_key]` (inclusive; `None` is unbounded) yielding

@@ -8,8 +8,11 @@ mod partition;
 mod progress;
 mod rebalance;
 mod records;
+mod session_store;
 mod upgrade;
 mod value_and_timestamp;
+mod window_store;
+mod windowed;
 
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -25,6 +28,11 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(records::shallow_entries, m)?)?;
     m.add_function(wrap_pyfunction!(records::decode_record_columns, m)?)?;
     m.add_function(wrap_pyfunction!(records::encode_record_columns, m)?)?;
+    m.add_class::<window_store::NativeWindowStore>()?;
+    m.add_class::<window_store::NativeWindowView>()?;
+    m.add_class::<session_store::NativeSessionStore>()?;
+    m.add_class::<session_store::NativeSessionView>()?;
+    m.add_class::<windowed::WindowedIterator>()?;
     m.add_function(wrap_pyfunction!(
         value_and_timestamp::encode_value_and_timestamp,
         m

@@ -1,0 +1,259 @@
+"""What window and session stores share: time segments on disk, retention, transactions.
+
+A segmented store keeps one RocksDB per time segment at ``<task_dir>/<name>/<name>.<start ms>``
+(Kafka's layout), ``segment_interval = max(retention / 2, 60 s)``. Stream time is the largest
+window start (session end) put so far: reads hide what is older than ``stream time - retention``,
+late puts into expired segments are dropped and counted (``dropped_records``), expired segments
+are deleted. Writes are staged and readable at once; ``commit(changelog_offset)`` is atomic
+across segments (a commit-intent file makes a crash in the middle finish on reopen).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from kstate import _core
+from kstate.config import StoreConfig
+from kstate.errors import InvalidArgumentError, StoreClosedError
+from kstate.key_value_store import _TASK_DIR, _progress_logger, _Unopened
+from kstate.serdes import BytesSerde, Serde
+from kstate.value_and_timestamp import NO_TIMESTAMP, ValueAndTimestamp
+from kstate.windowed import Windowed
+
+if TYPE_CHECKING:
+    from kstate.stores import SegmentedBytesStoreSupplier
+
+log = logging.getLogger("kstate.store")
+
+
+class _SegmentedReads:
+    """Value and key conversion shared by a store and its read-only views. ``_reader`` is the
+    native store or view."""
+
+    _reader: Any
+    _key_serde: Serde
+    _value_serde: Serde
+    _timestamped_bytes: bool
+    _raw: bool
+    name: str
+
+    def _key_bytes(self, key: Any) -> bytes:
+        if key is None:
+            raise InvalidArgumentError("key cannot be None")
+        raw = self._key_serde.serialize(key)
+        if raw is None:
+            raise InvalidArgumentError(f"key serde turned {key!r} into None")
+        return raw
+
+    def _raw_bytes(self) -> bool:
+        """Whether keys and values are stored exactly as given (bytes serdes, no timestamps):
+        then the hottest calls skip the conversions and go straight to the native store, which
+        raises the same typed errors for ``None`` or non-bytes arguments."""
+        return (
+            type(self._key_serde) is BytesSerde
+            and type(self._value_serde) is BytesSerde
+            and not (self._timestamped_bytes)
+        )
+
+    def _optional_key_bytes(self, key: Any) -> bytes | None:
+        return None if key is None else self._key_bytes(key)
+
+    def _value_and_timestamp_of(self, stored: bytes) -> ValueAndTimestamp:
+        if not self._timestamped_bytes:
+            return ValueAndTimestamp(self._value_serde.deserialize(stored), NO_TIMESTAMP)
+        timestamp, raw = _core.decode_value_and_timestamp(stored)
+        return ValueAndTimestamp(self._value_serde.deserialize(raw), timestamp)
+
+    def _value_of(self, stored: bytes) -> Any:
+        if self._timestamped_bytes:
+            return self._value_serde.deserialize(_core.decode_value_and_timestamp(stored)[1])
+        return self._value_serde.deserialize(stored)
+
+    def _decoder(self, with_timestamp: bool) -> Callable[[bytes], Any]:
+        return self._value_and_timestamp_of if with_timestamp else self._value_of
+
+    def _windowed_row(self, with_timestamp: bool) -> Callable[[bytes, int, int, bytes], Any]:
+        """Rows as ``KeyValue(Windowed(key, start, end), value)``."""
+        from kstate.key_value_store import KeyValue
+
+        key_of = self._key_serde.deserialize
+        value_of = self._decoder(with_timestamp)
+        return lambda k, start, end, v: KeyValue(Windowed(key_of(k), start, end), value_of(v))
+
+
+class SegmentedStore(_SegmentedReads):
+    """Lifecycle and transactions of window and session stores. Build one with ``Stores``, then
+    ``init(task_dir)``; or use it as a context manager after ``init``."""
+
+    def __init__(
+        self,
+        supplier: SegmentedBytesStoreSupplier,
+        key_serde: Serde,
+        value_serde: Serde,
+        config: Mapping[str, Any] | None = None,
+    ):
+        self.name = supplier.name
+        self._supplier = supplier
+        self._key_serde = key_serde
+        self._value_serde = value_serde
+        self._timestamped_bytes = supplier.timestamped
+        self._config = StoreConfig.parse(config)
+        self._reader: Any = _Unopened(self.name)
+        self._raw = self._raw_bytes()
+        self.task_dir: Path | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    @property
+    def persistent(self) -> bool:
+        return self._supplier.persistent
+
+    @property
+    def transactional(self) -> bool:
+        """Whether writes are staged until ``commit`` (KIP-892)."""
+        return self._supplier.transactional and self._config.transactional
+
+    @property
+    def retention_period(self) -> int:
+        return self._supplier.retention_ms
+
+    @property
+    def segment_interval(self) -> int:
+        return self._supplier.segment_interval_ms
+
+    @property
+    def is_open(self) -> bool:
+        return self._reader.is_open
+
+    def _open_native(self, directory: str | None, config: dict, progress: Any) -> tuple[Any, dict]:
+        raise NotImplementedError
+
+    def init(
+        self, task_dir: str | Path, *, partition: int | None = None, application_id: str | None = None
+    ) -> SegmentedStore:
+        """Open the store under ``task_dir`` (segments in ``<task_dir>/<name>/``).
+
+        The changelog this store commits offsets for is ``<application.id>-<name>-changelog``,
+        partition ``partition``; both default from the task directory's path. Opening renames
+        legacy segment directories, finishes a commit a crash interrupted and deletes expired
+        segments.
+        """
+        if self._reader.is_open:
+            raise InvalidArgumentError(f"store {self.name} is already open")
+        task_dir = Path(task_dir)
+        if partition is None:
+            match = _TASK_DIR.match(task_dir.name)
+            partition = int(match.group(1)) if match else 0
+        app = application_id or self._config.application_id or task_dir.resolve().parent.name or "kstate"
+        self.changelog_topic = f"{app}-{self.name}-changelog"
+        self.partition = partition
+        self.task_dir = task_dir
+        supplier = self._supplier
+        config = {
+            "timestamped": supplier.timestamped,
+            "retention_ms": supplier.retention_ms,
+            "segment_interval": supplier.segment_interval_ms,
+            "transactional": self.transactional,
+            "max_uncommitted_bytes": self._config.uncommitted_max_bytes,
+            "cache_max_bytes": self._config.cache_max_bytes,
+            "offset_key": f"{self.changelog_topic}-{partition}",
+            "ttl_ms": supplier.ttl_ms,
+            "ttl_wall_clock": supplier.ttl_clock == "wall_clock",
+        }
+        directory = str(task_dir / self.name) if self.persistent else None
+        native, found = self._open_native(directory, config, _progress_logger(f"finishing commit of {self.name}"))
+        self._reader = native
+        self._bind_raw_calls()
+        if found.get("renamed_legacy"):
+            log.info("Store %s: renamed %d legacy segment directories", self.name, found["renamed_legacy"])
+        if found.get("upgrade_mode"):
+            log.info("Opening store %s in upgrade mode: legacy values migrate on access", self.name)
+        if found.get("finished_commit") is not None:
+            log.info(
+                "Store %s: finished a commit interrupted by a crash (%d segment batches)",
+                self.name,
+                found["finished_commit"],
+            )
+        if found.get("unclean_shutdown"):
+            log.warning("Store %s was not closed cleanly; its offset was dropped so it is restored", self.name)
+        return self
+
+    def _bind_raw_calls(self) -> None:
+        """With bytes serdes, subclasses may bind their hottest calls to the native store."""
+
+    def close(self) -> None:
+        """Close the store. Uncommitted writes are discarded (commit first to keep them)."""
+        if not self._reader.is_open:
+            return
+        if self.transactional:
+            staged, spilled = self._reader.uncommitted()
+            if staged or spilled:
+                log.warning("closing store %s discards its uncommitted writes", self.name)
+        self._reader.close()
+
+    def __enter__(self) -> SegmentedStore:
+        if not self.is_open:
+            raise StoreClosedError(f"store {self.name} is not open; call init(task_dir) first")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "open" if self.is_open else "closed"
+        return f"<{type(self).__name__} {self.name!r} {state} transactional={self.transactional}>"
+
+    # -- transactions ----------------------------------------------------------------------------
+
+    def commit(self, changelog_offset: int | None = None, progress: Callable[[int, int], None] | None = None) -> None:
+        """Apply every uncommitted write, in every segment, and record ``changelog_offset``,
+        atomically. Reports ``progress(segment_batches_applied, total)`` as it applies."""
+        if changelog_offset is not None and (
+            isinstance(changelog_offset, bool) or not isinstance(changelog_offset, int)
+        ):
+            raise InvalidArgumentError(f"changelog_offset must be an int or None, got {changelog_offset!r}")
+        self._reader.commit(changelog_offset, progress)
+
+    def flush(self) -> None:
+        """Kafka's ``flush``: for a transactional store, a commit at the current offset."""
+        self.commit(self.committed_offset())
+
+    def recover(self, changelog_offset: int | None = None) -> bool:
+        """Discard uncommitted writes (and the stream time they advanced). ``True`` if the committed
+        state is at ``changelog_offset`` or later; ``False`` if it must be restored."""
+        return self._reader.recover(changelog_offset)
+
+    def committed_offset(self) -> int | None:
+        """The changelog offset of the last commit, or ``None``."""
+        return self._reader.committed_offset()
+
+    @property
+    def uncommitted_bytes(self) -> int:
+        """Bytes of staged writes held in memory (spilled writes not included)."""
+        return self._reader.uncommitted()[0]
+
+    # -- time and segments -----------------------------------------------------------------------
+
+    @property
+    def stream_time(self) -> int:
+        """The largest segment timestamp put so far (-1 before any), staged puts included."""
+        return self._reader.stream_time
+
+    @property
+    def dropped_records(self) -> int:
+        """Puts dropped because their window or session had already expired."""
+        return self._reader.dropped_records
+
+    def segment_ids(self) -> list[int]:
+        """Ids of the open segments, oldest first (segment start = id * segment_interval)."""
+        return self._reader.segment_ids()
+
+    def approximate_num_entries(self) -> int:
+        return self._reader.approximate_num_entries()
+
+    def compact(self) -> None:
+        """Compact every segment now. With a TTL, expired values leave the disk."""
+        self._reader.compact()

@@ -1,0 +1,72 @@
+"""``Windowed`` keys of window and session stores, and the iterator that yields them."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+from kstate import _core
+from kstate.errors import InvalidArgumentError
+
+MAX_TIME = 2**63 - 1
+"""Java's ``Long.MAX_VALUE``: "no upper bound" for times."""
+
+
+class Window(NamedTuple):
+    """A time window: ``start`` and ``end`` in milliseconds (Kafka's ``Window``)."""
+
+    start: int
+    end: int
+
+
+class Windowed(NamedTuple):
+    """A key and the window it belongs to (Kafka's ``Windowed<K>``). For window stores ``end`` is
+    ``start + window size``; for session stores the session's start and end."""
+
+    key: Any
+    start: int
+    end: int
+
+    @property
+    def window(self) -> Window:
+        return Window(self.start, self.end)
+
+
+MIN_TIME = -(2**63)
+
+
+def check_time(name: str, value: Any) -> int:
+    """A time argument in milliseconds: an int (not a bool)."""
+    if type(value) is int and MIN_TIME <= value <= MAX_TIME:
+        return value
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgumentError(f"{name} must be an int (ms), got {value!r}")
+    if not MIN_TIME <= value <= MAX_TIME:
+        raise InvalidArgumentError(f"{name} must fit in 64 bits, got {value}")
+    return value
+
+
+class WindowedIterator:
+    """Iterator over window or session store entries. Use as a context manager or call ``close()``
+    when done early; it raises ``StoreClosedError`` once its store is closed."""
+
+    __slots__ = ("_native", "_decode")
+
+    def __init__(self, native: _core.WindowedIterator, decode: Callable[[bytes, int, int, bytes], Any]):
+        # ``decode(key, start, end, stored)`` turns a native row into the entry.
+        self._native = native
+        self._decode = decode
+
+    def __iter__(self) -> WindowedIterator:
+        return self
+
+    def __next__(self) -> Any:
+        return self._decode(*next(self._native))
+
+    def close(self) -> None:
+        self._native.close()
+
+    def __enter__(self) -> WindowedIterator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,785 @@
+//! Segmented stores (spec 1.8), the base of window and session stores: one transactional
+//! `KeyValueStore` per time segment (a RocksDB at `<task>/<store>/<store>.<segment start ms>`, or
+//! an ordered map in memory), stream-time retention, and commits that are atomic across segments.
+//!
+//! - Stream time is the largest segment timestamp put so far. A put into a segment older than
+//!   `segment_id(stream_time - retention)` is dropped and counted; reads hide everything older
+//!   than `stream_time - retention + 1` at once; expired segments are deleted when a commit makes
+//!   the stream time that expired them durable (at once for non-transactional stores, as Kafka).
+//! - A persistent transactional commit goes through the commit-intent file (`commit_intent.rs`):
+//!   every segment's prepared batches and the offset are made durable in one file (in the task
+//!   directory: Kafka's `openExisting` wants nothing but segments in the store's) first, then
+//!   applied segment by segment; a crash in between is finished on open. The file also keeps the
+//!   committed offset and stream time, so retention survives restarts.
+//! - Scans walk the segments in time order (reverse for backward scans) and filter each segment's
+//!   key range with the query's predicate, as Kafka's `SegmentIterator` does.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+
+use rocksdb::WriteBatch;
+
+use crate::commit_intent::{self, IntentWriter};
+use crate::error::{Error, Result};
+use crate::key_range::{Direction, KeyRange};
+use crate::rocks::ValueFormat;
+use crate::segments::{parse_segment_name, segment_id, segment_name};
+use crate::store::{CommitProgress, KeyValueStore, ReadCommittedView, StoreOptions};
+use crate::ttl::Ttl;
+
+/// Size of the batches a spilled segment's writes go into the commit intent in.
+const INTENT_BATCH_BYTES: usize = 4 * 1024 * 1024;
+
+pub type Row = (Vec<u8>, Vec<u8>);
+/// Whether a store key found by a scan's byte bounds is really in the query.
+pub type Accept = Arc<dyn Fn(&[u8]) -> Result<bool> + Send + Sync>;
+
+#[derive(Clone)]
+pub struct SegmentedOptions {
+    pub retention_ms: i64,
+    pub segment_interval: i64,
+    pub format: ValueFormat,
+    /// `max_uncommitted_bytes` bounds all segments together; `cache_max_bytes` is per segment.
+    pub store: StoreOptions,
+    pub ttl: Option<Ttl>,
+}
+
+impl SegmentedOptions {
+    fn segment_id(&self, timestamp: i64) -> i64 {
+        segment_id(timestamp, self.segment_interval)
+    }
+
+    /// Segments below this id are expired at `stream_time` (Kafka's `minLiveSegment`).
+    fn min_live_segment(&self, stream_time: i64) -> i64 {
+        self.segment_id(stream_time.saturating_sub(self.retention_ms))
+    }
+
+    fn segment_store_options(&self) -> StoreOptions {
+        StoreOptions {
+            // The segmented store spills its segments itself, against the store-wide bound.
+            max_uncommitted_bytes: usize::MAX,
+            // Each segment gets the whole read cache budget: caches fill only with what is read,
+            // which is mostly the newest segment, and Kafka's interval keeps at most 3-4 segments
+            // live. Splitting the budget made the hot segment's cache thrash.
+            ..self.store.clone()
+        }
+    }
+}
+
+/// The earliest timestamp reads show at `stream_time`: `stream_time - retention + 1`.
+pub fn min_live_time(stream_time: i64, retention_ms: i64) -> i64 {
+    stream_time.saturating_sub(retention_ms).saturating_add(1)
+}
+
+/// What opening a segmented store found, for the caller to log.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SegmentedOpenReport {
+    pub segments: usize,
+    /// Legacy segment directory names (`<store>:<ms>`, `<store>-yyyyMMddHHmm`) renamed.
+    pub renamed_legacy: usize,
+    /// A commit interrupted by a crash was finished (number of segment batches applied).
+    pub finished_commit: Option<u64>,
+    pub upgrade_mode: bool,
+    pub unclean_shutdown: bool,
+    pub discarded_spill: bool,
+}
+
+/// A scan: segments `first_segment..=last_segment`, each scanned over `range`, rows filtered
+/// by `accept`.
+#[derive(Clone)]
+pub struct SegmentQuery {
+    pub first_segment: i64,
+    pub last_segment: i64,
+    pub range: KeyRange,
+    pub direction: Direction,
+    pub accept: Accept,
+}
+
+impl SegmentQuery {
+    pub fn empty(direction: Direction) -> Self {
+        Self {
+            first_segment: 0,
+            last_segment: -1,
+            range: KeyRange::all(),
+            direction,
+            accept: Arc::new(|_| Ok(false)),
+        }
+    }
+}
+
+/// Where a chunked scan goes on: the segment being scanned and the rest of its range, or the
+/// next segment id to look for.
+#[derive(Debug, Clone, Default)]
+pub struct ScanCursor {
+    current: Option<(i64, KeyRange)>,
+    next: Option<i64>,
+    done: bool,
+}
+
+impl ScanCursor {
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+}
+
+/// Segments as a scan sees them: the store (staged writes included) or a read-committed view.
+pub trait SegmentReader {
+    fn stream_time(&self) -> i64;
+    /// The first live segment id in `lo..=hi` in `direction` order.
+    fn next_segment(&self, lo: i64, hi: i64, direction: Direction) -> Result<Option<i64>>;
+    /// Up to `limit` rows of segment `id` in `range` (none once the segment is gone).
+    fn scan_segment(
+        &self,
+        id: i64,
+        range: &KeyRange,
+        direction: Direction,
+        limit: usize,
+    ) -> Result<Vec<Row>>;
+}
+
+/// Up to `limit` rows of `query` from where `cursor` stands; fewer only at the end.
+pub fn scan(
+    reader: &dyn SegmentReader,
+    query: &SegmentQuery,
+    cursor: &mut ScanCursor,
+    limit: usize,
+) -> Result<Vec<Row>> {
+    let mut out = Vec::new();
+    let direction = query.direction;
+    while !cursor.done && out.len() < limit {
+        let (id, rest) = match cursor.current.take() {
+            Some(current) => current,
+            None => {
+                let (lo, hi) = match (direction, cursor.next) {
+                    (_, None) => (query.first_segment, query.last_segment),
+                    (Direction::Forward, Some(next)) => (next, query.last_segment),
+                    (Direction::Reverse, Some(next)) => (query.first_segment, next),
+                };
+                match reader.next_segment(lo, hi, direction)? {
+                    Some(id) => (id, query.range.clone()),
+                    None => {
+                        cursor.done = true;
+                        break;
+                    }
+                }
+            }
+        };
+        let want = limit - out.len();
+        let rows = reader.scan_segment(id, &rest, direction, want)?;
+        let exhausted = rows.len() < want;
+        let rest = match rows.last() {
+            Some((last, _)) => rest.after(last, direction),
+            None => rest,
+        };
+        for row in rows {
+            if (query.accept)(&row.0)? {
+                out.push(row);
+            }
+        }
+        if !exhausted {
+            cursor.current = Some((id, rest));
+            continue;
+        }
+        let next = match direction {
+            Direction::Forward => id.checked_add(1),
+            Direction::Reverse => id.checked_sub(1),
+        };
+        match next {
+            Some(next) => cursor.next = Some(next),
+            None => cursor.done = true,
+        }
+    }
+    Ok(out)
+}
+
+fn first_in<T>(map: &BTreeMap<i64, T>, lo: i64, hi: i64, direction: Direction) -> Option<i64> {
+    if lo > hi {
+        return None;
+    }
+    let mut ids = map.range(lo..=hi).map(|(id, _)| *id);
+    match direction {
+        Direction::Forward => ids.next(),
+        Direction::Reverse => ids.next_back(),
+    }
+}
+
+/// What read-committed views see: the committed stream time and each segment's view.
+struct Committed {
+    open: bool,
+    stream_time: i64,
+    segments: BTreeMap<i64, ReadCommittedView>,
+}
+
+pub struct SegmentedStore {
+    name: String,
+    /// `<task>/<store>` for persistent stores; `None` in memory.
+    dir: Option<PathBuf>,
+    options: SegmentedOptions,
+    segments: BTreeMap<i64, KeyValueStore>,
+    committed: Arc<RwLock<Committed>>,
+    /// Stream time including staged puts; reads use it, so expiry is visible at once.
+    stream_time: i64,
+    committed_stream_time: i64,
+    committed_offset: Option<i64>,
+    /// Bytes staged in memory across segments since they last spilled or committed.
+    staged_bytes: usize,
+    dropped_records: u64,
+    open: bool,
+}
+
+impl SegmentedStore {
+    /// Opens (creating if needed) the segments under `dir` = `<task>/<store>`: renames legacy
+    /// segment names, finishes a commit a crash interrupted, deletes expired segments.
+    pub fn open_rocksdb(
+        name: &str,
+        dir: &Path,
+        options: SegmentedOptions,
+        progress: &mut dyn FnMut(CommitProgress),
+    ) -> Result<(Self, SegmentedOpenReport)> {
+        check_options(&options)?;
+        std::fs::create_dir_all(dir)?;
+        let mut report = SegmentedOpenReport::default();
+        let mut ids = Vec::new();
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            let Some(file_name) = entry.file_name().to_str().map(str::to_owned) else {
+                continue;
+            };
+            let Some(id) = parse_segment_name(name, &file_name, options.segment_interval) else {
+                continue;
+            };
+            if !entry.file_type()?.is_dir() {
+                continue;
+            }
+            let canonical = segment_name(name, id, options.segment_interval);
+            if file_name != canonical && !dir.join(&canonical).exists() {
+                std::fs::rename(entry.path(), dir.join(&canonical))?;
+                report.renamed_legacy += 1;
+            }
+            ids.push(id);
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        let mut store = Self::new(name, Some(dir.to_path_buf()), options);
+        for id in ids {
+            let segment_report = store.open_segment(id, progress)?;
+            report.upgrade_mode |= segment_report.upgrade_mode;
+            report.unclean_shutdown |= segment_report.unclean_shutdown;
+            report.discarded_spill |= segment_report.discarded_spill;
+        }
+        report.segments = store.segments.len();
+        let intent_path = store.intent_path()?;
+        // A commit killed while writing its intent left this; the intent never took effect.
+        let torn = commit_intent::temp_path(&intent_path);
+        if torn.exists() {
+            std::fs::remove_file(torn)?;
+        }
+        match commit_intent::read(&intent_path)? {
+            Some(intent) => {
+                if intent.entries > 0 {
+                    report.finished_commit = Some(intent.entries);
+                }
+                store.apply_intent(progress)?;
+            }
+            // A directory Kafka wrote keeps its offset in each segment's `offsets` family.
+            None => {
+                let mut offset = None;
+                for segment in store.segments.values() {
+                    offset = offset.max(segment.committed_offset()?);
+                }
+                store.committed_offset = offset;
+            }
+        }
+        if report.unclean_shutdown && !store.options.store.transactional {
+            // Segments written through may be ahead of the offset: restore from the changelog.
+            store.committed_offset = None;
+            commit_intent::write_record(&intent_path, None, store.committed_stream_time)?;
+        }
+        Ok((store, report))
+    }
+
+    pub fn open_in_memory(name: &str, options: SegmentedOptions) -> Result<Self> {
+        check_options(&options)?;
+        Ok(Self::new(name, None, options))
+    }
+
+    fn new(name: &str, dir: Option<PathBuf>, options: SegmentedOptions) -> Self {
+        Self {
+            name: name.to_owned(),
+            dir,
+            options,
+            segments: BTreeMap::new(),
+            committed: Arc::new(RwLock::new(Committed {
+                open: true,
+                stream_time: -1,
+                segments: BTreeMap::new(),
+            })),
+            stream_time: -1,
+            committed_stream_time: -1,
+            committed_offset: None,
+            staged_bytes: 0,
+            dropped_records: 0,
+            open: true,
+        }
+    }
+
+    /// `<task>/.<store><suffix>`: kstate's own files stay out of `<task>/<store>/`, where Kafka's
+    /// `openExisting` gives up on every segment once it meets a name that is not one.
+    fn beside(&self, suffix: &str) -> Result<PathBuf> {
+        let task_dir = self
+            .dir
+            .as_ref()
+            .and_then(|dir| dir.parent())
+            .ok_or_else(|| {
+                Error::InvalidState(format!("store {} has no task directory", self.name))
+            })?;
+        Ok(task_dir.join(format!(".{}{suffix}", self.name)))
+    }
+
+    fn intent_path(&self) -> Result<PathBuf> {
+        self.beside(".commit")
+    }
+
+    /// Where a segment's staged writes spill: `<task>/.<segment>.uncommitted`.
+    fn spill_path(&self, segment: &str) -> Result<PathBuf> {
+        let suffix = segment.strip_prefix(&self.name).unwrap_or(segment);
+        self.beside(&format!("{suffix}.uncommitted"))
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.open {
+            Ok(())
+        } else {
+            Err(Error::Closed(format!("store {} is closed", self.name)))
+        }
+    }
+
+    fn open_segment(
+        &mut self,
+        id: i64,
+        progress: &mut dyn FnMut(CommitProgress),
+    ) -> Result<crate::store::OpenReport> {
+        let segment = segment_name(&self.name, id, self.options.segment_interval);
+        let options = self.options.segment_store_options();
+        let ttl = self.options.ttl.clone();
+        let (store, report) = match &self.dir {
+            Some(dir) => KeyValueStore::open_rocksdb_with_ttl(
+                &segment,
+                &dir.join(&segment),
+                &self.spill_path(&segment)?,
+                self.options.format,
+                options,
+                ttl,
+                progress,
+            )?,
+            None => (
+                KeyValueStore::open_in_memory_with_ttl(&segment, options, ttl),
+                Default::default(),
+            ),
+        };
+        self.committed
+            .write()
+            .map_err(|_| Error::InvalidState("segment views lock poisoned".into()))?
+            .segments
+            .insert(id, store.read_committed_view());
+        self.segments.insert(id, store);
+        Ok(report)
+    }
+
+    fn segment(&mut self, id: i64) -> Result<&mut KeyValueStore> {
+        if !self.segments.contains_key(&id) {
+            self.open_segment(id, &mut |_| {})?;
+        }
+        self.segments
+            .get_mut(&id)
+            .ok_or_else(|| Error::InvalidState(format!("segment {id} vanished")))
+    }
+
+    /// Closes and deletes the segments below `min_live`.
+    fn drop_segments_before(&mut self, min_live: i64) -> Result<()> {
+        if self
+            .segments
+            .first_key_value()
+            .is_none_or(|(id, _)| *id >= min_live)
+        {
+            return Ok(());
+        }
+        let live = self.segments.split_off(&min_live);
+        let expired = std::mem::replace(&mut self.segments, live);
+        {
+            let mut committed = self
+                .committed
+                .write()
+                .map_err(|_| Error::InvalidState("segment views lock poisoned".into()))?;
+            let live_views = committed.segments.split_off(&min_live);
+            committed.segments = live_views;
+        }
+        for (id, mut segment) in expired {
+            segment.close()?;
+            if let Some(dir) = &self.dir {
+                let name = segment_name(&self.name, id, self.options.segment_interval);
+                for path in [dir.join(&name), self.spill_path(&name)?] {
+                    if path.exists() {
+                        std::fs::remove_dir_all(path)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn options(&self) -> &SegmentedOptions {
+        &self.options
+    }
+
+    pub fn is_open(&self) -> bool {
+        self.open
+    }
+
+    pub fn persistent(&self) -> bool {
+        self.dir.is_some()
+    }
+
+    pub fn transactional(&self) -> bool {
+        self.options.store.transactional
+    }
+
+    /// Puts dropped because their segment had expired (Kafka's `dropped-records` metric).
+    pub fn dropped_records(&self) -> u64 {
+        self.dropped_records
+    }
+
+    pub fn committed_offset(&self) -> Result<Option<i64>> {
+        self.check_open()?;
+        Ok(self.committed_offset)
+    }
+
+    /// Ids of the open segments, oldest first.
+    pub fn segment_ids(&self) -> Vec<i64> {
+        self.segments.keys().copied().collect()
+    }
+
+    /// Bytes staged in memory across segments, and whether staged writes spilled to disk.
+    pub fn uncommitted(&self) -> (usize, bool) {
+        self.segments
+            .values()
+            .fold((0, false), |(bytes, spilled), s| {
+                let (b, sp) = s.uncommitted();
+                (bytes + b, spilled || sp)
+            })
+    }
+
+    /// Writes `value` (`None` deletes) under store key `key`, in the segment of `timestamp`.
+    /// Returns `false` when the segment has expired and the put was dropped.
+    pub fn put(&mut self, key: &[u8], timestamp: i64, value: Option<&[u8]>) -> Result<bool> {
+        self.check_open()?;
+        self.stream_time = self.stream_time.max(timestamp);
+        let id = self.options.segment_id(timestamp);
+        let min_live = self.options.min_live_segment(self.stream_time);
+        if id < min_live {
+            self.dropped_records += 1;
+            return Ok(false);
+        }
+        let segment = self.segment(id)?;
+        let before = segment.uncommitted().0;
+        segment.put(key, value)?;
+        let after = segment.uncommitted().0;
+        if !self.options.store.transactional {
+            self.drop_segments_before(min_live)?;
+            return Ok(true);
+        }
+        self.staged_bytes = (self.staged_bytes + after).saturating_sub(before);
+        if self.staged_bytes > self.options.store.max_uncommitted_bytes && self.dir.is_some() {
+            for segment in self.segments.values_mut() {
+                segment.spill_staged()?;
+            }
+            self.staged_bytes = 0;
+        }
+        Ok(true)
+    }
+
+    /// Deletes store key `key` from the segment of `timestamp` if that segment exists (Kafka's
+    /// `remove`: it advances stream time but neither creates a segment nor counts a drop).
+    pub fn remove(&mut self, key: &[u8], timestamp: i64) -> Result<()> {
+        self.check_open()?;
+        self.stream_time = self.stream_time.max(timestamp);
+        let id = self.options.segment_id(timestamp);
+        // An expired segment is as good as deleted (Kafka deletes it as stream time passes).
+        if id < self.options.min_live_segment(self.stream_time) || !self.segments.contains_key(&id)
+        {
+            return Ok(());
+        }
+        self.put(key, timestamp, None).map(|_| ())
+    }
+
+    /// The value under store key `key` in the segment of `timestamp`, if not expired.
+    pub fn get(&mut self, key: &[u8], timestamp: i64) -> Result<Option<Vec<u8>>> {
+        self.get_with(key, timestamp, |v| v.map(<[u8]>::to_vec))
+    }
+
+    /// `get`, passing the value to `f` without copying it.
+    pub fn get_with<R>(
+        &mut self,
+        key: &[u8],
+        timestamp: i64,
+        f: impl FnOnce(Option<&[u8]>) -> R,
+    ) -> Result<R> {
+        self.check_open()?;
+        if timestamp < min_live_time(self.stream_time, self.options.retention_ms) {
+            return Ok(f(None));
+        }
+        let id = self.options.segment_id(timestamp);
+        match self.segments.get_mut(&id) {
+            Some(segment) => segment.get_with(key, f),
+            None => Ok(f(None)),
+        }
+    }
+
+    /// Applies every staged write and `offset` atomically across segments (see module docs).
+    pub fn commit(
+        &mut self,
+        offset: Option<i64>,
+        progress: &mut dyn FnMut(CommitProgress),
+    ) -> Result<()> {
+        self.check_open()?;
+        let min_live = self.options.min_live_segment(self.stream_time);
+        match (&self.dir, self.options.store.transactional) {
+            (Some(_), true) => {
+                let path = self.intent_path()?;
+                let mut writer = IntentWriter::create(&path, offset, self.stream_time)?;
+                for (&id, segment) in self.segments.range_mut(min_live..) {
+                    segment.prepare_commit(INTENT_BATCH_BYTES, &mut |batch| {
+                        if batch.is_empty() {
+                            Ok(())
+                        } else {
+                            writer.entry(id, batch.data())
+                        }
+                    })?;
+                }
+                writer.finish(&path)?;
+                if let Err(e) = self.apply_intent(progress) {
+                    // Some segments may hold the commit and others not; the durable intent makes
+                    // reopening finish it, so close rather than serve a mix.
+                    let _ = self.close();
+                    return Err(Error::InvalidState(format!(
+                        "store {} failed while applying a commit ({e}); it is closed, reopen it to finish the commit",
+                        self.name
+                    )));
+                }
+            }
+            (dir, _) => {
+                // In memory nothing survives a crash; written through, each put is already on
+                // disk: committing segment by segment is all there is to do.
+                for segment in self.segments.values_mut() {
+                    segment.commit(offset, progress)?;
+                }
+                if dir.is_some() {
+                    commit_intent::write_record(&self.intent_path()?, offset, self.stream_time)?;
+                }
+                self.set_committed(offset, self.stream_time)?;
+                self.drop_segments_before(min_live)?;
+            }
+        }
+        self.staged_bytes = 0;
+        Ok(())
+    }
+
+    /// Applies the batches of the commit-intent file (after a commit wrote it, or on open after
+    /// a crash), records the offset in every live segment, and marks the commit complete.
+    fn apply_intent(&mut self, progress: &mut dyn FnMut(CommitProgress)) -> Result<()> {
+        let path = self.intent_path()?;
+        let intent = commit_intent::read(&path)?.ok_or_else(|| {
+            Error::Corrupted(format!("commit intent {} is not readable", path.display()))
+        })?;
+        let mut applied = 0;
+        commit_intent::for_each_entry(&path, &intent, |id, batch| {
+            self.segment(id)?
+                .apply_prepared(WriteBatch::from_data(batch))?;
+            applied += 1;
+            progress(CommitProgress {
+                writes_applied: applied,
+                writes_total: intent.entries,
+            });
+            Ok(())
+        })?;
+        let min_live = self.options.min_live_segment(intent.stream_time);
+        for segment in self.segments.range_mut(min_live..).map(|(_, s)| s) {
+            segment.finish_prepared_commit(intent.offset)?;
+        }
+        if intent.entries > 0 {
+            commit_intent::write_record(&path, intent.offset, intent.stream_time)?;
+        }
+        self.stream_time = self.stream_time.max(intent.stream_time);
+        self.set_committed(intent.offset, intent.stream_time)?;
+        self.drop_segments_before(min_live)
+    }
+
+    fn set_committed(&mut self, offset: Option<i64>, stream_time: i64) -> Result<()> {
+        self.committed_offset = offset;
+        self.committed_stream_time = stream_time;
+        self.committed
+            .write()
+            .map_err(|_| Error::InvalidState("segment views lock poisoned".into()))?
+            .stream_time = stream_time;
+        Ok(())
+    }
+
+    /// Discards staged writes (and the stream time they advanced). Returns whether the
+    /// committed state is at `offset` or later, as `KeyValueStore::recover`.
+    pub fn recover(&mut self, offset: Option<i64>) -> Result<bool> {
+        self.check_open()?;
+        for segment in self.segments.values_mut() {
+            segment.recover(None)?;
+        }
+        self.staged_bytes = 0;
+        if !self.options.store.transactional {
+            return Ok(false);
+        }
+        self.stream_time = self.committed_stream_time;
+        Ok(match (offset, self.committed_offset) {
+            (None, _) => true,
+            (Some(wanted), Some(committed)) => committed >= wanted,
+            (Some(_), None) => false,
+        })
+    }
+
+    pub fn close(&mut self) -> Result<()> {
+        if !self.open {
+            return Ok(());
+        }
+        self.open = false;
+        if let Ok(mut committed) = self.committed.write() {
+            committed.open = false;
+            committed.segments.clear();
+        }
+        for segment in self.segments.values_mut() {
+            segment.close()?;
+        }
+        self.segments.clear();
+        Ok(())
+    }
+
+    pub fn approximate_num_entries(&self) -> Result<u64> {
+        self.check_open()?;
+        self.segments
+            .values()
+            .try_fold(0, |n, s| Ok(n + s.approximate_num_entries()?))
+    }
+
+    /// Compacts every segment now (the TTL's compaction filter drops expired values).
+    pub fn compact(&self) -> Result<()> {
+        self.check_open()?;
+        self.segments.values().try_for_each(KeyValueStore::compact)
+    }
+
+    pub fn read_committed_view(&self) -> SegmentedView {
+        SegmentedView {
+            name: self.name.clone(),
+            committed: self.committed.clone(),
+            options: self.options.clone(),
+        }
+    }
+}
+
+fn check_options(options: &SegmentedOptions) -> Result<()> {
+    if options.retention_ms < 0 || options.segment_interval <= 0 {
+        return Err(Error::InvalidArgument(format!(
+            "retention ({} ms) must be >= 0 and the segment interval ({} ms) > 0",
+            options.retention_ms, options.segment_interval
+        )));
+    }
+    Ok(())
+}
+
+impl SegmentReader for SegmentedStore {
+    fn stream_time(&self) -> i64 {
+        self.stream_time
+    }
+
+    fn next_segment(&self, lo: i64, hi: i64, direction: Direction) -> Result<Option<i64>> {
+        self.check_open()?;
+        Ok(first_in(&self.segments, lo, hi, direction))
+    }
+
+    fn scan_segment(
+        &self,
+        id: i64,
+        range: &KeyRange,
+        direction: Direction,
+        limit: usize,
+    ) -> Result<Vec<Row>> {
+        self.check_open()?;
+        match self.segments.get(&id) {
+            Some(segment) => segment.scan(range, direction, limit),
+            None => Ok(Vec::new()),
+        }
+    }
+}
+
+/// Reads only what is committed, from any thread; closing the store closes it.
+#[derive(Clone)]
+pub struct SegmentedView {
+    name: String,
+    committed: Arc<RwLock<Committed>>,
+    options: SegmentedOptions,
+}
+
+impl SegmentedView {
+    fn with<R>(&self, f: impl FnOnce(&Committed) -> Result<R>) -> Result<R> {
+        let committed = self
+            .committed
+            .read()
+            .map_err(|_| Error::InvalidState("segment views lock poisoned".into()))?;
+        if !committed.open {
+            return Err(Error::Closed(format!("store {} is closed", self.name)));
+        }
+        f(&committed)
+    }
+
+    pub fn is_open(&self) -> bool {
+        self.with(|_| Ok(())).is_ok()
+    }
+
+    pub fn options(&self) -> &SegmentedOptions {
+        &self.options
+    }
+
+    pub fn get(&self, key: &[u8], timestamp: i64) -> Result<Option<Vec<u8>>> {
+        let view = self.with(|c| {
+            if timestamp < min_live_time(c.stream_time, self.options.retention_ms) {
+                return Ok(None);
+            }
+            Ok(c.segments.get(&self.options.segment_id(timestamp)).cloned())
+        })?;
+        view.map_or(Ok(None), |v| v.get(key))
+    }
+}
+
+impl SegmentReader for SegmentedView {
+    fn stream_time(&self) -> i64 {
+        self.with(|c| Ok(c.stream_time)).unwrap_or(-1)
+    }
+
+    fn next_segment(&self, lo: i64, hi: i64, direction: Direction) -> Result<Option<i64>> {
+        self.with(|c| Ok(first_in(&c.segments, lo, hi, direction)))
+    }
+
+    fn scan_segment(
+        &self,
+        id: i64,
+        range: &KeyRange,
+        direction: Direction,
+        limit: usize,
+    ) -> Result<Vec<Row>> {
+        // The segment's view is cloned out so the scan does not hold the lock.
+        match self.with(|c| Ok(c.segments.get(&id).cloned()))? {
+            Some(view) => view.scan(range, direction, limit),
+            None => Ok(Vec::new()),
+        }
+    }
+}

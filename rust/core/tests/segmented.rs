@@ -1,0 +1,391 @@
+//! Window and session stores end to end on real RocksDB segments, without Python.
+
+use std::path::Path;
+
+use kstate_core::key_range::Direction;
+use kstate_core::segmented::{scan, ScanCursor, SegmentQuery, SegmentReader};
+use kstate_core::timestamped::encode;
+use kstate_core::{
+    SegmentedOptions, SegmentedStore, SessionStore, StoreOptions, Ttl, TtlClock, ValueFormat,
+    WindowStore,
+};
+
+const MINUTE: i64 = 60_000;
+
+fn options(retention_ms: i64, format: ValueFormat, ttl: Option<Ttl>) -> SegmentedOptions {
+    SegmentedOptions {
+        retention_ms,
+        segment_interval: kstate_core::segments::segment_interval(retention_ms),
+        format,
+        store: StoreOptions {
+            transactional: true,
+            max_uncommitted_bytes: 1 << 20,
+            offset_key: "app-w-changelog-0".into(),
+            cache_max_bytes: 1 << 20,
+        },
+        ttl,
+    }
+}
+
+fn open_window(dir: &Path, retention_ms: i64, size: i64, dups: bool) -> WindowStore {
+    let (segments, _) = SegmentedStore::open_rocksdb(
+        "w",
+        &dir.join("w"),
+        options(retention_ms, ValueFormat::Plain, None),
+        &mut |_| {},
+    )
+    .unwrap();
+    WindowStore::new(segments, size, dups).unwrap()
+}
+
+fn rows(reader: &dyn SegmentReader, query: &SegmentQuery) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut cursor = ScanCursor::default();
+    let mut out = Vec::new();
+    // Small chunks exercise the continuation across segments.
+    loop {
+        let chunk = scan(reader, query, &mut cursor, 2).unwrap();
+        let short = chunk.len() < 2;
+        out.extend(chunk);
+        if short {
+            return out;
+        }
+    }
+}
+
+fn window_rows(store: &WindowStore, query: &SegmentQuery) -> Vec<(String, i64, String)> {
+    rows(store.segments(), query)
+        .into_iter()
+        .map(|(k, v)| {
+            let (key, start, _) = store.queries().decode(&k).unwrap();
+            (
+                String::from_utf8(key.to_vec()).unwrap(),
+                start,
+                String::from_utf8(v).unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn window_fetches_are_inclusive_ordered_and_segmented() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = open_window(dir.path(), 10 * MINUTE, MINUTE, false);
+    for (key, start, value) in [
+        ("a", 0, "a0"),
+        ("a", MINUTE, "a1"),
+        ("b", MINUTE, "b1"),
+        ("a", 6 * MINUTE, "a6"),
+        ("ab", MINUTE, "ab1"),
+    ] {
+        assert!(store
+            .put(key.as_bytes(), Some(value.as_bytes()), start)
+            .unwrap());
+    }
+    assert_eq!(
+        store.segments().segment_ids(),
+        vec![0, 1],
+        "5-minute segments"
+    );
+    assert_eq!(store.fetch(b"a", MINUTE).unwrap(), Some(b"a1".to_vec()));
+    let t = store.segments().stream_time();
+    let q = store
+        .queries()
+        .key(t, b"a", 0, 6 * MINUTE, Direction::Forward);
+    let got: Vec<_> = window_rows(&store, &q).into_iter().map(|r| r.2).collect();
+    assert_eq!(got, vec!["a0", "a1", "a6"]);
+    let q = store
+        .queries()
+        .key(t, b"a", 0, 6 * MINUTE, Direction::Reverse);
+    let got: Vec<_> = window_rows(&store, &q).into_iter().map(|r| r.2).collect();
+    assert_eq!(got, vec!["a6", "a1", "a0"]);
+    let q = store.queries().range(
+        t,
+        Some(b"a"),
+        Some(b"ab"),
+        MINUTE,
+        MINUTE,
+        Direction::Forward,
+    );
+    let got: Vec<_> = window_rows(&store, &q).into_iter().map(|r| r.2).collect();
+    assert_eq!(got, vec!["a1", "ab1"], "key bounds inclusive, b excluded");
+    let q = store
+        .queries()
+        .range(t, None, None, 0, i64::MAX, Direction::Forward);
+    assert_eq!(window_rows(&store, &q).len(), 5);
+    assert_eq!(
+        store.queries().decode(&q_key(b"a", MINUTE)).unwrap(),
+        (&b"a"[..], MINUTE, 2 * MINUTE)
+    );
+}
+
+fn q_key(key: &[u8], start: i64) -> Vec<u8> {
+    kstate_core::key_schema::window::to_store_key(key, start, 0)
+}
+
+#[test]
+fn retention_drops_late_puts_and_hides_expired_windows() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = open_window(dir.path(), 2 * MINUTE, MINUTE, false);
+    // Segment interval is 60 s (the minimum), retention 2 minutes.
+    store.put(b"k", Some(b"old"), 0).unwrap();
+    store.put(b"k", Some(b"new"), 10 * MINUTE).unwrap();
+    assert!(!store.put(b"k", Some(b"late"), 7 * MINUTE).unwrap());
+    assert_eq!(store.segments().dropped_records(), 1);
+    assert_eq!(store.fetch(b"k", 0).unwrap(), None, "expired at once");
+    store.segments_mut().commit(Some(1), &mut |_| {}).unwrap();
+    assert_eq!(
+        store.segments().segment_ids(),
+        vec![10],
+        "expired segment deleted on commit"
+    );
+    assert!(!dir.path().join("w/w.0").exists());
+    assert!(dir.path().join("w/w.600000").exists());
+    store.segments_mut().close().unwrap();
+    let mut store = open_window(dir.path(), 2 * MINUTE, MINUTE, false);
+    assert_eq!(
+        store.segments().stream_time(),
+        10 * MINUTE,
+        "stream time is committed"
+    );
+    assert!(!store.put(b"k", Some(b"late"), 7 * MINUTE).unwrap());
+    assert_eq!(
+        store.fetch(b"k", 10 * MINUTE).unwrap(),
+        Some(b"new".to_vec())
+    );
+}
+
+#[test]
+fn duplicates_get_sequence_numbers() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = open_window(dir.path(), 10 * MINUTE, MINUTE, true);
+    store.put(b"k", Some(b"1"), 0).unwrap();
+    store.put(b"k", Some(b"2"), 0).unwrap();
+    store.put(b"k", None, 0).unwrap();
+    let t = store.segments().stream_time();
+    let q = store.queries().key(t, b"k", 0, 0, Direction::Forward);
+    let got = rows(store.segments(), &q);
+    assert_eq!(got.len(), 2);
+    assert_eq!(
+        got[1].0,
+        kstate_core::key_schema::window::to_store_key(b"k", 0, 2)
+    );
+    assert_eq!(store.fetch(b"k", 0).unwrap(), Some(b"1".to_vec()));
+}
+
+#[test]
+fn sessions_are_found_by_end_and_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let (segments, _) = SegmentedStore::open_rocksdb(
+        "s",
+        &dir.path().join("s"),
+        options(10 * MINUTE, ValueFormat::Plain, None),
+        &mut |_| {},
+    )
+    .unwrap();
+    let mut store = SessionStore::new(segments);
+    store.put(b"k", 0, 10, Some(b"s1")).unwrap();
+    store.put(b"k", 100, 200, Some(b"s2")).unwrap();
+    store
+        .put(b"k", 6 * MINUTE, 7 * MINUTE, Some(b"s3"))
+        .unwrap();
+    store.put(b"j", 100, 150, Some(b"j1")).unwrap();
+    let t = store.segments().stream_time();
+    let find = |from: Option<&[u8]>, to: Option<&[u8]>, end: i64, start: i64, d| {
+        let q = store.queries().find(t, from, to, end, start, d);
+        rows(store.segments(), &q)
+            .into_iter()
+            .map(|(_, v)| String::from_utf8(v).unwrap())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        find(Some(b"k"), Some(b"k"), 10, 100, Direction::Forward),
+        vec!["s1", "s2"]
+    );
+    assert_eq!(
+        find(Some(b"k"), Some(b"k"), 11, i64::MAX, Direction::Reverse),
+        vec!["s3", "s2"]
+    );
+    assert_eq!(
+        find(None, None, 0, i64::MAX, Direction::Forward),
+        vec!["j1", "s1", "s2", "s3"],
+        "segment by segment, key bytes within"
+    );
+    assert_eq!(
+        store.fetch_session(b"k", 100, 200).unwrap(),
+        Some(b"s2".to_vec())
+    );
+    store.put(b"k", 100, 200, None).unwrap();
+    assert_eq!(store.fetch_session(b"k", 100, 200).unwrap(), None);
+    assert!(store.put(b"k", 5, 4, Some(b"x")).is_err());
+}
+
+#[test]
+fn a_commit_interrupted_between_segments_is_finished_on_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = open_window(dir.path(), 10 * MINUTE, MINUTE, false);
+    for start in [0, 5 * MINUTE, 9 * MINUTE] {
+        store.put(b"k", Some(b"v1"), start).unwrap();
+    }
+    store.segments_mut().commit(Some(1), &mut |_| {}).unwrap();
+    for start in [0, 5 * MINUTE, 9 * MINUTE] {
+        store.put(b"k", Some(b"v2"), start).unwrap();
+    }
+    // Copying the task directory (segments and the commit file) after the first segment's batch
+    // is applied is what a crash there leaves behind (RocksDB's WAL is in the page cache, as after a killed process).
+    let snapshot = tempfile::tempdir().unwrap();
+    let mut copied = false;
+    store
+        .segments_mut()
+        .commit(Some(2), &mut |p| {
+            if p.writes_applied == 1 && !copied {
+                copy_dir(dir.path(), snapshot.path());
+                copied = true;
+            }
+        })
+        .unwrap();
+    assert!(copied);
+    let (segments, report) = SegmentedStore::open_rocksdb(
+        "w",
+        &snapshot.path().join("w"),
+        options(10 * MINUTE, ValueFormat::Plain, None),
+        &mut |_| {},
+    )
+    .unwrap();
+    assert_eq!(report.finished_commit, Some(2));
+    let mut reopened = WindowStore::new(segments, MINUTE, false).unwrap();
+    assert_eq!(reopened.segments().committed_offset().unwrap(), Some(2));
+    for start in [0, 5 * MINUTE, 9 * MINUTE] {
+        assert_eq!(reopened.fetch(b"k", start).unwrap(), Some(b"v2".to_vec()));
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else if entry.file_name() != "LOCK" {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+#[test]
+fn recover_discards_staged_writes_and_stream_time_and_views_read_committed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = open_window(dir.path(), 2 * MINUTE, MINUTE, false);
+    store.put(b"k", Some(b"v"), 0).unwrap();
+    store.segments_mut().commit(Some(1), &mut |_| {}).unwrap();
+    let view = store.segments().read_committed_view();
+    store.put(b"k", Some(b"far"), 100 * MINUTE).unwrap();
+    assert_eq!(store.fetch(b"k", 0).unwrap(), None);
+    assert_eq!(view.get(&q_key(b"k", 0), 0).unwrap(), Some(b"v".to_vec()));
+    assert!(store.segments_mut().recover(Some(1)).unwrap());
+    assert_eq!(store.fetch(b"k", 0).unwrap(), Some(b"v".to_vec()));
+    store.segments_mut().close().unwrap();
+    assert!(view.get(&q_key(b"k", 0), 0).is_err());
+}
+
+#[test]
+fn spilled_segments_commit_through_the_intent() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = options(10 * MINUTE, ValueFormat::Plain, None);
+    opts.store.max_uncommitted_bytes = 4096;
+    let (segments, _) =
+        SegmentedStore::open_rocksdb("w", &dir.path().join("w"), opts.clone(), &mut |_| {})
+            .unwrap();
+    let mut store = WindowStore::new(segments, MINUTE, false).unwrap();
+    for i in 0..2000i64 {
+        store
+            .put(
+                format!("k{i:05}").as_bytes(),
+                Some(&[7; 50]),
+                (i % 10) * MINUTE,
+            )
+            .unwrap();
+    }
+    assert!(store.segments().uncommitted().1, "spilled");
+    // Kafka's openExisting gives up on a store directory holding anything but segments.
+    for entry in std::fs::read_dir(dir.path().join("w")).unwrap() {
+        let name = entry.unwrap().file_name().into_string().unwrap();
+        let parsed = kstate_core::segments::parse_segment_name("w", &name, opts.segment_interval);
+        assert!(parsed.is_some(), "{name} in the store directory");
+    }
+    assert!(dir.path().join(".w.300000.uncommitted").is_dir());
+    assert_eq!(
+        store.fetch(b"k00003", 3 * MINUTE).unwrap(),
+        Some(vec![7; 50])
+    );
+    store.segments_mut().commit(Some(9), &mut |_| {}).unwrap();
+    assert_eq!(store.segments().uncommitted(), (0, false));
+    store.segments_mut().close().unwrap();
+    let (segments, _) =
+        SegmentedStore::open_rocksdb("w", &dir.path().join("w"), opts, &mut |_| {}).unwrap();
+    let store = WindowStore::new(segments, MINUTE, false).unwrap();
+    let q = store.queries().range(
+        store.segments().stream_time(),
+        None,
+        None,
+        0,
+        i64::MAX,
+        Direction::Forward,
+    );
+    assert_eq!(rows(store.segments(), &q).len(), 2000);
+}
+
+#[test]
+fn legacy_segment_names_are_renamed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = open_window(dir.path(), 10 * MINUTE, MINUTE, false);
+    store.put(b"k", Some(b"v"), 5 * MINUTE).unwrap();
+    store.segments_mut().commit(Some(1), &mut |_| {}).unwrap();
+    store.segments_mut().close().unwrap();
+    std::fs::rename(dir.path().join("w/w.300000"), dir.path().join("w/w:300000")).unwrap();
+    let (segments, report) = SegmentedStore::open_rocksdb(
+        "w",
+        &dir.path().join("w"),
+        options(10 * MINUTE, ValueFormat::Plain, None),
+        &mut |_| {},
+    )
+    .unwrap();
+    assert_eq!(report.renamed_legacy, 1);
+    assert!(dir.path().join("w/w.300000").exists());
+    let mut store = WindowStore::new(segments, MINUTE, false).unwrap();
+    assert_eq!(store.fetch(b"k", 5 * MINUTE).unwrap(), Some(b"v".to_vec()));
+}
+
+#[test]
+fn ttl_hides_expired_values_and_compaction_removes_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let ttl = Ttl::new(1_000, TtlClock::StreamTime).unwrap();
+    let (segments, _) = SegmentedStore::open_rocksdb(
+        "w",
+        &dir.path().join("w"),
+        options(10 * MINUTE, ValueFormat::Timestamped, Some(ttl)),
+        &mut |_| {},
+    )
+    .unwrap();
+    let mut store = WindowStore::new(segments, MINUTE, false).unwrap();
+    store.put(b"old", Some(&encode(100, b"o")), 0).unwrap();
+    store.put(b"new", Some(&encode(2_000, b"n")), 0).unwrap();
+    assert_eq!(store.fetch(b"old", 0).unwrap(), None);
+    assert_eq!(store.fetch(b"new", 0).unwrap(), Some(encode(2_000, b"n")));
+    store.segments_mut().commit(Some(1), &mut |_| {}).unwrap();
+    store.segments().compact().unwrap();
+    store.segments_mut().close().unwrap();
+    let db = rocksdb::DB::open_cf_for_read_only(
+        &rocksdb::Options::default(),
+        dir.path().join("w/w.0"),
+        ["default", "keyValueWithTimestamp", "offsets"],
+        false,
+    )
+    .unwrap();
+    let cf = db.cf_handle("keyValueWithTimestamp").unwrap();
+    let keys: Vec<Vec<u8>> = db
+        .iterator_cf(cf, rocksdb::IteratorMode::Start)
+        .map(|kv| kv.unwrap().0.to_vec())
+        .collect();
+    assert_eq!(keys, vec![q_key(b"new", 0)]);
+}

@@ -1,0 +1,259 @@
+//! Binds `kstate_core::window_store` for `kstate.window_store`: convert, call the core, map
+//! errors. No store logic lives here.
+
+use kstate_core::key_schema::window;
+use kstate_core::segmented::SegmentReader;
+use kstate_core::window_store::WindowQueries;
+use kstate_core::{SegmentedView, WindowStore};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
+
+use crate::errors::guard;
+use crate::key_value_store::{as_bytes, direction, optional_value};
+use crate::progress::Progress;
+use crate::windowed::{millis, open_segmented, Decoder, SegmentedConfig, Source, WindowedIterator};
+
+#[pyclass(module = "kstate._core", name = "WindowStore")]
+pub struct NativeWindowStore {
+    pub(crate) inner: WindowStore,
+}
+
+#[pymethods]
+impl NativeWindowStore {
+    /// Opens a window store under `dir` (`None`: in memory); returns it and what opening found.
+    #[staticmethod]
+    #[pyo3(signature = (name, dir, config, window_size, retain_duplicates, progress=None))]
+    fn open<'py>(
+        py: Python<'py>,
+        name: &str,
+        dir: Option<&str>,
+        config: SegmentedConfig,
+        window_size: i64,
+        retain_duplicates: bool,
+        progress: Option<Py<PyAny>>,
+    ) -> PyResult<(Self, Bound<'py, PyDict>)> {
+        let (segments, found) = open_segmented(py, name, dir, config, progress)?;
+        let inner = guard(|| WindowStore::new(segments, window_size, retain_duplicates))?;
+        Ok((Self { inner }, found))
+    }
+
+    #[getter]
+    fn is_open(&self) -> bool {
+        self.inner.segments().is_open()
+    }
+
+    #[getter]
+    fn transactional(&self) -> bool {
+        self.inner.segments().transactional()
+    }
+
+    #[getter]
+    fn persistent(&self) -> bool {
+        self.inner.segments().persistent()
+    }
+
+    #[getter]
+    fn stream_time(&self) -> i64 {
+        self.inner.segments().stream_time()
+    }
+
+    #[getter]
+    fn dropped_records(&self) -> u64 {
+        self.inner.segments().dropped_records()
+    }
+
+    fn segment_ids(&self) -> Vec<i64> {
+        self.inner.segments().segment_ids()
+    }
+
+    fn uncommitted(&self) -> (usize, bool) {
+        self.inner.segments().uncommitted()
+    }
+
+    /// Returns `False` when the window had expired and the put was dropped.
+    fn put(
+        &mut self,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+        window_start: &Bound<'_, PyAny>,
+    ) -> PyResult<bool> {
+        let key = as_bytes(key, "key")?;
+        let value = optional_value(value)?;
+        let window_start = millis(window_start, "window_start")?;
+        guard(|| self.inner.put(key, value, window_start))
+    }
+
+    fn fetch<'py>(
+        &mut self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        time: i64,
+    ) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        let key = as_bytes(key, "key")?;
+        guard(|| {
+            self.inner
+                .fetch_with(key, time, |v| v.map(|b| PyBytes::new(py, b)))
+        })
+    }
+
+    /// Windows of one key starting in `[time_from, time_to]`.
+    #[pyo3(signature = (key, time_from, time_to, reverse=false))]
+    fn fetch_key(
+        slf: Py<Self>,
+        py: Python<'_>,
+        key: &[u8],
+        time_from: i64,
+        time_to: i64,
+        reverse: bool,
+    ) -> WindowedIterator {
+        let (query, decoder) = {
+            let store = slf.bind(py).borrow();
+            let q = *store.inner.queries();
+            let t = store.inner.segments().stream_time();
+            (
+                q.key(t, key, time_from, time_to, direction(reverse)),
+                Decoder::Window(q),
+            )
+        };
+        WindowedIterator::new(Source::Window(slf), query, decoder)
+    }
+
+    /// Windows of keys in `[key_from, key_to]` (`None` unbounded) starting in the time range.
+    #[pyo3(signature = (key_from, key_to, time_from, time_to, reverse=false))]
+    fn fetch_range(
+        slf: Py<Self>,
+        py: Python<'_>,
+        key_from: Option<&[u8]>,
+        key_to: Option<&[u8]>,
+        time_from: i64,
+        time_to: i64,
+        reverse: bool,
+    ) -> WindowedIterator {
+        let (query, decoder) = {
+            let store = slf.bind(py).borrow();
+            let q = *store.inner.queries();
+            let t = store.inner.segments().stream_time();
+            (
+                q.range(t, key_from, key_to, time_from, time_to, direction(reverse)),
+                Decoder::Window(q),
+            )
+        };
+        WindowedIterator::new(Source::Window(slf), query, decoder)
+    }
+
+    fn approximate_num_entries(&self) -> PyResult<u64> {
+        guard(|| self.inner.segments().approximate_num_entries())
+    }
+
+    fn committed_offset(&self) -> PyResult<Option<i64>> {
+        guard(|| self.inner.segments().committed_offset())
+    }
+
+    #[pyo3(signature = (offset, progress=None))]
+    fn commit(
+        &mut self,
+        py: Python<'_>,
+        offset: Option<i64>,
+        progress: Option<Py<PyAny>>,
+    ) -> PyResult<()> {
+        let mut reporter = Progress::new(progress);
+        let segments = self.inner.segments_mut();
+        py.detach(|| guard(|| segments.commit(offset, &mut |p| reporter.report(p))))?;
+        reporter.finish()
+    }
+
+    fn recover(&mut self, py: Python<'_>, offset: Option<i64>) -> PyResult<bool> {
+        let segments = self.inner.segments_mut();
+        py.detach(|| guard(|| segments.recover(offset)))
+    }
+
+    fn close(&mut self, py: Python<'_>) -> PyResult<()> {
+        let segments = self.inner.segments_mut();
+        py.detach(|| guard(|| segments.close()))
+    }
+
+    fn compact(&self, py: Python<'_>) -> PyResult<()> {
+        let segments = self.inner.segments();
+        py.detach(|| guard(|| segments.compact()))
+    }
+
+    fn read_committed_view(&self) -> NativeWindowView {
+        NativeWindowView {
+            view: self.inner.segments().read_committed_view(),
+            queries: *self.inner.queries(),
+            retain_duplicates: self.inner.retain_duplicates(),
+        }
+    }
+}
+
+/// Committed-only reads of a window store, usable from any thread.
+#[pyclass(module = "kstate._core", name = "ReadCommittedWindowView")]
+pub struct NativeWindowView {
+    view: SegmentedView,
+    queries: WindowQueries,
+    retain_duplicates: bool,
+}
+
+#[pymethods]
+impl NativeWindowView {
+    #[getter]
+    fn is_open(&self) -> bool {
+        self.view.is_open()
+    }
+
+    fn fetch<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        time: i64,
+    ) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        let key = as_bytes(key, "key")?;
+        let value = guard(|| {
+            if self.retain_duplicates {
+                self.queries.first_at(&self.view, key, time)
+            } else {
+                self.view.get(&window::to_store_key(key, time, 0), time)
+            }
+        })?;
+        Ok(value.map(|v| PyBytes::new(py, &v)))
+    }
+
+    #[pyo3(signature = (key, time_from, time_to, reverse=false))]
+    fn fetch_key(
+        &self,
+        key: &[u8],
+        time_from: i64,
+        time_to: i64,
+        reverse: bool,
+    ) -> WindowedIterator {
+        let t = self.view.stream_time();
+        let query = self
+            .queries
+            .key(t, key, time_from, time_to, direction(reverse));
+        WindowedIterator::new(
+            Source::View(self.view.clone()),
+            query,
+            Decoder::Window(self.queries),
+        )
+    }
+
+    #[pyo3(signature = (key_from, key_to, time_from, time_to, reverse=false))]
+    fn fetch_range(
+        &self,
+        key_from: Option<&[u8]>,
+        key_to: Option<&[u8]>,
+        time_from: i64,
+        time_to: i64,
+        reverse: bool,
+    ) -> WindowedIterator {
+        let t = self.view.stream_time();
+        let query = self
+            .queries
+            .range(t, key_from, key_to, time_from, time_to, direction(reverse));
+        WindowedIterator::new(
+            Source::View(self.view.clone()),
+            query,
+            Decoder::Window(self.queries),
+        )
+    }
+}

@@ -1,0 +1,197 @@
+//! What `kstate.windowed` needs from Rust, shared by the window and session store bindings:
+//! opening a segmented store, and the chunked iterator yielding `(key, start, end, value)` rows.
+
+use std::collections::VecDeque;
+use std::path::Path;
+
+use kstate_core::segmented::{self, Row, ScanCursor, SegmentQuery, SegmentReader};
+use kstate_core::session_store::SessionQueries;
+use kstate_core::window_store::WindowQueries;
+use kstate_core::{SegmentedOptions, SegmentedStore, SegmentedView, StoreOptions, ValueFormat};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyBytes, PyDict, PyTuple};
+
+use crate::errors::guard;
+use crate::key_value_store::ttl_of;
+use crate::progress::Progress;
+use crate::session_store::NativeSessionStore;
+use crate::window_store::NativeWindowStore;
+
+const FIRST_CHUNK: usize = 16;
+const MAX_CHUNK: usize = 2048;
+
+/// A time argument in milliseconds: an int (not a bool) that fits in 64 bits, else
+/// `InvalidArgumentError`, so Python may call the native store directly.
+pub fn millis(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<i64> {
+    let value = if obj.is_instance_of::<PyBool>() {
+        None
+    } else {
+        obj.extract::<i64>().ok()
+    };
+    value.ok_or_else(|| {
+        crate::errors::raise(
+            "InvalidArgumentError",
+            format!("{what} must be an int (ms) in 64 bits, got {obj}"),
+        )
+    })
+}
+
+/// Store-wide settings of a segmented store, as Python passes them (a dict).
+#[derive(FromPyObject)]
+#[pyo3(from_item_all)]
+pub struct SegmentedConfig {
+    pub timestamped: bool,
+    pub retention_ms: i64,
+    pub segment_interval: i64,
+    pub transactional: bool,
+    pub max_uncommitted_bytes: usize,
+    pub cache_max_bytes: usize,
+    pub offset_key: String,
+    pub ttl_ms: Option<i64>,
+    pub ttl_wall_clock: bool,
+}
+
+impl SegmentedConfig {
+    fn options(self) -> PyResult<SegmentedOptions> {
+        Ok(SegmentedOptions {
+            retention_ms: self.retention_ms,
+            segment_interval: self.segment_interval,
+            format: if self.timestamped {
+                ValueFormat::Timestamped
+            } else {
+                ValueFormat::Plain
+            },
+            store: StoreOptions {
+                transactional: self.transactional,
+                max_uncommitted_bytes: self.max_uncommitted_bytes,
+                offset_key: self.offset_key,
+                cache_max_bytes: self.cache_max_bytes,
+            },
+            ttl: ttl_of(self.ttl_ms, self.ttl_wall_clock)?,
+        })
+    }
+}
+
+/// Opens segments under `dir` (`None`: in memory); returns the store and what opening found.
+pub fn open_segmented<'py>(
+    py: Python<'py>,
+    name: &str,
+    dir: Option<&str>,
+    config: SegmentedConfig,
+    progress: Option<Py<PyAny>>,
+) -> PyResult<(SegmentedStore, Bound<'py, PyDict>)> {
+    let options = config.options()?;
+    let found = PyDict::new(py);
+    let Some(dir) = dir else {
+        return Ok((
+            guard(|| SegmentedStore::open_in_memory(name, options))?,
+            found,
+        ));
+    };
+    let mut reporter = Progress::new(progress);
+    let (store, report) = py.detach(|| {
+        guard(|| {
+            SegmentedStore::open_rocksdb(name, Path::new(dir), options, &mut |p| reporter.report(p))
+        })
+    })?;
+    reporter.finish()?;
+    found.set_item("segments", report.segments)?;
+    found.set_item("renamed_legacy", report.renamed_legacy)?;
+    found.set_item("finished_commit", report.finished_commit)?;
+    found.set_item("upgrade_mode", report.upgrade_mode)?;
+    found.set_item("unclean_shutdown", report.unclean_shutdown)?;
+    found.set_item("discarded_spill", report.discarded_spill)?;
+    Ok((store, found))
+}
+
+/// Where an iterator reads: a store (staged writes included) or a read-committed view.
+pub enum Source {
+    Window(Py<NativeWindowStore>),
+    Session(Py<NativeSessionStore>),
+    View(SegmentedView),
+}
+
+/// How rows' store keys become `(key, start, end)`.
+#[derive(Clone, Copy)]
+pub enum Decoder {
+    Window(WindowQueries),
+    Session(SessionQueries),
+}
+
+/// Iterates a query in chunks; each chunk is a fresh scan from the cursor, so no RocksDB
+/// iterator outlives a call and a closed store raises instead of crashing.
+#[pyclass(module = "kstate._core", name = "WindowedIterator")]
+pub struct WindowedIterator {
+    source: Source,
+    query: SegmentQuery,
+    cursor: ScanCursor,
+    decoder: Decoder,
+    buffer: VecDeque<Row>,
+    chunk: usize,
+}
+
+impl WindowedIterator {
+    pub fn new(source: Source, query: SegmentQuery, decoder: Decoder) -> Self {
+        Self {
+            source,
+            query,
+            cursor: ScanCursor::default(),
+            decoder,
+            buffer: VecDeque::new(),
+            chunk: FIRST_CHUNK,
+        }
+    }
+
+    fn fill(&mut self, py: Python<'_>) -> PyResult<()> {
+        let Self {
+            source,
+            query,
+            cursor,
+            buffer,
+            chunk,
+            ..
+        } = self;
+        let mut read = |reader: &dyn SegmentReader| {
+            if !buffer.is_empty() || cursor.is_done() {
+                // Still checks the store is open, as every call on a closed store raises.
+                return guard(|| reader.next_segment(0, -1, query.direction).map(|_| ()));
+            }
+            let rows = guard(|| segmented::scan(reader, query, cursor, *chunk))?;
+            *chunk = (*chunk * 4).min(MAX_CHUNK);
+            buffer.extend(rows);
+            Ok(())
+        };
+        match source {
+            Source::Window(store) => read(store.bind(py).borrow().inner.segments()),
+            Source::Session(store) => read(store.bind(py).borrow().inner.segments()),
+            Source::View(view) => read(view),
+        }
+    }
+}
+
+#[pymethods]
+impl WindowedIterator {
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    /// `(key, start, end, value)`.
+    fn __next__<'py>(&mut self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        self.fill(py)?;
+        let Some((store_key, value)) = self.buffer.pop_front() else {
+            return Ok(None);
+        };
+        let (key, start, end) = guard(|| match &self.decoder {
+            Decoder::Window(q) => q.decode(&store_key),
+            Decoder::Session(q) => q.decode(&store_key),
+        })?;
+        let row = (PyBytes::new(py, key), start, end, PyBytes::new(py, &value));
+        Ok(Some(row.into_pyobject(py)?))
+    }
+
+    fn close(&mut self) {
+        self.buffer.clear();
+        self.cursor = ScanCursor::default();
+        self.query = SegmentQuery::empty(self.query.direction);
+    }
+}

@@ -1,0 +1,119 @@
+"""Session stores through the Python API: Kafka's find_sessions conditions, key layout on disk,
+timestamped aggregates, views and argument errors."""
+
+import struct
+
+import pytest
+
+from kstate import KeyValue, Stores, TimestampedSessionStore, ValueAndTimestamp, Windowed
+from kstate.errors import InvalidArgumentError, StoreClosedError
+
+MINUTE = 60_000
+
+
+@pytest.fixture
+def open_session(task_dir):
+    opened = []
+
+    def make(retention=10 * MINUTE, timestamped=False, persistent=True):
+        if persistent:
+            factory = Stores.persistent_timestamped_session_store if timestamped else Stores.persistent_session_store
+        else:
+            factory = Stores.in_memory_timestamped_session_store if timestamped else Stores.in_memory_session_store
+        builder = Stores.timestamped_session_store_builder if timestamped else Stores.session_store_builder
+        store = builder(factory("s", retention), "string", "int64").build().init(task_dir)
+        opened.append(store)
+        return store
+
+    yield make
+    for store in opened:
+        store.close()
+
+
+@pytest.mark.parametrize("persistent", [True, False], ids=["rocksdb", "memory"])
+def test_find_sessions_as_a_session_window_aggregation_uses_it(open_session, persistent):
+    store = open_session(persistent=persistent)
+    store.put(Windowed("k", 0, 10), 1)
+    store.put(Windowed("k", 100, 200), 2)
+    store.put(Windowed("k", 6 * MINUTE, 7 * MINUTE), 3)
+    store.put(Windowed("j", 100, 150), 4)
+    # A record at t=205 with an inactivity gap of 10 merges with sessions ending >= 195, starting <= 215.
+    assert list(store.find_sessions("k", 195, 215)) == [KeyValue(Windowed("k", 100, 200), 2)]
+    assert [kv.value for kv in store.find_sessions("k", 10, 100)] == [1, 2], "both ends inclusive"
+    assert [kv.value for kv in store.backward_find_sessions("k", 0, 2**63 - 1)] == [3, 2, 1]
+    assert [kv.value for kv in store.find_sessions("a", "z", 0, 2**63 - 1)] == [4, 1, 2, 3]
+    assert [kv.value for kv in store.fetch("k")] == [1, 2, 3]
+    assert [kv.value for kv in store.backward_fetch("j", "k")] == [3, 2, 1, 4]
+    assert store.fetch_session("k", 100, 200) == 2
+    store.remove(Windowed("k", 100, 200))
+    assert store.fetch_session("k", 100, 200) is None
+    store.put(("k", 0, 10), None)
+    assert [kv.value for kv in store.fetch("k")] == [3]
+
+
+def test_keys_on_disk_are_key_end_start(open_session, task_dir, column_families):
+    store = open_session()
+    store.put(Windowed("a", 10, 20), 5)
+    store.commit(0)
+    store.close()
+    data = column_families(task_dir / "s" / "s.0")["default"]
+    assert data == {b"a" + struct.pack(">qq", 20, 10): struct.pack(">q", 5)}
+
+
+def test_retention_is_by_session_end(open_session):
+    store = open_session(retention=3 * MINUTE)
+    store.put(Windowed("k", 0, MINUTE), 1)
+    store.put(Windowed("k", 0, 6 * MINUTE), 2)
+    assert store.fetch_session("k", 0, MINUTE) is None, "ended before 6 min - retention + 1"
+    assert [kv.value for kv in store.fetch("k")] == [2]
+    assert not store.put(Windowed("k", 0, 10), 3), "a session in an expired segment is dropped"
+    assert store.dropped_records == 1
+
+
+def test_timestamped_aggregates(open_session):
+    store = open_session(timestamped=True)
+    assert isinstance(store, TimestampedSessionStore)
+    store.put(Windowed("k", 0, 10), 1)  # stamped with the session end
+    store.put_with_timestamp(Windowed("k", 20, 30), 2, 25)
+    store.put_with_timestamp(Windowed("j", 20, 30), ValueAndTimestamp(3, 29))
+    assert store.fetch_session_with_timestamp("k", 0, 10) == ValueAndTimestamp(1, 10)
+    assert [kv.value for kv in store.find_sessions_with_timestamp("k", 0, 100)] == [
+        ValueAndTimestamp(1, 10),
+        ValueAndTimestamp(2, 25),
+    ]
+    assert [kv.value.timestamp for kv in store.backward_fetch_with_timestamp("j", "k")] == [25, 10, 29]
+    assert [kv.value for kv in store.fetch_with_timestamp("j")] == [ValueAndTimestamp(3, 29)]
+    assert [kv.value.value for kv in store.backward_find_sessions_with_timestamp("a", "z", 0, 100)] == [2, 1, 3]
+    assert store.fetch("k").__next__().value == 1
+
+
+def test_views_and_transactions(open_session):
+    store = open_session()
+    store.put(Windowed("k", 0, 10), 1)
+    store.commit(4)
+    view = store.read_only()
+    store.put(Windowed("k", 0, 10), 2)
+    assert view.fetch_session("k", 0, 10) == 1
+    assert [kv.value for kv in view.find_sessions("k", 0, 100)] == [1]
+    assert store.fetch_session("k", 0, 10) == 2
+    assert store.recover(4)
+    assert store.fetch_session("k", 0, 10) == 1
+    store.close()
+    with pytest.raises(StoreClosedError):
+        view.fetch_session("k", 0, 10)
+
+
+def test_argument_errors(open_session):
+    store = open_session()
+    with pytest.raises(InvalidArgumentError):
+        store.put(Windowed("k", 10, 5), 1)
+    with pytest.raises(InvalidArgumentError):
+        store.put("not a session key", 1)
+    with pytest.raises(InvalidArgumentError):
+        store.find_sessions("k", 0)
+    with pytest.raises(InvalidArgumentError):
+        store.put(Windowed("k", -1, 1), 1)
+    with pytest.raises(InvalidArgumentError):
+        open_session(timestamped=True, persistent=False).put_with_timestamp(Windowed("k", 0, 1), 1)
+    with pytest.raises(InvalidArgumentError):
+        Stores.session_store_builder(Stores.persistent_timestamped_session_store("s", 1))
