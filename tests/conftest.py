@@ -1,3 +1,9 @@
+import os
+import signal
+import subprocess
+import sys
+import time
+
 import pytest
 
 from kstate import Stores
@@ -50,3 +56,31 @@ def column_families():
             db.close()
 
     return read
+
+
+@pytest.fixture
+def kill_writer():
+    """Runs a Python ``script`` with ``args`` in a real process, waits until it prints a line
+    starting with ``wait_for``, waits ``delay`` seconds more and kills it with SIGKILL. Returns
+    every line it printed, split into words."""
+
+    def run(script, args, wait_for, delay=0.0):
+        command = [sys.executable, "-c", script, *map(str, args)]
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+        lines = []
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                line = proc.stdout.readline()
+                assert line, f"writer exited early with {proc.wait()}"
+                lines.append(line.split())
+                if line.startswith(wait_for):
+                    break
+            time.sleep(delay)
+        finally:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+        assert proc.returncode == -signal.SIGKILL
+        return lines
+
+    return run

@@ -4,13 +4,8 @@ that is wrong if a commit is lost or applied twice), so after a reopen every cou
 the number of commits the changelog published, and no commit the writer saw finish may be lost.
 """
 
-import os
 import random
-import signal
-import subprocess
-import sys
 import textwrap
-import time
 
 import pytest
 
@@ -54,27 +49,6 @@ SPILL = 4096  # staged writes spill to disk: the commit streams them to the chan
 NO_SPILL = 1 << 30
 
 
-def run_and_kill(task_dir, pause_at, limit, wait_for, delay=0.0):
-    proc = subprocess.Popen(
-        [sys.executable, "-c", WRITER, str(task_dir), pause_at, str(limit)], stdout=subprocess.PIPE, text=True
-    )
-    lines = []
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            assert line, f"writer exited early with {proc.wait()}"
-            lines.append(line.split())
-            if line.startswith(wait_for):
-                break
-        time.sleep(delay)
-    finally:
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-    assert proc.returncode == -signal.SIGKILL
-    return lines
-
-
 def reopen(task_dir):
     supplier = Stores.persistent_key_value_store("counts")
     return Stores.key_value_store_builder(supplier, "string", "int64").with_logging_enabled().build().init(task_dir)
@@ -101,9 +75,9 @@ def checkpointed(task_dir):
     ids=lambda v: v.split(":")[0] if isinstance(v, str) and ":" in v else None,
 )
 def test_each_crash_window_reopens_at_exactly_the_published_commits(
-    task_dir, limit, window, pause_at, commits, restored
+    kill_writer, task_dir, limit, window, pause_at, commits, restored
 ):
-    run_and_kill(task_dir, pause_at, limit, wait_for=pause_at)
+    kill_writer(WRITER, [task_dir, pause_at, limit], wait_for=pause_at)
     with reopen(task_dir) as store:
         assert store.restored_records == restored, window
         assert counts(store) == {commits}, window
@@ -112,9 +86,9 @@ def test_each_crash_window_reopens_at_exactly_the_published_commits(
 
 
 @pytest.mark.parametrize("attempt", range(3))
-def test_killed_at_random_while_committing_loses_and_repeats_nothing(task_dir, attempt):
+def test_killed_at_random_while_committing_loses_and_repeats_nothing(kill_writer, task_dir, attempt):
     random.seed(attempt)
-    lines = run_and_kill(task_dir, "loop", NO_SPILL, "committed 799", delay=random.uniform(0, 0.3))
+    lines = kill_writer(WRITER, [task_dir, "loop", NO_SPILL], "committed 799", delay=random.uniform(0, 0.3))
     seen = [int(words[1]) for words in lines if words[0] == "committed"]
     with reopen(task_dir) as store:
         offset = store.committed_offset()

@@ -1,13 +1,8 @@
 """A writer process killed with SIGKILL before, during and after commit: the reopened store holds
 exactly one committed state, never a mix, and nothing committed is lost."""
 
-import os
 import random
-import signal
-import subprocess
-import sys
 import textwrap
-import time
 
 import pytest
 
@@ -53,27 +48,6 @@ SPILL = 1 << 20  # 1 MiB: the 20 MB batch spills and its commit copies in severa
 NO_SPILL = 1 << 30
 
 
-def run_and_kill(task_dir, mode, limit, wait_for, delay=0.0):
-    proc = subprocess.Popen(
-        [sys.executable, "-c", WRITER, str(task_dir), mode, str(limit)], stdout=subprocess.PIPE, text=True
-    )
-    lines = []
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            assert line, f"writer exited early with {proc.wait()}"
-            lines.append(line.split())
-            if line.startswith(wait_for):
-                break
-        time.sleep(delay)
-    finally:
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-    assert proc.returncode == -signal.SIGKILL
-    return lines
-
-
 def reopen(task_dir):
     return Stores.key_value_store_builder(Stores.persistent_key_value_store("s")).build().init(task_dir)
 
@@ -84,16 +58,16 @@ def state_of(store):
 
 
 @pytest.mark.parametrize("limit", [SPILL, NO_SPILL], ids=["spilled", "in-memory"])
-def test_killed_before_commit_keeps_the_last_commit(task_dir, limit):
-    run_and_kill(task_dir, "staged", limit, "staged")
+def test_killed_before_commit_keeps_the_last_commit(kill_writer, task_dir, limit):
+    kill_writer(WRITER, [task_dir, "staged", limit], "staged")
     with reopen(task_dir) as store:
         assert store.committed_offset() == 1
         assert state_of(store) == (3000, {b"1"})
     assert not (task_dir / "rocksdb" / ".s.uncommitted").exists()
 
 
-def test_killed_in_the_middle_of_a_spilled_commit_finishes_it_on_reopen(task_dir):
-    lines = run_and_kill(task_dir, "mid-commit", SPILL, "copying")
+def test_killed_in_the_middle_of_a_spilled_commit_finishes_it_on_reopen(kill_writer, task_dir):
+    lines = kill_writer(WRITER, [task_dir, "mid-commit", SPILL], "copying")
     done, total = int(lines[-1][1]), int(lines[-1][2])
     assert 0 < done < total, "killed after the first copy batch, before the last"
     with reopen(task_dir) as store:
@@ -103,17 +77,17 @@ def test_killed_in_the_middle_of_a_spilled_commit_finishes_it_on_reopen(task_dir
 
 
 @pytest.mark.parametrize("limit", [SPILL, NO_SPILL], ids=["spilled", "in-memory"])
-def test_killed_after_commit_keeps_it(task_dir, limit):
-    run_and_kill(task_dir, "after-commit", limit, "committed")
+def test_killed_after_commit_keeps_it(kill_writer, task_dir, limit):
+    kill_writer(WRITER, [task_dir, "after-commit", limit], "committed")
     with reopen(task_dir) as store:
         assert store.committed_offset() == 2
         assert state_of(store) == (20000, {b"2"})
 
 
 @pytest.mark.parametrize("attempt", range(3))
-def test_killed_while_committing_in_a_loop_lands_on_one_commit(task_dir, attempt):
+def test_killed_while_committing_in_a_loop_lands_on_one_commit(kill_writer, task_dir, attempt):
     random.seed(attempt)
-    lines = run_and_kill(task_dir, "loop", NO_SPILL, "committed 3", delay=random.uniform(0, 0.3))
+    lines = kill_writer(WRITER, [task_dir, "loop", NO_SPILL], "committed 3", delay=random.uniform(0, 0.3))
     last_said = max(int(words[1]) for words in lines if words[0] == "committed")
     with reopen(task_dir) as store:
         offset = store.committed_offset()

@@ -1,13 +1,8 @@
 """A window-store writer process killed with SIGKILL in the middle of a commit that spans several
 segment databases: the reopened store holds the old or the new committed state, never a mix."""
 
-import os
 import random
-import signal
-import subprocess
-import sys
 import textwrap
-import time
 
 import pytest
 
@@ -51,25 +46,6 @@ WRITER = textwrap.dedent(f"""
 """)
 
 
-def run_and_kill(task_dir, mode, wait_for, delay=0.0):
-    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(task_dir), mode], stdout=subprocess.PIPE, text=True)
-    lines = []
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            assert line, f"writer exited early with {proc.wait()}"
-            lines.append(line.split())
-            if line.startswith(wait_for):
-                break
-        time.sleep(delay)
-    finally:
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-    assert proc.returncode == -signal.SIGKILL
-    return lines
-
-
 def reopen(task_dir):
     return Stores.window_store_builder(Stores.persistent_window_store("w", 10 * MINUTE, MINUTE)).build().init(task_dir)
 
@@ -83,8 +59,8 @@ def state_of(store):
     return per_segment, values
 
 
-def test_killed_between_segment_writes_finishes_the_commit_on_reopen(task_dir):
-    lines = run_and_kill(task_dir, "mid-commit", "applied")
+def test_killed_between_segment_writes_finishes_the_commit_on_reopen(kill_writer, task_dir):
+    lines = kill_writer(WRITER, [task_dir, "mid-commit"], "applied")
     done, total = int(lines[-1][1]), int(lines[-1][2])
     assert (done, total) == (1, 3), "killed with one of three segments written"
     with reopen(task_dir) as store:
@@ -93,17 +69,17 @@ def test_killed_between_segment_writes_finishes_the_commit_on_reopen(task_dir):
     assert not (task_dir / ".w.commit.tmp").exists()
 
 
-def test_killed_before_commit_keeps_the_last_commit(task_dir):
-    run_and_kill(task_dir, "staged", "staged")
+def test_killed_before_commit_keeps_the_last_commit(kill_writer, task_dir):
+    kill_writer(WRITER, [task_dir, "staged"], "staged")
     with reopen(task_dir) as store:
         assert store.committed_offset() == 1
         assert state_of(store) == ({start: KEYS for start in STARTS}, {b"1"})
 
 
 @pytest.mark.parametrize("attempt", range(3))
-def test_killed_at_a_random_moment_lands_on_one_commit(task_dir, attempt):
+def test_killed_at_a_random_moment_lands_on_one_commit(kill_writer, task_dir, attempt):
     rng = random.Random(attempt)
-    lines = run_and_kill(task_dir, "loop", "committed 2", delay=rng.uniform(0, 0.4))
+    lines = kill_writer(WRITER, [task_dir, "loop"], "committed 2", delay=rng.uniform(0, 0.4))
     last_said = max(int(words[1]) for words in lines if words[0] == "committed")
     with reopen(task_dir) as store:
         offset = store.committed_offset()

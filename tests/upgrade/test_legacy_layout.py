@@ -3,7 +3,7 @@ timestamped store in upgrade mode and migrates as spec 1.4 says."""
 
 import logging
 
-from rocksdict import AccessType, Options, Rdict
+from rocksdict import Options, Rdict
 
 from kstate import Stores, ValueAndTimestamp
 
@@ -17,22 +17,12 @@ def write_legacy(path):
     db.close()
 
 
-def column_families(path):
-    opts = Options(raw_mode=True)
-    names = Rdict.list_cf(str(path), opts)
-    db = Rdict(str(path), opts, column_families={n: opts for n in names}, access_type=AccessType.read_only())
-    try:
-        return {n: dict(db.get_column_family(n).items()) for n in names}
-    finally:
-        db.close()
-
-
 def open_timestamped(task_dir):
     supplier = Stores.persistent_timestamped_key_value_store("legacy")
     return Stores.timestamped_key_value_store_builder(supplier).build().init(task_dir)
 
 
-def test_legacy_values_read_with_minus_one_and_migrate_on_point_access(task_dir, caplog):
+def test_legacy_values_read_with_minus_one_and_migrate_on_point_access(task_dir, caplog, column_families):
     path = task_dir / "rocksdb" / "legacy"
     path.parent.mkdir(parents=True)
     write_legacy(path)

@@ -9,7 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from rocksdict import AccessType, Options, Rdict
+from rocksdict import Options, Rdict
 
 from kstate import Stores, ValueAndTimestamp
 from kstate.upgrade import inspect_store
@@ -26,17 +26,7 @@ def write_legacy(path):
     db.close()
 
 
-def column_families(path):
-    opts = Options(raw_mode=True)
-    names = Rdict.list_cf(str(path), opts)
-    db = Rdict(str(path), opts, column_families={n: opts for n in names}, access_type=AccessType.read_only())
-    try:
-        return {n: dict(db.get_column_family(n).items()) for n in names}
-    finally:
-        db.close()
-
-
-def test_dry_run_then_upgrade_of_every_store_under_a_state_dir(tmp_path):
+def test_dry_run_then_upgrade_of_every_store_under_a_state_dir(tmp_path, column_families):
     store_dir = tmp_path / "state" / "app" / "0_1" / "rocksdb" / "legacy"
     write_legacy(store_dir)
     dry = subprocess.run([KSTATE, "upgrade", "--dry-run", str(tmp_path / "state")], capture_output=True, text=True)
@@ -68,7 +58,7 @@ UPGRADER = textwrap.dedent("""
 """)
 
 
-def test_an_upgrade_killed_midway_reads_right_and_finishes_when_run_again(tmp_path):
+def test_an_upgrade_killed_midway_reads_right_and_finishes_when_run_again(tmp_path, column_families):
     store_dir = tmp_path / "app" / "0_0" / "rocksdb" / "legacy"
     write_legacy(store_dir)
     proc = subprocess.Popen([sys.executable, "-c", UPGRADER, str(store_dir)], stdout=subprocess.PIPE, text=True)
