@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 from kstate import _core
 from kstate.config import ChangelogConfig, StoreConfig
 from kstate.errors import InvalidArgumentError, StoreClosedError
+from kstate.log.remote import CompactionReport, RemoteChangelog
 from kstate.serdes import BytesSerde, Serde, StringSerde
 
 if TYPE_CHECKING:
@@ -329,46 +330,64 @@ class KeyValueStore(_Reads):
         return self
 
     def _attach_changelog(self, task_dir: Path) -> None:
+        self._remote: RemoteChangelog | None = None
         if self._logging is None:
             return
-        log_dir = self._logging.changelog_dir or task_dir.resolve().parent.parent / "changelog"
-        partition_dir = Path(log_dir) / f"{self.changelog_topic}-{self.partition}"
-        checkpoint = str(task_dir / ".checkpoint") if self.persistent else None
-        started = time.monotonic()
-        with _RestoreProgress(f"restoring {self.name}") as progress:
-            try:
-                found = self._reader.attach_changelog(
-                    str(partition_dir),
-                    self._logging.topic_config,
-                    self.changelog_topic,
-                    self.partition,
-                    self._supplier.timestamped,
-                    checkpoint,
-                    progress,
-                )
-            except BaseException:
-                self._reader.close()
-                raise
-        if found["truncated_tail"] is not None:
-            removed, problem = found["truncated_tail"]
-            log.warning("Changelog %s: cut a torn tail of %d bytes (%s)", partition_dir, removed, problem)
-        if found["unpublished_records_dropped"]:
-            log.info(
-                "Changelog %s: dropped %d records of a commit that never published",
-                partition_dir,
-                found["unpublished_records_dropped"],
+        state_dir = task_dir.resolve().parent.parent
+        if self._logging.remote:
+            # The remote log is the truth; the local partition directory caches it.
+            self._remote = RemoteChangelog(
+                self._logging.changelog_dir, self.changelog_topic, self.partition, self._logging.storage_options
             )
-        if found["restored"]:
+            log_dir = state_dir / "changelog-cache"
+        else:
+            log_dir = Path(self._logging.changelog_dir or state_dir / "changelog")
+        partition_dir = log_dir / f"{self.changelog_topic}-{self.partition}"
+        self._fetch_path = partition_dir.with_name(f"{partition_dir.name}.fetching.log")
+        checkpoint = str(task_dir / ".checkpoint") if self.persistent else None
+        try:
+            found = self._reader.attach_changelog(
+                str(partition_dir),
+                self._logging.topic_config,
+                self.changelog_topic,
+                self.partition,
+                self._supplier.timestamped,
+                checkpoint,
+                None if self._remote is None else self._remote.publish,
+            )
+            if found["truncated_tail"] is not None:
+                removed, problem = found["truncated_tail"]
+                log.warning("Changelog %s: cut a torn tail of %d bytes (%s)", partition_dir, removed, problem)
+            if found["unpublished_records_dropped"]:
+                log.info(
+                    "Changelog %s: dropped %d records of a commit that never published",
+                    partition_dir,
+                    found["unpublished_records_dropped"],
+                )
+            self.restored_records = self._catch_up("restoring", self._reader.restore)
+        except BaseException:
+            self._reader.close()
+            raise
+
+    def _catch_up(self, what: str, replay: Callable[[_RestoreProgress], Any]) -> Any:
+        """Fetches what a remote changelog has beyond the local cache, then runs ``replay``
+        (the native restore or recover); logs a restore that did work."""
+        started = time.monotonic()
+        if self._remote is not None:
+            self._remote.sync(self._reader, self._fetch_path)
+        with _RestoreProgress(f"{what} {self.name}") as progress:
+            result = replay(progress)
+        if progress.done:
             seconds = time.monotonic() - started
             log.info(
                 "Store %s: restored %d records from %s in %.2f s (%.0f records/s)",
                 self.name,
-                found["restored"],
-                partition_dir,
+                progress.done,
+                self._remote.location if self._remote is not None else "its changelog",
                 seconds,
-                found["restored"] / max(seconds, 1e-9),
+                progress.done / max(seconds, 1e-9),
             )
-        self.restored_records = found["restored"]
+        return result
 
     def _bind_raw_calls(self) -> None:
         # With bytes serdes there is nothing to convert, so the hottest calls go straight to the
@@ -437,10 +456,20 @@ class KeyValueStore(_Reads):
 
     def recover(self, changelog_offset: int | None = None) -> bool:
         """Discard uncommitted writes. A logged store then replays what its changelog holds
-        beyond it and returns ``True``. An unlogged store returns whether its committed state is
-        at ``changelog_offset`` or later (``False``: restore it from its changelog)."""
-        with _RestoreProgress(f"recovering {self.name}") as progress:
-            return self._reader.recover(changelog_offset, progress)
+        beyond it (a remote one: what any writer published) and returns ``True``. An unlogged
+        store returns whether its committed state is at ``changelog_offset`` or later
+        (``False``: restore it from its changelog)."""
+        if self._logging is None:
+            return self._reader.recover(changelog_offset, None)
+        return self._catch_up("recovering", lambda progress: self._reader.recover(changelog_offset, progress))
+
+    def compact_changelog(self, min_objects: int = 2) -> CompactionReport:
+        """Compact the store's remote changelog (``kstate.log.remote``): every object but the
+        newest merges into few, keeping the latest record per key. Safe while this or other
+        writers commit; restoring afterwards gives the same state."""
+        if getattr(self, "_remote", None) is None:
+            raise InvalidArgumentError(f"store {self.name} has no remote changelog (changelog.dir as a URL)")
+        return self._remote.compact(self._logging.topic_config, min_objects=min_objects, work_dir=self._fetch_path.parent)
 
     def committed_offset(self) -> int | None:
         """The changelog offset of the last commit, or ``None``."""
@@ -536,8 +565,10 @@ class _RestoreProgress:
     def __init__(self, what: str):
         self._what = what
         self._bar: Any = None
+        self.done = 0
 
     def __call__(self, done: int, total: int) -> None:
+        self.done = done
         if self._bar is None:
             from tqdm import tqdm
 

@@ -173,7 +173,7 @@ fn records_that_never_published_are_cut_and_recover_replays_what_did() {
         value: Some(b"2"),
     }];
     writer.append(&published, 0).unwrap();
-    writer.publish().unwrap();
+    writer.publish(&mut || {}).unwrap();
     drop(writer);
     let (mut store, restored) = open(&task, &logs, 1 << 20);
     assert_eq!(restored, 1);

@@ -6,6 +6,7 @@ mod errors;
 mod key_value_store;
 mod rebalance;
 mod records;
+mod remote;
 mod value_and_timestamp;
 
 #[pymodule]
@@ -21,6 +22,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(records::shallow_entries, m)?)?;
     m.add_function(wrap_pyfunction!(records::decode_record_columns, m)?)?;
     m.add_function(wrap_pyfunction!(records::encode_record_columns, m)?)?;
+    m.add_function(wrap_pyfunction!(remote::compact_changelog_objects, m)?)?;
     m.add_function(wrap_pyfunction!(
         value_and_timestamp::encode_value_and_timestamp,
         m
