@@ -63,13 +63,17 @@ class ObjectStore:
         return f"{self._root}/{key}"
 
     def list(self, directory: str) -> dict[str, int]:
-        """Sizes of the files in ``directory`` by name; empty if it does not exist."""
+        """Sizes of the files in ``directory`` by name; empty if it does not exist (but an
+        object store's bucket must)."""
         path = self._path(directory)
         with _storage_errors(f"listing {self.url}/{directory}"):
             self._fs.invalidate_cache(path)
             try:
                 entries = self._fs.ls(path, detail=True)
             except FileNotFoundError:
+                bucket = self._root.split("/", 1)[0]
+                if not self._local and not self._fs.exists(bucket):
+                    raise FileNotFoundError(f"bucket {bucket!r} does not exist") from None
                 return {}
         return {
             entry["name"].rstrip("/").rsplit("/", 1)[-1]: int(entry.get("size") or 0)
@@ -94,7 +98,10 @@ class ObjectStore:
     @staticmethod
     def _create_local(target: str, local_path: str) -> None:
         directory = os.path.dirname(target)
-        os.makedirs(directory, exist_ok=True)
+        try:
+            os.makedirs(directory, exist_ok=True)
+        except FileExistsError as error:  # a file where the directory should be: not a conflict
+            raise NotADirectoryError(f"{directory} is not a directory") from error
         temporary = os.path.join(directory, f".{os.path.basename(target)}.{uuid.uuid4().hex}.tmp")
         try:
             shutil.copyfile(local_path, temporary)

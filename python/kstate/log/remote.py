@@ -114,6 +114,12 @@ def resolve(objects: Iterable[LogObject]) -> list[Link]:
     return chain
 
 
+class StoreBehindCompaction(Exception):
+    """:meth:`RemoteChangelog.sync` found that the store holds part of what a compacted object
+    replaced. It cannot catch up record by record (compaction may have dropped tombstones of
+    keys it holds), so it must be restored from scratch."""
+
+
 class CacheOfRemote(Protocol):
     """What syncing needs from the store with the local cache (the native store)."""
 
@@ -240,7 +246,13 @@ class RemoteChangelog:
                 f"changelog {self.location} is empty but the store has offsets up to {have}; "
                 "delete the store's state to start over"
             )
-        return [link for link in chain if (link.last > have if link.last is not None else link.first > cache_end)]
+        needed = [link for link in chain if (link.last > have if link.last is not None else link.first > cache_end)]
+        for link in needed:
+            if link.object.last is not None and link.first <= store_end < link.object.last:
+                raise StoreBehindCompaction(
+                    f"it is at offset {store_end}, inside the compacted object {link.object.name} of {self.location}"
+                )
+        return needed
 
     def _fetch_each(self, links: list[Link], fetch_path: str | os.PathLike[str]) -> Iterable[tuple[Link, int]]:
         total = sum(link.object.size for link in links)

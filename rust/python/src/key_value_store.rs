@@ -155,9 +155,12 @@ impl NativeKeyValueStore {
     }
 
     fn changelog(&mut self) -> PyResult<&mut Changelog> {
-        self.inner
-            .changelog_mut()
-            .ok_or_else(|| raise("InvalidStateStoreError", "the store has no changelog".into()))
+        self.inner.changelog_mut().ok_or_else(|| {
+            raise(
+                "InvalidStateStoreError",
+                "the store has no changelog".into(),
+            )
+        })
     }
 
     /// The exception the publish callable raised (typed by Python) in place of `error`.
@@ -251,10 +254,7 @@ impl NativeKeyValueStore {
         found.set_item("unclean_shutdown", report.unclean_shutdown)?;
         found.set_item("finished_spilled_commit", report.finished_spilled_commit)?;
         found.set_item("discarded_spill", report.discarded_spill)?;
-        Ok((
-            Self::new(LoggedStore::unlogged(inner)),
-            found,
-        ))
+        Ok((Self::new(LoggedStore::unlogged(inner)), found))
     }
 
     #[staticmethod]
@@ -539,9 +539,8 @@ impl NativeKeyValueStore {
             error: None,
         };
         let inner = &mut self.inner;
-        let restored = py.detach(|| {
-            guard(|| inner.restore(&mut |done, total| reporter.counts(done, total)))
-        })?;
+        let restored =
+            py.detach(|| guard(|| inner.restore(&mut |done, total| reporter.counts(done, total))))?;
         reporter.finish()?;
         Ok(restored)
     }

@@ -13,6 +13,8 @@ use crate::key_value_store::log_config;
 
 /// `(first, last or None, path)` of a segment file.
 type ObjectTuple = (i64, Option<i64>, PathBuf);
+/// `(first, last, path, bytes)` of a compacted object written.
+type CompactedTuple = (i64, i64, String, u64);
 
 fn objects(tuples: Vec<ObjectTuple>) -> Vec<SegmentObject> {
     tuples
@@ -33,19 +35,26 @@ pub fn compact_changelog_objects<'py>(
     now_ms: i64,
     out_dir: &str,
     progress: Option<Py<PyAny>>,
-) -> PyResult<(Vec<(i64, i64, String, u64)>, Bound<'py, PyDict>)> {
+) -> PyResult<(Vec<CompactedTuple>, Bound<'py, PyDict>)> {
     let config = log_config(&config)?;
     let (inputs, newer) = (objects(inputs), objects(newer));
     let mut progress_error = None;
     let (outputs, report) = py.detach(|| {
         guard(|| {
-            compact_objects(&inputs, &newer, &config, now_ms, Path::new(out_dir), &mut |done, total| {
-                if let (Some(callback), None) = (&progress, &progress_error) {
-                    if let Err(error) = Python::attach(|py| callback.call1(py, (done, total))) {
-                        progress_error = Some(error);
+            compact_objects(
+                &inputs,
+                &newer,
+                &config,
+                now_ms,
+                Path::new(out_dir),
+                &mut |done, total| {
+                    if let (Some(callback), None) = (&progress, &progress_error) {
+                        if let Err(error) = Python::attach(|py| callback.call1(py, (done, total))) {
+                            progress_error = Some(error);
+                        }
                     }
-                }
-            })
+                },
+            )
         })
     })?;
     if let Some(error) = progress_error {
@@ -63,7 +72,14 @@ pub fn compact_changelog_objects<'py>(
     found.set_item("bytes_after", report.bytes_after)?;
     let outputs = outputs
         .into_iter()
-        .map(|o| (o.first, o.last, o.path.to_string_lossy().into_owned(), o.bytes))
+        .map(|o| {
+            (
+                o.first,
+                o.last,
+                o.path.to_string_lossy().into_owned(),
+                o.bytes,
+            )
+        })
         .collect();
     Ok((outputs, found))
 }

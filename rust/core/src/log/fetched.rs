@@ -90,11 +90,21 @@ impl Partition {
         Ok(appended)
     }
 
-    fn append_pending(&mut self, pending: &mut Pending, last_offset: i64, now_ms: i64) -> Result<()> {
+    fn append_pending(
+        &mut self,
+        pending: &mut Pending,
+        last_offset: i64,
+        now_ms: i64,
+    ) -> Result<()> {
         if pending.bytes.is_empty() {
             return Ok(());
         }
-        self.roll_if_needed(pending.bytes.len() as u64, pending.max_timestamp, last_offset, now_ms)?;
+        self.roll_if_needed(
+            pending.bytes.len() as u64,
+            pending.max_timestamp,
+            last_offset,
+            now_ms,
+        )?;
         let active = self.active_mut();
         active.created_ms(now_ms);
         active.append(&pending.bytes)?;

@@ -88,7 +88,8 @@ pub fn compact_objects(
 
     let mut outputs = Vec::new();
     for group in groups(&ranges, &sizes, config) {
-        let (Some(&(first, _)), Some(&(_, last))) = (ranges.get(group.start), ranges.get(group.end - 1))
+        let (Some(&(first, _)), Some(&(_, last))) =
+            (ranges.get(group.start), ranges.get(group.end - 1))
         else {
             continue;
         };
@@ -100,7 +101,12 @@ pub fn compact_objects(
         let mut file = File::create(&path).context(|| format!("creating {}", path.display()))?;
         let mut pending = Vec::new();
         let mut bytes = 0u64;
-        for (object, size) in inputs.get(group.clone()).unwrap_or_default().iter().zip(&sizes[group.clone()]) {
+        for (object, size) in inputs
+            .get(group.clone())
+            .unwrap_or_default()
+            .iter()
+            .zip(&sizes[group.clone()])
+        {
             scan_object(object, &mut |scanned| {
                 retained_bytes(&scanned, &latest, &mut report, &mut pending)?;
                 if pending.len() >= SCAN_CHUNK_BYTES {
@@ -117,7 +123,7 @@ pub fn compact_objects(
             first,
             last,
             path,
-        bytes,
+            bytes,
         });
     }
     report.segments_after = outputs.len();
