@@ -21,7 +21,9 @@ class ProcessorStateError(KStateError):
 
 class RemoteStorageError(ProcessorStateError):
     """The object store holding a remote changelog failed or refused a request (unreachable,
-    missing bucket, no permission). A commit that raises it was not applied; retry it."""
+    missing bucket, no permission). A commit that raises it applied nothing locally, and
+    retrying it is safe: if the failed attempt did reach the object store after all, the retry
+    gets ``CommitConflictError`` and ``recover()`` applies that commit exactly once."""
 
 
 class CommitConflictError(InvalidStateStoreError):

@@ -460,7 +460,9 @@ class KeyValueStore(_Reads):
 
         A logged store publishes the writes to its changelog first and takes the offset from it
         (pass none); ``on_stage(name)`` hears ``"published"``, ``"store-committed"`` and
-        ``"checkpointed"`` as the commit passes them. An unlogged store records
+        ``"checkpointed"`` as the commit passes them (a remote changelog's ``"uploaded"``
+        first). With a remote changelog another writer may have published at the same offset
+        first: ``CommitConflictError``, after which ``recover()`` catches up. An unlogged store records
         ``changelog_offset`` (``None`` for stores without any changelog). A commit that spilled
         to disk reports ``progress(writes_applied, writes_total)`` and logs as it copies.
         """
@@ -484,7 +486,10 @@ class KeyValueStore(_Reads):
         """Discard uncommitted writes. A logged store then replays what its changelog holds
         beyond it (a remote one: what any writer published) and returns ``True``. An unlogged
         store returns whether its committed state is at ``changelog_offset`` or later
-        (``False``: restore it from its changelog)."""
+        (``False``: restore it from its changelog).
+
+        A store that holds part of what a compaction of its remote changelog replaced is wiped
+        and restored from scratch; read-only views opened before then are closed."""
         if self._logging is None:
             return self._reader.recover(changelog_offset, None)
         return self._catch_up("recovering", lambda progress: self._reader.recover(changelog_offset, progress))

@@ -16,6 +16,10 @@ import pytest
 from .locations import Remote, s3_remote
 
 LOOPBACK = "127.0.0.1"
+# Credentials are always given, but botocore must never look for instance credentials, and no
+# request may go through a proxy: nothing leaves the loopback interface.
+os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
+os.environ["NO_PROXY"] = os.environ["no_proxy"] = LOOPBACK
 
 
 def _free_port() -> int:
@@ -27,8 +31,6 @@ def _free_port() -> int:
 @pytest.fixture(scope="session")
 def s3_endpoint():
     """A moto S3 server on loopback for the session; its URL."""
-    os.environ["AWS_EC2_METADATA_DISABLED"] = "true"  # never look for instance credentials
-    os.environ["NO_PROXY"] = os.environ["no_proxy"] = LOOPBACK
     port = _free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", LOOPBACK, "-p", str(port)],

@@ -12,6 +12,7 @@ import pytest
 from kafka.record.memory_records import MemoryRecords
 
 from kstate.errors import CommitConflictError, RemoteStorageError
+from kstate.log.object_store import ObjectStore
 from kstate.log.remote import RemoteChangelog, object_name
 
 from .locations import Remote, builder
@@ -218,8 +219,6 @@ def test_a_compaction_interrupted_before_deleting_leaves_a_readable_log(remote, 
     with builder(remote).build().init(task(tmp_path / "a")) as store:
         commit_rounds(store, 4)
         expected = contents(store)
-        from kstate.log.object_store import ObjectStore
-
         real_delete = ObjectStore.delete
         deleted = []
 
@@ -315,6 +314,27 @@ def test_storage_failures_are_typed_and_lose_nothing(remote, tmp_path):
         expected = contents(store)
     with builder(remote).build().init(task(tmp_path / "b")) as other:
         assert contents(other) == expected
+
+
+def test_a_commit_whose_upload_answer_was_lost_applies_once(remote, tmp_path, monkeypatch):
+    with builder(remote).build().init(task(tmp_path)) as store:
+        commit_rounds(store, 1)
+        real_create = ObjectStore.create
+
+        def lost_answer(self, key, local_path):
+            real_create(self, key, local_path)
+            raise RemoteStorageError("connection reset before the answer came")
+
+        monkeypatch.setattr(ObjectStore, "create", lost_answer)
+        store.put("once", 1, timestamp=5)
+        with pytest.raises(RemoteStorageError):
+            store.commit()
+        monkeypatch.setattr(ObjectStore, "create", real_create)
+        assert store.committed_offset() == PER_ROUND - 1
+        with pytest.raises(CommitConflictError):
+            store.commit()  # the retry meets the attempt that did publish
+        assert store.recover()
+        assert store.committed_offset() == PER_ROUND and store.get("once") == 1
 
 
 def test_an_unreachable_s3_endpoint_is_a_typed_error(tmp_path):

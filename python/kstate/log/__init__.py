@@ -1,7 +1,8 @@
 """Kafka's log formats. ``kstate.log.records``: legacy (magic v0/v1) message sets to and from
-bytes, as ``Record`` lists or Arrow record batches."""
+bytes, as ``Record`` lists or Arrow record batches. ``kstate.log.remote``: changelog partitions
+kept on an object store as immutable segment files, and their compaction."""
 
-from kstate.log import records
+from kstate.log import records, remote
 from kstate.log.records import (
     Compression,
     Entry,
@@ -18,6 +19,7 @@ from kstate.log.records import (
 
 __all__ = [
     "records",
+    "remote",
     "Compression",
     "Entry",
     "Record",
