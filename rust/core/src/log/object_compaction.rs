@@ -101,12 +101,10 @@ pub fn compact_objects(
         let mut file = File::create(&path).context(|| format!("creating {}", path.display()))?;
         let mut pending = Vec::new();
         let mut bytes = 0u64;
-        for (object, size) in inputs
-            .get(group.clone())
-            .unwrap_or_default()
-            .iter()
-            .zip(&sizes[group.clone()])
-        {
+        for index in group {
+            let (Some(object), Some(size)) = (inputs.get(index), sizes.get(index)) else {
+                continue;
+            };
             scan_object(object, &mut |scanned| {
                 retained_bytes(&scanned, &latest, &mut report, &mut pending)?;
                 if pending.len() >= SCAN_CHUNK_BYTES {
