@@ -159,10 +159,13 @@ class KeyValueStore:
         partition: int,
         timestamped: bool,
         checkpoint_path: str | None = None,
-        progress: Callable[[int, int], Any] | None = None,
+        publish: Callable[[int, int, str], Any] | None = None,
     ) -> dict[str, Any]: ...
     @property
     def logged(self) -> bool: ...
+    def restore(self, progress: Callable[[int, int], Any] | None = None) -> int: ...
+    def changelog_range(self) -> tuple[int, int | None]: ...
+    def add_published(self, segment_path: str, first: int, last: int | None, now_ms: int) -> tuple[int, int, int]: ...
     def commit(
         self,
         offset: int | None,
@@ -173,6 +176,17 @@ class KeyValueStore:
     def recover(self, offset: int | None, progress: Callable[[int, int], Any] | None = None) -> bool: ...
     def close(self) -> None: ...
     def read_committed_view(self) -> ReadCommittedView: ...
+
+# remote.rs (kstate.log.remote)
+
+def compact_changelog_objects(
+    inputs: list[tuple[int, int | None, str]],
+    newer: list[tuple[int, int | None, str]],
+    config: dict[str, str],
+    now_ms: int,
+    out_dir: str,
+    progress: Callable[[int, int], Any] | None = None,
+) -> tuple[list[tuple[int, int, str, int]], dict[str, int]]: ...
 
 # rebalance.rs (kstate.rebalance)
 

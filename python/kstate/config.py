@@ -74,7 +74,12 @@ class StoreConfig:
 
 
 CHANGELOG_DIR = "changelog.dir"
-"""kstate's own logging config: the log directory holding changelog partitions."""
+"""kstate's own logging config: the log directory holding changelog partitions, or a URL
+(``s3://bucket/prefix``, ``file:///mnt/shared``, ...) of a remote changelog (``kstate.log.remote``)."""
+
+CHANGELOG_STORAGE_OPTIONS = "changelog.storage.options"
+"""kstate's own logging config: a dict of options for the fsspec filesystem of a remote
+``changelog.dir`` (e.g. s3fs's ``endpoint_url``, ``key``, ``secret``)."""
 
 CHANGELOG_TOPIC_DEFAULTS = {"cleanup.policy": "compact"}
 """Kafka Streams creates changelog topics compacted: the latest value per key is what restores."""
@@ -87,16 +92,25 @@ class ChangelogConfig:
 
     changelog_dir: str | None = None
     topic_config: dict[str, str] = field(default_factory=dict)
+    storage_options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def remote(self) -> bool:
+        """Whether ``changelog.dir`` is a URL: the changelog lives on an object store."""
+        return self.changelog_dir is not None and "://" in self.changelog_dir
 
     @classmethod
     def parse(cls, config: Mapping[str, Any]) -> ChangelogConfig:
         config = dict(config)
         log_dir = config.pop(CHANGELOG_DIR, None)
         if log_dir is not None and not isinstance(log_dir, (str, os.PathLike)):
-            raise InvalidArgumentError(f"{CHANGELOG_DIR} must be a path, got {log_dir!r}")
+            raise InvalidArgumentError(f"{CHANGELOG_DIR} must be a path or URL, got {log_dir!r}")
+        storage_options = config.pop(CHANGELOG_STORAGE_OPTIONS, None) or {}
+        if not isinstance(storage_options, Mapping):
+            raise InvalidArgumentError(f"{CHANGELOG_STORAGE_OPTIONS} must be a dict, got {storage_options!r}")
         topic_config = {**CHANGELOG_TOPIC_DEFAULTS}
         for name, value in config.items():
             if isinstance(value, bool):
                 value = str(value).lower()
             topic_config[str(name)] = str(value)
-        return cls(None if log_dir is None else os.fspath(log_dir), topic_config)
+        return cls(None if log_dir is None else os.fspath(log_dir), topic_config, dict(storage_options))

@@ -19,6 +19,20 @@ class ProcessorStateError(KStateError):
     """RocksDB or the file system failed (Kafka's ``ProcessorStateException``)."""
 
 
+class RemoteStorageError(ProcessorStateError):
+    """The object store holding a remote changelog failed or refused a request (unreachable,
+    missing bucket, no permission). A commit that raises it applied nothing locally, and
+    retrying it is safe: if the failed attempt did reach the object store after all, the retry
+    gets ``CommitConflictError`` and ``recover()`` applies that commit exactly once."""
+
+
+class CommitConflictError(InvalidStateStoreError):
+    """Another writer published to the changelog at this offset first (first writer wins: two
+    attempts of the same batch, or a writer that fell behind). Nothing of the commit was applied;
+    ``recover()`` drops its writes and brings the store to what the changelog holds (Kafka's
+    ``ProducerFencedException``)."""
+
+
 class CorruptedDataError(KStateError):
     """Bytes read from disk, or received from another instance, do not have the layout their format
     requires."""
@@ -48,6 +62,8 @@ __all__ = [
     "InvalidStateStoreError",
     "StoreClosedError",
     "ProcessorStateError",
+    "RemoteStorageError",
+    "CommitConflictError",
     "CorruptedDataError",
     "TaskAssignmentError",
     "InvalidArgumentError",

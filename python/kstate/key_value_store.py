@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
+import shutil
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 from kstate import _core
 from kstate.config import ChangelogConfig, StoreConfig
 from kstate.errors import InvalidArgumentError, StoreClosedError
+from kstate.log.remote import CompactionReport, RemoteChangelog, StoreBehindCompaction
 from kstate.serdes import BytesSerde, Serde, StringSerde
 
 if TYPE_CHECKING:
@@ -249,6 +251,7 @@ class KeyValueStore(_Reads):
         self._logging = ChangelogConfig.parse(logging) if logging is not None else None
         self._reader: Any = _Unopened(self.name)
         self.task_dir: Path | None = None
+        self._remote: RemoteChangelog | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -289,23 +292,38 @@ class KeyValueStore(_Reads):
             match = _TASK_DIR.match(task_dir.name)
             partition = int(match.group(1)) if match else 0
         app = application_id or self._config.application_id or task_dir.resolve().parent.name or "kstate"
-        offset_key = f"{app}-{self.name}-changelog-{partition}"
+        self._offset_key = f"{app}-{self.name}-changelog-{partition}"
         self.changelog_topic = f"{app}-{self.name}-changelog"
         self.partition = partition
         self.task_dir = task_dir
+        self._open_local_state()
+        if self._logging is not None:
+            self._locate_changelog(task_dir)
+            try:
+                self._attach_changelog()
+                self.restored_records = self._catch_up("restoring", lambda progress: self._reader.restore(progress))
+            except BaseException:
+                self._reader.close()
+                raise
+        return self
+
+    def _local_paths(self) -> tuple[Path, Path]:
+        """The store's RocksDB directory and its spill directory."""
+        rocksdb = self.task_dir / "rocksdb"
+        return rocksdb / self.name, rocksdb / f".{self.name}.uncommitted"
+
+    def _open_local_state(self) -> None:
         if not self.persistent:
             self._reader = _core.KeyValueStore.open_in_memory(
                 self.name,
                 self.transactional,
-                offset_key,
+                self._offset_key,
                 self._supplier.ttl_ms,
                 self._supplier.ttl_clock == "wall_clock",
             )
             self._bind_raw_calls()
-            self._attach_changelog(task_dir)
-            return self
-        path = task_dir / "rocksdb" / self.name
-        spill = task_dir / "rocksdb" / f".{self.name}.uncommitted"
+            return
+        path, spill = self._local_paths()
         native, found = _core.KeyValueStore.open_rocksdb(
             self.name,
             str(path),
@@ -314,7 +332,7 @@ class KeyValueStore(_Reads):
             self.transactional,
             self._config.uncommitted_max_bytes,
             self._config.cache_max_bytes,
-            offset_key,
+            self._offset_key,
             _progress_logger(f"finishing commit of {self.name}"),
             self._supplier.ttl_ms,
             self._supplier.ttl_clock == "wall_clock",
@@ -333,30 +351,33 @@ class KeyValueStore(_Reads):
             )
         if found["discarded_spill"]:
             log.info("Store %s: discarded uncommitted writes a crash left on disk", self.name)
-        self._attach_changelog(task_dir)
-        return self
 
-    def _attach_changelog(self, task_dir: Path) -> None:
-        if self._logging is None:
-            return
-        log_dir = self._logging.changelog_dir or task_dir.resolve().parent.parent / "changelog"
-        partition_dir = Path(log_dir) / f"{self.changelog_topic}-{self.partition}"
-        checkpoint = str(task_dir / ".checkpoint") if self.persistent else None
-        started = time.monotonic()
-        with _RestoreProgress(f"restoring {self.name}") as progress:
-            try:
-                found = self._reader.attach_changelog(
-                    str(partition_dir),
-                    self._logging.topic_config,
-                    self.changelog_topic,
-                    self.partition,
-                    self._supplier.timestamped,
-                    checkpoint,
-                    progress,
-                )
-            except BaseException:
-                self._reader.close()
-                raise
+    def _locate_changelog(self, task_dir: Path) -> None:
+        assert self._logging is not None
+        state_dir = task_dir.resolve().parent.parent
+        if self._logging.remote:
+            # The remote log is the truth; the local partition directory caches it.
+            self._remote = RemoteChangelog(
+                self._logging.changelog_dir, self.changelog_topic, self.partition, self._logging.storage_options
+            )
+            log_dir = state_dir / "changelog-cache"
+        else:
+            log_dir = Path(self._logging.changelog_dir or state_dir / "changelog")
+        self._changelog_dir = log_dir / f"{self.changelog_topic}-{self.partition}"
+        self._fetch_path = self._changelog_dir.with_name(f"{self._changelog_dir.name}.fetching.log")
+
+    def _attach_changelog(self) -> None:
+        assert self._logging is not None and self.task_dir is not None
+        partition_dir = self._changelog_dir
+        found = self._reader.attach_changelog(
+            str(partition_dir),
+            self._logging.topic_config,
+            self.changelog_topic,
+            self.partition,
+            self._supplier.timestamped,
+            str(self.task_dir / ".checkpoint") if self.persistent else None,
+            None if self._remote is None else self._remote.publish,
+        )
         if found["truncated_tail"] is not None:
             removed, problem = found["truncated_tail"]
             log.warning("Changelog %s: cut a torn tail of %d bytes (%s)", partition_dir, removed, problem)
@@ -366,17 +387,41 @@ class KeyValueStore(_Reads):
                 partition_dir,
                 found["unpublished_records_dropped"],
             )
-        if found["restored"]:
+
+    def _catch_up(self, what: str, replay: Callable[[_RestoreProgress], Any]) -> Any:
+        """Fetches what a remote changelog has beyond the local cache, then runs ``replay``
+        (the native restore or recover); logs a restore that did work."""
+        started = time.monotonic()
+        if self._remote is not None:
+            try:
+                self._remote.sync(self._reader, self._fetch_path)
+            except StoreBehindCompaction as behind:
+                self._restart_empty(str(behind))
+                self._remote.sync(self._reader, self._fetch_path)
+        with _RestoreProgress(f"{what} {self.name}") as progress:
+            result = replay(progress)
+        if progress.done:
             seconds = time.monotonic() - started
             log.info(
                 "Store %s: restored %d records from %s in %.2f s (%.0f records/s)",
                 self.name,
-                found["restored"],
-                partition_dir,
+                progress.done,
+                self._remote.location if self._remote is not None else "its changelog",
                 seconds,
-                found["restored"] / max(seconds, 1e-9),
+                progress.done / max(seconds, 1e-9),
             )
-        self.restored_records = found["restored"]
+        return result
+
+    def _restart_empty(self, why: str) -> None:
+        """Wipes the local state and reopens it empty, to be restored from scratch (Kafka
+        Streams wipes a store whose changelog offset is no longer usable the same way)."""
+        log.warning("Store %s: %s; wiping its local state to restore it from scratch", self.name, why)
+        self._reader.close()
+        if self.persistent:
+            for path in self._local_paths():
+                shutil.rmtree(path, ignore_errors=True)
+        self._open_local_state()
+        self._attach_changelog()
 
     def _bind_raw_calls(self) -> None:
         # With bytes serdes there is nothing to convert, so the hottest calls go straight to the
@@ -423,7 +468,9 @@ class KeyValueStore(_Reads):
 
         A logged store publishes the writes to its changelog first and takes the offset from it
         (pass none); ``on_stage(name)`` hears ``"published"``, ``"store-committed"`` and
-        ``"checkpointed"`` as the commit passes them. An unlogged store records
+        ``"checkpointed"`` as the commit passes them (a remote changelog's ``"uploaded"``
+        first). With a remote changelog another writer may have published at the same offset
+        first: ``CommitConflictError``, after which ``recover()`` catches up. An unlogged store records
         ``changelog_offset`` (``None`` for stores without any changelog). A commit that spilled
         to disk reports ``progress(writes_applied, writes_total)`` and logs as it copies.
         """
@@ -445,10 +492,25 @@ class KeyValueStore(_Reads):
 
     def recover(self, changelog_offset: int | None = None) -> bool:
         """Discard uncommitted writes. A logged store then replays what its changelog holds
-        beyond it and returns ``True``. An unlogged store returns whether its committed state is
-        at ``changelog_offset`` or later (``False``: restore it from its changelog)."""
-        with _RestoreProgress(f"recovering {self.name}") as progress:
-            return self._reader.recover(changelog_offset, progress)
+        beyond it (a remote one: what any writer published) and returns ``True``. An unlogged
+        store returns whether its committed state is at ``changelog_offset`` or later
+        (``False``: restore it from its changelog).
+
+        A store that holds part of what a compaction of its remote changelog replaced is wiped
+        and restored from scratch; read-only views opened before then are closed."""
+        if self._logging is None:
+            return self._reader.recover(changelog_offset, None)
+        return self._catch_up("recovering", lambda progress: self._reader.recover(changelog_offset, progress))
+
+    def compact_changelog(self, min_objects: int = 2) -> CompactionReport:
+        """Compact the store's remote changelog (``kstate.log.remote``): every object but the
+        newest merges into few, keeping the latest record per key. Safe while this or other
+        writers commit; restoring afterwards gives the same state."""
+        if self._remote is None:
+            raise InvalidArgumentError(f"store {self.name} has no remote changelog (changelog.dir as a URL)")
+        return self._remote.compact(
+            self._logging.topic_config, min_objects=min_objects, work_dir=self._fetch_path.parent
+        )
 
     def committed_offset(self) -> int | None:
         """The changelog offset of the last commit, or ``None``."""
@@ -548,8 +610,10 @@ class _RestoreProgress:
     def __init__(self, what: str):
         self._what = what
         self._bar: Any = None
+        self.done = 0
 
     def __call__(self, done: int, total: int) -> None:
+        self.done = done
         if self._bar is None:
             from tqdm import tqdm
 

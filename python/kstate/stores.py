@@ -188,6 +188,11 @@ class StoreBuilder:
         ``changelog.dir``, the log directory (default: ``<state.dir>/changelog``). A logged
         store's ``commit()`` publishes to the changelog first and returns the changelog offset;
         opening restores whatever the store lacks.
+
+        ``changelog.dir`` may be a URL (``s3://bucket/prefix``, ``file:///mnt/shared``, any
+        fsspec filesystem; ``changelog.storage.options`` holds the filesystem's options): the
+        changelog then lives there, shared by every machine, as one immutable object per commit
+        (first writer wins), and ``<state.dir>/changelog-cache`` caches it (``kstate.log.remote``).
         """
         return replace(self, logging=dict(config or {}))
 

@@ -6,6 +6,11 @@
 //! marker file records its last offset (written to a temporary file, fsynced, renamed). Opening
 //! cuts off whatever follows the marker, so a commit that never published is never replayed.
 //! The marker plays the part of the commit marker of Kafka's EOS transactions.
+//!
+//! A changelog may also live elsewhere (an object store, `kstate.log.remote`). Then a
+//! [`Publisher`] is the publication point: each commit's records go there as one segment file
+//! before the marker is written, and this partition is a local cache of the remote log, taking
+//! in what other writers published with [`Changelog::add_published`].
 
 use std::fs;
 use std::io::Write as _;
@@ -13,11 +18,13 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
-use crate::log::{self, LogConfig, NewRecord, Partition};
-use crate::record::{decode_columns, RecordColumnsView};
+use crate::log::{self, FetchedAppend, LogConfig, NewRecord, Partition};
+use crate::record::{decode_columns, shallow_entries, RecordColumnsView};
 
 /// In the partition directory, next to the segments (the log ignores other files).
 const PUBLISHED_FILE: &str = ".kstate-published";
+/// A commit's records as one segment file, while a [`Publisher`] publishes it.
+const PUBLISHING_FILE: &str = ".kstate-publishing.log";
 /// Bytes read from the log per replay step.
 const REPLAY_READ_BYTES: usize = 4 * 1024 * 1024;
 
@@ -33,11 +40,19 @@ pub struct ChangelogOpenReport {
 /// among those rows.
 pub type ReplayBatch<'f> = dyn FnMut(&RecordColumnsView<'_>, Range<usize>, i64) -> Result<()> + 'f;
 
+/// Publishes commits to a changelog's durable copy elsewhere.
+pub trait Publisher: Send + Sync {
+    /// Makes the commit whose records (offsets `first..=last`) are the segment file `segment`
+    /// durable elsewhere, or fails, in which case nothing of it may count as published there.
+    fn publish(&mut self, first: i64, last: i64, segment: &Path) -> Result<()>;
+}
+
 pub struct Changelog {
     partition: Partition,
     marker: PathBuf,
     /// Offsets up to here are published; `None`: nothing is.
     published: Option<i64>,
+    publisher: Option<Box<dyn Publisher>>,
 }
 
 fn read_marker(path: &Path) -> Result<Option<i64>> {
@@ -84,9 +99,16 @@ impl Changelog {
             partition,
             marker,
             published: (published >= 0).then_some(published),
+            publisher: None,
         };
         changelog.write_marker(published)?;
+        remove_if_present(&dir.join(PUBLISHING_FILE))?;
         Ok((changelog, report))
+    }
+
+    /// Makes `publisher` the publication point of every later commit.
+    pub fn set_publisher(&mut self, publisher: Box<dyn Publisher>) {
+        self.publisher = Some(publisher);
     }
 
     pub fn dir(&self) -> &Path {
@@ -111,15 +133,63 @@ impl Changelog {
         Ok(())
     }
 
-    /// Makes the appended records durable, then published. Returns the last published offset.
-    pub fn publish(&mut self) -> Result<Option<i64>> {
+    /// Makes the appended records durable, then published: with a [`Publisher`], `uploaded`
+    /// is called once it has them. Returns the last published offset.
+    pub fn publish(&mut self, uploaded: &mut dyn FnMut()) -> Result<Option<i64>> {
         let last = self.partition.log_end_offset() - 1;
         if last >= 0 && Some(last) != self.published {
             self.partition.flush()?;
+            if let Some(publisher) = self.publisher.as_mut() {
+                let first = self
+                    .published
+                    .map_or(self.partition.log_start_offset(), |p| p + 1);
+                let path = self.partition.dir().join(PUBLISHING_FILE);
+                write_segment_file(&self.partition, first, last, &path)?;
+                let published = publisher.publish(first, last, &path);
+                remove_if_present(&path)?;
+                published?;
+                uploaded();
+            }
             self.write_marker(last)?;
             self.published = Some(last);
         }
         Ok(self.published)
+    }
+
+    /// Adds a segment file published elsewhere, with offsets `first..=last` (`None`: up to its
+    /// last record), and counts it as published. When it does not follow the published records
+    /// the log is cut or restarted at `first`: a compacted object replaces the records it
+    /// covers, and a caller skipping objects knows the store holds what comes before.
+    pub fn add_published(
+        &mut self,
+        segment: &Path,
+        first: i64,
+        last: Option<i64>,
+        now_ms: i64,
+    ) -> Result<FetchedAppend> {
+        self.discard_unpublished()?;
+        let end = self.partition.log_end_offset();
+        if first < end {
+            // The marker first, so a crash in between reopens to the shorter log.
+            self.write_marker(first - 1)?;
+            self.published = (first > 0).then_some(first - 1);
+            self.partition.truncate_to(first)?;
+        } else if first > end {
+            self.partition.truncate_fully_and_start_at(first)?;
+            self.write_marker(first - 1)?;
+            self.published = Some(first - 1);
+        }
+        let appended = match self.partition.append_fetched(segment, first, last, now_ms) {
+            Ok(appended) => appended,
+            Err(error) => {
+                self.discard_unpublished()?;
+                return Err(error);
+            }
+        };
+        self.partition.flush()?;
+        self.write_marker(appended.last_offset)?;
+        self.published = Some(appended.last_offset);
+        Ok(appended)
     }
 
     /// Drops appended records that were not published (a commit that failed part-way).
@@ -165,5 +235,31 @@ impl Changelog {
 
     pub fn close(self) -> Result<()> {
         self.partition.close()
+    }
+}
+
+/// Writes the records of offsets `first..=last` of `partition` to `path` as one segment file.
+fn write_segment_file(partition: &Partition, first: i64, last: i64, path: &Path) -> Result<()> {
+    let mut file = fs::File::create(path)?;
+    let mut next = first;
+    while next <= last {
+        let set = partition.read(next, REPLAY_READ_BYTES)?;
+        let mut read_to = None;
+        for entry in shallow_entries(&set) {
+            read_to = Some(entry?.offset);
+        }
+        let Some(read_to) = read_to else {
+            break;
+        };
+        file.write_all(&set)?;
+        next = read_to + 1;
+    }
+    Ok(())
+}
+
+fn remove_if_present(path: &Path) -> Result<()> {
+    match fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
+        _ => Ok(()),
     }
 }

@@ -8,6 +8,10 @@
 //!
 //! Opening and `recover` replay published records the store lacks, so a crash before 1
 //! discards the transaction, one between 1 and 2 replays it, and one after 2 costs nothing.
+//!
+//! With a remote changelog, 1 ends by uploading the records (the publication point) before the
+//! local marker; a crash in between is a crash between 1 and 2 once the caller has fetched the
+//! upload back into the local log ([`crate::changelog::Changelog::add_published`]).
 
 use crate::changelog::Changelog;
 use crate::checkpoint::{OffsetCheckpoint, Offsets};
@@ -21,6 +25,8 @@ const CHANGELOG_CHUNK_BYTES: usize = 4 * 1024 * 1024;
 /// Where a commit got to, reported as it goes (and observable by tests that kill a writer).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CommitStage {
+    /// A remote changelog holds the commit; the local log does not count it yet.
+    Uploaded,
     /// The changelog holds the commit durably; the store does not have it yet.
     Published,
     /// The store holds the commit and its offset.
@@ -32,6 +38,7 @@ pub enum CommitStage {
 impl CommitStage {
     pub fn name(self) -> &'static str {
         match self {
+            CommitStage::Uploaded => "uploaded",
             CommitStage::Published => "published",
             CommitStage::StoreCommitted => "store-committed",
             CommitStage::Checkpointed => "checkpointed",
@@ -94,28 +101,30 @@ impl LoggedStore {
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<(Self, u64)> {
         let mut logged = Self::unlogged(store);
-        let restored = logged.attach(changelog, progress)?;
+        logged.attach(changelog)?;
+        let restored = logged.restore(progress)?;
         Ok((logged, restored))
     }
 
-    /// Gives an unlogged store its changelog and restores what the store lacks; returns the
-    /// number of records restored.
-    pub fn attach(
-        &mut self,
-        changelog: StoreChangelog,
-        progress: &mut dyn FnMut(u64, u64),
-    ) -> Result<u64> {
+    /// Gives an unlogged store its changelog; [`Self::restore`] then replays what the store
+    /// lacks (a remote changelog's caller first fetches what other writers published).
+    pub fn attach(&mut self, changelog: StoreChangelog) -> Result<()> {
         if self.changelog.is_some() {
             return Err(Error::InvalidState(
                 "the store has a changelog already".into(),
             ));
         }
         self.changelog = Some(changelog);
-        self.restore(progress)
+        Ok(())
     }
 
     pub fn is_logged(&self) -> bool {
         self.changelog.is_some()
+    }
+
+    /// The store's changelog, if it has one.
+    pub fn changelog_mut(&mut self) -> Option<&mut Changelog> {
+        self.changelog.as_mut().map(|log| &mut log.changelog)
     }
 
     /// Replays published changelog records after the store's offset into the store, reporting
@@ -227,7 +236,9 @@ impl LoggedStore {
                 .collect::<Result<Vec<_>>>()?;
             log.changelog.append(&records, now_ms)
         });
-        let published = match appended.and_then(|()| log.changelog.publish()) {
+        let published = match appended
+            .and_then(|()| log.changelog.publish(&mut || stage(CommitStage::Uploaded)))
+        {
             Ok(published) => published,
             Err(error) => {
                 log.changelog.discard_unpublished()?;

@@ -6,11 +6,14 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use kstate_core::log::{
-    filename_prefix, CleanupPolicy, LogConfig, NewRecord, OffsetIndexEntry, OpenReport, Partition,
-    TimeIndexEntry, Topic, INVALID_TIMESTAMP,
+    compact_objects, filename_prefix, CleanupPolicy, CompactedObject, LogConfig, NewRecord,
+    OffsetIndexEntry, OpenReport, Partition, SegmentObject, TimeIndexEntry, Topic,
+    INVALID_TIMESTAMP,
 };
 use kstate_core::packed::{BinaryBuilder, BinaryColumn};
-use kstate_core::record::{Compression, Record, TimestampType};
+use kstate_core::record::{
+    decode_records, Compression, Magic, MessageSetBuilder, Record, TimestampType,
+};
 use kstate_core::Error;
 
 const ALL_COMPRESSIONS: [Compression; 4] = [
@@ -1415,4 +1418,205 @@ fn random_appends_reopens_truncations_and_compactions_match_a_model() {
         assert!(report.is_clean(), "seed {seed}: {report:?}");
         assert_matches_model(&partition, &model, &mut rng);
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Segment files from elsewhere: a follower's append, and compaction of remote objects
+
+/// A segment file at `path` holding `records` (offset, timestamp, key, value), one entry each
+/// or one wrapper with `compression`.
+fn segment_object(
+    path: &Path,
+    compression: Compression,
+    records: &[(i64, i64, &str, Option<&str>)],
+) {
+    let mut builder = MessageSetBuilder::new(Magic::V1, compression);
+    for &(offset, timestamp, key, value) in records {
+        builder
+            .append(
+                offset,
+                timestamp,
+                Some(key.as_bytes()),
+                value.map(str::as_bytes),
+            )
+            .unwrap();
+    }
+    fs::write(path, builder.build().unwrap()).unwrap();
+}
+
+fn stored(offset: i64, timestamp: i64, key: &str, value: Option<&str>) -> Stored {
+    Stored {
+        offset,
+        timestamp,
+        key: Some(key.as_bytes().to_vec()),
+        value: value.map(|v| v.as_bytes().to_vec()),
+    }
+}
+
+#[test]
+fn fetched_segment_files_keep_their_offsets_and_move_the_log_end() {
+    for compression in ALL_COMPRESSIONS {
+        let (dir, objects) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let config = small_segments();
+        let first = objects.path().join("first.log");
+        segment_object(
+            &first,
+            compression,
+            &[(0, 5, "a", Some("1")), (1, 6, "b", None)],
+        );
+        // Compaction left a gap below 9 and removed the records at 10 and 11.
+        let second = objects.path().join("second.log");
+        segment_object(
+            &second,
+            compression,
+            &[(4, 7, "c", Some("3")), (9, 8, "a", Some("4"))],
+        );
+
+        let (mut partition, _) = open(dir.path(), &config);
+        let added = partition.append_fetched(&first, 0, None, NOW).unwrap();
+        assert_eq!(added.last_offset, 1);
+        let added = partition.append_fetched(&second, 2, Some(11), NOW).unwrap();
+        assert_eq!(added.last_offset, 11);
+        assert_eq!(partition.log_end_offset(), 12, "{compression:?}");
+        partition.flush().unwrap();
+        let expected = vec![
+            stored(0, 5, "a", Some("1")),
+            stored(1, 6, "b", None),
+            stored(4, 7, "c", Some("3")),
+            stored(9, 8, "a", Some("4")),
+        ];
+        assert_eq!(read_all(&partition, 1 << 20), expected);
+        drop(partition);
+        let (mut partition, _) = open(dir.path(), &config);
+        assert_eq!(partition.log_end_offset(), 12, "kept across reopening");
+        assert_eq!(read_all(&partition, 1 << 20), expected);
+        let appended = append_rows(&mut partition, &[row(9, "d", "5")], NOW).unwrap();
+        assert_eq!(appended.first_offset, 12);
+
+        // Below the log end, outside the named range, or damaged: refused.
+        let below = partition.append_fetched(&first, 0, None, NOW);
+        assert!(matches!(below, Err(Error::InvalidArgument(_))), "{below:?}");
+        let beyond = objects.path().join("beyond.log");
+        segment_object(
+            &beyond,
+            compression,
+            &[(20, 1, "e", Some("6")), (25, 1, "f", Some("7"))],
+        );
+        let outside = partition.append_fetched(&beyond, 20, Some(24), NOW);
+        assert!(matches!(outside, Err(Error::Corrupted(_))), "{outside:?}");
+        partition.truncate_to(13).unwrap();
+        let mut damaged = fs::read(&beyond).unwrap();
+        let last = damaged.len() - 1;
+        damaged[last] ^= 1;
+        fs::write(&beyond, damaged).unwrap();
+        let crc = partition.append_fetched(&beyond, 20, None, NOW);
+        assert!(
+            matches!(crc, Err(Error::Corrupted(ref m)) if m.contains("CRC")),
+            "{crc:?}"
+        );
+    }
+}
+
+#[test]
+fn compacted_objects_keep_each_keys_latest_record_and_cover_their_inputs_exactly() {
+    let objects = tempfile::tempdir().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let path = |name: &str| objects.path().join(name);
+    // Tombstones at time 1 are old at NOW; the one at NOW - 10 is not.
+    segment_object(
+        &path("0"),
+        Compression::None,
+        &[
+            (0, 1, "a", Some("1")),
+            (1, 1, "b", Some("2")),
+            (2, 1, "c", Some("3")),
+        ],
+    );
+    segment_object(
+        &path("3"),
+        Compression::Gzip,
+        &[
+            (3, 1, "a", Some("4")),
+            (4, 1, "b", None),
+            (5, NOW - 10, "d", None),
+            (6, 1, "e", Some("5")),
+        ],
+    );
+    segment_object(&path("8"), Compression::None, &[(8, 1, "c", Some("6"))]);
+    let object = |first: i64, last: Option<i64>, name: &str| SegmentObject {
+        first,
+        last,
+        path: path(name),
+    };
+    let inputs = [object(0, Some(2), "0"), object(3, Some(7), "3")];
+    let newer = [object(8, None, "8")];
+    let config = LogConfig {
+        delete_retention_ms: 1000,
+        ..LogConfig::default()
+    };
+    let read = |object: &CompactedObject| -> Vec<Stored> {
+        decode_records(&fs::read(&object.path).unwrap())
+            .unwrap()
+            .into_iter()
+            .map(Stored::from)
+            .collect()
+    };
+
+    let mut seen = Vec::new();
+    let (outputs, report) = compact_objects(
+        &inputs,
+        &newer,
+        &config,
+        NOW,
+        out.path(),
+        &mut |done, total| seen.push((done, total)),
+    )
+    .unwrap();
+    assert_eq!(outputs.len(), 1);
+    assert_eq!((outputs[0].first, outputs[0].last), (0, 7));
+    assert_eq!(
+        outputs[0].path.file_name().unwrap(),
+        format!("{}-{}.log", filename_prefix(0), filename_prefix(7)).as_str()
+    );
+    // "a" at 3, "d"'s young tombstone, "e"; "c" is superseded by the newer object.
+    assert_eq!(
+        read(&outputs[0]),
+        vec![
+            stored(3, 1, "a", Some("4")),
+            stored(5, NOW - 10, "d", None),
+            stored(6, 1, "e", Some("5"))
+        ]
+    );
+    assert_eq!(report.distinct_keys, 5);
+    assert_eq!(report.records_read, 7);
+    assert_eq!(
+        (report.superseded_removed, report.tombstones_removed),
+        (3, 1)
+    );
+    assert_eq!(outputs[0].bytes, report.bytes_after);
+    let (done, total) = *seen.last().unwrap();
+    assert_eq!(done, total);
+
+    // Groups of one object each when segment.bytes is small: the first group keeps no record
+    // and is still written, so the outputs cover offsets 0..=7 without a gap.
+    let small = LogConfig {
+        segment_bytes: 14,
+        ..config.clone()
+    };
+    let (outputs, _) =
+        compact_objects(&inputs, &newer, &small, NOW, out.path(), &mut |_, _| {}).unwrap();
+    let ranges: Vec<(i64, i64, u64)> = outputs.iter().map(|o| (o.first, o.last, o.bytes)).collect();
+    assert_eq!(ranges[0], (0, 2, 0));
+    assert_eq!((ranges[1].0, ranges[1].1), (3, 7));
+
+    // Inputs must follow one another and hold what their range says.
+    let gap = [object(0, Some(2), "0"), object(4, Some(7), "3")];
+    let result = compact_objects(&gap, &[], &config, NOW, out.path(), &mut |_, _| {});
+    assert!(
+        matches!(result, Err(Error::InvalidArgument(_))),
+        "{result:?}"
+    );
+    let short = [object(0, Some(1), "0")];
+    let result = compact_objects(&short, &[], &config, NOW, out.path(), &mut |_, _| {});
+    assert!(matches!(result, Err(Error::Corrupted(_))), "{result:?}");
 }

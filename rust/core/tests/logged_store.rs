@@ -1,12 +1,16 @@
 //! A store with its changelog on real RocksDB and a real log directory, without Python.
 
-use std::path::Path;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
-use kstate_core::changelog::Changelog;
+use kstate_core::changelog::{Changelog, Publisher};
 use kstate_core::checkpoint::OffsetCheckpoint;
-use kstate_core::log::{LogConfig, NewRecord, Partition};
+use kstate_core::log::{filename_prefix, LogConfig, NewRecord, Partition};
 use kstate_core::logged_store::{CommitStage, LoggedStore, StoreChangelog};
-use kstate_core::{Direction, KeyRange, KeyValueStore, StoreOptions, ValueFormat};
+use kstate_core::record::{decode_records, Compression, Magic, MessageSetBuilder};
+use kstate_core::{Direction, Error, KeyRange, KeyValueStore, StoreOptions, ValueFormat};
 
 const TOPIC: &str = "app-s-changelog";
 
@@ -173,7 +177,7 @@ fn records_that_never_published_are_cut_and_recover_replays_what_did() {
         value: Some(b"2"),
     }];
     writer.append(&published, 0).unwrap();
-    writer.publish().unwrap();
+    writer.publish(&mut || {}).unwrap();
     drop(writer);
     let (mut store, restored) = open(&task, &logs, 1 << 20);
     assert_eq!(restored, 1);
@@ -190,4 +194,114 @@ fn records_that_never_published_are_cut_and_recover_replays_what_did() {
         ]
     );
     assert_eq!(store.store.committed_offset().unwrap(), Some(1));
+}
+
+/// A remote log in a directory: each commit becomes `<first>.log`, created only if absent.
+struct DirectoryPublisher {
+    remote: PathBuf,
+    fail: Arc<AtomicBool>,
+}
+
+impl Publisher for DirectoryPublisher {
+    fn publish(&mut self, first: i64, _last: i64, segment: &Path) -> kstate_core::Result<()> {
+        if self.fail.load(Ordering::SeqCst) {
+            return Err(Error::Storage("the remote is down".into()));
+        }
+        let target = self.remote.join(format!("{}.log", filename_prefix(first)));
+        fs::hard_link(segment, &target)
+            .map_err(|e| Error::InvalidState(format!("offset {first} is taken: {e}")))
+    }
+}
+
+fn open_remote(task: &Path, cache: &Path, remote: &Path, fail: &Arc<AtomicBool>) -> LoggedStore {
+    let (mut store, _) = open(task, cache, 1 << 20);
+    let changelog = store.changelog_mut().unwrap();
+    changelog.set_publisher(Box::new(DirectoryPublisher {
+        remote: remote.to_path_buf(),
+        fail: Arc::clone(fail),
+    }));
+    store
+}
+
+#[test]
+fn a_publisher_is_the_publication_point_and_other_writers_add_what_it_published() {
+    let dir = tempfile::tempdir().unwrap();
+    let remote = dir.path().join("remote");
+    fs::create_dir(&remote).unwrap();
+    let fail = Arc::new(AtomicBool::new(false));
+    let task = dir.path().join("a/app/0_0");
+    let mut writer = open_remote(&task, &dir.path().join("a/cache"), &remote, &fail);
+    writer.store.put(b"a", Some(&ts_value(5, b"one"))).unwrap();
+    writer.store.put(b"b", Some(&ts_value(6, b"two"))).unwrap();
+    let (offset, stages) = commit(&mut writer);
+    assert_eq!(offset, Some(1));
+    assert_eq!(
+        stages,
+        [
+            CommitStage::Uploaded,
+            CommitStage::Published,
+            CommitStage::StoreCommitted,
+            CommitStage::Checkpointed
+        ]
+    );
+    let object = remote.join(format!("{}.log", filename_prefix(0)));
+    let records = decode_records(&fs::read(&object).unwrap()).unwrap();
+    let seen: Vec<_> = records
+        .iter()
+        .map(|r| (r.offset, r.timestamp, r.key.clone().unwrap()))
+        .collect();
+    assert_eq!(seen, [(0, 5, b"a".to_vec()), (1, 6, b"b".to_vec())]);
+
+    // A failed publication leaves nothing: not in the cache, not in the store.
+    writer.store.put(b"a", None).unwrap();
+    fail.store(true, Ordering::SeqCst);
+    let failed = writer.commit(None, 99, &mut |_| {}, &mut |_| {});
+    assert!(matches!(failed, Err(Error::Storage(_))), "{failed:?}");
+    assert_eq!(writer.changelog_mut().unwrap().published(), Some(1));
+    assert_eq!(writer.store.committed_offset().unwrap(), Some(1));
+    fail.store(false, Ordering::SeqCst);
+    assert_eq!(commit(&mut writer).0, Some(2));
+    let expected = contents(&writer);
+
+    // Another machine takes in both objects and restores; then its commit at 2 is refused.
+    let (mut other, _) = open(
+        &dir.path().join("b/app/0_0"),
+        &dir.path().join("b/cache"),
+        1 << 20,
+    );
+    let changelog = other.changelog_mut().unwrap();
+    let first = changelog.add_published(&object, 0, Some(1), 0).unwrap();
+    assert_eq!((first.entries, first.last_offset), (2, 1));
+    let second = remote.join(format!("{}.log", filename_prefix(2)));
+    assert_eq!(
+        changelog
+            .add_published(&second, 2, None, 0)
+            .unwrap()
+            .last_offset,
+        2
+    );
+    assert_eq!(other.restore(&mut |_, _| {}).unwrap(), 3);
+    assert_eq!(contents(&other), expected);
+
+    // A compacted object covering what the cache holds replaces it; the store replays past it.
+    let compacted = dir.path().join("compacted.log");
+    fs::copy(&second, &compacted).unwrap();
+    let changelog = other.changelog_mut().unwrap();
+    changelog.add_published(&compacted, 0, Some(2), 0).unwrap();
+    assert_eq!(
+        (changelog.log_start_offset(), changelog.published()),
+        (0, Some(2))
+    );
+    assert_eq!(other.restore(&mut |_, _| {}).unwrap(), 0);
+    // An object past the cache's end restarts it there (the store holds what comes before).
+    let mut builder = MessageSetBuilder::new(Magic::V1, Compression::None);
+    builder.append(10, 7, Some(b"c"), Some(b"x")).unwrap();
+    let later = dir.path().join("later.log");
+    fs::write(&later, builder.build().unwrap()).unwrap();
+    let changelog = other.changelog_mut().unwrap();
+    changelog.add_published(&later, 10, None, 0).unwrap();
+    assert_eq!(
+        (changelog.log_start_offset(), changelog.published()),
+        (10, Some(10))
+    );
 }

@@ -3,8 +3,9 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 
-use kstate_core::changelog::Changelog;
+use kstate_core::changelog::{Changelog, Publisher};
 use kstate_core::checkpoint::OffsetCheckpoint;
 use kstate_core::log::LogConfig;
 use kstate_core::logged_store::{LoggedStore, StoreChangelog};
@@ -131,6 +132,65 @@ pub(crate) fn direction(reverse: bool) -> Direction {
 #[pyclass(module = "kstate._core", name = "KeyValueStore")]
 pub struct NativeKeyValueStore {
     inner: LoggedStore,
+    /// What the Python publish callable of a remote changelog raised, raised again by commit.
+    publish_failure: Arc<Mutex<Option<PyErr>>>,
+}
+
+impl NativeKeyValueStore {
+    fn new(inner: LoggedStore) -> Self {
+        Self {
+            inner,
+            publish_failure: Arc::default(),
+        }
+    }
+
+    fn changelog(&mut self) -> PyResult<&mut Changelog> {
+        self.inner.changelog_mut().ok_or_else(|| {
+            raise(
+                "InvalidStateStoreError",
+                "the store has no changelog".into(),
+            )
+        })
+    }
+
+    /// The exception the publish callable raised (typed by Python) in place of `error`.
+    fn publish_failure_or(&self, error: PyErr) -> PyErr {
+        let failure = self.publish_failure.lock().ok().and_then(|mut f| f.take());
+        failure.unwrap_or(error)
+    }
+}
+
+/// A remote changelog's publication point: a Python callable `publish(first, last, path)`.
+struct PythonPublisher {
+    callable: Py<PyAny>,
+    failure: Arc<Mutex<Option<PyErr>>>,
+}
+
+impl Publisher for PythonPublisher {
+    fn publish(&mut self, first: i64, last: i64, segment: &Path) -> kstate_core::Result<()> {
+        let path = segment.to_string_lossy().into_owned();
+        Python::attach(|py| self.callable.call1(py, (first, last, path)).map(drop)).map_err(
+            |error| {
+                let message = format!("publishing offsets {first}..={last} failed: {error}");
+                if let Ok(mut failure) = self.failure.lock() {
+                    *failure = Some(error);
+                }
+                kstate_core::Error::Storage(message)
+            },
+        )
+    }
+}
+
+/// Kafka topic configs given as strings, validated.
+pub(crate) fn log_config(config: &HashMap<String, String>) -> PyResult<LogConfig> {
+    let mut log_config = LogConfig::default();
+    guard(|| {
+        config
+            .iter()
+            .try_for_each(|(name, value)| log_config.set(name, value))?;
+        log_config.validate()
+    })?;
+    Ok(log_config)
 }
 
 #[pymethods]
@@ -185,12 +245,7 @@ impl NativeKeyValueStore {
         found.set_item("unclean_shutdown", report.unclean_shutdown)?;
         found.set_item("finished_spilled_commit", report.finished_spilled_commit)?;
         found.set_item("discarded_spill", report.discarded_spill)?;
-        Ok((
-            Self {
-                inner: LoggedStore::unlogged(inner),
-            },
-            found,
-        ))
+        Ok((Self::new(LoggedStore::unlogged(inner)), found))
     }
 
     #[staticmethod]
@@ -209,11 +264,9 @@ impl NativeKeyValueStore {
             cache_max_bytes: 0,
         };
         let ttl = ttl_of(ttl_ms, ttl_wall_clock)?;
-        Ok(Self {
-            inner: LoggedStore::unlogged(KeyValueStore::open_in_memory_with_ttl(
-                name, options, ttl,
-            )),
-        })
+        Ok(Self::new(LoggedStore::unlogged(
+            KeyValueStore::open_in_memory_with_ttl(name, options, ttl),
+        )))
     }
 
     #[getter]
@@ -437,9 +490,11 @@ impl NativeKeyValueStore {
         guard(|| self.inner.store.committed_offset())
     }
 
-    /// Gives the store its changelog (the partition directory, Kafka topic configs as strings)
-    /// and restores what the store lacks; returns what opening the changelog found.
-    #[pyo3(signature = (partition_dir, config, topic, partition, timestamped, checkpoint_path=None, progress=None))]
+    /// Gives the store its changelog (the partition directory, Kafka topic configs as strings);
+    /// returns what opening the changelog found. `publish(first, last, segment_path)`, if
+    /// given, is the publication point of a remote changelog (see `Publisher`). `restore`
+    /// then replays what the store lacks.
+    #[pyo3(signature = (partition_dir, config, topic, partition, timestamped, checkpoint_path=None, publish=None))]
     #[allow(clippy::too_many_arguments)]
     fn attach_changelog<'py>(
         &mut self,
@@ -450,35 +505,32 @@ impl NativeKeyValueStore {
         partition: i32,
         timestamped: bool,
         checkpoint_path: Option<&str>,
-        progress: Option<Py<PyAny>>,
+        publish: Option<Py<PyAny>>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let mut log_config = LogConfig::default();
-        guard(|| {
-            config
-                .iter()
-                .try_for_each(|(name, value)| log_config.set(name, value))?;
-            log_config.validate()
-        })?;
-        let mut reporter = Progress::new(progress);
+        let log_config = log_config(&config)?;
         let inner = &mut self.inner;
-        let (report, restored) = py.detach(|| {
+        let failure = &self.publish_failure;
+        let report = py.detach(|| {
             guard(|| {
-                let (changelog, report) = Changelog::open(Path::new(partition_dir), log_config)?;
-                let changelog = StoreChangelog {
+                let (mut changelog, report) =
+                    Changelog::open(Path::new(partition_dir), log_config)?;
+                if let Some(callable) = publish {
+                    changelog.set_publisher(Box::new(PythonPublisher {
+                        callable,
+                        failure: Arc::clone(failure),
+                    }));
+                }
+                inner.attach(StoreChangelog {
                     changelog,
                     checkpoint: checkpoint_path.map(OffsetCheckpoint::new),
                     topic,
                     partition,
                     timestamped,
-                };
-                let restored =
-                    inner.attach(changelog, &mut |done, total| reporter.counts(done, total))?;
-                Ok((report, restored))
+                })?;
+                Ok(report)
             })
         })?;
-        reporter.finish()?;
         let found = PyDict::new(py);
-        found.set_item("restored", restored)?;
         found.set_item(
             "unpublished_records_dropped",
             report.unpublished_records_dropped,
@@ -497,6 +549,40 @@ impl NativeKeyValueStore {
         self.inner.is_logged()
     }
 
+    /// Replays published changelog records the store lacks; returns how many.
+    #[pyo3(signature = (progress=None))]
+    fn restore(&mut self, py: Python<'_>, progress: Option<Py<PyAny>>) -> PyResult<u64> {
+        let mut reporter = Progress::new(progress);
+        let inner = &mut self.inner;
+        let restored =
+            py.detach(|| guard(|| inner.restore(&mut |done, total| reporter.counts(done, total))))?;
+        reporter.finish()?;
+        Ok(restored)
+    }
+
+    /// `(log start offset, last published offset or None)` of the local changelog.
+    fn changelog_range(&mut self) -> PyResult<(i64, Option<i64>)> {
+        let changelog = self.changelog()?;
+        Ok((changelog.log_start_offset(), changelog.published()))
+    }
+
+    /// Adds a segment file another writer published (offsets `first..=last`, `last` None: to
+    /// its last record) to the local changelog; returns `(entries, bytes, last offset)`.
+    fn add_published(
+        &mut self,
+        py: Python<'_>,
+        segment_path: &str,
+        first: i64,
+        last: Option<i64>,
+        now_ms: i64,
+    ) -> PyResult<(u64, u64, i64)> {
+        let changelog = self.changelog()?;
+        let added = py.detach(|| {
+            guard(|| changelog.add_published(Path::new(segment_path), first, last, now_ms))
+        })?;
+        Ok((added.entries, added.bytes, added.last_offset))
+    }
+
     /// Commits; returns the changelog offset. `progress(done, total)` hears about long copies,
     /// `on_stage(name)` about each step of a logged commit.
     #[pyo3(signature = (offset, now_ms, progress=None, on_stage=None))]
@@ -511,13 +597,15 @@ impl NativeKeyValueStore {
         let mut reporter = Progress::new(progress);
         let mut stages = Progress::new(on_stage);
         let inner = &mut self.inner;
-        let committed = py.detach(|| {
-            guard(|| {
-                inner.commit(offset, now_ms, &mut |p| reporter.report(p), &mut |stage| {
-                    stages.call((stage.name(),))
+        let committed = py
+            .detach(|| {
+                guard(|| {
+                    inner.commit(offset, now_ms, &mut |p| reporter.report(p), &mut |stage| {
+                        stages.call((stage.name(),))
+                    })
                 })
             })
-        })?;
+            .map_err(|error| self.publish_failure_or(error))?;
         reporter.finish()?;
         stages.finish()?;
         Ok(committed)

@@ -27,7 +27,7 @@ use super::scan::{ScannedEntry, Visit, SCAN_CHUNK_BYTES};
 use super::segment::LogSegment;
 use super::truncate::rebuild_wrapper;
 use crate::error::Result;
-use crate::record::{Compression, Record};
+use crate::record::{Compression, Record, RecordView};
 
 /// What [`Partition::compact`] did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -48,15 +48,42 @@ pub struct CompactionReport {
 }
 
 /// Every key's latest record.
-type LatestByKey = HashMap<Vec<u8>, Latest, RandomState>;
+pub(super) type LatestByKey = HashMap<Vec<u8>, Latest, RandomState>;
 
 /// A key's latest record.
-struct Latest {
+pub(super) struct Latest {
     offset: i64,
-    /// Index of the segment holding it.
+    /// Index of the segment (or file) holding it.
     segment: usize,
     /// Whether it is a tombstone old enough to drop (if not in the active segment).
     expired_tombstone: bool,
+}
+
+/// Notes `record`, read from segment (or file) `segment`, as its key's latest. Returns where
+/// the record it supersedes is, if any; a keyless record is not noted (compaction drops it).
+pub(super) fn note_latest(
+    latest: &mut LatestByKey,
+    record: &RecordView<'_>,
+    segment: usize,
+    now_ms: i64,
+    delete_retention_ms: i64,
+) -> Option<usize> {
+    let key = record.key?;
+    let expired_tombstone = record.value.is_none()
+        && record.timestamp >= 0
+        && now_ms.saturating_sub(record.timestamp) > delete_retention_ms;
+    let newest = Latest {
+        offset: record.offset,
+        segment,
+        expired_tombstone,
+    };
+    match latest.get_mut(key) {
+        Some(previous) => Some(std::mem::replace(previous, newest).segment),
+        None => {
+            latest.insert(key.to_vec(), newest);
+            None
+        }
+    }
 }
 
 /// Why a record goes.
@@ -99,28 +126,13 @@ impl Partition {
         for (index, segment) in self.segments.iter().enumerate() {
             segment.scan(0, SCAN_CHUNK_BYTES, &mut |scanned| {
                 scanned.entry.visit_records(&mut |record| {
-                    let Some(key) = record.key else {
-                        if let Some(count) = removable.get_mut(index) {
-                            *count += 1;
-                        }
-                        return Ok(());
-                    };
-                    let expired_tombstone = record.value.is_none()
-                        && record.timestamp >= 0
-                        && now_ms.saturating_sub(record.timestamp) > delete_retention_ms;
-                    let newest = Latest {
-                        offset: record.offset,
-                        segment: index,
-                        expired_tombstone,
-                    };
-                    let superseded = match latest.get_mut(key) {
-                        Some(previous) => Some(std::mem::replace(previous, newest).segment),
-                        None => {
-                            latest.insert(key.to_vec(), newest);
-                            None
+                    let goes = match record.key {
+                        None => Some(index),
+                        Some(_) => {
+                            note_latest(&mut latest, &record, index, now_ms, delete_retention_ms)
                         }
                     };
-                    if let Some(count) = superseded.and_then(|segment| removable.get_mut(segment)) {
+                    if let Some(count) = goes.and_then(|segment| removable.get_mut(segment)) {
                         *count += 1;
                     }
                     Ok(())
@@ -224,7 +236,7 @@ impl Partition {
 
 /// Appends to `out` what of the scanned entry compaction keeps: the entry as stored when all
 /// its records stay, a smaller wrapper when some of a wrapper's records go, nothing otherwise.
-fn retained_bytes(
+pub(super) fn retained_bytes(
     scanned: &ScannedEntry<'_>,
     latest: &LatestByKey,
     report: &mut CompactionReport,

@@ -5,7 +5,10 @@
 //! - [`Partition`]: one partition directory. [`Partition::open`] recovers from a crash
 //!   (torn tail, stale indexes, interrupted compaction); then append (timestamps validated,
 //!   offsets assigned, segments rolled), flush, read, look up offsets by time, truncate,
-//!   delete by retention, and compact.
+//!   delete by retention, and compact; take in segment files written elsewhere, offsets kept
+//!   ([`Partition::append_fetched`]).
+//! - [`compact_objects`]: compaction of segment files outside a partition (a remote log's
+//!   immutable objects).
 //! - [`Topic`]: the partitions of one topic under a log directory (`<topic>-<partition>/`).
 //! - [`LogConfig`]: Kafka's topic configs that apply.
 //!
@@ -16,10 +19,12 @@
 
 mod compaction;
 mod config;
+mod fetched;
 mod file_io;
 mod file_names;
 mod index_file;
 mod indexing;
+mod object_compaction;
 mod offset_index;
 mod partition;
 mod read;
@@ -34,8 +39,10 @@ mod truncate;
 
 pub use compaction::CompactionReport;
 pub use config::{CleanupPolicy, LogConfig};
+pub use fetched::FetchedAppend;
 pub(crate) use file_io::sync_dir;
 pub use file_names::filename_prefix;
+pub use object_compaction::{compact_objects, CompactedObject, SegmentObject};
 pub use offset_index::OffsetIndexEntry;
 pub use partition::{AppendInfo, NewRecord, Partition, SegmentInfo};
 pub use read::TimestampAndOffset;

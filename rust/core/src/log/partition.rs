@@ -242,7 +242,7 @@ impl Partition {
     }
 
     /// Kafka's `LogSegment.shouldRoll`, then the roll.
-    fn roll_if_needed(
+    pub(super) fn roll_if_needed(
         &mut self,
         set_bytes: u64,
         max_timestamp: i64,

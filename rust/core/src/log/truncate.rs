@@ -52,27 +52,39 @@ impl Partition {
             None => rescan.next_offset,
         };
         active.flush()?;
-        // Compaction can leave the last records below `offset` far below it. An empty segment
-        // based at `offset` keeps the log end offset at `offset` across reopening.
+        // Compaction can leave the last records below `offset` far below it.
         if next_offset < offset {
-            active.seal()?;
-            let segment = LogSegment::create(
-                &self.dir,
-                offset,
-                FileStage::Live,
-                index_interval(&self.config),
-            )?;
-            file_io::sync_dir(&self.dir)?;
-            self.segments.push(segment);
+            self.start_segment_at(offset)?;
         }
+        self.log_end_offset = offset;
+        Ok(())
+    }
+
+    /// Seals the active segment and starts an empty one based at `offset` (above the last
+    /// record), so the log end offset is `offset`, across reopening too.
+    pub(super) fn start_segment_at(&mut self, offset: i64) -> Result<()> {
+        self.active_mut().seal()?;
+        let segment = LogSegment::create(
+            &self.dir,
+            offset,
+            FileStage::Live,
+            index_interval(&self.config),
+        )?;
+        file_io::sync_dir(&self.dir)?;
+        self.segments.push(segment);
         self.log_end_offset = offset;
         Ok(())
     }
 
     /// Replaces the whole log by an empty one starting at `offset` (Kafka's
     /// `truncateFullyAndStartAt`). The new segment exists before the old ones go, so a crash
-    /// in between leaves a log that still starts at or before `offset`.
-    fn truncate_fully_and_start_at(&mut self, offset: i64) -> Result<()> {
+    /// in between leaves a log that still starts at or before `offset`. Durable when it returns.
+    pub fn truncate_fully_and_start_at(&mut self, offset: i64) -> Result<()> {
+        if offset < 0 {
+            return Err(Error::InvalidArgument(format!(
+                "cannot start a log at negative offset {offset}"
+            )));
+        }
         let segment = LogSegment::create(
             &self.dir,
             offset,

@@ -1,0 +1,123 @@
+"""A writer of a store with a remote changelog, killed with SIGKILL in each window of a commit:
+before the upload, after the upload (the publication point) but before the local cache counts
+it, after the cache does but before RocksDB has it, and after. Each commit adds 1 to every
+key's count, so a lost or doubled commit shows. The same machine reopening, and a machine with
+no local state, must both see exactly the commits the remote log holds."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from kstate import Stores
+
+KEYS = 200
+WRITER = textwrap.dedent(f"""
+    import json, sys, time
+    from kstate import Stores
+
+    task_dir, pause_at, logging_config = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+    store = (Stores.key_value_store_builder(Stores.persistent_key_value_store("counts"), "string", "int64")
+             .with_logging_enabled(logging_config).build().init(task_dir))
+    keys = [f"k{{i:03d}}" for i in range({KEYS})]
+
+    def count_once():
+        store.put_all(zip(keys, [(v or 0) + 1 for v in store.get_many(keys)]))
+
+    def stage(name):
+        print(name, flush=True)
+        if name == pause_at:
+            time.sleep(60)
+
+    count_once()
+    store.commit()
+    print("first commit done", flush=True)
+    count_once()
+    if pause_at == "staged":
+        print("staged", flush=True)
+        time.sleep(60)
+    if pause_at == "loop":
+        while True:
+            store.commit()
+            print("committed", store.committed_offset(), flush=True)
+            count_once()
+    store.commit(on_stage=stage)
+    time.sleep(60)
+""")
+
+
+def run_and_kill(task_dir, pause_at, remote, wait_for, delay=0.0):
+    config = json.dumps(remote.logging_config())
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(task_dir), pause_at, config], stdout=subprocess.PIPE, text=True
+    )
+    lines = []
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            assert line, f"writer exited early with {proc.wait()}"
+            lines.append(line.split())
+            if line.startswith(wait_for):
+                break
+        time.sleep(delay)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    return lines
+
+
+def reopen(task_dir, remote):
+    supplier = Stores.persistent_key_value_store("counts")
+    builder = Stores.key_value_store_builder(supplier, "string", "int64")
+    return builder.with_logging_enabled(remote.logging_config()).build().init(task_dir)
+
+
+def counts(store):
+    return {v for _, v in store.all()}
+
+
+@pytest.mark.parametrize(
+    "window, pause_at, commits, restored",
+    [
+        ("1: staged, not uploaded", "staged", 1, 0),
+        ("2: uploaded, not cached", "uploaded", 2, KEYS),
+        ("3: cached, not in the store", "published", 2, KEYS),
+        ("4: in the store", "store-committed", 2, 0),
+    ],
+    ids=lambda v: v.split(":")[0] if isinstance(v, str) and ":" in v else None,
+)
+def test_each_crash_window_reopens_at_exactly_the_uploaded_commits(
+    remote, tmp_path, window, pause_at, commits, restored
+):
+    task_dir = tmp_path / "a" / "app" / "0_0"
+    run_and_kill(task_dir, pause_at, remote, wait_for=pause_at)
+    with reopen(task_dir, remote) as store:
+        assert store.restored_records == restored, window
+        assert counts(store) == {commits}, window
+        assert store.committed_offset() == commits * KEYS - 1
+    with reopen(tmp_path / "b" / "app" / "0_0", remote) as elsewhere:
+        assert counts(elsewhere) == {commits}, "another machine restores the same commits"
+
+
+def test_killed_at_random_while_committing_loses_and_repeats_nothing(remote, tmp_path):
+    task_dir = tmp_path / "a" / "app" / "0_0"
+    random.seed(remote.kind)
+    lines = run_and_kill(task_dir, "loop", remote, "committed 799", delay=random.uniform(0, 0.3))
+    seen = [int(words[1]) for words in lines if words[0] == "committed"]
+    with reopen(task_dir, remote) as store:
+        offset = store.committed_offset()
+        assert offset >= max(seen), "a commit the writer saw finish is lost"
+        assert (offset + 1) % KEYS == 0, "the store holds whole commits only"
+        assert counts(store) == {(offset + 1) // KEYS}, "every published commit applied exactly once"
+    with reopen(tmp_path / "b" / "app" / "0_0", remote) as elsewhere:
+        assert elsewhere.committed_offset() == offset and counts(elsewhere) == {(offset + 1) // KEYS}
