@@ -131,6 +131,26 @@ impl Changelog {
         Ok(())
     }
 
+    /// Withdraws every published record after `offset` (`None`: every record); returns how many
+    /// went. kstate.spark retracts what a micro-batch published but never recorded as done (it
+    /// crashed in between), before any store restores it. The marker moves first, so a crash
+    /// part-way leaves records past the marker, which opening cuts.
+    pub fn retract_to(&mut self, offset: Option<i64>) -> Result<i64> {
+        let keep = offset.unwrap_or(-1);
+        if keep < -1 {
+            return Err(Error::InvalidArgument(format!(
+                "cannot retract to offset {keep}"
+            )));
+        }
+        let Some(published) = self.published.filter(|&p| p > keep) else {
+            return Ok(0);
+        };
+        self.write_marker(keep)?;
+        self.published = offset.filter(|&o| o >= 0);
+        self.partition.truncate_to(keep + 1)?;
+        Ok(published - keep)
+    }
+
     fn write_marker(&self, offset: i64) -> Result<()> {
         let tmp = self.marker.with_extension("tmp");
         let mut file = fs::File::create(&tmp)?;

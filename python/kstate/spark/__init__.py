@@ -1,0 +1,32 @@
+"""kstate as the state backend of PySpark UDFs, exactly once per micro-batch.
+
+```python
+from kstate import Stores
+from kstate.spark import StateBackend
+
+counts = Stores.key_value_store_builder(Stores.persistent_key_value_store("counts"), "string", "int64")
+state = StateBackend([counts], state_dir="/tmp/state", changelog_dir="/data/changelog", application_id="clicks")
+
+@state.map_in_arrow
+def running_count(batches, stores):
+    ...  # read and write stores["counts"], yield pyarrow.RecordBatch
+
+df.repartition(2, "key").mapInArrow(running_count, "key string, count long")
+```
+"""
+
+from kstate.spark.backend import StateBackend
+from kstate.spark.batch_log import BatchEntry
+from kstate.spark.exactly_once import PartitionState, TaskStores
+from kstate.spark.session import configure_environment, local_session
+from kstate.spark.task import TaskInfo
+
+__all__ = [
+    "StateBackend",
+    "TaskStores",
+    "TaskInfo",
+    "PartitionState",
+    "BatchEntry",
+    "configure_environment",
+    "local_session",
+]
