@@ -45,6 +45,9 @@ class TimestampedKeyValueStore(KeyValueStore):
     def _packs_values(self) -> bool:
         return False
 
+    def _stored_numbers(self) -> Any:
+        return None
+
     def _stored_with(self, value: Any, timestamp: int) -> bytes | None:
         raw = self._value_serde.serialize(value)
         if raw is None:
