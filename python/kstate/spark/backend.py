@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from kstate.errors import InvalidArgumentError
-from kstate.spark.exactly_once import PartitionState, StateLayout, TaskStores
+from kstate.spark.exactly_once import PartitionState, StateLayout, TaskStores, Timings
 from kstate.spark.task import TaskInfo
 from kstate.stores import StoreBuilder
 
@@ -44,6 +44,8 @@ class StateBackend:
     (default ``<state_dir>/changelog``). ``batch_id``: the batch a job outside Structured
     Streaming counts as. ``lock_timeout``: seconds to wait for another attempt of the same
     partition. ``undo_retained_batches``: how many published batches can be rolled back.
+    ``on_task(task, timings)``: called in the worker after each task commits, with the seconds
+    kstate spent opening and committing (metrics).
     """
 
     def __init__(
@@ -56,6 +58,7 @@ class StateBackend:
         batch_id: int = 0,
         lock_timeout: float = 600.0,
         undo_retained_batches: int = 2,
+        on_task: Callable[[TaskInfo, Timings], None] | None = None,
     ):
         builders = list(stores)
         if not builders or not all(isinstance(b, StoreBuilder) for b in builders):
@@ -77,6 +80,7 @@ class StateBackend:
         self.batch_id = batch_id
         self.lock_timeout = lock_timeout
         self.undo_retained_batches = undo_retained_batches
+        self.on_task = on_task
 
     def partition_state(self, task: TaskInfo | None = None) -> PartitionState:
         """The state of the current task's partition (or of ``task``), not yet opened."""
@@ -107,6 +111,8 @@ class StateBackend:
             state.timings.open,
             state.timings.commit,
         )
+        if self.on_task is not None:
+            self.on_task(state.task, state.timings)
 
     # -- mapInArrow / mapInPandas ----------------------------------------------------------------
 

@@ -105,13 +105,12 @@ class BatchLog:
         return out
 
     def write_head_hint(self, head: BatchEntry | None) -> None:
-        """Records where the head is in ``.head`` (temporary file, fsync, rename)."""
+        """Records where the head is in ``.head`` (temporary file, rename). Not synced: after a
+        machine crash a stale hint costs one attempt a ``BatchConflictError``, and that attempt
+        corrects the hint."""
         hint = self.directory / _HEAD_FILE
         tmp = hint.with_suffix(".tmp")
-        with open(tmp, "w") as out:
-            out.write(json.dumps(None if head is None else [head.position, head.batch_id]))
-            out.flush()
-            os.fsync(out.fileno())
+        tmp.write_text(json.dumps(None if head is None else [head.position, head.batch_id]))
         os.replace(tmp, hint)
 
     def close(self) -> None:

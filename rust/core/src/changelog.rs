@@ -53,6 +53,13 @@ fn read_marker(path: &Path) -> Result<Option<i64>> {
     }
 }
 
+/// The last published offset as the marker in the partition directory `dir` records it, read
+/// without opening the log: `None` when there is no marker (never opened as a changelog), -1
+/// when nothing is published.
+pub fn published_marker(dir: &Path) -> Result<Option<i64>> {
+    read_marker(&dir.join(PUBLISHED_FILE))
+}
+
 impl Changelog {
     /// Opens (creating if needed) the partition directory `dir` and cuts off records that were
     /// never published. A log without a marker was written by another tool: all of it counts.

@@ -4,7 +4,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
 
-use kstate_core::changelog::Changelog;
+use kstate_core::changelog::{published_marker, Changelog};
 use kstate_core::checkpoint::OffsetCheckpoint;
 use kstate_core::log::LogConfig;
 use kstate_core::logged_store::{LoggedStore, StoreChangelog};
@@ -607,6 +607,11 @@ pub fn retract_changelog(
     let log_config = log_config_of(&config)?;
     py.detach(|| {
         guard(|| {
+            // The marker says whether there is anything to retract, without opening the log.
+            let marker = published_marker(Path::new(partition_dir))?;
+            if marker.is_some_and(|published| published <= offset.unwrap_or(-1)) {
+                return Ok(0);
+            }
             let (mut changelog, _) = Changelog::open(Path::new(partition_dir), log_config)?;
             let retracted = changelog.retract_to(offset)?;
             changelog.close()?;
