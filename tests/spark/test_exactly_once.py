@@ -199,3 +199,34 @@ def test_partitions_are_independent(backend):
     assert snapshot(backend, 0) == {"a": 1}
     assert snapshot(backend, 1) == {"a": 2}
     assert sorted(os.listdir(backend.layout.state_dir / "app")) == ["0_0", "0_1"]
+
+
+COUNT_IN_ANOTHER_PROCESS = """
+import sys
+from kstate import Stores
+from kstate.spark import StateBackend, TaskInfo
+backend = StateBackend([Stores.key_value_store_builder(Stores.persistent_key_value_store("counts"), "string", "int64")],
+                       sys.argv[1], sys.argv[2], "app", lock_timeout=10)
+def fn(stores):
+    store = stores["counts"]
+    store.put("a", store.get("a") + 1)
+    yield
+list(backend.run(fn, TaskInfo(0, int(sys.argv[3]))))
+"""
+
+
+def test_a_worker_reuses_its_open_stores_and_gives_them_up_when_another_asks(backend, tmp_path):
+    count(backend, 0, ["a"])
+    first = backend.partition_state(TaskInfo(0, 1))
+    stores = first.open()
+    store = stores["counts"]
+    stores["counts"].put("a", 2)
+    first.commit()
+    again = backend.partition_state(TaskInfo(0, 2))
+    assert again.open()["counts"] is store, "the next task of this process takes the parked store"
+    again.commit()
+    # Another worker process runs batch 3 of the partition: this process releases the parked
+    # stores when asked, and reopens (restores) once the other has published.
+    state, changelog = str(tmp_path / "state"), str(tmp_path / "changelog")
+    subprocess.run([sys.executable, "-c", COUNT_IN_ANOTHER_PROCESS, state, changelog, "3"], check=True, timeout=60)
+    assert count(backend, 4, ["a"]) == {"a": 4}

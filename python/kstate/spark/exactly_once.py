@@ -16,6 +16,8 @@ One task attempt of partition ``p`` in micro-batch ``N``:
    normal commit of the previous values, recorded as an entry restating the batch before.
 5. Runs the user's function, then commits: undo files, changelogs published, the batch log
    entry (the publication point), then each store's RocksDB commit at its published offset.
+   The stores stay open for this process's next task of the partition (``kstate.spark.idle``),
+   which uses them as they are if nobody else held the publication lock in between.
 
 Offsets a batch log entry covers are never rewritten (rollbacks append), so a local store at any
 published offset is a prefix of the history and restoring forward is always right.
@@ -35,6 +37,7 @@ from kstate.config import CHANGELOG_DIR, ChangelogConfig
 from kstate.errors import BatchConflictError, InvalidArgumentError
 from kstate.key_value_store import KeyValueStore
 from kstate.spark.batch_log import EMPTY_STATE, BatchEntry, BatchLog, peek_head
+from kstate.spark.idle import IDLE, RELEASE_REQUEST, Parked, release
 from kstate.spark.locking import FileLock
 from kstate.spark.task import TaskInfo
 from kstate.spark.undo import UndoFiles, previous_values
@@ -139,8 +142,9 @@ class PartitionState:
         started = time.perf_counter()
         p, batch = self.task.partition, self.task.batch_id
         seen = peek_head(self.layout.batch_log_dir(p))
+        parked = self._take_parked()
         try:
-            self._task_lock.acquire()
+            self._lock_task_dir(parked)
             self._publish_lock.acquire()
             self._log = BatchLog(self.layout.batch_log_dir(p))
             self._head = self._log.head()
@@ -152,11 +156,26 @@ class PartitionState:
                         f"partition {p} batch {batch}: another attempt published batch {self._head.batch_id} "
                         f"while this one (task attempt {self.task.attempt}) waited; it publishes nothing"
                     )
-            self._retract_unrecorded()
-            self._open_stores()
+            if (
+                parked is not None
+                and parked.head_position == head_position
+                and parked.publish_token == self._publish_lock.previous_holder
+            ):
+                # Nobody else held the publication lock since this process committed: the
+                # parked stores and their changelog handles are current.
+                self._stores, parked = parked.stores, None
+            else:
+                if parked is not None:
+                    for store in parked.stores.values():
+                        store.close()
+                    parked = None
+                self._retract_unrecorded()
+                self._open_stores()
             while self._head is not None and self._head.batch_id >= batch:
                 self._roll_back()
         except BaseException:
+            if parked is not None:
+                release(parked)
             self.abort()
             raise
         self.timings.open = time.perf_counter() - started
@@ -170,6 +189,30 @@ class PartitionState:
             self.timings.open,
         )
         return TaskStores(self._stores, self.task)
+
+    def _take_parked(self) -> Parked | None:
+        """This process's stores of the partition from an earlier task, if they still fit."""
+        parked = IDLE.take(self.layout.task_dir(self.task.partition))
+        if parked is None:
+            return None
+        if parked.task_lock.still_names_this_file() and set(parked.stores) == {b.name for b in self.builders}:
+            return parked
+        release(parked)  # the task directory was deleted or the backend has other stores
+        return None
+
+    def _lock_task_dir(self, parked: Parked | None) -> None:
+        if parked is not None:
+            self._task_lock = parked.task_lock
+            return
+        request = self.layout.task_dir(self.task.partition) / RELEASE_REQUEST
+
+        def ask_holder_to_release() -> None:
+            # A worker that parked these stores after its task gives them up when asked.
+            request.parent.mkdir(parents=True, exist_ok=True)
+            request.touch()
+
+        self._task_lock.acquire(on_wait=ask_holder_to_release)
+        request.unlink(missing_ok=True)
 
     def _logging_config(self, builder: StoreBuilder) -> dict[str, Any]:
         return {**(builder.logging or {}), CHANGELOG_DIR: str(self.layout.changelog_dir)}
@@ -227,7 +270,8 @@ class PartitionState:
 
     def commit(self) -> BatchEntry | None:
         """Publishes this batch's writes and commits every store; returns the batch log entry
-        (``None`` when the batch wrote nothing). Releases the locks."""
+        (``None`` when the batch wrote nothing). Releases the partition: the stores stay open,
+        parked for this process's next task of the partition."""
         started = time.perf_counter()
         try:
             assert self._log is not None
@@ -237,20 +281,30 @@ class PartitionState:
                 staged, spilled = store._open_native().uncommitted()
                 if staged or spilled:
                     undo[name] = self._undo.write(name, position, previous_values(store._open_native()))
-            if not undo:
-                return None
-            entry = BatchEntry(
-                batch_id=self.task.batch_id,
-                offsets={},
-                undo=undo,
-                previous=None if self._head is None else self._head.position,
-            )
-            entry = self._publish(entry)
-            self._keep_recent_undo()
-            return entry
+            entry = None
+            if undo:
+                entry = BatchEntry(
+                    batch_id=self.task.batch_id,
+                    offsets={},
+                    undo=undo,
+                    previous=None if self._head is None else self._head.position,
+                )
+                entry = self._publish(entry)
+                self._keep_recent_undo()
+        except BaseException:
+            self.abort()
+            raise
         finally:
             self.timings.commit = time.perf_counter() - started
-            self.close()
+        self._park()
+        return entry
+
+    def _park(self) -> None:
+        task_dir = self.layout.task_dir(self.task.partition)
+        head_position = None if self._head is None else self._head.position
+        IDLE.park(task_dir, Parked(dict(self._stores), self._task_lock, head_position, self._publish_lock.token))
+        self._stores.clear()
+        self._close_log_and_publication_lock()
 
     def _publish(self, entry: BatchEntry) -> BatchEntry:
         """Publishes every store's staged writes, appends ``entry`` with their offsets (the
@@ -291,11 +345,14 @@ class PartitionState:
         for store in self._stores.values():
             store.close()
         self._stores.clear()
+        self._close_log_and_publication_lock()
+        self._task_lock.release()
+
+    def _close_log_and_publication_lock(self) -> None:
         if self._log is not None:
             self._log.close()
             self._log = None
         self._publish_lock.release()
-        self._task_lock.release()
 
 
 def _stage_raw(store: KeyValueStore, undo: Any) -> None:

@@ -11,7 +11,9 @@ import fcntl
 import logging
 import os
 import time
+import uuid
 from pathlib import Path
+from typing import Callable
 
 from kstate.errors import StateLockTimeoutError
 
@@ -23,15 +25,22 @@ _REPORT_EVERY_SECONDS = 10.0
 
 class FileLock:
     """An exclusive lock on ``path`` (created if missing). ``acquire`` waits up to ``timeout``
-    seconds, logging while it waits; use as a context manager."""
+    seconds, logging while it waits; use as a context manager.
+
+    The holder writes a token of its own (pid and a random id) into the file; ``previous_holder``
+    is what the file held before, so a process that finds its own token knows nobody else held
+    the lock in between."""
 
     def __init__(self, path: str | os.PathLike, what: str, timeout: float):
         self.path = Path(path)
         self.what = what
         self.timeout = timeout
+        self.token = f"{os.getpid()}:{uuid.uuid4().hex}"
+        self.previous_holder = ""
         self._fd: int | None = None
 
-    def acquire(self) -> FileLock:
+    def acquire(self, on_wait: Callable[[], None] | None = None) -> FileLock:
+        """Takes the lock; ``on_wait()`` runs once if another process holds it."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         started = time.monotonic()
@@ -41,6 +50,9 @@ class FileLock:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
+                if on_wait is not None:
+                    on_wait()
+                    on_wait = None
                 now = time.monotonic()
                 if now - started >= self.timeout:
                     os.close(fd)
@@ -53,11 +65,18 @@ class FileLock:
                     )
                     next_report = now + _REPORT_EVERY_SECONDS
                 time.sleep(_POLL_SECONDS)
-        # Who holds it, for a person looking at a stuck job.
+        self.previous_holder = os.pread(fd, 256, 0).decode(errors="replace").strip()
         os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+        os.pwrite(fd, f"{self.token}\n".encode(), 0)
         self._fd = fd
         return self
+
+    def still_names_this_file(self) -> bool:
+        """Whether the held lock file is still the file at ``path`` (not deleted or replaced)."""
+        try:
+            return self._fd is not None and os.stat(self.path).st_ino == os.fstat(self._fd).st_ino
+        except FileNotFoundError:
+            return False
 
     def release(self) -> None:
         if self._fd is not None:
