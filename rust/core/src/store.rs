@@ -21,6 +21,9 @@ use crate::spill::Spill;
 pub const DEFAULT_MAX_UNCOMMITTED_BYTES: usize = 64 * 1024 * 1024;
 /// Size of the RocksDB batches a spilled commit is copied in.
 const SPILL_COPY_BATCH_BYTES: usize = 4 * 1024 * 1024;
+/// Receives one key and a value (`None`: absent).
+pub type VisitWrite<'f> = dyn FnMut(&[u8], Option<&[u8]>) -> Result<()> + 'f;
+
 /// Staged writes read per chunk when collecting the keys of a transaction.
 const STAGED_KEYS_CHUNK_BYTES: usize = 4 * 1024 * 1024;
 
@@ -489,10 +492,7 @@ impl KeyValueStore {
     /// Passes every key with an uncommitted write to `visit`, in key order, with its committed
     /// value (`None`: absent): what undoes the transaction once it is committed. kstate.spark
     /// keeps these with each micro-batch so a replayed batch can be rolled back.
-    pub fn previous_values_of_staged(
-        &mut self,
-        visit: &mut dyn FnMut(&[u8], Option<&[u8]>) -> Result<()>,
-    ) -> Result<()> {
+    pub fn previous_values_of_staged(&mut self, visit: &mut VisitWrite<'_>) -> Result<()> {
         let mut keys: Vec<Vec<u8>> = Vec::with_capacity(self.overlay.len());
         self.for_each_staged(STAGED_KEYS_CHUNK_BYTES, &mut |writes| {
             keys.extend(writes.iter().map(|(k, _)| k.to_vec()));
