@@ -11,6 +11,8 @@ The workload is ``shared/peers/spark_state_baseline.py``'s: FILES parquet files 
   rocksdict  repartition by key + mapInArrow, state in a per-partition rocksdict (the peer)
   tws        transformWithStateInPandas (ValueState, RocksDB state store provider)
   apiws      applyInPandasWithState (GroupState)
+  kstate_tws the tws processor unchanged but for its imports, on kstate.spark.transform_with_state
+             (value state in a kstate store, exactly once, per-key calls as in Spark's API)
   nostate    repartition by key + mapInArrow counting each batch alone, no state at all: the
              floor Spark's own work sets for the two mapInArrow modes (not a peer)
 
@@ -35,7 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
-MODES = ("kstate", "rocksdict", "tws", "apiws", "nostate")
+MODES = ("kstate", "rocksdict", "tws", "apiws", "kstate_tws", "nostate")
 
 
 def make_input(src: Path, files: int, rows: int, keys: int) -> None:
@@ -165,6 +167,27 @@ def tws_query(df, work: Path):
     return df.groupBy("key").transformWithStateInPandas(Counter(), out, "Update", "None")
 
 
+def kstate_tws_query(df, work: Path):
+    import pandas as pd
+
+    from kstate.spark import StatefulProcessor, transform_with_state
+
+    class Counter(StatefulProcessor):
+        def init(self, handle):
+            self.st = handle.getValueState("count", "c long")
+
+        def handleInputRows(self, key, rows, timerValues):  # noqa: N802
+            n = sum(len(p) for p in rows)
+            cur = self.st.get()
+            c = (cur[0] if cur else 0) + n
+            self.st.update((c,))
+            yield pd.DataFrame({"key": [key[0]], "count": [c]})
+
+    return transform_with_state(
+        df, ["key"], Counter(), "key string, count long", work / "state", work / "changelog", "bench", num_partitions=2
+    )
+
+
 def apiws_query(df, work: Path):
     import pandas as pd
     from pyspark.sql.streaming.state import GroupStateTimeout
@@ -203,6 +226,7 @@ def run_mode(mode: str, files: int, rows: int, keys: int) -> dict:
         "rocksdict": rocksdict_query,
         "tws": tws_query,
         "apiws": apiws_query,
+        "kstate_tws": kstate_tws_query,
         "nostate": nostate_query,
     }
     query = queries[mode](df, work)
@@ -252,6 +276,9 @@ def table(results: list[dict]) -> str:
             f"{'-' if ratio is None else f'{ratio:.2f}x'} | {'-' if target is None else f'>= {target:.1f}x'} | "
             f"{met} | {r['final_total']:,} |"
         )
+    if "kstate_tws" in by_mode and "tws" in by_mode:
+        ratio = by_mode["kstate_tws"]["rows_per_s"] / by_mode["tws"]["rows_per_s"]
+        lines += ["", f"kstate_tws / tws (the same processor on kstate): {ratio:.2f}x"]
     if kstate:
         lines += ["", "kstate per micro-batch (both partitions summed; wall time from Spark's progress):", ""]
         lines += [

@@ -257,3 +257,73 @@ def test_state_files_use_kafka_streams_layout(spark, work):
     assert tasks == ["0_0", "0_1"]
     logs = sorted(p.name for p in (work / "changelog").iterdir())
     assert "counts-app-counts-changelog-0" in logs and "counts-app-kstate-batches-1" in logs
+
+
+def test_batch_jobs_with_map_in_pandas_and_apply_in_arrow(spark, work):
+    """Outside Structured Streaming a job counts as batch ``batch_id`` (0 by default): running
+    it again redoes it; the next batch id builds on it."""
+    add_files(work, [0])
+    backend = backend_of(work)
+    source = spark.read.parquet(str(work / "in"))
+
+    def pandas_count(frames, stores):
+        import pandas as pd
+
+        store = stores["counts"]
+        for frame in frames:
+            counted = frame["key"].value_counts()
+            old = store.get_many(list(counted.index))
+            new = [(o or 0) + int(n) for o, n in zip(old, counted.values)]
+            store.put_all(list(counted.index), new)
+            yield pd.DataFrame({"key": list(counted.index), "count": new})
+
+    def run():
+        rows = source.repartition(2, "key").mapInPandas(backend.map_in_pandas(pandas_count), SCHEMA).collect()
+        return {r["key"]: r["count"] for r in rows}
+
+    once = dict(collections.Counter(file_keys(0)))
+    assert run() == once
+    assert run() == once, "the same batch again: rolled back, then redone"
+
+    def arrow_count(key, table, stores):
+        store = stores["counts"]
+        total = store.get(key[0]) + table.num_rows
+        store.put(key[0], total)
+        return pa.table({"key": [key[0]], "count": [total]})
+
+    backend.batch_id = 1
+    rows = backend.apply_in_arrow(source, ["key"], arrow_count, SCHEMA, num_partitions=2).collect()
+    assert {r["key"]: r["count"] for r in rows} == {k: 2 * n for k, n in once.items()}
+
+
+def test_transform_with_state_runs_a_spark_style_processor(spark, work):
+    from kstate.spark import StatefulProcessor, transform_with_state
+
+    class Counter(StatefulProcessor):
+        def init(self, handle):
+            self.count = handle.getValueState("count", "c long")
+
+        def handleInputRows(self, key, rows, timerValues):  # noqa: N802
+            import pandas as pd
+
+            total = (self.count.get() or (0,))[0] + sum(len(frame) for frame in rows)
+            self.count.update((total,))
+            yield pd.DataFrame({"key": [key[0]], "count": [total]})
+
+    add_files(work, range(3))
+    frames = spark.readStream.schema("key string, v long").option("maxFilesPerTrigger", 1).parquet(str(work / "in"))
+    counted = transform_with_state(frames, ["key"], Counter(), SCHEMA, work / "state", work / "changelog", "tws-app")
+    outputs = {}
+
+    def sink(frame, batch_id):
+        outputs[batch_id] = {row["key"]: row["count"] for row in frame.collect()}
+
+    query = (
+        counted.writeStream.outputMode("update")
+        .foreachBatch(sink)
+        .option("checkpointLocation", str(work / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    assert outputs == reference(range(3))

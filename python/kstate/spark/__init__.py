@@ -13,11 +13,23 @@ def running_count(batches, stores):
 
 df.repartition(2, "key").mapInArrow(running_count, "key string, count long")
 ```
+
+``transform_with_state(df, ["key"], processor, schema, state_dir=...)`` runs a Spark
+``StatefulProcessor``-style processor (value, list and map state) on kstate stores.
 """
 
 from kstate.spark.backend import StateBackend
 from kstate.spark.batch_log import BatchEntry
 from kstate.spark.exactly_once import PartitionState, TaskStores
+from kstate.spark.processor import (
+    ListState,
+    MapState,
+    StatefulProcessor,
+    StatefulProcessorHandle,
+    TimerValues,
+    ValueState,
+    transform_with_state,
+)
 from kstate.spark.session import configure_environment, local_session
 from kstate.spark.task import TaskInfo
 
@@ -27,6 +39,13 @@ __all__ = [
     "TaskInfo",
     "PartitionState",
     "BatchEntry",
+    "StatefulProcessor",
+    "StatefulProcessorHandle",
+    "ValueState",
+    "ListState",
+    "MapState",
+    "TimerValues",
+    "transform_with_state",
     "configure_environment",
     "local_session",
 ]

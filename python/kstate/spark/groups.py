@@ -37,7 +37,20 @@ def group_bounds(table: pa.Table, keys: Sequence[str]) -> list[tuple[int, int]]:
     return [(int(s), int(e - s)) for s, e in zip(starts, ends)]
 
 
-def _as_batches(result: Any, schema: pa.Schema, pandas: bool) -> list[pa.RecordBatch]:
+def iter_groups(batches: Iterator[pa.RecordBatch], keys: Sequence[str]) -> Iterator[tuple[tuple, pa.Table]]:
+    """``(key tuple, rows)`` of every group in a partition's batches, in key order."""
+    table = pa.Table.from_batches(list(batches))
+    if table.num_rows == 0:
+        return
+    table = table.sort_by([(k, "ascending") for k in keys])
+    key_columns = [table.column(k) for k in keys]
+    for start, length in group_bounds(table, keys):
+        yield tuple(column[start].as_py() for column in key_columns), table.slice(start, length)
+
+
+def as_batches(result: Any, schema: pa.Schema, pandas: bool) -> list[pa.RecordBatch]:
+    """A function's result (a pandas frame, an Arrow table or batch, or ``None``) as record
+    batches of ``schema``."""
     if result is None:
         return []
     if pandas:
@@ -55,15 +68,8 @@ def grouped_task(
     """The ``mapInArrow`` function that calls ``fn(key, group, stores)`` for each group."""
 
     def each_group(batches: Iterator[pa.RecordBatch], stores: TaskStores) -> Iterator[pa.RecordBatch]:
-        table = pa.Table.from_batches(list(batches))
-        if table.num_rows == 0:
-            return
-        table = table.sort_by([(k, "ascending") for k in keys])
-        key_columns = [table.column(k) for k in keys]
-        for start, length in group_bounds(table, keys):
-            key = tuple(column[start].as_py() for column in key_columns)
-            group = table.slice(start, length)
-            yield from _as_batches(fn(key, group.to_pandas() if pandas else group, stores), schema, pandas)
+        for key, group in iter_groups(batches, keys):
+            yield from as_batches(fn(key, group.to_pandas() if pandas else group, stores), schema, pandas)
 
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         return backend.run(lambda stores: each_group(batches, stores))
