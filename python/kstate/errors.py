@@ -15,6 +15,17 @@ class StoreClosedError(InvalidStateStoreError):
     """The store, or the store an iterator or view belongs to, is closed or was never initialized."""
 
 
+class StateLockTimeoutError(InvalidStateStoreError):
+    """Another process held the lock of a task directory or of a changelog partition for longer
+    than the wait allowed (kstate.spark: a zombie attempt of the same partition, or a Python
+    worker that hangs)."""
+
+
+class BatchConflictError(KStateError):
+    """kstate.spark: another attempt of the same partition and micro-batch (speculation, a
+    zombie) published the batch first; this attempt published nothing and gives up."""
+
+
 class ProcessorStateError(KStateError):
     """RocksDB or the file system failed (Kafka's ``ProcessorStateException``)."""
 
@@ -61,6 +72,8 @@ __all__ = [
     "KStateError",
     "InvalidStateStoreError",
     "StoreClosedError",
+    "StateLockTimeoutError",
+    "BatchConflictError",
     "ProcessorStateError",
     "RemoteStorageError",
     "CommitConflictError",

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
-from kstate import _core
+from kstate import _core, arrow_numbers
 from kstate.config import ChangelogConfig, StoreConfig
 from kstate.errors import InvalidArgumentError, StoreClosedError
 from kstate.log.remote import CompactionReport, RemoteChangelog, StoreBehindCompaction
@@ -133,7 +133,8 @@ class _Reads:
 
         if isinstance(keys, pa.ChunkedArray):
             keys = keys.combine_chunks()
-        if not (self._packs_keys(keys.type) and self._packs_values()):
+        numbers = self._stored_numbers()
+        if not (self._packs_keys(keys.type) and (self._packs_values() or numbers is not None)):
             return pa.array(self.get_many(keys.to_pylist()))
         large = pa.types.is_large_binary(keys.type) or pa.types.is_large_string(keys.type)
         validity, offsets, data = keys.buffers()
@@ -145,6 +146,8 @@ class _Reads:
             len(keys),
             large,
         )
+        if numbers is not None:
+            return arrow_numbers.from_packed((out_validity, out_offsets, out_data, nulls), len(keys), large, numbers)
         if isinstance(self._value_serde, StringSerde):
             out_type = pa.large_string() if large else pa.string()
         else:
@@ -165,6 +168,11 @@ class _Reads:
     def _packs_values(self) -> bool:
         """Whether stored value bytes are the serialized value itself (no timestamp to strip)."""
         return isinstance(self._value_serde, (BytesSerde, StringSerde))
+
+    def _stored_numbers(self) -> Any:
+        """The numpy dtype of stored values that are 8-byte big-endian numbers (``int64`` /
+        ``float64`` serdes, no timestamp), which the Arrow paths convert in bulk; else ``None``."""
+        return arrow_numbers.stored_dtype(self._value_serde)
 
     def _raw_bytes(self) -> bool:
         """Whether keys and values are stored exactly as given (bytes serdes, no timestamps)."""
@@ -229,6 +237,9 @@ class ReadOnlyKeyValueStore(_Reads):
 
     def _packs_values(self) -> bool:
         return self._store._packs_values()
+
+    def _stored_numbers(self) -> Any:
+        return self._store._stored_numbers()
 
 
 class KeyValueStore(_Reads):
@@ -576,27 +587,35 @@ class KeyValueStore(_Reads):
         value_serde_packs = (isinstance(self._value_serde, BytesSerde) and pa.types.is_binary(values.type)) or (
             isinstance(self._value_serde, StringSerde) and pa.types.is_string(values.type)
         )
+        numbers = self._stored_numbers()
+        if numbers is not None and self._packs_keys(keys.type) and arrow_numbers.is_number_type(values.type):
+            native.put_all_packed(len(keys), _column(keys), arrow_numbers.to_column(values, numbers))
+            return True
         if not (self._packs_keys(keys.type) and self._packs_values() and value_serde_packs):
             return False
 
-        def column(arr: Any) -> tuple:
-            validity, offsets, data = arr.buffers()
-            large = pa.types.is_large_binary(arr.type) or pa.types.is_large_string(arr.type)
-            return (
-                offsets.to_pybytes(),
-                data.to_pybytes() if data is not None else b"",
-                validity.to_pybytes() if validity is not None else None,
-                arr.offset,
-                large,
-            )
-
-        native.put_all_packed(len(keys), column(keys), column(values))
+        native.put_all_packed(len(keys), _column(keys), _column(values))
         return True
 
     def delete(self, key: Any) -> Any:
         """Delete ``key``; returns the value it had."""
         old = self._reader.delete(self._key_bytes(key))
         return None if old is None else self._value_of(old)
+
+
+def _column(arr: Any) -> tuple:
+    """An Arrow binary/string array as ``put_all_packed`` takes it."""
+    import pyarrow as pa
+
+    validity, offsets, data = arr.buffers()
+    large = pa.types.is_large_binary(arr.type) or pa.types.is_large_string(arr.type)
+    return (
+        offsets.to_pybytes(),
+        data.to_pybytes() if data is not None else b"",
+        validity.to_pybytes() if validity is not None else None,
+        arr.offset,
+        large,
+    )
 
 
 def _now_ms() -> int:

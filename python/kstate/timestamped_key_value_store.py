@@ -94,6 +94,9 @@ class TimestampedKeyValueStore(_TimestampedReads, KeyValueStore):
     def _packs_values(self) -> bool:
         return False
 
+    def _stored_numbers(self) -> Any:
+        return None  # stored values carry a timestamp prefix: never plain Arrow numbers
+
     def read_only(self, read_committed: bool = True) -> ReadOnlyTimestampedKeyValueStore:
         return ReadOnlyTimestampedKeyValueStore(self, read_committed)
 

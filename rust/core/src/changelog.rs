@@ -68,6 +68,13 @@ fn read_marker(path: &Path) -> Result<Option<i64>> {
     }
 }
 
+/// The last published offset as the marker in the partition directory `dir` records it, read
+/// without opening the log: `None` when there is no marker (never opened as a changelog), -1
+/// when nothing is published.
+pub fn published_marker(dir: &Path) -> Result<Option<i64>> {
+    read_marker(&dir.join(PUBLISHED_FILE))
+}
+
 impl Changelog {
     /// Opens (creating if needed) the partition directory `dir` and cuts off records that were
     /// never published. A log without a marker was written by another tool: all of it counts.
@@ -199,6 +206,26 @@ impl Changelog {
             self.partition.truncate_to(end)?;
         }
         Ok(())
+    }
+
+    /// Withdraws every published record after `offset` (`None`: every record); returns how many
+    /// went. kstate.spark retracts what a micro-batch published but never recorded as done (it
+    /// crashed in between), before any store restores it. The marker moves first, so a crash
+    /// part-way leaves records past the marker, which opening cuts.
+    pub fn retract_to(&mut self, offset: Option<i64>) -> Result<i64> {
+        let keep = offset.unwrap_or(-1);
+        if keep < -1 {
+            return Err(Error::InvalidArgument(format!(
+                "cannot retract to offset {keep}"
+            )));
+        }
+        let Some(published) = self.published.filter(|&p| p > keep) else {
+            return Ok(0);
+        };
+        self.write_marker(keep)?;
+        self.published = offset.filter(|&o| o >= 0);
+        self.partition.truncate_to(keep + 1)?;
+        Ok(published - keep)
     }
 
     fn write_marker(&self, offset: i64) -> Result<()> {

@@ -228,23 +228,7 @@ impl LoggedStore {
                     .into(),
             ));
         }
-        let timestamped = log.timestamped;
-        let appended = store.for_each_staged(CHANGELOG_CHUNK_BYTES, &mut |writes| {
-            let records = writes
-                .iter()
-                .map(|&(key, value)| record_of(key, value, timestamped, now_ms))
-                .collect::<Result<Vec<_>>>()?;
-            log.changelog.append(&records, now_ms)
-        });
-        let published = match appended
-            .and_then(|()| log.changelog.publish(&mut || stage(CommitStage::Uploaded)))
-        {
-            Ok(published) => published,
-            Err(error) => {
-                log.changelog.discard_unpublished()?;
-                return Err(error);
-            }
-        };
+        let published = Self::publish_to(store, log, now_ms, &mut || stage(CommitStage::Uploaded))?;
         stage(CommitStage::Published);
         store.commit(published, progress)?;
         stage(CommitStage::StoreCommitted);
@@ -253,6 +237,68 @@ impl LoggedStore {
         }
         stage(CommitStage::Checkpointed);
         Ok(published)
+    }
+
+    /// The first half of [`Self::commit`], for callers that commit several stores as one unit
+    /// (kstate.spark's micro-batches): publishes the staged writes to the changelog and returns
+    /// the last published offset, leaving the writes staged until
+    /// [`Self::commit_published`]. A failed publication publishes nothing.
+    pub fn publish(&mut self, now_ms: i64) -> Result<Option<i64>> {
+        let Self {
+            store,
+            changelog: Some(log),
+        } = self
+        else {
+            return Err(Error::InvalidState(
+                "only a logged store publishes to a changelog".into(),
+            ));
+        };
+        Self::publish_to(store, log, now_ms, &mut || {})
+    }
+
+    fn publish_to(
+        store: &mut KeyValueStore,
+        log: &mut StoreChangelog,
+        now_ms: i64,
+        uploaded: &mut dyn FnMut(),
+    ) -> Result<Option<i64>> {
+        let timestamped = log.timestamped;
+        let appended = store.for_each_staged(CHANGELOG_CHUNK_BYTES, &mut |writes| {
+            let records = writes
+                .iter()
+                .map(|&(key, value)| record_of(key, value, timestamped, now_ms))
+                .collect::<Result<Vec<_>>>()?;
+            log.changelog.append(&records, now_ms)
+        });
+        match appended.and_then(|()| log.changelog.publish(uploaded)) {
+            Ok(published) => Ok(published),
+            Err(error) => {
+                log.changelog.discard_unpublished()?;
+                Err(error)
+            }
+        }
+    }
+
+    /// The second half of [`Self::commit`]: applies the staged writes with the offset
+    /// [`Self::publish`] returned, then checkpoints it.
+    pub fn commit_published(
+        &mut self,
+        published: Option<i64>,
+        progress: &mut dyn FnMut(CommitProgress),
+    ) -> Result<()> {
+        if let Some(log) = &self.changelog {
+            if log.changelog.published() != published {
+                return Err(Error::InvalidArgument(format!(
+                    "offset {published:?} is not what the changelog published ({:?})",
+                    log.changelog.published()
+                )));
+            }
+        }
+        self.store.commit(published, progress)?;
+        if let (Some(log), Some(offset)) = (&self.changelog, published) {
+            checkpoint(log, offset)?;
+        }
+        Ok(())
     }
 
     /// Discards uncommitted writes. A logged store then replays what its changelog published

@@ -22,6 +22,11 @@ use crate::ttl::{self, Ttl};
 pub const DEFAULT_MAX_UNCOMMITTED_BYTES: usize = 64 * 1024 * 1024;
 /// Size of the RocksDB batches a spilled commit is copied in.
 const SPILL_COPY_BATCH_BYTES: usize = 4 * 1024 * 1024;
+/// Receives one key and a value (`None`: absent).
+pub type VisitWrite<'f> = dyn FnMut(&[u8], Option<&[u8]>) -> Result<()> + 'f;
+
+/// Staged writes read per chunk when collecting the keys of a transaction.
+const STAGED_KEYS_CHUNK_BYTES: usize = 4 * 1024 * 1024;
 
 #[derive(Debug, Clone)]
 pub struct StoreOptions {
@@ -546,6 +551,37 @@ impl KeyValueStore {
             return Ok(());
         }
         chunk(&writes)
+    }
+
+    /// Passes every key with an uncommitted write to `visit`, in key order, with its committed
+    /// value (`None`: absent): what undoes the transaction once it is committed. kstate.spark
+    /// keeps these with each micro-batch so a replayed batch can be rolled back.
+    pub fn previous_values_of_staged(&mut self, visit: &mut VisitWrite<'_>) -> Result<()> {
+        let mut keys: Vec<Vec<u8>> = Vec::with_capacity(self.overlay.len());
+        self.for_each_staged(STAGED_KEYS_CHUNK_BYTES, &mut |writes| {
+            keys.extend(writes.iter().map(|(k, _)| k.to_vec()));
+            Ok(())
+        })?;
+        let Self { state, cache, .. } = self;
+        state.with(|c| {
+            // Committed values this writer read recently are in the read cache; the rest come
+            // from the committed state in one multi-get.
+            let mut missing = Vec::new();
+            let mut found: Vec<Option<Option<Vec<u8>>>> = vec![None; keys.len()];
+            for (i, key) in keys.iter().enumerate() {
+                match cache.as_ref().and_then(|c| c.get(key)) {
+                    Some(v) => found[i] = Some(v.map(<[u8]>::to_vec)),
+                    None => missing.push(i),
+                }
+            }
+            let lookup: Vec<&[u8]> = missing.iter().map(|&i| keys[i].as_slice()).collect();
+            c.read_many(&lookup, &mut |j, v| {
+                found[missing[j]] = Some(v.map(<[u8]>::to_vec))
+            })?;
+            keys.iter()
+                .zip(&found)
+                .try_for_each(|(key, value)| visit(key, value.as_ref().and_then(|v| v.as_deref())))
+        })
     }
 
     /// Writes restored changelog records straight into the committed state together with

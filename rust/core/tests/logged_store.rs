@@ -305,3 +305,95 @@ fn a_publisher_is_the_publication_point_and_other_writers_add_what_it_published(
         (10, Some(10))
     );
 }
+
+#[test]
+fn publish_then_commit_published_is_a_commit_in_two_steps() {
+    let dir = tempfile::tempdir().unwrap();
+    let (task, logs) = (dir.path().join("app/0_0"), dir.path().join("changelog"));
+    let (mut store, _) = open(&task, &logs, 1 << 20);
+    store.store.put(b"a", Some(&ts_value(5, b"one"))).unwrap();
+    let published = store.publish(99).unwrap();
+    assert_eq!(published, Some(0));
+    assert_eq!(
+        store.store.committed_offset().unwrap(),
+        None,
+        "published only"
+    );
+    assert!(store.commit_published(Some(7), &mut |_| {}).is_err());
+    store.commit_published(published, &mut |_| {}).unwrap();
+    assert_eq!(store.store.committed_offset().unwrap(), Some(0));
+    assert_eq!(contents(&store), [(b"a".to_vec(), ts_value(5, b"one"))]);
+    store.close().unwrap();
+
+    // Published but never applied: reopening restores it from the changelog.
+    let (mut store, _) = open(&task, &logs, 1 << 20);
+    store.store.put(b"b", Some(&ts_value(6, b"two"))).unwrap();
+    assert_eq!(store.publish(99).unwrap(), Some(1));
+    store.close().unwrap();
+    let (store, restored) = open(&task, &logs, 1 << 20);
+    assert_eq!(restored, 1);
+    assert_eq!(store.store.committed_offset().unwrap(), Some(1));
+}
+
+#[test]
+fn previous_values_of_staged_are_the_committed_values_of_written_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let (task, logs) = (dir.path().join("app/0_0"), dir.path().join("changelog"));
+    let (mut store, _) = open(&task, &logs, 1 << 20);
+    store.store.put(b"a", Some(&ts_value(1, b"a1"))).unwrap();
+    store.store.put(b"b", Some(&ts_value(1, b"b1"))).unwrap();
+    commit(&mut store);
+    store.store.get(b"a").unwrap(); // one from the read cache, one from RocksDB
+    store.store.put(b"a", Some(&ts_value(2, b"a2"))).unwrap();
+    store.store.put(b"b", None).unwrap();
+    store.store.put(b"c", Some(&ts_value(2, b"c2"))).unwrap();
+    let mut undo = Vec::new();
+    store
+        .store
+        .previous_values_of_staged(&mut |k, v| {
+            undo.push((k.to_vec(), v.map(<[u8]>::to_vec)));
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(
+        undo,
+        [
+            (b"a".to_vec(), Some(ts_value(1, b"a1"))),
+            (b"b".to_vec(), Some(ts_value(1, b"b1"))),
+            (b"c".to_vec(), None),
+        ]
+    );
+}
+
+#[test]
+fn retract_withdraws_published_records_past_an_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let (task, logs) = (dir.path().join("app/0_0"), dir.path().join("changelog"));
+    let partition_dir = logs.join(format!("{TOPIC}-0"));
+    let (mut store, _) = open(&task, &logs, 1 << 20);
+    for (i, key) in [b"a", b"b", b"c"].iter().enumerate() {
+        store
+            .store
+            .put(*key, Some(&ts_value(i as i64, b"v")))
+            .unwrap();
+        commit(&mut store);
+    }
+    store.close().unwrap();
+    let (mut changelog, _) = Changelog::open(&partition_dir, LogConfig::default()).unwrap();
+    assert_eq!(changelog.retract_to(Some(2)).unwrap(), 0, "nothing past 2");
+    assert_eq!(changelog.retract_to(Some(0)).unwrap(), 2);
+    assert_eq!(changelog.published(), Some(0));
+    changelog.close().unwrap();
+    let (mut changelog, _) = Changelog::open(&partition_dir, LogConfig::default()).unwrap();
+    assert_eq!(changelog.published(), Some(0));
+    assert_eq!(changelog.retract_to(None).unwrap(), 1);
+    assert_eq!(changelog.published(), None);
+    changelog.close().unwrap();
+    let (changelog, _) = Changelog::open(&partition_dir, LogConfig::default()).unwrap();
+    assert_eq!(changelog.published(), None);
+    changelog.close().unwrap();
+    // A fresh task dir restores nothing from the retracted changelog.
+    let (store, restored) = open(&dir.path().join("app/0_1"), &logs, 1 << 20);
+    assert_eq!(restored, 0);
+    assert!(contents(&store).is_empty());
+}

@@ -5,7 +5,7 @@ use std::collections::{HashMap, VecDeque};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use kstate_core::changelog::{Changelog, Publisher};
+use kstate_core::changelog::{published_marker, Changelog, Publisher};
 use kstate_core::checkpoint::OffsetCheckpoint;
 use kstate_core::log::LogConfig;
 use kstate_core::logged_store::{LoggedStore, StoreChangelog};
@@ -611,6 +611,54 @@ impl NativeKeyValueStore {
         Ok(committed)
     }
 
+    /// Publishes the staged writes to the changelog, leaving them staged; returns the offset.
+    fn publish(&mut self, py: Python<'_>, now_ms: i64) -> PyResult<Option<i64>> {
+        let inner = &mut self.inner;
+        py.detach(|| guard(|| inner.publish(now_ms)))
+    }
+
+    /// Applies the staged writes at the offset `publish` returned.
+    #[pyo3(signature = (published, progress=None))]
+    fn commit_published(
+        &mut self,
+        py: Python<'_>,
+        published: Option<i64>,
+        progress: Option<Py<PyAny>>,
+    ) -> PyResult<()> {
+        let mut reporter = Progress::new(progress);
+        let inner = &mut self.inner;
+        py.detach(|| guard(|| inner.commit_published(published, &mut |p| reporter.report(p))))?;
+        reporter.finish()
+    }
+
+    /// The keys with staged writes and their committed values, as two packed Arrow binary
+    /// arrays `(validity, offsets, data, null_count)`.
+    fn previous_values_of_staged<'py>(
+        &mut self,
+        py: Python<'py>,
+        large: bool,
+    ) -> PyResult<(PackedArray<'py>, PackedArray<'py>)> {
+        let (mut keys, mut values) = (BinaryBuilder::new(0, large), BinaryBuilder::new(0, large));
+        let store = &mut self.inner.store;
+        py.detach(|| {
+            guard(|| {
+                store.previous_values_of_staged(&mut |key, value| {
+                    keys.push(Some(key))?;
+                    values.push(value)
+                })
+            })
+        })?;
+        let packed = |b: &BinaryBuilder| {
+            (
+                PyBytes::new(py, &b.validity),
+                PyBytes::new(py, &b.offsets),
+                PyBytes::new(py, &b.data),
+                b.null_count,
+            )
+        };
+        Ok((packed(&keys), packed(&values)))
+    }
+
     #[pyo3(signature = (offset, progress=None))]
     fn recover(
         &mut self,
@@ -643,6 +691,32 @@ impl NativeKeyValueStore {
 #[pyclass(module = "kstate._core", name = "ReadCommittedView")]
 pub struct NativeReadCommittedView {
     inner: ReadCommittedView,
+}
+
+/// Withdraws the records a changelog partition published after `offset` (`None`: all);
+/// returns how many went.
+#[pyfunction]
+#[pyo3(signature = (partition_dir, config, offset))]
+pub fn retract_changelog(
+    py: Python<'_>,
+    partition_dir: &str,
+    config: HashMap<String, String>,
+    offset: Option<i64>,
+) -> PyResult<i64> {
+    let log_config = log_config(&config)?;
+    py.detach(|| {
+        guard(|| {
+            // The marker says whether there is anything to retract, without opening the log.
+            let marker = published_marker(Path::new(partition_dir))?;
+            if marker.is_some_and(|published| published <= offset.unwrap_or(-1)) {
+                return Ok(0);
+            }
+            let (mut changelog, _) = Changelog::open(Path::new(partition_dir), log_config)?;
+            let retracted = changelog.retract_to(offset)?;
+            changelog.close()?;
+            Ok(retracted)
+        })
+    })
 }
 
 #[pymethods]

@@ -1,0 +1,51 @@
+"""kstate as the state backend of PySpark UDFs, exactly once per micro-batch.
+
+```python
+from kstate import Stores
+from kstate.spark import StateBackend
+
+counts = Stores.key_value_store_builder(Stores.persistent_key_value_store("counts"), "string", "int64")
+state = StateBackend([counts], state_dir="/tmp/state", changelog_dir="/data/changelog", application_id="clicks")
+
+@state.map_in_arrow
+def running_count(batches, stores):
+    ...  # read and write stores["counts"], yield pyarrow.RecordBatch
+
+df.repartition(2, "key").mapInArrow(running_count, "key string, count long")
+```
+
+``transform_with_state(df, ["key"], processor, schema, state_dir=...)`` runs a Spark
+``StatefulProcessor``-style processor (value, list and map state) on kstate stores.
+"""
+
+from kstate.spark.backend import StateBackend
+from kstate.spark.batch_log import BatchEntry
+from kstate.spark.exactly_once import PartitionState, TaskStores
+from kstate.spark.processor import (
+    ListState,
+    MapState,
+    StatefulProcessor,
+    StatefulProcessorHandle,
+    TimerValues,
+    ValueState,
+    transform_with_state,
+)
+from kstate.spark.session import configure_environment, local_session
+from kstate.spark.task import TaskInfo
+
+__all__ = [
+    "StateBackend",
+    "TaskStores",
+    "TaskInfo",
+    "PartitionState",
+    "BatchEntry",
+    "StatefulProcessor",
+    "StatefulProcessorHandle",
+    "ValueState",
+    "ListState",
+    "MapState",
+    "TimerValues",
+    "transform_with_state",
+    "configure_environment",
+    "local_session",
+]

@@ -1,0 +1,167 @@
+"""``StateBackend``: kstate stores as the state of PySpark UDFs.
+
+A backend names the stores (``Stores`` builders), the executor-local ``state_dir`` and the
+changelog location. Its wrappers turn a function that takes the partition's stores into the
+function Spark calls:
+
+- ``map_in_arrow`` / ``map_in_pandas``: ``fn(batches, stores)`` yields batches, for
+  ``df.mapInArrow`` / ``df.mapInPandas``;
+- ``apply_in_arrow`` / ``apply_in_pandas``: ``fn(key, group, stores)`` once per group, for a
+  DataFrame grouped by key columns (the plan ``groupBy(...).applyInPandas`` runs: hash partitioning
+  by the keys, then the groups of each partition in key order).
+
+Each task opens the stores of ``TaskContext.partitionId()`` at the state after the previous
+micro-batch, runs the function, and commits once the function has consumed its input and
+returned: exactly once per micro-batch (see ``kstate.spark.exactly_once``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, Callable
+
+from kstate.errors import InvalidArgumentError
+from kstate.spark.exactly_once import PartitionState, StateLayout, TaskStores, Timings
+from kstate.spark.task import TaskInfo
+from kstate.stores import StoreBuilder
+
+log = logging.getLogger("kstate.spark")
+
+BatchFunction = Callable[[Iterator[Any], TaskStores], Iterable[Any]]
+GroupFunction = Callable[[tuple, Any, TaskStores], Any]
+
+
+class StateBackend:
+    """The stores of a Spark job and where they live.
+
+    ``stores``: ``StoreBuilder``s (``Stores.key_value_store_builder(...)``); each is logged
+    (``with_logging_enabled`` topic configs are kept). ``state_dir``: executor-local disk, laid
+    out as Kafka Streams does (``<state_dir>/<application_id>/0_<partition>``).
+    ``changelog_dir``: the durable copy, shared by every executor that may run a partition
+    (default ``<state_dir>/changelog``). ``batch_id``: the batch a job outside Structured
+    Streaming counts as. ``lock_timeout``: seconds to wait for another attempt of the same
+    partition. ``undo_retained_batches``: how many published batches can be rolled back.
+    ``on_task(task, timings)``: called in the worker after each task commits, with the seconds
+    kstate spent opening and committing (metrics).
+    """
+
+    def __init__(
+        self,
+        stores: Sequence[StoreBuilder],
+        state_dir: str | os.PathLike,
+        changelog_dir: str | os.PathLike | None = None,
+        application_id: str = "kstate",
+        *,
+        batch_id: int = 0,
+        lock_timeout: float = 600.0,
+        undo_retained_batches: int = 2,
+        on_task: Callable[[TaskInfo, Timings], None] | None = None,
+    ):
+        builders = list(stores)
+        if not builders or not all(isinstance(b, StoreBuilder) for b in builders):
+            raise InvalidArgumentError("stores must be a non-empty list of StoreBuilder (Stores.*_builder(...))")
+        names = [b.name for b in builders]
+        if len(set(names)) != len(names):
+            raise InvalidArgumentError(f"store names must differ, got {names}")
+        if not builders[0].supplier.persistent or not all(b.supplier.persistent for b in builders):
+            raise InvalidArgumentError("kstate.spark keeps state on disk: use persistent stores")
+        if undo_retained_batches < 1:
+            raise InvalidArgumentError("undo_retained_batches must be >= 1 (replaying a batch needs its undo)")
+        state_dir = Path(state_dir).absolute()
+        self.layout = StateLayout(
+            state_dir,
+            Path(changelog_dir).absolute() if changelog_dir is not None else state_dir / "changelog",
+            application_id,
+        )
+        self.builders = builders
+        self.batch_id = batch_id
+        self.lock_timeout = lock_timeout
+        self.undo_retained_batches = undo_retained_batches
+        self.on_task = on_task
+
+    def partition_state(self, task: TaskInfo | None = None) -> PartitionState:
+        """The state of the current task's partition (or of ``task``), not yet opened."""
+        return PartitionState(
+            self.builders,
+            self.layout,
+            task or TaskInfo.current(self.batch_id),
+            self.lock_timeout,
+            self.undo_retained_batches,
+        )
+
+    def run(self, fn: Callable[[TaskStores], Iterable[Any]], task: TaskInfo | None = None) -> Iterator[Any]:
+        """Opens the partition's stores, yields what ``fn(stores)`` yields, and commits when it is
+        done; on any error (or if the caller stops early) nothing is committed."""
+        state = self.partition_state(task)
+        stores = state.open()
+        try:
+            yield from fn(stores)
+        except BaseException:
+            state.abort()
+            raise
+        entry = state.commit()
+        log.info(
+            "partition %d batch %d: committed %s; kstate open %.3f s, commit %.3f s",
+            stores.partition,
+            stores.batch_id,
+            "nothing" if entry is None else f"batch log entry {entry.position}",
+            state.timings.open,
+            state.timings.commit,
+        )
+        if self.on_task is not None:
+            self.on_task(state.task, state.timings)
+
+    # -- mapInArrow / mapInPandas ----------------------------------------------------------------
+
+    def map_in_arrow(self, fn: BatchFunction) -> Callable[[Iterator[Any]], Iterator[Any]]:
+        """Wraps ``fn(batches, stores)`` for ``df.mapInArrow``: it gets an iterator of
+        ``pyarrow.RecordBatch`` and the partition's stores, and yields record batches."""
+
+        def task(batches: Iterator[Any]) -> Iterator[Any]:
+            return self.run(lambda stores: fn(batches, stores))
+
+        task.__name__ = getattr(fn, "__name__", "task")
+        return task
+
+    def map_in_pandas(self, fn: BatchFunction) -> Callable[[Iterator[Any]], Iterator[Any]]:
+        """Wraps ``fn(frames, stores)`` for ``df.mapInPandas``: it gets an iterator of
+        ``pandas.DataFrame`` and the partition's stores, and yields data frames."""
+        return self.map_in_arrow(fn)
+
+    # -- grouped ---------------------------------------------------------------------------------
+
+    def apply_in_arrow(
+        self, df: Any, keys: Sequence[str], fn: GroupFunction, schema: Any, num_partitions: int | None = None
+    ) -> Any:
+        """``df`` grouped by ``keys``, ``fn(key, table, stores)`` called once per group with the
+        key tuple and a ``pyarrow.Table``; it returns a table or record batch (or ``None``)
+        of ``schema``. ``num_partitions`` defaults to ``spark.sql.shuffle.partitions``; keep it
+        fixed across restarts of a query, as the state of a key lives in its partition."""
+        return self._grouped(df, keys, fn, schema, num_partitions, pandas=False)
+
+    def apply_in_pandas(
+        self, df: Any, keys: Sequence[str], fn: GroupFunction, schema: Any, num_partitions: int | None = None
+    ) -> Any:
+        """As ``apply_in_arrow`` with a ``pandas.DataFrame`` per group; ``fn`` returns one."""
+        return self._grouped(df, keys, fn, schema, num_partitions, pandas=True)
+
+    def _grouped(
+        self, df: Any, keys: Sequence[str], fn: GroupFunction, schema: Any, num_partitions: int | None, pandas: bool
+    ) -> Any:
+        from pyspark.sql.pandas.types import to_arrow_schema
+        from pyspark.sql.types import StructType
+
+        keys = list(keys)
+        if not keys:
+            raise InvalidArgumentError("grouping needs at least one key column")
+        if isinstance(schema, str):
+            schema = StructType.fromDDL(schema)
+        arrow_schema = to_arrow_schema(schema)
+        from kstate.spark.groups import grouped_task
+
+        task = grouped_task(self, keys, fn, arrow_schema, pandas)
+        partitioned = df.repartition(num_partitions, *keys) if num_partitions else df.repartition(*keys)
+        return partitioned.mapInArrow(task, schema)

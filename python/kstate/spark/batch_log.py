@@ -1,0 +1,126 @@
+"""The batch log of a partition: one record per micro-batch whose state was published.
+
+It is a Kafka log (``<changelog.dir>/<application.id>-kstate-batches-<partition>/``) next to the
+stores' changelogs. Each record says which micro-batch produced the state, the changelog offset
+of every store at that point, and the undo files that take the state back to the entry before.
+Appending an entry (flushed) is the publication point of a micro-batch: a batch counts once its
+entry is in this log, whatever its changelogs hold beyond it.
+
+Only the holder of the partition's publication lock reads or writes the log (opening a log cuts
+a torn tail, which must never be a concurrent writer's append). ``.head``, a small file replaced
+atomically after each append, lets an attempt note the head before it waits for that lock.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from kstate.errors import CorruptedDataError
+from kstate.log.partition import Partition
+
+EMPTY_STATE = -1
+"""The batch id of the state before any batch: every store empty."""
+
+_HEAD_FILE = ".head"
+
+
+@dataclass(frozen=True)
+class BatchEntry:
+    """One published state of a partition's stores.
+
+    ``offsets``: changelog offset per store (stores whose changelog is empty are absent).
+    ``undo``: per store, the undo file of the step from the ``previous`` entry's state to this
+    one (stores the step left alone are absent). ``previous``: the log position of the entry of
+    the state before (``None``: the empty state). ``restates``: set on an entry written by a
+    rollback; the position of the entry it rolled back. ``position``: where this entry is.
+    """
+
+    batch_id: int
+    offsets: dict[str, int]
+    undo: dict[str, str] = field(default_factory=dict)
+    previous: int | None = None
+    restates: int | None = None
+    attempt: int = 0
+    run_id: str | None = None
+    query_id: str | None = None
+    time_ms: int = 0
+    position: int = -1
+
+    def to_bytes(self) -> bytes:
+        fields = asdict(self)
+        del fields["position"]
+        return json.dumps(fields, separators=(",", ":"), sort_keys=True).encode()
+
+    @classmethod
+    def from_bytes(cls, raw: bytes | None, position: int) -> BatchEntry:
+        try:
+            fields = json.loads(raw or b"")
+            return cls(**fields, position=position)
+        except (ValueError, TypeError) as error:
+            raise CorruptedDataError(f"batch log entry at offset {position} is not an entry: {error}") from None
+
+
+class BatchLog:
+    """The batch log of one partition. Open it only while holding the publication lock."""
+
+    def __init__(self, directory: str | os.PathLike):
+        self.directory = Path(directory)
+        self._log = Partition.open(self.directory)
+
+    def head(self) -> BatchEntry | None:
+        """The last entry: the partition's published state; ``None`` before the first batch."""
+        end = self._log.log_end_offset
+        return None if end <= self._log.log_start_offset else self.entry(end - 1)
+
+    def entry(self, position: int) -> BatchEntry:
+        records = self._log.read(position, 1)
+        if not records or records[0].offset != position:
+            raise CorruptedDataError(f"batch log {self.directory} has no entry at offset {position}")
+        return BatchEntry.from_bytes(records[0].value, position)
+
+    @property
+    def next_position(self) -> int:
+        """The position the next appended entry gets."""
+        return self._log.log_end_offset
+
+    def append(self, entry: BatchEntry) -> BatchEntry:
+        """Appends ``entry`` durably (the publication point) and returns it with its position."""
+        info = self._log.append([(str(entry.batch_id).encode(), entry.to_bytes())], time.time_ns() // 1_000_000)
+        self._log.flush()
+        written = BatchEntry.from_bytes(entry.to_bytes(), info.last_offset)
+        self.write_head_hint(written)
+        return written
+
+    def history(self, count: int) -> list[BatchEntry]:
+        """The head and the entries of the states before it, newest first, at most ``count``."""
+        out: list[BatchEntry] = []
+        entry = self.head()
+        while entry is not None and len(out) < count:
+            out.append(entry)
+            entry = None if entry.previous is None else self.entry(entry.previous)
+        return out
+
+    def write_head_hint(self, head: BatchEntry | None) -> None:
+        """Records where the head is in ``.head`` (temporary file, rename). Not synced: after a
+        machine crash a stale hint costs one attempt a ``BatchConflictError``, and that attempt
+        corrects the hint."""
+        hint = self.directory / _HEAD_FILE
+        tmp = hint.with_suffix(".tmp")
+        tmp.write_text(json.dumps(None if head is None else [head.position, head.batch_id]))
+        os.replace(tmp, hint)
+
+    def close(self) -> None:
+        self._log.close()
+
+
+def peek_head(directory: str | os.PathLike) -> tuple[int, int] | None:
+    """``(position, batch_id)`` of the head as last recorded, read without the lock (a hint)."""
+    try:
+        value = json.loads((Path(directory) / _HEAD_FILE).read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+    return None if value is None else (int(value[0]), int(value[1]))

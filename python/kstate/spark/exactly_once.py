@@ -1,0 +1,375 @@
+"""Exactly-once per micro-batch for the stores of one partition.
+
+One task attempt of partition ``p`` in micro-batch ``N``:
+
+1. Notes the head of the partition's batch log (a hint), then takes the task directory's lock
+   (two Python workers of one executor never open the same stores) and the partition's
+   publication lock (one attempt at a time touches the changelogs and the batch log).
+2. If the head moved while it waited and now names batch ``N`` or later, another attempt of
+   this batch published first: it gives up (``BatchConflictError``), having written nothing.
+3. Retracts changelog records past the head's offsets (a batch that crashed after publishing
+   its changelogs but before its batch log entry), then opens the stores, which restore from
+   their changelogs whatever the local state lacks (missing, stale, or a batch that published
+   but never reached RocksDB).
+4. If the head is batch ``N`` or later, Spark is replaying ``N`` (a restart, or a retry after an
+   attempt died once it had published): each such batch is rolled back with its undo file, as a
+   normal commit of the previous values, recorded as an entry restating the batch before.
+5. Runs the user's function, then commits: undo files, changelogs published, the batch log
+   entry (the publication point), then each store's RocksDB commit at its published offset.
+   The stores stay open for this process's next task of the partition (``kstate.spark.idle``),
+   which uses them as they are if nobody else held the publication lock in between.
+
+Offsets a batch log entry covers are never rewritten (rollbacks append), so a local store at any
+published offset is a prefix of the history and restoring forward is always right.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from kstate import _core
+from kstate.config import CHANGELOG_DIR, ChangelogConfig
+from kstate.errors import BatchConflictError, InvalidArgumentError
+from kstate.key_value_store import KeyValueStore
+from kstate.spark.batch_log import EMPTY_STATE, BatchEntry, BatchLog, peek_head
+from kstate.spark.idle import IDLE, RELEASE_REQUEST, Parked, release
+from kstate.spark.locking import FileLock
+from kstate.spark.task import TaskInfo
+from kstate.spark.undo import UndoFiles, previous_values
+from kstate.stores import StoreBuilder
+
+log = logging.getLogger("kstate.spark")
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True)
+class StateLayout:
+    """Where a partition's state lives (Kafka Streams' layout, one subtopology ``0``)."""
+
+    state_dir: Path
+    changelog_dir: Path
+    application_id: str
+
+    def task_dir(self, partition: int) -> Path:
+        return self.state_dir / self.application_id / f"0_{partition}"
+
+    def batch_log_dir(self, partition: int) -> Path:
+        return self.changelog_dir / f"{self.application_id}-kstate-batches-{partition}"
+
+    def undo_dir(self, partition: int) -> Path:
+        return self.changelog_dir / f"{self.application_id}-kstate-undo-{partition}"
+
+    def changelog_partition_dir(self, store: str, partition: int) -> Path:
+        return self.changelog_dir / f"{self.application_id}-{store}-changelog-{partition}"
+
+
+@dataclass
+class Timings:
+    """Seconds spent in kstate for one task: opening (locks, restore, rollback) and committing."""
+
+    open: float = 0.0
+    commit: float = 0.0
+    restored_records: int = 0
+    rolled_back_batches: int = 0
+
+
+class TaskStores(Mapping[str, KeyValueStore]):
+    """The open stores of one partition, by name, handed to the user's function."""
+
+    def __init__(self, stores: dict[str, KeyValueStore], task: TaskInfo):
+        self._stores = stores
+        self.task = task
+
+    @property
+    def partition(self) -> int:
+        return self.task.partition
+
+    @property
+    def batch_id(self) -> int:
+        return self.task.batch_id
+
+    def __getitem__(self, name: str) -> KeyValueStore:
+        try:
+            return self._stores[name]
+        except KeyError:
+            raise InvalidArgumentError(f"no store named {name!r}; the backend has {sorted(self._stores)}") from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._stores)
+
+    def __len__(self) -> int:
+        return len(self._stores)
+
+
+@dataclass
+class PartitionState:
+    """The stores of one partition for one task attempt, opened and committed exactly once per
+    micro-batch. ``open()`` and then ``commit()`` or ``abort()``."""
+
+    builders: list[StoreBuilder]
+    layout: StateLayout
+    task: TaskInfo
+    lock_timeout: float = 600.0
+    undo_retained_batches: int = 2
+    timings: Timings = field(default_factory=Timings)
+
+    def __post_init__(self) -> None:
+        p = self.task.partition
+        self._task_lock = FileLock(
+            self.layout.task_dir(p) / ".kstate-task.lock", f"task directory of partition {p}", self.lock_timeout
+        )
+        self._publish_lock = FileLock(
+            self.layout.batch_log_dir(p) / ".lock", f"publication lock of partition {p}", self.lock_timeout
+        )
+        self._undo = UndoFiles(self.layout.undo_dir(p))
+        self._log: BatchLog | None = None
+        self._head: BatchEntry | None = None
+        self._stores: dict[str, KeyValueStore] = {}
+
+    # -- opening ---------------------------------------------------------------------------------
+
+    def open(self) -> TaskStores:
+        """Locks the partition, brings its stores to the state after the last batch before this
+        one, and returns them."""
+        started = time.perf_counter()
+        p, batch = self.task.partition, self.task.batch_id
+        seen = peek_head(self.layout.batch_log_dir(p))
+        parked = self._take_parked()
+        try:
+            self._lock_task_dir(parked)
+            self._publish_lock.acquire()
+            self._log = BatchLog(self.layout.batch_log_dir(p))
+            self._head = self._log.head()
+            head_position = None if self._head is None else self._head.position
+            if (seen[0] if seen else None) != head_position:
+                self._log.write_head_hint(self._head)
+                if self._head is not None and self._head.batch_id >= batch:
+                    raise BatchConflictError(
+                        f"partition {p} batch {batch}: another attempt published batch {self._head.batch_id} "
+                        f"while this one (task attempt {self.task.attempt}) waited; it publishes nothing"
+                    )
+            if (
+                parked is not None
+                and parked.head_position == head_position
+                and parked.publish_token == self._publish_lock.previous_holder
+            ):
+                # Nobody else held the publication lock since this process committed: the
+                # parked stores and their changelog handles are current.
+                self._stores, parked = parked.stores, None
+            else:
+                if parked is not None:
+                    for store in parked.stores.values():
+                        store.close()
+                    parked = None
+                self._retract_unrecorded()
+                self._open_stores()
+            while self._head is not None and self._head.batch_id >= batch:
+                self._roll_back()
+        except BaseException:
+            if parked is not None:
+                release(parked)
+            self.abort()
+            raise
+        self.timings.open = time.perf_counter() - started
+        log.info(
+            "partition %d batch %d: stores at batch %s (restored %d records, rolled back %d batches) in %.3f s",
+            p,
+            batch,
+            EMPTY_STATE if self._head is None else self._head.batch_id,
+            self.timings.restored_records,
+            self.timings.rolled_back_batches,
+            self.timings.open,
+        )
+        return TaskStores(self._stores, self.task)
+
+    def _take_parked(self) -> Parked | None:
+        """This process's stores of the partition from an earlier task, if they still fit."""
+        parked = IDLE.take(self.layout.task_dir(self.task.partition))
+        if parked is None:
+            return None
+        if parked.task_lock.still_names_this_file() and set(parked.stores) == {b.name for b in self.builders}:
+            return parked
+        release(parked)  # the task directory was deleted or the backend has other stores
+        return None
+
+    def _lock_task_dir(self, parked: Parked | None) -> None:
+        if parked is not None:
+            self._task_lock = parked.task_lock
+            return
+        request = self.layout.task_dir(self.task.partition) / RELEASE_REQUEST
+
+        def ask_holder_to_release() -> None:
+            # A worker that parked these stores after its task gives them up when asked.
+            request.parent.mkdir(parents=True, exist_ok=True)
+            request.touch()
+
+        self._task_lock.acquire(on_wait=ask_holder_to_release)
+        request.unlink(missing_ok=True)
+
+    def _logging_config(self, builder: StoreBuilder) -> dict[str, Any]:
+        return {**(builder.logging or {}), CHANGELOG_DIR: str(self.layout.changelog_dir)}
+
+    def _retract_unrecorded(self) -> None:
+        offsets = {} if self._head is None else self._head.offsets
+        for builder in self.builders:
+            topic_config = ChangelogConfig.parse(self._logging_config(builder)).topic_config
+            directory = self.layout.changelog_partition_dir(builder.name, self.task.partition)
+            retracted = _core.retract_changelog(str(directory), topic_config, offsets.get(builder.name))
+            if retracted:
+                log.warning(
+                    "partition %d: retracted %d changelog records of %s that a crashed batch published "
+                    "without recording it",
+                    self.task.partition,
+                    retracted,
+                    builder.name,
+                )
+
+    def _open_stores(self) -> None:
+        task_dir = self.layout.task_dir(self.task.partition)
+        for builder in self.builders:
+            store = builder.with_logging_enabled(self._logging_config(builder)).build()
+            store.init(task_dir, partition=self.task.partition, application_id=self.layout.application_id)
+            self._stores[builder.name] = store
+            self.timings.restored_records += store.restored_records
+
+    def _roll_back(self) -> None:
+        """Takes every store back over the head's batch, as a commit of the undo values."""
+        assert self._log is not None and self._head is not None
+        undone = self._head
+        before = None if undone.previous is None else self._log.entry(undone.previous)
+        for name, store in self._stores.items():
+            undo_file = undone.undo.get(name)
+            if undo_file is not None:
+                _stage_raw(store, self._undo.read(undo_file))
+        restated = BatchEntry(
+            batch_id=EMPTY_STATE if before is None else before.batch_id,
+            offsets={},
+            undo={} if before is None else before.undo,
+            previous=None if before is None else before.previous,
+            restates=undone.position,
+        )
+        self._publish(restated)
+        self.timings.rolled_back_batches += 1
+        log.info(
+            "partition %d: rolled back batch %d (replayed by task attempt %d); state is batch %d again",
+            self.task.partition,
+            undone.batch_id,
+            self.task.attempt,
+            restated.batch_id,
+        )
+
+    # -- committing ------------------------------------------------------------------------------
+
+    def commit(self) -> BatchEntry | None:
+        """Publishes this batch's writes and commits every store; returns the batch log entry
+        (``None`` when the batch wrote nothing). Releases the partition: the stores stay open,
+        parked for this process's next task of the partition."""
+        started = time.perf_counter()
+        try:
+            assert self._log is not None
+            position = self._log.next_position
+            undo = {}
+            for name, store in self._stores.items():
+                staged, spilled = store._open_native().uncommitted()
+                if staged or spilled:
+                    undo[name] = self._undo.write(name, position, previous_values(store._open_native()))
+            entry = None
+            if undo:
+                entry = BatchEntry(
+                    batch_id=self.task.batch_id,
+                    offsets={},
+                    undo=undo,
+                    previous=None if self._head is None else self._head.position,
+                )
+                entry = self._publish(entry)
+                self._keep_recent_undo()
+        except BaseException:
+            self.abort()
+            raise
+        finally:
+            self.timings.commit = time.perf_counter() - started
+        self._park()
+        return entry
+
+    def _park(self) -> None:
+        task_dir = self.layout.task_dir(self.task.partition)
+        head_position = None if self._head is None else self._head.position
+        IDLE.park(task_dir, Parked(dict(self._stores), self._task_lock, head_position, self._publish_lock.token))
+        self._stores.clear()
+        self._close_log_and_publication_lock()
+
+    def _publish(self, entry: BatchEntry) -> BatchEntry:
+        """Publishes every store's staged writes, appends ``entry`` with their offsets (the
+        publication point), then commits each store at its offset. The new head."""
+        assert self._log is not None
+        now = _now_ms()
+        published = {name: store._open_native().publish(now) for name, store in self._stores.items()}
+        head_offsets = {} if self._head is None else self._head.offsets
+        offsets = {**head_offsets, **{n: o for n, o in published.items() if o is not None}}
+        entry = self._log.append(
+            replace(
+                entry,
+                offsets=offsets,
+                attempt=self.task.attempt,
+                run_id=self.task.run_id,
+                query_id=self.task.query_id,
+                time_ms=now,
+            )
+        )
+        for name, store in self._stores.items():
+            store._open_native().commit_published(published[name])
+        self._head = entry
+        return entry
+
+    def _keep_recent_undo(self) -> None:
+        assert self._log is not None
+        keep = [name for entry in self._log.history(self.undo_retained_batches) for name in entry.undo.values()]
+        self._undo.keep_only(keep)
+
+    # -- closing ---------------------------------------------------------------------------------
+
+    def abort(self) -> None:
+        """Discards uncommitted writes and releases the locks; nothing of this attempt that was
+        not published counts."""
+        self.close()
+
+    def close(self) -> None:
+        for store in self._stores.values():
+            store.close()
+        self._stores.clear()
+        self._close_log_and_publication_lock()
+        self._task_lock.release()
+
+    def _close_log_and_publication_lock(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        self._publish_lock.release()
+
+
+def _stage_raw(store: KeyValueStore, undo: Any) -> None:
+    """Stages stored bytes exactly as recorded (``None`` deletes), with no serde in between."""
+    keys = undo.column("key").combine_chunks()
+    values = undo.column("value").combine_chunks()
+    if not len(keys):
+        return
+
+    def column(arr: Any) -> tuple:
+        validity, offsets, data = arr.buffers()
+        return (
+            offsets.to_pybytes(),
+            data.to_pybytes() if data is not None else b"",
+            validity.to_pybytes() if validity is not None else None,
+            arr.offset,
+            False,
+        )
+
+    store._open_native().put_all_packed(len(keys), column(keys), column(values))

@@ -1,0 +1,329 @@
+"""kstate.spark under real local Spark: a running count per key over the micro-batches of a
+streaming query reading parquet files (one file per trigger), checked against the same count
+computed in plain Python, through worker kills, restarts, replays, lost state and duplicate
+attempts. One SparkSession for the module; ``local[2,3]`` is two threads with three attempts
+per task, so a killed task is retried as on a cluster."""
+
+import collections
+import os
+import shutil
+import signal
+import sys
+import threading
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+pytest.importorskip("pyspark")
+
+from pyspark import cloudpickle  # noqa: E402
+
+from kstate import Stores  # noqa: E402
+from kstate.spark import StateBackend, local_session  # noqa: E402
+
+# Spark's workers cannot import this test module by name: ship its functions by value.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+KEYS = 40
+ROWS = 300
+SCHEMA = "key string, count long"
+
+
+def file_keys(index):
+    return [f"k{(index * 7 + i * i) % KEYS}" for i in range(ROWS)]
+
+
+def reference(files):
+    """Per batch (one file each), every key's running count after the batch."""
+    totals, out = collections.Counter(), {}
+    for batch, index in enumerate(files):
+        keys = file_keys(index)
+        totals.update(keys)
+        out[batch] = {k: totals[k] for k in set(keys)}
+    return out
+
+
+@pytest.fixture(scope="module")
+def spark():
+    session = local_session(
+        "kstate-tests",
+        master="local[2,3]",
+        conf={"spark.sql.shuffle.partitions": 2, "spark.sql.streaming.pollingDelay": "100ms"},
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def work(tmp_path):
+    (tmp_path / "in").mkdir()
+    return tmp_path
+
+
+def remove_tree(path):
+    """Deletes a state dir that idle Python workers may still hold open (their RocksDB may add a
+    file while it goes)."""
+    for _ in range(10):
+        shutil.rmtree(path, ignore_errors=True)
+        if not path.exists():
+            return
+    raise AssertionError(f"could not delete {path}")
+
+
+def add_files(work, indexes):
+    for i in indexes:
+        path = work / "in" / f"part-{i:05d}.parquet"
+        pq.write_table(pa.table({"key": file_keys(i), "v": list(range(ROWS))}), path)
+        os.utime(path, (1_700_000_000 + i, 1_700_000_000 + i))  # the stream takes files in this order
+
+
+def backend_of(work, state="state"):
+    counts = Stores.key_value_store_builder(Stores.persistent_key_value_store("counts"), "string", "int64")
+    return StateBackend([counts], work / state, work / "changelog", "counts-app", lock_timeout=60)
+
+
+def running_count(batches, stores):
+    """The UDF: one get_many and one put_all per Arrow batch."""
+    store = stores["counts"]
+    for batch in batches:
+        counted = pc.value_counts(batch.column("key"))
+        keys, n = counted.field("values"), counted.field("counts")
+        new = pc.add(pc.fill_null(store.get_many(keys), 0), n)
+        store.put_all(keys, new)
+        yield pa.RecordBatch.from_arrays([keys, new], names=["key", "count"])
+
+
+def run_query(spark, work, udf, outputs):
+    """Runs the streaming query over the files not yet processed; ``outputs[batch]`` gets every
+    key's count as the batch reported it (the sink is at-least-once: a replay reports again)."""
+    frames = spark.readStream.schema("key string, v long").option("maxFilesPerTrigger", 1).parquet(str(work / "in"))
+    counted = frames.repartition(2, "key").mapInArrow(udf, SCHEMA)
+
+    def sink(frame, batch_id):
+        outputs[batch_id] = {row["key"]: row["count"] for row in frame.collect()}
+
+    query = (
+        counted.writeStream.outputMode("update")
+        .foreachBatch(sink)
+        .option("checkpointLocation", str(work / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    assert query.exception() is None
+
+
+def test_running_count_equals_plain_python(spark, work):
+    add_files(work, range(4))
+    outputs = {}
+    run_query(spark, work, backend_of(work).map_in_arrow(running_count), outputs)
+    assert outputs == reference(range(4))
+
+
+def test_a_python_worker_killed_mid_batch_is_retried_from_the_previous_batch(spark, work):
+    add_files(work, range(3))
+    marker = work / "killed"
+    backend = backend_of(work)
+
+    def killed_once(batches, stores):
+        for out in running_count(batches, stores):
+            if stores.batch_id == 1 and stores.partition == 0 and not marker.exists():
+                marker.touch()
+                os.kill(os.getpid(), signal.SIGKILL)  # writes staged, nothing committed
+            yield out
+
+    outputs = {}
+    run_query(spark, work, backend.map_in_arrow(killed_once), outputs)
+    assert marker.exists()
+    assert outputs == reference(range(3))
+
+
+def test_a_restarted_query_continues_from_its_checkpoint(spark, work):
+    add_files(work, range(2))
+    outputs = {}
+    run_query(spark, work, backend_of(work).map_in_arrow(running_count), outputs)
+    add_files(work, range(2, 4))
+    run_query(spark, work, backend_of(work).map_in_arrow(running_count), outputs)
+    assert outputs == reference(range(4))
+
+
+def test_a_batch_replayed_after_its_state_committed_is_not_counted_twice(spark, work):
+    add_files(work, range(3))
+    outputs = {}
+    run_query(spark, work, backend_of(work).map_in_arrow(running_count), outputs)
+    # The state of batch 2 committed, then the driver died before Spark's commit log got it.
+    for entry in ("2", ".2.crc"):
+        (work / "checkpoint" / "commits" / entry).unlink()
+    outputs.clear()
+    run_query(spark, work, backend_of(work).map_in_arrow(running_count), outputs)
+    assert outputs == {2: reference(range(3))[2]}, "only batch 2 ran again, from the state of batch 1"
+
+
+def test_a_lost_state_dir_is_restored_from_the_changelog(spark, work):
+    add_files(work, range(2))
+    outputs = {}
+    run_query(spark, work, backend_of(work).map_in_arrow(running_count), outputs)
+    remove_tree(work / "state")  # the partitions moved to an executor with an empty disk
+    add_files(work, range(2, 4))
+    run_query(spark, work, backend_of(work).map_in_arrow(running_count), outputs)
+    assert outputs == reference(range(4))
+
+
+def test_two_concurrent_attempts_of_one_batch_publish_it_once(spark, work):
+    """Two jobs run partition 0 of batch 7 at once, as two executors would (their own state
+    dirs, one changelog). Whatever order they reach the locks in, the batch counts once."""
+    add_files(work, [0])
+    source = spark.read.parquet(str(work / "in")).repartition(1)
+    results, errors = {}, []
+
+    def attempt(name):
+        backend = backend_of(work, state=f"state-{name}")
+        backend.batch_id = 7
+
+        def slow_count(batches, stores):
+            import time
+
+            time.sleep(1.0)  # both attempts are inside the task before either publishes
+            yield from running_count(batches, stores)
+
+        try:
+            rows = source.mapInArrow(backend.map_in_arrow(slow_count), SCHEMA).collect()
+            results[name] = {r["key"]: r["count"] for r in rows}
+        except Exception as error:  # the loser's last attempt may fail: that is the point
+            errors.append(error)
+
+    threads = [threading.Thread(target=attempt, args=(name,)) for name in ("a", "b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    once = collections.Counter(file_keys(0))
+    assert all(r == once for r in results.values()) and results, (results, errors)
+    check = backend_of(work, state="state-check")
+    check.batch_id = 8
+
+    def read_all(batches, stores):
+        for _ in batches:
+            pass
+        with stores["counts"].all() as entries:
+            keys, counts = zip(*entries)
+        yield pa.RecordBatch.from_arrays([pa.array(keys), pa.array(counts, pa.int64())], names=["key", "count"])
+
+    rows = (
+        spark.read.parquet(str(work / "in")).repartition(1).mapInArrow(check.map_in_arrow(read_all), SCHEMA).collect()
+    )
+    seen = {r["key"]: r["count"] for r in rows}
+    assert seen == dict(once), "batch 7 counted once in the published state"
+
+
+def test_grouped_apply_in_pandas_keeps_state_per_key(spark, work):
+    add_files(work, range(2))
+    backend = backend_of(work)
+
+    def per_key(key, frame, stores):
+        import pandas as pd
+
+        store = stores["counts"]
+        total = (store.get(key[0]) or 0) + len(frame)
+        store.put(key[0], total)
+        return pd.DataFrame({"key": [key[0]], "count": [total]})
+
+    frames = spark.readStream.schema("key string, v long").option("maxFilesPerTrigger", 1).parquet(str(work / "in"))
+    counted = backend.apply_in_pandas(frames, ["key"], per_key, SCHEMA, num_partitions=2)
+    outputs = {}
+
+    def sink(frame, batch_id):
+        outputs[batch_id] = {row["key"]: row["count"] for row in frame.collect()}
+
+    query = (
+        counted.writeStream.outputMode("update")
+        .foreachBatch(sink)
+        .option("checkpointLocation", str(work / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    assert outputs == reference(range(2))
+
+
+def test_state_files_use_kafka_streams_layout(spark, work):
+    add_files(work, [0])
+    run_query(spark, work, backend_of(work).map_in_arrow(running_count), {})
+    tasks = sorted(p.name for p in Path(work / "state" / "counts-app").iterdir())
+    assert tasks == ["0_0", "0_1"]
+    logs = sorted(p.name for p in (work / "changelog").iterdir())
+    assert "counts-app-counts-changelog-0" in logs and "counts-app-kstate-batches-1" in logs
+
+
+def test_batch_jobs_with_map_in_pandas_and_apply_in_arrow(spark, work):
+    """Outside Structured Streaming a job counts as batch ``batch_id`` (0 by default): running
+    it again redoes it; the next batch id builds on it."""
+    add_files(work, [0])
+    backend = backend_of(work)
+    source = spark.read.parquet(str(work / "in"))
+
+    def pandas_count(frames, stores):
+        import pandas as pd
+
+        store = stores["counts"]
+        for frame in frames:
+            counted = frame["key"].value_counts()
+            old = store.get_many(list(counted.index))
+            new = [(o or 0) + int(n) for o, n in zip(old, counted.values)]
+            store.put_all(list(counted.index), new)
+            yield pd.DataFrame({"key": list(counted.index), "count": new})
+
+    def run():
+        rows = source.repartition(2, "key").mapInPandas(backend.map_in_pandas(pandas_count), SCHEMA).collect()
+        return {r["key"]: r["count"] for r in rows}
+
+    once = dict(collections.Counter(file_keys(0)))
+    assert run() == once
+    assert run() == once, "the same batch again: rolled back, then redone"
+
+    def arrow_count(key, table, stores):
+        store = stores["counts"]
+        total = store.get(key[0]) + table.num_rows
+        store.put(key[0], total)
+        return pa.table({"key": [key[0]], "count": [total]})
+
+    backend.batch_id = 1
+    rows = backend.apply_in_arrow(source, ["key"], arrow_count, SCHEMA, num_partitions=2).collect()
+    assert {r["key"]: r["count"] for r in rows} == {k: 2 * n for k, n in once.items()}
+
+
+def test_transform_with_state_runs_a_spark_style_processor(spark, work):
+    from kstate.spark import StatefulProcessor, transform_with_state
+
+    class Counter(StatefulProcessor):
+        def init(self, handle):
+            self.count = handle.getValueState("count", "c long")
+
+        def handleInputRows(self, key, rows, timerValues):  # noqa: N802
+            import pandas as pd
+
+            total = (self.count.get() or (0,))[0] + sum(len(frame) for frame in rows)
+            self.count.update((total,))
+            yield pd.DataFrame({"key": [key[0]], "count": [total]})
+
+    add_files(work, range(3))
+    frames = spark.readStream.schema("key string, v long").option("maxFilesPerTrigger", 1).parquet(str(work / "in"))
+    counted = transform_with_state(frames, ["key"], Counter(), SCHEMA, work / "state", work / "changelog", "tws-app")
+    outputs = {}
+
+    def sink(frame, batch_id):
+        outputs[batch_id] = {row["key"]: row["count"] for row in frame.collect()}
+
+    query = (
+        counted.writeStream.outputMode("update")
+        .foreachBatch(sink)
+        .option("checkpointLocation", str(work / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    assert outputs == reference(range(3))
