@@ -64,16 +64,6 @@ def work(tmp_path):
     return tmp_path
 
 
-def remove_tree(path):
-    """Deletes a state dir that idle Python workers may still hold open (their RocksDB may add a
-    file while it goes)."""
-    for _ in range(10):
-        shutil.rmtree(path, ignore_errors=True)
-        if not path.exists():
-            return
-    raise AssertionError(f"could not delete {path}")
-
-
 def add_files(work, indexes):
     for i in indexes:
         path = work / "in" / f"part-{i:05d}.parquet"
@@ -167,7 +157,10 @@ def test_a_lost_state_dir_is_restored_from_the_changelog(spark, work):
     add_files(work, range(2))
     outputs = {}
     run_query(spark, work, backend_of(work).map_in_arrow(running_count), outputs)
-    remove_tree(work / "state")  # the partitions moved to an executor with an empty disk
+    # The partitions move to an executor with an empty disk: the workers that kept them open
+    # close them (as a lost executor's would be gone), then the local state goes.
+    backend_of(work).release_local_state([0, 1])
+    shutil.rmtree(work / "state")
     add_files(work, range(2, 4))
     run_query(spark, work, backend_of(work).map_in_arrow(running_count), outputs)
     assert outputs == reference(range(4))
@@ -327,3 +320,14 @@ def test_transform_with_state_runs_a_spark_style_processor(spark, work):
     )
     query.awaitTermination()
     assert outputs == reference(range(3))
+
+
+def test_state_as_a_dataframe(spark, work):
+    add_files(work, range(2))
+    backend = backend_of(work)
+    run_query(spark, work, backend.map_in_arrow(running_count), {})
+    frame = backend.state_dataframe(spark, "counts", num_partitions=2)
+    assert frame.schema.simpleString() == "struct<partition:int,key:string,value:bigint>"
+    rows = frame.collect()
+    assert {r["key"]: r["value"] for r in rows} == dict(collections.Counter(file_keys(0) + file_keys(1)))
+    assert {r["partition"] for r in rows} == {0, 1}

@@ -24,7 +24,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from kstate.errors import InvalidArgumentError
-from kstate.spark.exactly_once import PartitionState, StateLayout, TaskStores, Timings
+from kstate.spark.exactly_once import TASK_LOCK, PartitionState, StateLayout, TaskStores, Timings
+from kstate.spark.idle import RELEASE_REQUEST
+from kstate.spark.locking import FileLock
 from kstate.spark.task import TaskInfo
 from kstate.stores import StoreBuilder
 
@@ -32,6 +34,23 @@ log = logging.getLogger("kstate.spark")
 
 BatchFunction = Callable[[Iterator[Any], TaskStores], Iterable[Any]]
 GroupFunction = Callable[[tuple, Any, TaskStores], Any]
+
+
+def _arrow_type_of(serde: Any) -> Any:
+    import pyarrow as pa
+
+    from kstate.serdes import BytesSerde, DoubleSerde, LongSerde, StringSerde
+
+    for kind, arrow_type in ((BytesSerde, pa.binary()), (StringSerde, pa.string())):
+        if isinstance(serde, kind):
+            return arrow_type
+    return {LongSerde: pa.int64(), DoubleSerde: pa.float64()}.get(type(serde), pa.string())
+
+
+def _column_value(value: Any, arrow_type: Any) -> Any:
+    import pyarrow as pa
+
+    return value if value is None or arrow_type != pa.string() or isinstance(value, str) else str(value)
 
 
 class StateBackend:
@@ -130,6 +149,65 @@ class StateBackend:
         """Wraps ``fn(frames, stores)`` for ``df.mapInPandas``: it gets an iterator of
         ``pandas.DataFrame`` and the partition's stores, and yields data frames."""
         return self.map_in_arrow(fn)
+
+    def release_local_state(self, partitions: Iterable[int], timeout: float = 60.0) -> None:
+        """Asks the Python workers of this machine that keep stores of ``partitions`` open
+        between tasks to close them, and waits until they did: afterwards nothing writes into
+        those task directories (for instance before deleting the local state)."""
+        for partition in partitions:
+            task_dir = self.layout.task_dir(partition)
+            if not task_dir.exists():
+                continue
+            request = task_dir / RELEASE_REQUEST
+            request.touch()
+            try:
+                FileLock(task_dir / TASK_LOCK, f"task directory of partition {partition}", timeout).acquire().release()
+            finally:
+                request.unlink(missing_ok=True)
+
+    # -- state as a DataFrame --------------------------------------------------------------------
+
+    def state_dataframe(self, spark: Any, store: str, num_partitions: int) -> Any:
+        """The state of ``store`` after each partition's last published batch, as a DataFrame of
+        ``partition``, ``key``, ``value`` (and ``timestamp`` for a timestamped store), read by
+        one Spark task per partition. Key and value columns take their type from the serdes:
+        bytes -> binary, string -> string, int64 -> bigint, float64 -> double, others -> string
+        (their ``str``)."""
+        import pyarrow as pa
+
+        builder = next((b for b in self.builders if b.name == store), None)
+        if builder is None:
+            raise InvalidArgumentError(f"no store named {store!r}; the backend has {[b.name for b in self.builders]}")
+        built = builder.build()
+        key_type, value_type = _arrow_type_of(built._key_serde), _arrow_type_of(built._value_serde)
+        timestamped = builder.timestamped
+        fields = [("partition", pa.int32()), ("key", key_type), ("value", value_type)]
+        schema = pa.schema(fields + ([("timestamp", pa.int64())] if timestamped else []))
+
+        def read(batches: Iterator[Any]) -> Iterator[Any]:
+            for _ in batches:
+                pass
+            current = TaskInfo.current(self.batch_id)
+            state = self.partition_state(current)
+            opened = state.open(read_only=True)[store]
+            try:
+                with opened.all_with_timestamp() if timestamped else opened.all() as entries:
+                    rows = list(entries)
+            finally:
+                state.abort()
+            columns = {
+                "partition": [current.partition] * len(rows),
+                "key": [_column_value(r.key, key_type) for r in rows],
+                "value": [_column_value(r.value.value if timestamped else r.value, value_type) for r in rows],
+            }
+            if timestamped:
+                columns["timestamp"] = [r.value.timestamp for r in rows]
+            yield pa.RecordBatch.from_pydict(columns, schema=schema)
+
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        tasks = spark.sparkContext.parallelize(range(num_partitions), num_partitions).map(lambda i: (i,))
+        return spark.createDataFrame(tasks, "task int").mapInArrow(read, from_arrow_schema(schema))
 
     # -- grouped ---------------------------------------------------------------------------------
 

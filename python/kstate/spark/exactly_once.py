@@ -26,6 +26,7 @@ published offset is a prefix of the history and restoring forward is always righ
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -34,7 +35,7 @@ from typing import Any
 
 from kstate import _core
 from kstate.config import CHANGELOG_DIR, ChangelogConfig
-from kstate.errors import BatchConflictError, InvalidArgumentError
+from kstate.errors import BatchConflictError, InvalidArgumentError, ProcessorStateError
 from kstate.key_value_store import KeyValueStore
 from kstate.spark.batch_log import EMPTY_STATE, BatchEntry, BatchLog, peek_head
 from kstate.spark.idle import IDLE, RELEASE_REQUEST, Parked, release
@@ -44,6 +45,9 @@ from kstate.spark.undo import UndoFiles, previous_values
 from kstate.stores import StoreBuilder
 
 log = logging.getLogger("kstate.spark")
+
+
+TASK_LOCK = ".kstate-task.lock"
 
 
 def _now_ms() -> int:
@@ -124,7 +128,7 @@ class PartitionState:
     def __post_init__(self) -> None:
         p = self.task.partition
         self._task_lock = FileLock(
-            self.layout.task_dir(p) / ".kstate-task.lock", f"task directory of partition {p}", self.lock_timeout
+            self.layout.task_dir(p) / TASK_LOCK, f"task directory of partition {p}", self.lock_timeout
         )
         self._publish_lock = FileLock(
             self.layout.batch_log_dir(p) / ".lock", f"publication lock of partition {p}", self.lock_timeout
@@ -136,9 +140,10 @@ class PartitionState:
 
     # -- opening ---------------------------------------------------------------------------------
 
-    def open(self) -> TaskStores:
+    def open(self, read_only: bool = False) -> TaskStores:
         """Locks the partition, brings its stores to the state after the last batch before this
-        one, and returns them."""
+        one, and returns them. ``read_only``: the state after the last published batch, whatever
+        this task's batch id, for reading (then ``abort``)."""
         started = time.perf_counter()
         p, batch = self.task.partition, self.task.batch_id
         seen = peek_head(self.layout.batch_log_dir(p))
@@ -151,7 +156,7 @@ class PartitionState:
             head_position = None if self._head is None else self._head.position
             if (seen[0] if seen else None) != head_position:
                 self._log.write_head_hint(self._head)
-                if self._head is not None and self._head.batch_id >= batch:
+                if not read_only and self._head is not None and self._head.batch_id >= batch:
                     raise BatchConflictError(
                         f"partition {p} batch {batch}: another attempt published batch {self._head.batch_id} "
                         f"while this one (task attempt {self.task.attempt}) waited; it publishes nothing"
@@ -171,7 +176,7 @@ class PartitionState:
                     parked = None
                 self._retract_unrecorded()
                 self._open_stores()
-            while self._head is not None and self._head.batch_id >= batch:
+            while not read_only and self._head is not None and self._head.batch_id >= batch:
                 self._roll_back()
         except BaseException:
             if parked is not None:
@@ -236,7 +241,20 @@ class PartitionState:
         task_dir = self.layout.task_dir(self.task.partition)
         for builder in self.builders:
             store = builder.with_logging_enabled(self._logging_config(builder)).build()
-            store.init(task_dir, partition=self.task.partition, application_id=self.layout.application_id)
+            try:
+                store.init(task_dir, partition=self.task.partition, application_id=self.layout.application_id)
+            except ProcessorStateError as error:
+                if "Corruption" not in str(error):
+                    raise
+                # Local state is a copy of the changelog: a damaged one is rebuilt from it.
+                log.warning(
+                    "partition %d: store %s is damaged (%s); restoring it from its changelog",
+                    self.task.partition,
+                    builder.name,
+                    error,
+                )
+                shutil.rmtree(task_dir / "rocksdb" / builder.name, ignore_errors=True)
+                store.init(task_dir, partition=self.task.partition, application_id=self.layout.application_id)
             self._stores[builder.name] = store
             self.timings.restored_records += store.restored_records
 

@@ -37,29 +37,62 @@ def group_bounds(table: pa.Table, keys: Sequence[str]) -> list[tuple[int, int]]:
     return [(int(s), int(e - s)) for s, e in zip(starts, ends)]
 
 
-def iter_groups(batches: Iterator[pa.RecordBatch], keys: Sequence[str]) -> Iterator[tuple[tuple, pa.Table]]:
-    """``(key tuple, rows)`` of every group in a partition's batches, in key order."""
+def iter_groups(
+    batches: Iterator[pa.RecordBatch], keys: Sequence[str], pandas: bool = False
+) -> Iterator[tuple[tuple, Any]]:
+    """``(key tuple, rows)`` of every group in a partition's batches, in key order: an Arrow table
+    per group, or with ``pandas`` a ``pandas.DataFrame`` (index 0..n-1). The partition converts to
+    pandas once, and groups are slices of it."""
     table = pa.Table.from_batches(list(batches))
     if table.num_rows == 0:
         return
     table = table.sort_by([(k, "ascending") for k in keys])
     key_columns = [table.column(k) for k in keys]
+    frame = table.to_pandas() if pandas else None
     for start, length in group_bounds(table, keys):
-        yield tuple(column[start].as_py() for column in key_columns), table.slice(start, length)
+        key = tuple(column[start].as_py() for column in key_columns)
+        if frame is None:
+            yield key, table.slice(start, length)
+        else:
+            group = frame.iloc[start : start + length]
+            group.index = range(length)  # a view with its own index, no copy of the rows
+            yield key, group
 
 
-def as_batches(result: Any, schema: pa.Schema, pandas: bool) -> list[pa.RecordBatch]:
-    """A function's result (a pandas frame, an Arrow table or batch, or ``None``) as record
-    batches of ``schema``."""
-    if result is None:
-        return []
-    if pandas:
-        table = pa.Table.from_pandas(result, schema=schema, preserve_index=False)
-    elif isinstance(result, pa.RecordBatch):
-        table = pa.Table.from_batches([result])
-    else:
-        table = result
-    return table.select(schema.names).cast(schema).to_batches()
+class OutputBatcher:
+    """Collects what a function returns per group (pandas frames, Arrow tables or batches) and
+    hands it to Spark in record batches of ``schema`` of about ``rows`` rows: one conversion per
+    batch, not per group."""
+
+    def __init__(self, schema: pa.Schema, pandas: bool, rows: int = 10_000):
+        self.schema = schema
+        self.pandas = pandas
+        self.rows = rows
+        self._pending: list[Any] = []
+        self._count = 0
+
+    def add(self, result: Any) -> list[pa.RecordBatch]:
+        """Takes one result (``None`` adds nothing); returns the batches now due."""
+        if result is None:
+            return []
+        self._pending.append(result)
+        self._count += len(result)
+        return self.flush() if self._count >= self.rows else []
+
+    def flush(self) -> list[pa.RecordBatch]:
+        if not self._pending:
+            return []
+        pending, self._pending, self._count = self._pending, [], 0
+        if self.pandas:
+            import pandas as pd
+
+            table = pa.Table.from_pandas(
+                pd.concat(pending, ignore_index=True), schema=self.schema, preserve_index=False
+            )
+        else:
+            tables = [pa.Table.from_batches([r]) if isinstance(r, pa.RecordBatch) else r for r in pending]
+            table = pa.concat_tables([t.select(self.schema.names).cast(self.schema) for t in tables])
+        return table.select(self.schema.names).cast(self.schema).to_batches()
 
 
 def grouped_task(
@@ -68,8 +101,10 @@ def grouped_task(
     """The ``mapInArrow`` function that calls ``fn(key, group, stores)`` for each group."""
 
     def each_group(batches: Iterator[pa.RecordBatch], stores: TaskStores) -> Iterator[pa.RecordBatch]:
-        for key, group in iter_groups(batches, keys):
-            yield from as_batches(fn(key, group.to_pandas() if pandas else group, stores), schema, pandas)
+        output = OutputBatcher(schema, pandas)
+        for key, group in iter_groups(batches, keys, pandas):
+            yield from output.add(fn(key, group, stores))
+        yield from output.flush()
 
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         return backend.run(lambda stores: each_group(batches, stores))

@@ -26,7 +26,7 @@ from typing import Any
 from kstate.errors import InvalidArgumentError
 from kstate.spark.backend import StateBackend
 from kstate.spark.exactly_once import TaskStores
-from kstate.spark.groups import as_batches, iter_groups
+from kstate.spark.groups import OutputBatcher, iter_groups
 from kstate.stores import Stores
 
 
@@ -238,11 +238,13 @@ def transform_with_state(
         handle = StatefulProcessorHandle(stores)
         processor.init(handle)
         timer_values = TimerValues(handle._now_ms)
+        output = OutputBatcher(arrow_schema, pandas=True)
         try:
-            for key, group in iter_groups(batches, keys):
+            for key, group in iter_groups(batches, keys, pandas=True):
                 handle._current_key = _pickled(key)
-                for frame in processor.handleInputRows(key, iter([group.to_pandas()]), timer_values):
-                    yield from as_batches(frame, arrow_schema, pandas=True)
+                for frame in processor.handleInputRows(key, iter([group]), timer_values):
+                    yield from output.add(frame)
+            yield from output.flush()
         finally:
             processor.close()
 
