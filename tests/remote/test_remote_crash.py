@@ -7,13 +7,8 @@ no local state, must both see exactly the commits the remote log holds."""
 from __future__ import annotations
 
 import json
-import os
 import random
-import signal
-import subprocess
-import sys
 import textwrap
-import time
 
 import pytest
 
@@ -54,28 +49,6 @@ WRITER = textwrap.dedent(f"""
 """)
 
 
-def run_and_kill(task_dir, pause_at, remote, wait_for, delay=0.0):
-    config = json.dumps(remote.logging_config())
-    proc = subprocess.Popen(
-        [sys.executable, "-c", WRITER, str(task_dir), pause_at, config], stdout=subprocess.PIPE, text=True
-    )
-    lines = []
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            assert line, f"writer exited early with {proc.wait()}"
-            lines.append(line.split())
-            if line.startswith(wait_for):
-                break
-        time.sleep(delay)
-    finally:
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-    assert proc.returncode == -signal.SIGKILL
-    return lines
-
-
 def reopen(task_dir, remote):
     supplier = Stores.persistent_key_value_store("counts")
     builder = Stores.key_value_store_builder(supplier, "string", "int64")
@@ -97,10 +70,10 @@ def counts(store):
     ids=lambda v: v.split(":")[0] if isinstance(v, str) and ":" in v else None,
 )
 def test_each_crash_window_reopens_at_exactly_the_uploaded_commits(
-    remote, tmp_path, window, pause_at, commits, restored
+    kill_writer, remote, tmp_path, window, pause_at, commits, restored
 ):
     task_dir = tmp_path / "a" / "app" / "0_0"
-    run_and_kill(task_dir, pause_at, remote, wait_for=pause_at)
+    kill_writer(WRITER, [task_dir, pause_at, json.dumps(remote.logging_config())], wait_for=pause_at)
     with reopen(task_dir, remote) as store:
         assert store.restored_records == restored, window
         assert counts(store) == {commits}, window
@@ -109,10 +82,12 @@ def test_each_crash_window_reopens_at_exactly_the_uploaded_commits(
         assert counts(elsewhere) == {commits}, "another machine restores the same commits"
 
 
-def test_killed_at_random_while_committing_loses_and_repeats_nothing(remote, tmp_path):
+def test_killed_at_random_while_committing_loses_and_repeats_nothing(kill_writer, remote, tmp_path):
     task_dir = tmp_path / "a" / "app" / "0_0"
     random.seed(remote.kind)
-    lines = run_and_kill(task_dir, "loop", remote, "committed 799", delay=random.uniform(0, 0.3))
+    lines = kill_writer(
+        WRITER, [task_dir, "loop", json.dumps(remote.logging_config())], "committed 799", delay=random.uniform(0, 0.3)
+    )
     seen = [int(words[1]) for words in lines if words[0] == "committed"]
     with reopen(task_dir, remote) as store:
         offset = store.committed_offset()
