@@ -13,7 +13,7 @@ import shutil
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, TypeVar
 
 from kstate import _core, arrow_numbers
 from kstate.config import ChangelogConfig, StoreConfig
@@ -242,7 +242,42 @@ class ReadOnlyKeyValueStore(_Reads):
         return self._store._stored_numbers()
 
 
-class KeyValueStore(_Reads):
+class _StoreLifecycle:
+    """Closing and the context-manager protocol, shared by every writable store (the native
+    store or segmented store is ``_reader``)."""
+
+    _reader: Any
+    name: str
+    transactional: bool
+    is_open: bool
+
+    def close(self) -> None:
+        """Close the store. Uncommitted writes are discarded (commit first to keep them)."""
+        if not self._reader.is_open:
+            return
+        if self.transactional:
+            staged, spilled = self._reader.uncommitted()
+            if staged or spilled:
+                log.warning("closing store %s discards its uncommitted writes", self.name)
+        self._reader.close()
+
+    def __enter__(self: _Store) -> _Store:
+        if not self.is_open:
+            raise StoreClosedError(f"store {self.name} is not open; call init(task_dir) first")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "open" if self.is_open else "closed"
+        return f"<{type(self).__name__} {self.name!r} {state} transactional={self.transactional}>"
+
+
+_Store = TypeVar("_Store", bound=_StoreLifecycle)
+
+
+class KeyValueStore(_StoreLifecycle, _Reads):
     """A key-value store. Build one with ``Stores.key_value_store_builder(...).build()``, then
     ``init(task_dir)``; or use it as a context manager after ``init``."""
 
@@ -443,28 +478,6 @@ class KeyValueStore(_Reads):
 
     def _open_native(self) -> Any:
         return self._reader
-
-    def close(self) -> None:
-        """Close the store. Uncommitted writes are discarded (commit first to keep them)."""
-        if not self._reader.is_open:
-            return
-        if self.transactional:
-            staged, spilled = self._reader.uncommitted()
-            if staged or spilled:
-                log.warning("closing store %s discards its uncommitted writes", self.name)
-        self._reader.close()
-
-    def __enter__(self) -> KeyValueStore:
-        if not self.is_open:
-            raise StoreClosedError(f"store {self.name} is not open; call init(task_dir) first")
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        state = "open" if self.is_open else "closed"
-        return f"<{type(self).__name__} {self.name!r} {state} transactional={self.transactional}>"
 
     # -- transactions ----------------------------------------------------------------------------
 

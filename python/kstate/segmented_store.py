@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from kstate import _core
 from kstate.config import StoreConfig
-from kstate.errors import InvalidArgumentError, StoreClosedError
-from kstate.key_value_store import _TASK_DIR, _progress_logger, _Unopened
+from kstate.errors import InvalidArgumentError
+from kstate.key_value_store import _TASK_DIR, _progress_logger, _StoreLifecycle, _Unopened
 from kstate.serdes import BytesSerde, Serde
 from kstate.value_and_timestamp import NO_TIMESTAMP, ValueAndTimestamp
 from kstate.windowed import Windowed
@@ -84,7 +84,7 @@ class _SegmentedReads:
         return lambda k, start, end, v: KeyValue(Windowed(key_of(k), start, end), value_of(v))
 
 
-class SegmentedStore(_SegmentedReads):
+class SegmentedStore(_StoreLifecycle, _SegmentedReads):
     """Lifecycle and transactions of window and session stores. Build one with ``Stores``, then
     ``init(task_dir)``; or use it as a context manager after ``init``."""
 
@@ -183,28 +183,6 @@ class SegmentedStore(_SegmentedReads):
 
     def _bind_raw_calls(self) -> None:
         """With bytes serdes, subclasses may bind their hottest calls to the native store."""
-
-    def close(self) -> None:
-        """Close the store. Uncommitted writes are discarded (commit first to keep them)."""
-        if not self._reader.is_open:
-            return
-        if self.transactional:
-            staged, spilled = self._reader.uncommitted()
-            if staged or spilled:
-                log.warning("closing store %s discards its uncommitted writes", self.name)
-        self._reader.close()
-
-    def __enter__(self) -> SegmentedStore:
-        if not self.is_open:
-            raise StoreClosedError(f"store {self.name} is not open; call init(task_dir) first")
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        state = "open" if self.is_open else "closed"
-        return f"<{type(self).__name__} {self.name!r} {state} transactional={self.transactional}>"
 
     # -- transactions ----------------------------------------------------------------------------
 
