@@ -392,3 +392,19 @@ def test_compaction_while_a_writer_commits(remote, tmp_path):
         writer.close()
     with builder(remote).build().init(task(tmp_path / "b")) as reader:
         assert contents(reader) == expected
+
+
+def test_listing_never_answers_from_a_stale_listing_cache(s3, tmp_path, monkeypatch):
+    # The race behind a false CommitConflictError: a compaction thread's listing, started before
+    # a writer's create and finished after it, refills s3fs's shared listing cache after the
+    # writer invalidated it. Model it: reinstate the old listing and make invalidation a no-op.
+    objects = ObjectStore(s3.url, s3.storage_options)
+    source = tmp_path / "object"
+    source.write_bytes(b"x")
+    objects.create("d/a.log", str(source))
+    assert objects.list("d") == {"a.log": 1}
+    stale = dict(objects._fs.dircache)
+    objects.create("d/b.log", str(source))
+    objects._fs.dircache.update(stale)
+    monkeypatch.setattr(objects._fs, "invalidate_cache", lambda path=None: None)
+    assert objects.list("d") == {"a.log": 1, "b.log": 1}

@@ -67,9 +67,13 @@ class ObjectStore:
         object store's bucket must)."""
         path = self._path(directory)
         with _storage_errors(f"listing {self.url}/{directory}"):
+            # Never answer from fsspec's listing cache: a thread sharing this filesystem
+            # instance can refill it with a listing older than our own last create, even right
+            # after we invalidate it. ``refresh`` makes s3fs/gcsfs ask the server; filesystems
+            # without a cache ignore it.
             self._fs.invalidate_cache(path)
             try:
-                entries = self._fs.ls(path, detail=True)
+                entries = self._fs.ls(path, detail=True, refresh=True)
             except FileNotFoundError:
                 bucket = self._root.split("/", 1)[0]
                 if not self._local and not self._fs.exists(bucket):
