@@ -303,7 +303,9 @@ def table(results: list[dict]) -> str:
     peer = by_mode.get("rocksdict")
     if kstate and peer:
         lines += ["", "UDF compute per micro-batch, both partitions summed (ms; time blocked on Spark excluded):", ""]
-        lines += ["| batch | kstate (open + batches + commit) | rocksdict (open + batches + close) | rocksdict / kstate |"]
+        lines += [
+            "| batch | kstate (open + batches + commit) | rocksdict (open + batches + close) | rocksdict / kstate |"
+        ]
         lines += ["|---:|---:|---:|---:|"]
         for i in range(len(kstate["batch_ms"])):
             ours = 1000 * sum(
