@@ -331,3 +331,39 @@ def test_state_as_a_dataframe(spark, work):
     rows = frame.collect()
     assert {r["key"]: r["value"] for r in rows} == dict(collections.Counter(file_keys(0) + file_keys(1)))
     assert {r["partition"] for r in rows} == {0, 1}
+
+
+def test_the_kstate_data_source_reads_changelogs_as_spark_reads_kafka(spark, work):
+    from kstate.log.partition import Partition
+    from kstate.spark import register_data_source
+
+    add_files(work, range(2))
+    backend = backend_of(work)
+    run_query(spark, work, backend.map_in_arrow(running_count), {})
+    register_data_source(spark)
+    topic = "counts-app-counts-changelog"
+    frame = spark.read.format("kstate").option("path", str(work / "changelog")).option("topic", topic).load()
+    assert frame.columns == ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
+    rows = frame.collect()
+    expected = []
+    backend.release_local_state([0, 1])  # the workers keep the changelogs open: the test opens them
+    for p in (0, 1):
+        with Partition.open(work / "changelog" / f"{topic}-{p}") as log:
+            expected += [(r.key, r.value, p, r.offset) for r in log.records()]
+    assert sorted((bytes(r.key), bytes(r.value), r.partition, r.offset) for r in rows) == sorted(expected)
+    # The latest count of each key, as a consumer of the changelog would restore it.
+    latest = {}
+    for r in sorted(rows, key=lambda r: (r.partition, r.offset)):
+        latest[bytes(r.key).decode()] = int.from_bytes(bytes(r.value), "big")
+    assert latest == dict(collections.Counter(file_keys(0) + file_keys(1)))
+
+    stream = spark.readStream.format("kstate").option("path", str(work / "changelog")).option("topic", topic).load()
+    seen = []
+    query = (
+        stream.writeStream.foreachBatch(lambda batch, _: seen.extend(batch.collect()))
+        .option("checkpointLocation", str(work / "source-checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    assert len(seen) == len(rows)

@@ -164,6 +164,27 @@ def test_arrow_batches(open_store):
     assert raw.get_many(pa.array([b"k2", b"k3"], pa.large_binary())).to_pylist() == [b"v2", None]
 
 
+def test_arrow_numbers_pass_as_big_endian_values(open_store):
+    longs = open_store(key="string", value="int64")
+    assert longs.get_many(pa.array(["a", "b"])).type == pa.int64(), "all absent: still int64"
+    longs.put("a", 1)
+    longs.put_all(pa.array(["b", "c", "a"]), pa.array([2, -(2**63), None], pa.int64()))
+    got = longs.get_many(pa.array(["a", "b", "c", "d"], pa.large_string()))
+    assert got.type == pa.int64() and got.to_pylist() == [None, 2, -(2**63), None], "a null value deletes"
+    assert longs.get("c") == -(2**63), "the bytes are LongSerde's"
+    longs.put_all(pa.array(["small"]), pa.array([7], pa.int8()))
+    assert longs.get("small") == 7
+    with pytest.raises(InvalidArgumentError):
+        longs.put_all(pa.array(["a"]), pa.array([1.5]))
+    longs._open_native().put(b"bad", b"abc")
+    with pytest.raises(SerializationError):
+        longs.get_many(pa.array(["bad"]))
+    doubles = open_store("memory", key="string", value="float64")
+    doubles.put_all(pa.array(["x", "y"]), pa.array([0.5, float("inf")]))
+    assert doubles.get_many(pa.array(["y", "x"])).to_pylist() == [float("inf"), 0.5]
+    assert doubles.get("x") == 0.5
+
+
 def test_errors_are_typed(open_store, task_dir):
     store = open_store(key="string", value="int64")
     with pytest.raises(InvalidArgumentError):

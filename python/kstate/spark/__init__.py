@@ -33,6 +33,15 @@ from kstate.spark.processor import (
 from kstate.spark.session import configure_environment, local_session
 from kstate.spark.task import TaskInfo
 
+
+def register_data_source(spark):  # noqa: ANN001, ANN201
+    """Makes ``spark.read.format("kstate")`` (kstate's Kafka logs as a DataFrame) available; see
+    ``kstate.spark.source``."""
+    from kstate.spark.source import register_data_source as register
+
+    register(spark)
+
+
 __all__ = [
     "StateBackend",
     "TaskStores",
@@ -48,4 +57,5 @@ __all__ = [
     "transform_with_state",
     "configure_environment",
     "local_session",
+    "register_data_source",
 ]

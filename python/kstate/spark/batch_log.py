@@ -26,6 +26,8 @@ EMPTY_STATE = -1
 """The batch id of the state before any batch: every store empty."""
 
 _HEAD_FILE = ".head"
+_SEGMENT_BYTES = 1024 * 1024
+"""Opening a log scans its last segment: entries are small, so keep segments small too."""
 
 
 @dataclass(frozen=True)
@@ -69,7 +71,7 @@ class BatchLog:
 
     def __init__(self, directory: str | os.PathLike):
         self.directory = Path(directory)
-        self._log = Partition.open(self.directory)
+        self._log = Partition.open(self.directory, {"segment.bytes": _SEGMENT_BYTES})
 
     def head(self) -> BatchEntry | None:
         """The last entry: the partition's published state; ``None`` before the first batch."""

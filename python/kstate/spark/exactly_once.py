@@ -48,6 +48,10 @@ log = logging.getLogger("kstate.spark")
 
 
 TASK_LOCK = ".kstate-task.lock"
+CHANGELOG_SEGMENT_BYTES = 16 * 1024 * 1024
+"""Changelog segments of Spark-managed stores roll at 16 MiB unless their logging config says
+otherwise: opening a log scans its last segment (about 13 ms for 23 MiB here), and a partition
+reopens whenever it changes workers, so the scan stays short (a full 1 GiB segment: ~0.6 s)."""
 
 
 def _now_ms() -> int:
@@ -220,7 +224,8 @@ class PartitionState:
         request.unlink(missing_ok=True)
 
     def _logging_config(self, builder: StoreBuilder) -> dict[str, Any]:
-        return {**(builder.logging or {}), CHANGELOG_DIR: str(self.layout.changelog_dir)}
+        defaults = {"segment.bytes": CHANGELOG_SEGMENT_BYTES}
+        return {**defaults, **(builder.logging or {}), CHANGELOG_DIR: str(self.layout.changelog_dir)}
 
     def _retract_unrecorded(self) -> None:
         offsets = {} if self._head is None else self._head.offsets
