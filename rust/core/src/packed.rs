@@ -108,6 +108,14 @@ impl BinaryBuilder {
         }
     }
 
+    /// Makes room for `values` more values of `bytes` bytes in all.
+    pub fn reserve(&mut self, values: usize, bytes: usize) {
+        let width = if self.large { 8 } else { 4 };
+        self.validity.reserve(values.div_ceil(8));
+        self.offsets.reserve(values * width);
+        self.data.reserve(bytes);
+    }
+
     pub fn push(&mut self, value: Option<&[u8]>) -> Result<()> {
         if self.len.is_multiple_of(8) {
             self.validity.push(0);

@@ -2,7 +2,7 @@
 //! timestamp types as u8 codes, keys and values as Arrow binary buffers.
 
 use super::builder::MessageSetBuilder;
-use super::reader::visit_records;
+use super::reader::{shallow_entries, RecordView};
 use super::{Compression, Magic, TimestampType};
 use crate::error::{Error, Result};
 use crate::packed::{BinaryBuilder, BinaryColumn};
@@ -80,18 +80,48 @@ pub fn decode_columns(set: &[u8], large_binary: bool) -> Result<RecordColumns> {
         values: BinaryBuilder::new(0, large_binary),
         large_binary,
     };
-    visit_records(set, &mut |record| {
-        columns.offsets.push(record.offset);
-        columns.timestamps.push(record.timestamp);
-        columns.timestamp_types.push(match record.timestamp_type {
+    columns.reserve_for(set.len());
+    for entry in shallow_entries(set) {
+        let entry = entry?;
+        if !entry.is_compressed() {
+            columns.push(entry.record_view())?;
+            continue;
+        }
+        let mut inner = entry.inner_records_as_stored()?;
+        columns.reserve_for(inner.set_len());
+        let first = columns.len();
+        while let Some(record) = inner.next_record() {
+            columns.push(record?)?;
+        }
+        inner.make_absolute(&mut columns.offsets[first..])?;
+    }
+    Ok(columns)
+}
+
+impl RecordColumns {
+    /// Makes room for the records of a message set of `set_bytes` bytes, sized for typical
+    /// records (64 bytes or more, keys an eighth of the bytes at most); others grow the
+    /// columns as they go. Growing 12 MB of values by doubling costs a tenth of a decode.
+    fn reserve_for(&mut self, set_bytes: usize) {
+        let records = set_bytes / 64;
+        self.offsets.reserve(records);
+        self.timestamps.reserve(records);
+        self.timestamp_types.reserve(records);
+        self.keys.reserve(records, set_bytes / 8);
+        self.values.reserve(records, set_bytes);
+    }
+
+    fn push(&mut self, record: RecordView<'_>) -> Result<()> {
+        self.offsets.push(record.offset);
+        self.timestamps.push(record.timestamp);
+        self.timestamp_types.push(match record.timestamp_type {
             None => TIMESTAMP_TYPE_NONE,
             Some(TimestampType::CreateTime) => TIMESTAMP_TYPE_CREATE_TIME,
             Some(TimestampType::LogAppendTime) => TIMESTAMP_TYPE_LOG_APPEND_TIME,
         });
-        columns.keys.push(record.key)?;
-        columns.values.push(record.value)
-    })?;
-    Ok(columns)
+        self.keys.push(record.key)?;
+        self.values.push(record.value)
+    }
 }
 
 /// Encodes the records in `columns` into one message set, like [`MessageSetBuilder`].

@@ -12,6 +12,7 @@ use std::borrow::Cow;
 use std::io::{Read, Write};
 
 use super::legacy::Parsed;
+use super::libdeflate::gunzip;
 use super::{Compression, Magic};
 use crate::error::Result;
 
@@ -62,12 +63,7 @@ pub(crate) fn decompress(
     out.clear();
     match compression {
         Compression::None => out.extend_from_slice(data),
-        Compression::Gzip => {
-            // Java's GZIPInputStream reads concatenated gzip members, so this does too.
-            flate2::read::MultiGzDecoder::new(data)
-                .read_to_end(out)
-                .map_err(|e| format!("gzip value does not decompress: {e}"))?;
-        }
+        Compression::Gzip => gunzip(data, out)?,
         Compression::Snappy => unsnappy(data, out)?,
         Compression::Lz4 => unlz4(magic, data, out)?,
     }

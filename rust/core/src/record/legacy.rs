@@ -2,6 +2,7 @@
 //! message `<u32 crc><i8 magic><i8 attributes>[<i64 timestamp>]<bytes key><bytes value>`,
 //! where the CRC-32 (IEEE) covers everything from the magic byte to the end of the message.
 
+use super::libdeflate::crc32;
 use super::{Compression, Magic, TimestampType};
 use crate::error::{Error, Result};
 use crate::timestamped::NO_TIMESTAMP;
@@ -78,7 +79,7 @@ pub(crate) fn write_entry(
 
     // The CRC covers the magic byte to the end of what was just written; both positions were
     // produced above, so these ranges are always inside `out`.
-    let crc = crc32fast::hash(&out[crc_position + 4..]);
+    let crc = crc32(&out[crc_position + 4..]);
     out[crc_position..crc_position + 4].copy_from_slice(&crc.to_be_bytes());
     Ok(())
 }
@@ -153,7 +154,7 @@ pub(crate) struct Message<'a> {
 pub(crate) fn parse_message(message: &[u8]) -> Parsed<Message<'_>> {
     let stored_crc = read_u32(message, 0).ok_or("message has no CRC")?;
     let checked = message.get(MAGIC_OFFSET..).ok_or("message has no CRC")?;
-    let computed_crc = crc32fast::hash(checked);
+    let computed_crc = crc32(checked);
     if stored_crc != computed_crc {
         return Err(format!(
             "CRC mismatch: stored {stored_crc:#010x}, computed {computed_crc:#010x}"
@@ -308,7 +309,7 @@ mod tests {
         let mut bytes = entry(Magic::V0, Some(b"k"), None);
         // key length 1 -> 100, then fix the CRC so only the length is wrong.
         bytes[18..22].copy_from_slice(&100i32.to_be_bytes());
-        let crc = crc32fast::hash(&bytes[16..]);
+        let crc = crc32(&bytes[16..]);
         bytes[12..16].copy_from_slice(&crc.to_be_bytes());
         let error = parse_message(&bytes[LOG_OVERHEAD..]).err().unwrap();
         assert!(error.contains("key length 100"), "{error}");

@@ -21,6 +21,7 @@ mod builder;
 mod columns;
 mod compression;
 mod legacy;
+mod libdeflate;
 mod reader;
 
 pub use builder::MessageSetBuilder;

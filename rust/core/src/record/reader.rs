@@ -101,6 +101,23 @@ impl Entry<'_> {
     /// decompresses, the inner entries are framed, there is at least one, and (v1) the wrapper
     /// offset can be the last inner record's.
     pub fn inner_records(&self) -> Result<InnerRecords> {
+        let mut inner = self.inner_records_as_stored()?;
+        let last_inner_offset = inner
+            .wrapper
+            .last_inner_offset(&inner.decompressed)?
+            .ok_or_else(|| {
+                inner
+                    .wrapper
+                    .corrupted("compressed wrapper holds no messages")
+            })?;
+        inner.absolute_base = inner.wrapper.absolute_base(last_inner_offset)?;
+        Ok(inner)
+    }
+
+    /// As [`Self::inner_records`], but the records' offsets are as stored (relative in v1)
+    /// until [`InnerRecords::make_absolute`] fixes them once all are read: that saves the walk
+    /// over the inner set which finding the last inner offset first takes.
+    pub fn inner_records_as_stored(&self) -> Result<InnerRecords> {
         let wrapper = Wrapper {
             position: self.position,
             offset: self.offset,
@@ -121,15 +138,11 @@ impl Entry<'_> {
         let mut decompressed = SPARE_BUFFER.take();
         compression::decompress(self.compression, self.magic, value, &mut decompressed)
             .map_err(|problem| wrapper.corrupted(&problem))?;
-        let last_inner_offset = wrapper
-            .last_inner_offset(&decompressed)?
-            .ok_or_else(|| wrapper.corrupted("compressed wrapper holds no messages"))?;
-        let absolute_base = wrapper.absolute_base(last_inner_offset)?;
         Ok(InnerRecords {
             wrapper,
             decompressed,
             position: 0,
-            absolute_base,
+            absolute_base: 0,
             failed: false,
         })
     }
@@ -266,6 +279,31 @@ impl Drop for InnerRecords {
 }
 
 impl InnerRecords {
+    /// Bytes of the decompressed inner message set.
+    pub fn set_len(&self) -> usize {
+        self.decompressed.len()
+    }
+
+    /// Turns the offsets of every record read through [`Entry::inner_records_as_stored`]
+    /// absolute, checking what [`Entry::inner_records`] checks first.
+    pub fn make_absolute(&self, offsets: &mut [i64]) -> Result<()> {
+        let last = offsets.last().copied().ok_or_else(|| {
+            self.wrapper
+                .corrupted("compressed wrapper holds no messages")
+        })?;
+        let base = self.wrapper.absolute_base(last)?;
+        if base == 0 {
+            return Ok(());
+        }
+        for offset in offsets {
+            *offset = offset.checked_add(base).ok_or_else(|| {
+                self.wrapper
+                    .corrupted(&format!("inner offset {offset} overflows"))
+            })?;
+        }
+        Ok(())
+    }
+
     /// The next record, borrowing from the decompressed set; `None` at the end or after an
     /// error.
     pub fn next_record(&mut self) -> Option<Result<RecordView<'_>>> {
