@@ -100,7 +100,9 @@ class ChangelogConfig:
         return self.changelog_dir is not None and "://" in self.changelog_dir
 
     @classmethod
-    def parse(cls, config: Mapping[str, Any]) -> ChangelogConfig:
+    def parse(cls, config: Mapping[str, Any], defaults: Mapping[str, str] | None = None) -> ChangelogConfig:
+        """``defaults``: the store kind's topic configs (a key-value store's changelog is
+        compacted), which ``config`` overrides."""
         config = dict(config)
         log_dir = config.pop(CHANGELOG_DIR, None)
         if log_dir is not None and not isinstance(log_dir, (str, os.PathLike)):
@@ -108,7 +110,7 @@ class ChangelogConfig:
         storage_options = config.pop(CHANGELOG_STORAGE_OPTIONS, None) or {}
         if not isinstance(storage_options, Mapping):
             raise InvalidArgumentError(f"{CHANGELOG_STORAGE_OPTIONS} must be a dict, got {storage_options!r}")
-        topic_config = {**CHANGELOG_TOPIC_DEFAULTS}
+        topic_config = {**CHANGELOG_TOPIC_DEFAULTS, **(defaults or {})}
         for name, value in config.items():
             if isinstance(value, bool):
                 value = str(value).lower()

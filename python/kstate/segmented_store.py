@@ -5,7 +5,9 @@ A segmented store keeps one RocksDB per time segment at ``<task_dir>/<name>/<nam
 window start (session end) put so far: reads hide what is older than ``stream time - retention``,
 late puts into expired segments are dropped and counted (``dropped_records``), expired segments
 are deleted. Writes are staged and readable at once; ``commit(changelog_offset)`` is atomic
-across segments (a commit-intent file makes a crash in the middle finish on reopen).
+across segments (a commit-intent file makes a crash in the middle finish on reopen). With
+``with_logging_enabled`` a changelog backs the store as it backs a key-value store: records
+keyed by store key (``key|start|seq``, ``key|end|start``), restored segment by segment.
 """
 
 from __future__ import annotations
@@ -16,10 +18,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from kstate import _core
-from kstate.config import StoreConfig
+from kstate.config import ChangelogConfig, StoreConfig
 from kstate.errors import InvalidArgumentError
-from kstate.key_value_store import _TASK_DIR, _progress_logger, _StoreLifecycle, _Unopened
 from kstate.serdes import BytesSerde, Serde
+from kstate.store_lifecycle import StoreLifecycle, Unopened, progress_logger
 from kstate.value_and_timestamp import NO_TIMESTAMP, ValueAndTimestamp
 from kstate.windowed import Windowed
 
@@ -84,7 +86,7 @@ class _SegmentedReads:
         return lambda k, start, end, v: KeyValue(Windowed(key_of(k), start, end), value_of(v))
 
 
-class SegmentedStore(_StoreLifecycle, _SegmentedReads):
+class SegmentedStore(StoreLifecycle, _SegmentedReads):
     """Lifecycle and transactions of window and session stores. Build one with ``Stores``, then
     ``init(task_dir)``; or use it as a context manager after ``init``."""
 
@@ -94,6 +96,7 @@ class SegmentedStore(_StoreLifecycle, _SegmentedReads):
         key_serde: Serde,
         value_serde: Serde,
         config: Mapping[str, Any] | None = None,
+        logging: Mapping[str, Any] | None = None,
     ):
         self.name = supplier.name
         self._supplier = supplier
@@ -101,20 +104,13 @@ class SegmentedStore(_StoreLifecycle, _SegmentedReads):
         self._value_serde = value_serde
         self._timestamped_bytes = supplier.timestamped
         self._config = StoreConfig.parse(config)
-        self._reader: Any = _Unopened(self.name)
+        self._logging = None if logging is None else ChangelogConfig.parse(logging, _changelog_defaults(supplier))
+        self._reader: Any = Unopened(self.name)
         self._raw = self._raw_bytes()
         self.task_dir: Path | None = None
+        self._remote = None
 
     # -- lifecycle -------------------------------------------------------------------------------
-
-    @property
-    def persistent(self) -> bool:
-        return self._supplier.persistent
-
-    @property
-    def transactional(self) -> bool:
-        """Whether writes are staged until ``commit`` (KIP-892)."""
-        return self._supplier.transactional and self._config.transactional
 
     @property
     def retention_period(self) -> int:
@@ -123,10 +119,6 @@ class SegmentedStore(_StoreLifecycle, _SegmentedReads):
     @property
     def segment_interval(self) -> int:
         return self._supplier.segment_interval_ms
-
-    @property
-    def is_open(self) -> bool:
-        return self._reader.is_open
 
     def _open_native(self, directory: str | None, config: dict, progress: Any) -> tuple[Any, dict]:
         raise NotImplementedError
@@ -138,19 +130,13 @@ class SegmentedStore(_StoreLifecycle, _SegmentedReads):
 
         The changelog this store commits offsets for is ``<application.id>-<name>-changelog``,
         partition ``partition``; both default from the task directory's path. Opening renames
-        legacy segment directories, finishes a commit a crash interrupted and deletes expired
-        segments.
+        legacy segment directories, finishes a commit a crash interrupted, deletes expired
+        segments, and restores from the changelog (if logged) what the store lacks.
         """
-        if self._reader.is_open:
-            raise InvalidArgumentError(f"store {self.name} is already open")
-        task_dir = Path(task_dir)
-        if partition is None:
-            match = _TASK_DIR.match(task_dir.name)
-            partition = int(match.group(1)) if match else 0
-        app = application_id or self._config.application_id or task_dir.resolve().parent.name or "kstate"
-        self.changelog_topic = f"{app}-{self.name}-changelog"
-        self.partition = partition
-        self.task_dir = task_dir
+        self._open(task_dir, partition, application_id)
+        return self
+
+    def _open_local_state(self) -> None:
         supplier = self._supplier
         config = {
             "timestamped": supplier.timestamped,
@@ -159,12 +145,12 @@ class SegmentedStore(_StoreLifecycle, _SegmentedReads):
             "transactional": self.transactional,
             "max_uncommitted_bytes": self._config.uncommitted_max_bytes,
             "cache_max_bytes": self._config.cache_max_bytes,
-            "offset_key": f"{self.changelog_topic}-{partition}",
+            "offset_key": self._offset_key,
             "ttl_ms": supplier.ttl_ms,
             "ttl_wall_clock": supplier.ttl_clock == "wall_clock",
         }
-        directory = str(task_dir / self.name) if self.persistent else None
-        native, found = self._open_native(directory, config, _progress_logger(f"finishing commit of {self.name}"))
+        directory = str(self.task_dir / self.name) if self.persistent else None
+        native, found = self._open_native(directory, config, progress_logger(f"finishing commit of {self.name}"))
         self._reader = native
         self._bind_raw_calls()
         if found.get("renamed_legacy"):
@@ -179,39 +165,14 @@ class SegmentedStore(_StoreLifecycle, _SegmentedReads):
             )
         if found.get("unclean_shutdown"):
             log.warning("Store %s was not closed cleanly; its offset was dropped so it is restored", self.name)
-        return self
+
+    def _local_paths(self) -> list[Path]:
+        """The segment directories, the commit-intent file and segment spills (task dir)."""
+        task = self.task_dir
+        return [task / self.name, task / f".{self.name}.commit", *task.glob(f".{self.name}.*.uncommitted")]
 
     def _bind_raw_calls(self) -> None:
         """With bytes serdes, subclasses may bind their hottest calls to the native store."""
-
-    # -- transactions ----------------------------------------------------------------------------
-
-    def commit(self, changelog_offset: int | None = None, progress: Callable[[int, int], None] | None = None) -> None:
-        """Apply every uncommitted write, in every segment, and record ``changelog_offset``,
-        atomically. Reports ``progress(segment_batches_applied, total)`` as it applies."""
-        if changelog_offset is not None and (
-            isinstance(changelog_offset, bool) or not isinstance(changelog_offset, int)
-        ):
-            raise InvalidArgumentError(f"changelog_offset must be an int or None, got {changelog_offset!r}")
-        self._reader.commit(changelog_offset, progress)
-
-    def flush(self) -> None:
-        """Kafka's ``flush``: for a transactional store, a commit at the current offset."""
-        self.commit(self.committed_offset())
-
-    def recover(self, changelog_offset: int | None = None) -> bool:
-        """Discard uncommitted writes (and the stream time they advanced). ``True`` if the committed
-        state is at ``changelog_offset`` or later; ``False`` if it must be restored."""
-        return self._reader.recover(changelog_offset)
-
-    def committed_offset(self) -> int | None:
-        """The changelog offset of the last commit, or ``None``."""
-        return self._reader.committed_offset()
-
-    @property
-    def uncommitted_bytes(self) -> int:
-        """Bytes of staged writes held in memory (spilled writes not included)."""
-        return self._reader.uncommitted()[0]
 
     # -- time and segments -----------------------------------------------------------------------
 
@@ -235,3 +196,15 @@ class SegmentedStore(_StoreLifecycle, _SegmentedReads):
     def compact(self) -> None:
         """Compact every segment now. With a TTL, expired values leave the disk."""
         self._reader.compact()
+
+
+WINDOW_CHANGELOG_ADDITIONAL_RETENTION_MS = 24 * 60 * 60 * 1000
+"""Kafka Streams' ``windowstore.changelog.additional.retention.ms`` default: how much longer than
+the store a windowed changelog keeps records."""
+
+
+def _changelog_defaults(supplier: SegmentedBytesStoreSupplier) -> dict[str, str]:
+    """Kafka Streams' topic configs for a windowed store's changelog: compacted, and deleted
+    once older than the store's retention plus a day."""
+    retention = supplier.retention_ms + WINDOW_CHANGELOG_ADDITIONAL_RETENTION_MS
+    return {"cleanup.policy": "compact,delete", "retention.ms": str(retention)}

@@ -181,7 +181,7 @@ class StoreBuilder:
         return replace(self, config={**self.config, **config})
 
     def with_logging_enabled(self, config: Mapping[str, Any] | None = None) -> StoreBuilder:
-        """Back the store with a changelog (Kafka's ``withLoggingEnabled``); key-value stores only.
+        """Back the store with a changelog (Kafka's ``withLoggingEnabled``).
 
         ``config`` holds Kafka topic configs for the changelog (``segment.bytes``,
         ``retention.ms``, ``cleanup.policy`` (default ``compact``), ``compression.type``, ...) and
@@ -202,17 +202,12 @@ class StoreBuilder:
     def build(self) -> Any:
         """The store: a (timestamped) key-value, window or session store, as the supplier says."""
         key_serde, value_serde = serde_for(self.key_serde), serde_for(self.value_serde)
-        if isinstance(self.supplier, (WindowBytesStoreSupplier, SessionBytesStoreSupplier)):
-            if self.logging is not None:
-                raise InvalidArgumentError(
-                    f"{self.supplier.name}: changelogs of window and session stores are not supported yet"
-                )
-            if isinstance(self.supplier, WindowBytesStoreSupplier):
-                store_class: type = TimestampedWindowStore if self.timestamped else WindowStore
-            else:
-                store_class = TimestampedSessionStore if self.timestamped else SessionStore
-            return store_class(self.supplier, key_serde, value_serde, self.config)
-        store_class = TimestampedKeyValueStore if self.timestamped else KeyValueStore
+        if isinstance(self.supplier, WindowBytesStoreSupplier):
+            store_class: type = TimestampedWindowStore if self.timestamped else WindowStore
+        elif isinstance(self.supplier, SessionBytesStoreSupplier):
+            store_class = TimestampedSessionStore if self.timestamped else SessionStore
+        else:
+            store_class = TimestampedKeyValueStore if self.timestamped else KeyValueStore
         return store_class(self.supplier, key_serde, value_serde, self.config, self.logging)
 
 

@@ -19,9 +19,9 @@ from kstate.key_value_store import (
     KeyValueStore,
     ReadOnlyKeyValueStore,
     _entries,
-    _now_ms,
     _Reads,
 )
+from kstate.store_lifecycle import now_ms
 from kstate.value_and_timestamp import NO_TIMESTAMP, ValueAndTimestamp
 
 
@@ -111,7 +111,7 @@ class TimestampedKeyValueStore(_TimestampedReads, KeyValueStore):
     def _stored(self, value: Any, timestamp: int | None = None) -> bytes | None:
         if isinstance(value, ValueAndTimestamp):
             return self._stored_with(value.value, value.timestamp)
-        return self._stored_with(value, _now_ms() if timestamp is None else timestamp)
+        return self._stored_with(value, now_ms() if timestamp is None else timestamp)
 
     # -- writes with timestamps ------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from kstate import _core
-from kstate.key_value_store import _RestoreProgress
+from kstate.store_lifecycle import RestoreProgress
 
 log = logging.getLogger("kstate.upgrade")
 
@@ -54,7 +54,7 @@ def upgrade_store(path: str | os.PathLike, dry_run: bool = False) -> StoreInspec
     if dry_run or found.legacy_entries == 0:
         return found
     log.info("Upgrading %s: %d plain values to the timestamped format", path, found.legacy_entries)
-    with _RestoreProgress(f"upgrading {Path(path).name}") as progress:
+    with RestoreProgress(f"upgrading {Path(path).name}") as progress:
         converted = _core.upgrade_store_to_timestamped(os.fspath(path), progress)
     log.info("Upgraded %s: %d values converted", path, converted)
     return found

@@ -11,6 +11,7 @@ import threading
 import pytest
 from kafka.record.memory_records import MemoryRecords
 
+from kstate import Stores
 from kstate.errors import CommitConflictError, RemoteStorageError
 from kstate.log.object_store import ObjectStore
 from kstate.log.remote import RemoteChangelog, object_name
@@ -408,3 +409,26 @@ def test_listing_never_answers_from_a_stale_listing_cache(s3, tmp_path, monkeypa
     objects._fs.dircache.update(stale)
     monkeypatch.setattr(objects._fs, "invalidate_cache", lambda path=None: None)
     assert objects.list("d") == {"a.log": 1, "b.log": 1}
+
+
+def test_a_window_store_restores_from_the_remote_log_on_another_machine(remote, tmp_path):
+    supplier = Stores.persistent_timestamped_window_store("w", 10 * 60_000, 60_000)
+    builder = Stores.timestamped_window_store_builder(supplier, "string", "int64").with_logging_enabled(
+        remote.logging_config()
+    )
+    with builder.build().init(task(tmp_path / "a")) as store:
+        for minute in range(5):
+            for key in range(10):
+                store.put(f"k{key}", minute * 10 + key, minute * 60_000, timestamp=minute * 60_000 + key)
+            store.commit()
+        store.put("k0", 999, 0)  # rewrites a window: compaction keeps only this record of it
+        store.commit()
+        expected = list(store.all_with_timestamp())
+        assert store.compact_changelog().objects_merged == 5
+    assert [o.name for o in RemoteChangelog(remote.url, f"{APP}-w-changelog", 0, remote.storage_options).list()] == [
+        object_name(0, 49),
+        object_name(50),
+    ]
+    with builder.build().init(task(tmp_path / "b")) as store:
+        assert list(store.all_with_timestamp()) == expected
+        assert store.fetch("k0", 0) == 999

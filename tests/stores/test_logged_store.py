@@ -79,9 +79,3 @@ def test_in_memory_stores_restore_on_every_init(state_dir):
 def test_bad_topic_configs_are_typed_errors(state_dir):
     with pytest.raises(InvalidArgumentError, match="cleanup.policy"):
         build(logging_config={"cleanup.policy": "shred"}).init(state_dir / APP / "0_0")
-
-
-def test_window_and_session_stores_refuse_a_changelog_for_now(state_dir):
-    supplier = Stores.persistent_window_store("windows", retention_ms=60_000, window_size_ms=1000)
-    with pytest.raises(InvalidArgumentError, match="not supported yet"):
-        Stores.window_store_builder(supplier).with_logging_enabled().build()

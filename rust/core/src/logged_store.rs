@@ -1,5 +1,6 @@
-//! A key-value store and its changelog, committed in the order of the KIP-892 seed so that a
-//! crash at any point reopens to exactly the last commit (spec 1.3, 1.9):
+//! A store and its changelog, committed in the order of the KIP-892 seed so that a crash at any
+//! point reopens to exactly the last commit (spec 1.3, 1.9). The store is a key-value store or a
+//! segmented (window, session) store, anything that is a [`ChangelogTarget`]:
 //!
 //! 1. the staged writes become changelog records (key; value without the timestamp prefix;
 //!    record timestamp = the stored timestamp; null value = delete) and are published;
@@ -15,8 +16,10 @@
 
 use crate::changelog::Changelog;
 use crate::checkpoint::{OffsetCheckpoint, Offsets};
+use crate::committed::Write;
 use crate::error::{Error, Result};
 use crate::log::NewRecord;
+use crate::segmented::SegmentedKeys;
 use crate::store::{CommitProgress, KeyValueStore};
 
 /// Staged bytes turned into changelog records per append.
@@ -58,13 +61,106 @@ pub struct StoreChangelog {
     pub timestamped: bool,
 }
 
-pub struct LoggedStore {
-    pub store: KeyValueStore,
+/// What a store does for its changelog: hand over its staged writes, apply restored records,
+/// commit at an offset.
+pub trait ChangelogTarget {
+    fn committed_offset(&self) -> Result<Option<i64>>;
+    /// Passes every staged write to `chunk`, in chunks of about `chunk_bytes`.
+    fn for_each_staged(
+        &mut self,
+        chunk_bytes: usize,
+        chunk: &mut dyn FnMut(&[Write<'_>]) -> Result<()>,
+    ) -> Result<()>;
+    /// The timestamp of the changelog record of a write under `key` whose value carries none
+    /// (plain values, deletes); `None`: the time of the commit.
+    fn record_timestamp(key: &[u8]) -> Result<Option<i64>>;
+    /// Applies restored changelog records and their last `offset`; each call is atomic.
+    fn restore(&mut self, writes: &mut dyn Iterator<Item = Write<'_>>, offset: i64) -> Result<()>;
+    fn commit(
+        &mut self,
+        offset: Option<i64>,
+        progress: &mut dyn FnMut(CommitProgress),
+    ) -> Result<()>;
+    fn recover(&mut self, offset: Option<i64>) -> Result<bool>;
+    fn close(&mut self) -> Result<()>;
+}
+
+impl ChangelogTarget for KeyValueStore {
+    fn committed_offset(&self) -> Result<Option<i64>> {
+        KeyValueStore::committed_offset(self)
+    }
+    fn for_each_staged(
+        &mut self,
+        chunk_bytes: usize,
+        chunk: &mut dyn FnMut(&[Write<'_>]) -> Result<()>,
+    ) -> Result<()> {
+        KeyValueStore::for_each_staged(self, chunk_bytes, chunk)
+    }
+    fn record_timestamp(_key: &[u8]) -> Result<Option<i64>> {
+        Ok(None)
+    }
+    fn restore(&mut self, writes: &mut dyn Iterator<Item = Write<'_>>, offset: i64) -> Result<()> {
+        KeyValueStore::restore(self, writes, offset)
+    }
+    fn commit(
+        &mut self,
+        offset: Option<i64>,
+        progress: &mut dyn FnMut(CommitProgress),
+    ) -> Result<()> {
+        KeyValueStore::commit(self, offset, progress)
+    }
+    fn recover(&mut self, offset: Option<i64>) -> Result<bool> {
+        KeyValueStore::recover(self, offset)
+    }
+    fn close(&mut self) -> Result<()> {
+        KeyValueStore::close(self)
+    }
+}
+
+/// Window and session stores. A plain value's record gets its segment's timestamp (window
+/// start, session end): Kafka uses the timestamp of the record being processed, which kstate
+/// does not have, and the segment timestamp keeps the changelog's time retention in step with
+/// the store's.
+impl<T: SegmentedKeys> ChangelogTarget for T {
+    fn committed_offset(&self) -> Result<Option<i64>> {
+        self.segments().committed_offset()
+    }
+    fn for_each_staged(
+        &mut self,
+        chunk_bytes: usize,
+        chunk: &mut dyn FnMut(&[Write<'_>]) -> Result<()>,
+    ) -> Result<()> {
+        self.segments_mut().for_each_staged(chunk_bytes, chunk)
+    }
+    fn record_timestamp(key: &[u8]) -> Result<Option<i64>> {
+        T::segment_time(key).map(Some)
+    }
+    fn restore(&mut self, writes: &mut dyn Iterator<Item = Write<'_>>, offset: i64) -> Result<()> {
+        self.segments_mut()
+            .restore(writes, offset, &T::segment_time)
+    }
+    fn commit(
+        &mut self,
+        offset: Option<i64>,
+        progress: &mut dyn FnMut(CommitProgress),
+    ) -> Result<()> {
+        self.segments_mut().commit(offset, progress)
+    }
+    fn recover(&mut self, offset: Option<i64>) -> Result<bool> {
+        self.segments_mut().recover(offset)
+    }
+    fn close(&mut self) -> Result<()> {
+        self.segments_mut().close()
+    }
+}
+
+pub struct LoggedStore<S = KeyValueStore> {
+    pub store: S,
     changelog: Option<StoreChangelog>,
 }
 
 /// The changelog record of one staged write.
-fn record_of<'a>(
+fn record_of<'a, S: ChangelogTarget>(
     key: &'a [u8],
     value: Option<&'a [u8]>,
     timestamped: bool,
@@ -75,7 +171,7 @@ fn record_of<'a>(
             let (ts, raw) = crate::timestamped::decode(v)?;
             (ts, Some(raw))
         }
-        other => (now_ms, other),
+        other => (S::record_timestamp(key)?.unwrap_or(now_ms), other),
     };
     Ok(NewRecord {
         timestamp,
@@ -84,9 +180,9 @@ fn record_of<'a>(
     })
 }
 
-impl LoggedStore {
+impl<S: ChangelogTarget> LoggedStore<S> {
     /// A store without changelog: the caller supplies commit offsets.
-    pub fn unlogged(store: KeyValueStore) -> Self {
+    pub fn unlogged(store: S) -> Self {
         Self {
             store,
             changelog: None,
@@ -96,7 +192,7 @@ impl LoggedStore {
     /// A store with its changelog, restored up to the changelog's last published commit;
     /// returns the store and the number of records restored.
     pub fn logged(
-        store: KeyValueStore,
+        store: S,
         changelog: StoreChangelog,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<(Self, u64)> {
@@ -257,7 +353,7 @@ impl LoggedStore {
     }
 
     fn publish_to(
-        store: &mut KeyValueStore,
+        store: &mut S,
         log: &mut StoreChangelog,
         now_ms: i64,
         uploaded: &mut dyn FnMut(),
@@ -266,7 +362,7 @@ impl LoggedStore {
         let appended = store.for_each_staged(CHANGELOG_CHUNK_BYTES, &mut |writes| {
             let records = writes
                 .iter()
-                .map(|&(key, value)| record_of(key, value, timestamped, now_ms))
+                .map(|&(key, value)| record_of::<S>(key, value, timestamped, now_ms))
                 .collect::<Result<Vec<_>>>()?;
             log.changelog.append(&records, now_ms)
         });

@@ -21,6 +21,7 @@ use std::sync::{Arc, RwLock};
 use rocksdb::WriteBatch;
 
 use crate::commit_intent::{self, IntentWriter};
+use crate::committed::Write;
 use crate::error::{Error, Result};
 use crate::key_range::{Direction, KeyRange};
 use crate::rocks::ValueFormat;
@@ -202,6 +203,15 @@ fn first_in<T>(map: &BTreeMap<i64, T>, lo: i64, hi: i64, direction: Direction) -
         Direction::Forward => ids.next(),
         Direction::Reverse => ids.next_back(),
     }
+}
+
+/// A store kept in time segments (window, session) whose store keys name their segment's
+/// timestamp; a changelog needs both (see `logged_store`).
+pub trait SegmentedKeys {
+    fn segments(&self) -> &SegmentedStore;
+    fn segments_mut(&mut self) -> &mut SegmentedStore;
+    /// The segment timestamp a store key carries (window start, session end).
+    fn segment_time(store_key: &[u8]) -> Result<i64>;
 }
 
 /// What read-committed views see: the committed stream time and each segment's view.
@@ -538,6 +548,41 @@ impl SegmentedStore {
             Some(segment) => segment.get_with(key, f),
             None => Ok(f(None)),
         }
+    }
+
+    /// Passes the staged writes of every live segment to `chunk` (segment by segment, each in
+    /// key order), in chunks of about `chunk_bytes`: what a commit will apply.
+    pub fn for_each_staged(
+        &mut self,
+        chunk_bytes: usize,
+        chunk: &mut dyn FnMut(&[Write<'_>]) -> Result<()>,
+    ) -> Result<()> {
+        self.check_open()?;
+        let min_live = self.options.min_live_segment(self.stream_time);
+        for segment in self.segments.range_mut(min_live..).map(|(_, s)| s) {
+            segment.for_each_staged(chunk_bytes, chunk)?;
+        }
+        Ok(())
+    }
+
+    /// Puts restored changelog records (store keys, values as stored) into the segments of
+    /// the timestamps `segment_time` reads from their keys, and commits them with `offset`:
+    /// one atomic step. Records of expired segments are dropped as late puts are.
+    pub fn restore(
+        &mut self,
+        writes: &mut dyn Iterator<Item = Write<'_>>,
+        offset: i64,
+        segment_time: &dyn Fn(&[u8]) -> Result<i64>,
+    ) -> Result<()> {
+        if self.uncommitted() != (0, false) {
+            return Err(Error::InvalidState(
+                "a store with uncommitted writes cannot restore; recover first".into(),
+            ));
+        }
+        for (key, value) in writes {
+            self.put(key, segment_time(key)?, value)?;
+        }
+        self.commit(Some(offset), &mut |_| {})
     }
 
     /// Applies every staged write and `offset` atomically across segments (see module docs).

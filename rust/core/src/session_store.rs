@@ -8,7 +8,7 @@ use std::sync::Arc;
 use crate::error::{Error, Result};
 use crate::key_range::{successor, Direction, KeyRange};
 use crate::key_schema::session;
-use crate::segmented::{min_live_time, SegmentQuery, SegmentedStore};
+use crate::segmented::{min_live_time, SegmentQuery, SegmentedKeys, SegmentedStore};
 use crate::segments::segment_id;
 
 /// How a store's queries are shaped: retention and segment interval.
@@ -84,6 +84,20 @@ fn check_session(start: i64, end: i64) -> Result<()> {
     Ok(())
 }
 
+impl SegmentedKeys for SessionStore {
+    fn segments(&self) -> &SegmentedStore {
+        &self.segments
+    }
+
+    fn segments_mut(&mut self) -> &mut SegmentedStore {
+        &mut self.segments
+    }
+
+    fn segment_time(store_key: &[u8]) -> Result<i64> {
+        Ok(session::from_store_key(store_key)?.end)
+    }
+}
+
 impl SessionStore {
     pub fn new(segments: SegmentedStore) -> Self {
         let options = segments.options();
@@ -92,14 +106,6 @@ impl SessionStore {
             segment_interval: options.segment_interval,
         };
         Self { segments, queries }
-    }
-
-    pub fn segments(&self) -> &SegmentedStore {
-        &self.segments
-    }
-
-    pub fn segments_mut(&mut self) -> &mut SegmentedStore {
-        &mut self.segments
     }
 
     pub fn queries(&self) -> &SessionQueries {

@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::key_range::{successor, Direction, KeyRange};
 use crate::key_schema::window;
 use crate::segmented::{
-    min_live_time, scan, ScanCursor, SegmentQuery, SegmentReader, SegmentedStore,
+    min_live_time, scan, ScanCursor, SegmentQuery, SegmentReader, SegmentedKeys, SegmentedStore,
 };
 use crate::segments::segment_id;
 
@@ -130,6 +130,20 @@ pub struct WindowStore {
     seqnum: i32,
 }
 
+impl SegmentedKeys for WindowStore {
+    fn segments(&self) -> &SegmentedStore {
+        &self.segments
+    }
+
+    fn segments_mut(&mut self) -> &mut SegmentedStore {
+        &mut self.segments
+    }
+
+    fn segment_time(store_key: &[u8]) -> Result<i64> {
+        Ok(window::from_store_key(store_key)?.start)
+    }
+}
+
 impl WindowStore {
     pub fn new(
         segments: SegmentedStore,
@@ -154,14 +168,6 @@ impl WindowStore {
             retain_duplicates,
             seqnum: 0,
         })
-    }
-
-    pub fn segments(&self) -> &SegmentedStore {
-        &self.segments
-    }
-
-    pub fn segments_mut(&mut self) -> &mut SegmentedStore {
-        &mut self.segments
     }
 
     pub fn queries(&self) -> &WindowQueries {

@@ -1,9 +1,14 @@
 //! Window and session stores end to end on real RocksDB segments, without Python.
 
+use std::fs;
 use std::path::Path;
 
+use kstate_core::changelog::Changelog;
 use kstate_core::key_range::Direction;
-use kstate_core::segmented::{scan, ScanCursor, SegmentQuery, SegmentReader};
+use kstate_core::key_schema::window;
+use kstate_core::log::{LogConfig, Partition};
+use kstate_core::logged_store::{LoggedStore, StoreChangelog};
+use kstate_core::segmented::{scan, ScanCursor, SegmentQuery, SegmentReader, SegmentedKeys};
 use kstate_core::timestamped::encode;
 use kstate_core::{
     SegmentedOptions, SegmentedStore, SessionStore, StoreOptions, Ttl, TtlClock, ValueFormat,
@@ -388,4 +393,69 @@ fn ttl_hides_expired_values_and_compaction_removes_them() {
         .map(|kv| kv.unwrap().0.to_vec())
         .collect();
     assert_eq!(keys, vec![q_key(b"new", 0)]);
+}
+
+fn open_logged_window(task: &Path, log_dir: &Path) -> (LoggedStore<WindowStore>, u64) {
+    let (changelog, _) =
+        Changelog::open(&log_dir.join("app-w-changelog-0"), LogConfig::default()).unwrap();
+    let changelog = StoreChangelog {
+        changelog,
+        checkpoint: None,
+        topic: "app-w-changelog".into(),
+        partition: 0,
+        timestamped: false,
+    };
+    LoggedStore::logged(
+        open_window(task, 600_000, 60_000, false),
+        changelog,
+        &mut |_, _| {},
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_logged_window_store_publishes_store_keys_and_restores_into_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let (task, log_dir) = (dir.path().join("task"), dir.path().join("log"));
+    let (mut store, restored) = open_logged_window(&task, &log_dir);
+    assert_eq!(restored, 0);
+    // Windows in three segments (interval 300 s); the last put expires the first segment.
+    for (key, start) in [(b"a", 0), (b"b", 300_000), (b"a", 700_000), (b"c", 900_001)] {
+        store.store.put(key, Some(b"v"), start).unwrap();
+    }
+    let published = store.commit(None, 1, &mut |_| {}, &mut |_| {}).unwrap();
+    assert_eq!(
+        published,
+        Some(2),
+        "the expired window's write is not published"
+    );
+    let expected = store.store.segments().segment_ids();
+    store.close().unwrap();
+    let (log, _) =
+        Partition::open(log_dir.join("app-w-changelog-0"), LogConfig::default()).unwrap();
+    let records = log.read_records(0, usize::MAX).unwrap();
+    let keys: Vec<_> = records.iter().map(|r| r.key.clone().unwrap()).collect();
+    assert_eq!(
+        keys,
+        [
+            window::to_store_key(b"b", 300_000, 0),
+            window::to_store_key(b"a", 700_000, 0),
+            window::to_store_key(b"c", 900_001, 0),
+        ]
+    );
+    assert_eq!(
+        records[0].timestamp, 300_000,
+        "a plain window's record time is its start"
+    );
+    drop(log);
+
+    fs::remove_dir_all(&task).unwrap();
+    let (mut store, restored) = open_logged_window(&task, &log_dir);
+    assert_eq!(restored, 3);
+    assert_eq!(store.store.segments().segment_ids(), expected);
+    assert_eq!(
+        store.store.fetch(b"a", 700_000).unwrap(),
+        Some(b"v".to_vec())
+    );
+    assert_eq!(store.store.segments().committed_offset().unwrap(), Some(2));
 }

@@ -3,12 +3,8 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 
-use kstate_core::changelog::{published_marker, Changelog, Publisher};
-use kstate_core::checkpoint::OffsetCheckpoint;
-use kstate_core::log::LogConfig;
-use kstate_core::logged_store::{LoggedStore, StoreChangelog};
+use kstate_core::changelog::{published_marker, Changelog};
 use kstate_core::packed::{BinaryBuilder, BinaryColumn};
 use kstate_core::{
     Direction, KeyRange, KeyValueStore, ReadCommittedView, StoreOptions, Ttl, TtlClock, ValueFormat,
@@ -18,6 +14,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple, PyType};
 
 use crate::errors::{guard, raise};
+use crate::logged::{log_config, logged_store_methods, Logged};
 use crate::progress::Progress;
 
 /// `(validity, offsets, data, null_count)` of an Arrow binary array built here.
@@ -131,67 +128,10 @@ pub(crate) fn direction(reverse: bool) -> Direction {
 
 #[pyclass(module = "kstate._core", name = "KeyValueStore")]
 pub struct NativeKeyValueStore {
-    inner: LoggedStore,
-    /// What the Python publish callable of a remote changelog raised, raised again by commit.
-    publish_failure: Arc<Mutex<Option<PyErr>>>,
+    logged: Logged<KeyValueStore>,
 }
 
-impl NativeKeyValueStore {
-    fn new(inner: LoggedStore) -> Self {
-        Self {
-            inner,
-            publish_failure: Arc::default(),
-        }
-    }
-
-    fn changelog(&mut self) -> PyResult<&mut Changelog> {
-        self.inner.changelog_mut().ok_or_else(|| {
-            raise(
-                "InvalidStateStoreError",
-                "the store has no changelog".into(),
-            )
-        })
-    }
-
-    /// The exception the publish callable raised (typed by Python) in place of `error`.
-    fn publish_failure_or(&self, error: PyErr) -> PyErr {
-        let failure = self.publish_failure.lock().ok().and_then(|mut f| f.take());
-        failure.unwrap_or(error)
-    }
-}
-
-/// A remote changelog's publication point: a Python callable `publish(first, last, path)`.
-struct PythonPublisher {
-    callable: Py<PyAny>,
-    failure: Arc<Mutex<Option<PyErr>>>,
-}
-
-impl Publisher for PythonPublisher {
-    fn publish(&mut self, first: i64, last: i64, segment: &Path) -> kstate_core::Result<()> {
-        let path = segment.to_string_lossy().into_owned();
-        Python::attach(|py| self.callable.call1(py, (first, last, path)).map(drop)).map_err(
-            |error| {
-                let message = format!("publishing offsets {first}..={last} failed: {error}");
-                if let Ok(mut failure) = self.failure.lock() {
-                    *failure = Some(error);
-                }
-                kstate_core::Error::Storage(message)
-            },
-        )
-    }
-}
-
-/// Kafka topic configs given as strings, validated.
-pub(crate) fn log_config(config: &HashMap<String, String>) -> PyResult<LogConfig> {
-    let mut log_config = LogConfig::default();
-    guard(|| {
-        config
-            .iter()
-            .try_for_each(|(name, value)| log_config.set(name, value))?;
-        log_config.validate()
-    })?;
-    Ok(log_config)
-}
+logged_store_methods!(NativeKeyValueStore);
 
 #[pymethods]
 impl NativeKeyValueStore {
@@ -245,7 +185,12 @@ impl NativeKeyValueStore {
         found.set_item("unclean_shutdown", report.unclean_shutdown)?;
         found.set_item("finished_spilled_commit", report.finished_spilled_commit)?;
         found.set_item("discarded_spill", report.discarded_spill)?;
-        Ok((Self::new(LoggedStore::unlogged(inner)), found))
+        Ok((
+            Self {
+                logged: Logged::unlogged(inner),
+            },
+            found,
+        ))
     }
 
     #[staticmethod]
@@ -264,29 +209,29 @@ impl NativeKeyValueStore {
             cache_max_bytes: 0,
         };
         let ttl = ttl_of(ttl_ms, ttl_wall_clock)?;
-        Ok(Self::new(LoggedStore::unlogged(
-            KeyValueStore::open_in_memory_with_ttl(name, options, ttl),
-        )))
+        Ok(Self {
+            logged: Logged::unlogged(KeyValueStore::open_in_memory_with_ttl(name, options, ttl)),
+        })
     }
 
     #[getter]
     fn transactional(&self) -> bool {
-        self.inner.store.transactional()
+        self.logged.inner.store.transactional()
     }
 
     #[getter]
     fn persistent(&self) -> bool {
-        self.inner.store.persistent()
+        self.logged.inner.store.persistent()
     }
 
     #[getter]
     fn is_open(&self) -> bool {
-        self.inner.store.is_open()
+        self.logged.inner.store.is_open()
     }
 
     /// `(bytes staged in memory, whether staged writes spilled to disk)`.
     fn uncommitted(&self) -> (usize, bool) {
-        self.inner.store.uncommitted()
+        self.logged.inner.store.uncommitted()
     }
 
     fn get<'py>(
@@ -296,7 +241,8 @@ impl NativeKeyValueStore {
     ) -> PyResult<Option<Bound<'py, PyBytes>>> {
         let key = as_bytes(key, "key")?;
         guard(|| {
-            self.inner
+            self.logged
+                .inner
                 .store
                 .get_with(key, |v| v.map(|b| PyBytes::new(py, b)))
         })
@@ -308,7 +254,7 @@ impl NativeKeyValueStore {
         keys: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyList>> {
         values_list(py, keys, |slices, visit| {
-            self.inner.store.get_many_with(slices, visit)
+            self.logged.inner.store.get_many_with(slices, visit)
         })
     }
 
@@ -333,7 +279,7 @@ impl NativeKeyValueStore {
                         .ok_or_else(|| kstate_core::Error::InvalidArgument("null key".into()))
                 })
                 .collect::<kstate_core::Result<_>>()?;
-            self.inner.store.get_many(&keys)
+            self.logged.inner.store.get_many(&keys)
         })?;
         packed_result(py, values, large)
     }
@@ -345,7 +291,7 @@ impl NativeKeyValueStore {
         } else {
             Some(as_bytes(value, "value")?)
         };
-        guard(|| self.inner.store.put(key, value))
+        guard(|| self.logged.inner.store.put(key, value))
     }
 
     /// Writes `keys[i] -> values[i]`; a `None` value deletes.
@@ -375,7 +321,7 @@ impl NativeKeyValueStore {
             .iter()
             .zip(&values)
             .map(|(k, v)| (k.as_bytes(), v.as_ref().map(|b| b.as_bytes())));
-        guard(|| self.inner.store.put_all(&mut writes))
+        guard(|| self.logged.inner.store.put_all(&mut writes))
     }
 
     /// `put_all` over Arrow buffers: `key` and `value` are `(offsets, data, validity, start, large)`.
@@ -402,7 +348,7 @@ impl NativeKeyValueStore {
                     .ok_or_else(|| kstate_core::Error::InvalidArgument("null key".into()))?;
                 writes.push((k, values.get(i)));
             }
-            self.inner.store.put_all(&mut writes.into_iter())
+            self.logged.inner.store.put_all(&mut writes.into_iter())
         })
     }
 
@@ -414,7 +360,7 @@ impl NativeKeyValueStore {
     ) -> PyResult<Option<Bound<'py, PyBytes>>> {
         Ok(optional_bytes(
             py,
-            guard(|| self.inner.store.put_if_absent(key, value))?,
+            guard(|| self.logged.inner.store.put_if_absent(key, value))?,
         ))
     }
 
@@ -423,7 +369,10 @@ impl NativeKeyValueStore {
         py: Python<'py>,
         key: &[u8],
     ) -> PyResult<Option<Bound<'py, PyBytes>>> {
-        Ok(optional_bytes(py, guard(|| self.inner.store.delete(key))?))
+        Ok(optional_bytes(
+            py,
+            guard(|| self.logged.inner.store.delete(key))?,
+        ))
     }
 
     /// Writes `value` (timestamped bytes, `None` deletes) unless `key` holds a value with a
@@ -436,13 +385,13 @@ impl NativeKeyValueStore {
     ) -> PyResult<bool> {
         let key = as_bytes(key, "key")?;
         let value = optional_value(value)?;
-        guard(|| self.inner.store.put_if_newer(key, value, timestamp))
+        guard(|| self.logged.inner.store.put_if_newer(key, value, timestamp))
     }
 
     /// Compacts the store now; with a TTL, expired values leave the disk.
     fn compact(&self, py: Python<'_>) -> PyResult<()> {
-        let inner = &self.inner;
-        py.detach(|| guard(|| inner.store.compact()))
+        let store = self.logged.store();
+        py.detach(|| guard(|| store.compact()))
     }
 
     /// Iterator over `[from_key, to_key]` (inclusive; `None` is unbounded) yielding
@@ -483,152 +432,7 @@ impl NativeKeyValueStore {
     }
 
     fn approximate_num_entries(&self) -> PyResult<u64> {
-        guard(|| self.inner.store.approximate_num_entries())
-    }
-
-    fn committed_offset(&self) -> PyResult<Option<i64>> {
-        guard(|| self.inner.store.committed_offset())
-    }
-
-    /// Gives the store its changelog (the partition directory, Kafka topic configs as strings);
-    /// returns what opening the changelog found. `publish(first, last, segment_path)`, if
-    /// given, is the publication point of a remote changelog (see `Publisher`). `restore`
-    /// then replays what the store lacks.
-    #[pyo3(signature = (partition_dir, config, topic, partition, timestamped, checkpoint_path=None, publish=None))]
-    #[allow(clippy::too_many_arguments)]
-    fn attach_changelog<'py>(
-        &mut self,
-        py: Python<'py>,
-        partition_dir: &str,
-        config: HashMap<String, String>,
-        topic: String,
-        partition: i32,
-        timestamped: bool,
-        checkpoint_path: Option<&str>,
-        publish: Option<Py<PyAny>>,
-    ) -> PyResult<Bound<'py, PyDict>> {
-        let log_config = log_config(&config)?;
-        let inner = &mut self.inner;
-        let failure = &self.publish_failure;
-        let report = py.detach(|| {
-            guard(|| {
-                let (mut changelog, report) =
-                    Changelog::open(Path::new(partition_dir), log_config)?;
-                if let Some(callable) = publish {
-                    changelog.set_publisher(Box::new(PythonPublisher {
-                        callable,
-                        failure: Arc::clone(failure),
-                    }));
-                }
-                inner.attach(StoreChangelog {
-                    changelog,
-                    checkpoint: checkpoint_path.map(OffsetCheckpoint::new),
-                    topic,
-                    partition,
-                    timestamped,
-                })?;
-                Ok(report)
-            })
-        })?;
-        let found = PyDict::new(py);
-        found.set_item(
-            "unpublished_records_dropped",
-            report.unpublished_records_dropped,
-        )?;
-        let tail = report
-            .log
-            .truncated_tail
-            .map(|t| (t.bytes_removed, t.problem));
-        found.set_item("truncated_tail", tail)?;
-        found.set_item("rebuilt_indexes", report.log.rebuilt_indexes.len())?;
-        Ok(found)
-    }
-
-    #[getter]
-    fn logged(&self) -> bool {
-        self.inner.is_logged()
-    }
-
-    /// Replays published changelog records the store lacks; returns how many.
-    #[pyo3(signature = (progress=None))]
-    fn restore(&mut self, py: Python<'_>, progress: Option<Py<PyAny>>) -> PyResult<u64> {
-        let mut reporter = Progress::new(progress);
-        let inner = &mut self.inner;
-        let restored =
-            py.detach(|| guard(|| inner.restore(&mut |done, total| reporter.counts(done, total))))?;
-        reporter.finish()?;
-        Ok(restored)
-    }
-
-    /// `(log start offset, last published offset or None)` of the local changelog.
-    fn changelog_range(&mut self) -> PyResult<(i64, Option<i64>)> {
-        let changelog = self.changelog()?;
-        Ok((changelog.log_start_offset(), changelog.published()))
-    }
-
-    /// Adds a segment file another writer published (offsets `first..=last`, `last` None: to
-    /// its last record) to the local changelog; returns `(entries, bytes, last offset)`.
-    fn add_published(
-        &mut self,
-        py: Python<'_>,
-        segment_path: &str,
-        first: i64,
-        last: Option<i64>,
-        now_ms: i64,
-    ) -> PyResult<(u64, u64, i64)> {
-        let changelog = self.changelog()?;
-        let added = py.detach(|| {
-            guard(|| changelog.add_published(Path::new(segment_path), first, last, now_ms))
-        })?;
-        Ok((added.entries, added.bytes, added.last_offset))
-    }
-
-    /// Commits; returns the changelog offset. `progress(done, total)` hears about long copies,
-    /// `on_stage(name)` about each step of a logged commit.
-    #[pyo3(signature = (offset, now_ms, progress=None, on_stage=None))]
-    fn commit(
-        &mut self,
-        py: Python<'_>,
-        offset: Option<i64>,
-        now_ms: i64,
-        progress: Option<Py<PyAny>>,
-        on_stage: Option<Py<PyAny>>,
-    ) -> PyResult<Option<i64>> {
-        let mut reporter = Progress::new(progress);
-        let mut stages = Progress::new(on_stage);
-        let inner = &mut self.inner;
-        let committed = py
-            .detach(|| {
-                guard(|| {
-                    inner.commit(offset, now_ms, &mut |p| reporter.report(p), &mut |stage| {
-                        stages.call((stage.name(),))
-                    })
-                })
-            })
-            .map_err(|error| self.publish_failure_or(error))?;
-        reporter.finish()?;
-        stages.finish()?;
-        Ok(committed)
-    }
-
-    /// Publishes the staged writes to the changelog, leaving them staged; returns the offset.
-    fn publish(&mut self, py: Python<'_>, now_ms: i64) -> PyResult<Option<i64>> {
-        let inner = &mut self.inner;
-        py.detach(|| guard(|| inner.publish(now_ms)))
-    }
-
-    /// Applies the staged writes at the offset `publish` returned.
-    #[pyo3(signature = (published, progress=None))]
-    fn commit_published(
-        &mut self,
-        py: Python<'_>,
-        published: Option<i64>,
-        progress: Option<Py<PyAny>>,
-    ) -> PyResult<()> {
-        let mut reporter = Progress::new(progress);
-        let inner = &mut self.inner;
-        py.detach(|| guard(|| inner.commit_published(published, &mut |p| reporter.report(p))))?;
-        reporter.finish()
+        guard(|| self.logged.inner.store.approximate_num_entries())
     }
 
     /// The keys with staged writes and their committed values, as two packed Arrow binary
@@ -639,7 +443,7 @@ impl NativeKeyValueStore {
         large: bool,
     ) -> PyResult<(PackedArray<'py>, PackedArray<'py>)> {
         let (mut keys, mut values) = (BinaryBuilder::new(0, large), BinaryBuilder::new(0, large));
-        let store = &mut self.inner.store;
+        let store = &mut self.logged.inner.store;
         py.detach(|| {
             guard(|| {
                 store.previous_values_of_staged(&mut |key, value| {
@@ -659,30 +463,9 @@ impl NativeKeyValueStore {
         Ok((packed(&keys), packed(&values)))
     }
 
-    #[pyo3(signature = (offset, progress=None))]
-    fn recover(
-        &mut self,
-        py: Python<'_>,
-        offset: Option<i64>,
-        progress: Option<Py<PyAny>>,
-    ) -> PyResult<bool> {
-        let mut reporter = Progress::new(progress);
-        let inner = &mut self.inner;
-        let current = py.detach(|| {
-            guard(|| inner.recover(offset, &mut |done, total| reporter.counts(done, total)))
-        })?;
-        reporter.finish()?;
-        Ok(current)
-    }
-
-    fn close(&mut self, py: Python<'_>) -> PyResult<()> {
-        let inner = &mut self.inner;
-        py.detach(|| guard(|| inner.close()))
-    }
-
     fn read_committed_view(&self) -> NativeReadCommittedView {
         NativeReadCommittedView {
-            inner: self.inner.store.read_committed_view(),
+            inner: self.logged.inner.store.read_committed_view(),
         }
     }
 }
@@ -833,7 +616,7 @@ impl RangeIterator {
 
     fn ensure_open(&self, py: Python<'_>) -> PyResult<()> {
         let open = match &self.reader {
-            Reader::Store(store) => store.bind(py).borrow().inner.store.is_open(),
+            Reader::Store(store) => store.bind(py).borrow().logged.store().is_open(),
             Reader::View(view) => view.is_open(),
         };
         if open {
@@ -855,8 +638,8 @@ impl RangeIterator {
                 let store = store.bind(py).borrow();
                 guard(|| {
                     store
-                        .inner
-                        .store
+                        .logged
+                        .store()
                         .scan(&self.rest, self.direction, self.chunk)
                 })?
             }

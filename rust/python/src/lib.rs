@@ -4,6 +4,7 @@ use pyo3::prelude::*;
 
 mod errors;
 mod key_value_store;
+mod logged;
 mod partition;
 mod progress;
 mod rebalance;

@@ -9,7 +9,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::errors::guard;
-use crate::key_value_store::log_config;
+use crate::logged::log_config;
 
 /// `(first, last or None, path)` of a segment file.
 type ObjectTuple = (i64, Option<i64>, PathBuf);

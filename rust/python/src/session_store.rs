@@ -2,7 +2,7 @@
 //! errors. No store logic lives here.
 
 use kstate_core::key_schema::session;
-use kstate_core::segmented::SegmentReader;
+use kstate_core::segmented::{SegmentReader, SegmentedKeys};
 use kstate_core::session_store::SessionQueries;
 use kstate_core::{SegmentedView, SessionStore};
 use pyo3::prelude::*;
@@ -10,13 +10,18 @@ use pyo3::types::{PyBytes, PyDict};
 
 use crate::errors::guard;
 use crate::key_value_store::{as_bytes, direction, optional_value};
-use crate::progress::Progress;
-use crate::windowed::{open_segmented, Decoder, SegmentedConfig, Source, WindowedIterator};
+use crate::logged::{logged_store_methods, Logged};
+use crate::windowed::{
+    open_segmented, segmented_store_methods, Decoder, SegmentedConfig, Source, WindowedIterator,
+};
 
 #[pyclass(module = "kstate._core", name = "SessionStore")]
 pub struct NativeSessionStore {
-    pub(crate) inner: SessionStore,
+    pub(crate) logged: Logged<SessionStore>,
 }
+
+logged_store_methods!(NativeSessionStore);
+segmented_store_methods!(NativeSessionStore);
 
 #[pymethods]
 impl NativeSessionStore {
@@ -33,43 +38,10 @@ impl NativeSessionStore {
         let (segments, found) = open_segmented(py, name, dir, config, progress)?;
         Ok((
             Self {
-                inner: SessionStore::new(segments),
+                logged: Logged::unlogged(SessionStore::new(segments)),
             },
             found,
         ))
-    }
-
-    #[getter]
-    fn is_open(&self) -> bool {
-        self.inner.segments().is_open()
-    }
-
-    #[getter]
-    fn transactional(&self) -> bool {
-        self.inner.segments().transactional()
-    }
-
-    #[getter]
-    fn persistent(&self) -> bool {
-        self.inner.segments().persistent()
-    }
-
-    #[getter]
-    fn stream_time(&self) -> i64 {
-        self.inner.segments().stream_time()
-    }
-
-    #[getter]
-    fn dropped_records(&self) -> u64 {
-        self.inner.segments().dropped_records()
-    }
-
-    fn segment_ids(&self) -> Vec<i64> {
-        self.inner.segments().segment_ids()
-    }
-
-    fn uncommitted(&self) -> (usize, bool) {
-        self.inner.segments().uncommitted()
     }
 
     /// Writes a session's aggregate (`None` removes it); `False` when dropped as expired.
@@ -82,12 +54,12 @@ impl NativeSessionStore {
     ) -> PyResult<bool> {
         let key = as_bytes(key, "key")?;
         let value = optional_value(value)?;
-        guard(|| self.inner.put(key, start, end, value))
+        guard(|| self.logged.inner.store.put(key, start, end, value))
     }
 
     fn remove(&mut self, key: &Bound<'_, PyAny>, start: i64, end: i64) -> PyResult<()> {
         let key = as_bytes(key, "key")?;
-        guard(|| self.inner.remove(key, start, end))
+        guard(|| self.logged.inner.store.remove(key, start, end))
     }
 
     fn fetch_session<'py>(
@@ -98,7 +70,7 @@ impl NativeSessionStore {
         end: i64,
     ) -> PyResult<Option<Bound<'py, PyBytes>>> {
         let key = as_bytes(key, "key")?;
-        let value = guard(|| self.inner.fetch_session(key, start, end))?;
+        let value = guard(|| self.logged.inner.store.fetch_session(key, start, end))?;
         Ok(value.map(|v| PyBytes::new(py, &v)))
     }
 
@@ -116,8 +88,8 @@ impl NativeSessionStore {
     ) -> WindowedIterator {
         let (query, decoder) = {
             let store = slf.bind(py).borrow();
-            let q = *store.inner.queries();
-            let t = store.inner.segments().stream_time();
+            let q = *store.logged.inner.store.queries();
+            let t = store.logged.inner.store.segments().stream_time();
             (
                 q.find(
                     t,
@@ -133,46 +105,10 @@ impl NativeSessionStore {
         WindowedIterator::new(Source::Session(slf), query, decoder)
     }
 
-    fn approximate_num_entries(&self) -> PyResult<u64> {
-        guard(|| self.inner.segments().approximate_num_entries())
-    }
-
-    fn committed_offset(&self) -> PyResult<Option<i64>> {
-        guard(|| self.inner.segments().committed_offset())
-    }
-
-    #[pyo3(signature = (offset, progress=None))]
-    fn commit(
-        &mut self,
-        py: Python<'_>,
-        offset: Option<i64>,
-        progress: Option<Py<PyAny>>,
-    ) -> PyResult<()> {
-        let mut reporter = Progress::new(progress);
-        let segments = self.inner.segments_mut();
-        py.detach(|| guard(|| segments.commit(offset, &mut |p| reporter.report(p))))?;
-        reporter.finish()
-    }
-
-    fn recover(&mut self, py: Python<'_>, offset: Option<i64>) -> PyResult<bool> {
-        let segments = self.inner.segments_mut();
-        py.detach(|| guard(|| segments.recover(offset)))
-    }
-
-    fn close(&mut self, py: Python<'_>) -> PyResult<()> {
-        let segments = self.inner.segments_mut();
-        py.detach(|| guard(|| segments.close()))
-    }
-
-    fn compact(&self, py: Python<'_>) -> PyResult<()> {
-        let segments = self.inner.segments();
-        py.detach(|| guard(|| segments.compact()))
-    }
-
     fn read_committed_view(&self) -> NativeSessionView {
         NativeSessionView {
-            view: self.inner.segments().read_committed_view(),
-            queries: *self.inner.queries(),
+            view: self.segments().read_committed_view(),
+            queries: *self.logged.inner.store.queries(),
         }
     }
 }

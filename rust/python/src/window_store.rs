@@ -2,7 +2,7 @@
 //! errors. No store logic lives here.
 
 use kstate_core::key_schema::window;
-use kstate_core::segmented::SegmentReader;
+use kstate_core::segmented::{SegmentReader, SegmentedKeys};
 use kstate_core::window_store::WindowQueries;
 use kstate_core::{SegmentedView, WindowStore};
 use pyo3::prelude::*;
@@ -10,13 +10,19 @@ use pyo3::types::{PyBytes, PyDict};
 
 use crate::errors::guard;
 use crate::key_value_store::{as_bytes, direction, optional_value};
-use crate::progress::Progress;
-use crate::windowed::{millis, open_segmented, Decoder, SegmentedConfig, Source, WindowedIterator};
+use crate::logged::{logged_store_methods, Logged};
+use crate::windowed::{
+    millis, open_segmented, segmented_store_methods, Decoder, SegmentedConfig, Source,
+    WindowedIterator,
+};
 
 #[pyclass(module = "kstate._core", name = "WindowStore")]
 pub struct NativeWindowStore {
-    pub(crate) inner: WindowStore,
+    pub(crate) logged: Logged<WindowStore>,
 }
+
+logged_store_methods!(NativeWindowStore);
+segmented_store_methods!(NativeWindowStore);
 
 #[pymethods]
 impl NativeWindowStore {
@@ -33,41 +39,13 @@ impl NativeWindowStore {
         progress: Option<Py<PyAny>>,
     ) -> PyResult<(Self, Bound<'py, PyDict>)> {
         let (segments, found) = open_segmented(py, name, dir, config, progress)?;
-        let inner = guard(|| WindowStore::new(segments, window_size, retain_duplicates))?;
-        Ok((Self { inner }, found))
-    }
-
-    #[getter]
-    fn is_open(&self) -> bool {
-        self.inner.segments().is_open()
-    }
-
-    #[getter]
-    fn transactional(&self) -> bool {
-        self.inner.segments().transactional()
-    }
-
-    #[getter]
-    fn persistent(&self) -> bool {
-        self.inner.segments().persistent()
-    }
-
-    #[getter]
-    fn stream_time(&self) -> i64 {
-        self.inner.segments().stream_time()
-    }
-
-    #[getter]
-    fn dropped_records(&self) -> u64 {
-        self.inner.segments().dropped_records()
-    }
-
-    fn segment_ids(&self) -> Vec<i64> {
-        self.inner.segments().segment_ids()
-    }
-
-    fn uncommitted(&self) -> (usize, bool) {
-        self.inner.segments().uncommitted()
+        let store = guard(|| WindowStore::new(segments, window_size, retain_duplicates))?;
+        Ok((
+            Self {
+                logged: Logged::unlogged(store),
+            },
+            found,
+        ))
     }
 
     /// Returns `False` when the window had expired and the put was dropped.
@@ -80,7 +58,7 @@ impl NativeWindowStore {
         let key = as_bytes(key, "key")?;
         let value = optional_value(value)?;
         let window_start = millis(window_start, "window_start")?;
-        guard(|| self.inner.put(key, value, window_start))
+        guard(|| self.logged.inner.store.put(key, value, window_start))
     }
 
     fn fetch<'py>(
@@ -91,7 +69,9 @@ impl NativeWindowStore {
     ) -> PyResult<Option<Bound<'py, PyBytes>>> {
         let key = as_bytes(key, "key")?;
         guard(|| {
-            self.inner
+            self.logged
+                .inner
+                .store
                 .fetch_with(key, time, |v| v.map(|b| PyBytes::new(py, b)))
         })
     }
@@ -108,8 +88,8 @@ impl NativeWindowStore {
     ) -> WindowedIterator {
         let (query, decoder) = {
             let store = slf.bind(py).borrow();
-            let q = *store.inner.queries();
-            let t = store.inner.segments().stream_time();
+            let q = *store.logged.inner.store.queries();
+            let t = store.logged.inner.store.segments().stream_time();
             (
                 q.key(t, key, time_from, time_to, direction(reverse)),
                 Decoder::Window(q),
@@ -131,8 +111,8 @@ impl NativeWindowStore {
     ) -> WindowedIterator {
         let (query, decoder) = {
             let store = slf.bind(py).borrow();
-            let q = *store.inner.queries();
-            let t = store.inner.segments().stream_time();
+            let q = *store.logged.inner.store.queries();
+            let t = store.logged.inner.store.segments().stream_time();
             (
                 q.range(t, key_from, key_to, time_from, time_to, direction(reverse)),
                 Decoder::Window(q),
@@ -141,47 +121,11 @@ impl NativeWindowStore {
         WindowedIterator::new(Source::Window(slf), query, decoder)
     }
 
-    fn approximate_num_entries(&self) -> PyResult<u64> {
-        guard(|| self.inner.segments().approximate_num_entries())
-    }
-
-    fn committed_offset(&self) -> PyResult<Option<i64>> {
-        guard(|| self.inner.segments().committed_offset())
-    }
-
-    #[pyo3(signature = (offset, progress=None))]
-    fn commit(
-        &mut self,
-        py: Python<'_>,
-        offset: Option<i64>,
-        progress: Option<Py<PyAny>>,
-    ) -> PyResult<()> {
-        let mut reporter = Progress::new(progress);
-        let segments = self.inner.segments_mut();
-        py.detach(|| guard(|| segments.commit(offset, &mut |p| reporter.report(p))))?;
-        reporter.finish()
-    }
-
-    fn recover(&mut self, py: Python<'_>, offset: Option<i64>) -> PyResult<bool> {
-        let segments = self.inner.segments_mut();
-        py.detach(|| guard(|| segments.recover(offset)))
-    }
-
-    fn close(&mut self, py: Python<'_>) -> PyResult<()> {
-        let segments = self.inner.segments_mut();
-        py.detach(|| guard(|| segments.close()))
-    }
-
-    fn compact(&self, py: Python<'_>) -> PyResult<()> {
-        let segments = self.inner.segments();
-        py.detach(|| guard(|| segments.compact()))
-    }
-
     fn read_committed_view(&self) -> NativeWindowView {
         NativeWindowView {
-            view: self.inner.segments().read_committed_view(),
-            queries: *self.inner.queries(),
-            retain_duplicates: self.inner.retain_duplicates(),
+            view: self.segments().read_committed_view(),
+            queries: *self.logged.inner.store.queries(),
+            retain_duplicates: self.logged.inner.store.retain_duplicates(),
         }
     }
 }

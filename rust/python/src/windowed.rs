@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 use std::path::Path;
 
-use kstate_core::segmented::{self, Row, ScanCursor, SegmentQuery, SegmentReader};
+use kstate_core::segmented::{self, Row, ScanCursor, SegmentQuery, SegmentReader, SegmentedKeys};
 use kstate_core::session_store::SessionQueries;
 use kstate_core::window_store::WindowQueries;
 use kstate_core::{SegmentedOptions, SegmentedStore, SegmentedView, StoreOptions, ValueFormat};
@@ -162,8 +162,8 @@ impl WindowedIterator {
             Ok(())
         };
         match source {
-            Source::Window(store) => read(store.bind(py).borrow().inner.segments()),
-            Source::Session(store) => read(store.bind(py).borrow().inner.segments()),
+            Source::Window(store) => read(store.bind(py).borrow().logged.inner.store.segments()),
+            Source::Session(store) => read(store.bind(py).borrow().logged.inner.store.segments()),
             Source::View(view) => read(view),
         }
     }
@@ -195,3 +195,65 @@ impl WindowedIterator {
         self.query = SegmentQuery::empty(self.query.direction);
     }
 }
+
+/// Adds what window and session stores share to a store class whose `logged.inner.store` is
+/// one of them: state getters, segments, sizes and compaction.
+macro_rules! segmented_store_methods {
+    ($class:ty) => {
+        #[pyo3::pymethods]
+        impl $class {
+            #[getter]
+            fn is_open(&self) -> bool {
+                self.segments().is_open()
+            }
+
+            #[getter]
+            fn transactional(&self) -> bool {
+                self.segments().transactional()
+            }
+
+            #[getter]
+            fn persistent(&self) -> bool {
+                self.segments().persistent()
+            }
+
+            #[getter]
+            fn stream_time(&self) -> i64 {
+                use kstate_core::segmented::SegmentReader;
+                self.segments().stream_time()
+            }
+
+            #[getter]
+            fn dropped_records(&self) -> u64 {
+                self.segments().dropped_records()
+            }
+
+            fn segment_ids(&self) -> Vec<i64> {
+                self.segments().segment_ids()
+            }
+
+            fn uncommitted(&self) -> (usize, bool) {
+                self.segments().uncommitted()
+            }
+
+            fn approximate_num_entries(&self) -> pyo3::PyResult<u64> {
+                crate::errors::guard(|| self.segments().approximate_num_entries())
+            }
+
+            /// Compacts every segment now; with a TTL, expired values leave the disk.
+            fn compact(&self, py: pyo3::Python<'_>) -> pyo3::PyResult<()> {
+                let segments = self.segments();
+                py.detach(|| crate::errors::guard(|| segments.compact()))
+            }
+        }
+
+        impl $class {
+            fn segments(&self) -> &kstate_core::SegmentedStore {
+                use kstate_core::segmented::SegmentedKeys;
+                self.logged.inner.store.segments()
+            }
+        }
+    };
+}
+
+pub(crate) use segmented_store_methods;

@@ -1,0 +1,316 @@
+"""A writable store's life, the same for key-value, window and session stores: opening under a
+task directory, the changelog that backs it (local or on an object store), committing through
+that changelog, recovering, closing.
+
+A subclass opens its native store in ``_open_local_state`` and names its local files in
+``_local_paths``; everything else here works on ``_reader``, the native store.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+from kstate.config import ChangelogConfig, StoreConfig
+from kstate.errors import InvalidArgumentError, StoreClosedError
+from kstate.log.remote import CompactionReport, RemoteChangelog, StoreBehindCompaction
+
+log = logging.getLogger("kstate.store")
+
+TASK_DIR = re.compile(r"^\d+_(\d+)$")
+"""A task directory's name, ``<subtopology>_<partition>``."""
+
+
+class Unopened:
+    """Stands in for the native store before ``init``: every use raises ``StoreClosedError``."""
+
+    is_open = False
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, attribute: str) -> Any:
+        raise StoreClosedError(f"store {self._name} is not initialized; call init(task_dir) first")
+
+
+class StoreLifecycle:
+    """Opening, the changelog, transactions and closing, shared by every writable store."""
+
+    name: str
+    _reader: Any
+    _supplier: Any
+    _config: StoreConfig
+    _logging: ChangelogConfig | None
+    _remote: RemoteChangelog | None
+    task_dir: Path | None
+
+    # -- what subclasses provide -----------------------------------------------------------------
+
+    def _open_local_state(self) -> None:
+        """Opens the native store into ``_reader`` (under ``task_dir`` when persistent)."""
+        raise NotImplementedError
+
+    def _local_paths(self) -> list[Path]:
+        """Every file and directory of the store's local state, to wipe it."""
+        raise NotImplementedError
+
+    # -- opening ---------------------------------------------------------------------------------
+
+    @property
+    def persistent(self) -> bool:
+        return self._supplier.persistent
+
+    @property
+    def transactional(self) -> bool:
+        """Whether writes are staged until ``commit`` (KIP-892)."""
+        return self._supplier.transactional and self._config.transactional
+
+    @property
+    def is_open(self) -> bool:
+        return self._reader.is_open
+
+    @property
+    def logged(self) -> bool:
+        """Whether a changelog backs the store (``StoreBuilder.with_logging_enabled``)."""
+        return self._logging is not None
+
+    def _open(self, task_dir: str | Path, partition: int | None, application_id: str | None) -> None:
+        """``init``'s work: names the store's changelog partition (``<application.id>-<name>-
+        changelog``, partition ``partition``; both default from the task directory's path),
+        opens the local state, then the changelog, restoring whatever the store lacks."""
+        if self._reader.is_open:
+            raise InvalidArgumentError(f"store {self.name} is already open")
+        task_dir = Path(task_dir)
+        if partition is None:
+            match = TASK_DIR.match(task_dir.name)
+            partition = int(match.group(1)) if match else 0
+        app = application_id or self._config.application_id or task_dir.resolve().parent.name or "kstate"
+        self.changelog_topic = f"{app}-{self.name}-changelog"
+        self.partition = partition
+        self._offset_key = f"{self.changelog_topic}-{partition}"
+        self.task_dir = task_dir
+        self._remote = None
+        self._open_local_state()
+        if self._logging is None:
+            return
+        self._locate_changelog(task_dir)
+        try:
+            self._attach_changelog()
+            self.restored_records = self._catch_up("restoring", lambda progress: self._reader.restore(progress))
+        except BaseException:
+            self._reader.close()
+            raise
+
+    def _locate_changelog(self, task_dir: Path) -> None:
+        assert self._logging is not None
+        state_dir = task_dir.resolve().parent.parent
+        if self._logging.remote:
+            # The remote log is the truth; the local partition directory caches it.
+            self._remote = RemoteChangelog(
+                self._logging.changelog_dir, self.changelog_topic, self.partition, self._logging.storage_options
+            )
+            log_dir = state_dir / "changelog-cache"
+        else:
+            log_dir = Path(self._logging.changelog_dir or state_dir / "changelog")
+        self._changelog_dir = log_dir / f"{self.changelog_topic}-{self.partition}"
+        self._fetch_path = self._changelog_dir.with_name(f"{self._changelog_dir.name}.fetching.log")
+
+    def _attach_changelog(self) -> None:
+        assert self._logging is not None and self.task_dir is not None
+        partition_dir = self._changelog_dir
+        found = self._reader.attach_changelog(
+            str(partition_dir),
+            self._logging.topic_config,
+            self.changelog_topic,
+            self.partition,
+            self._supplier.timestamped,
+            str(self.task_dir / ".checkpoint") if self.persistent else None,
+            None if self._remote is None else self._remote.publish,
+        )
+        if found["truncated_tail"] is not None:
+            removed, problem = found["truncated_tail"]
+            log.warning("Changelog %s: cut a torn tail of %d bytes (%s)", partition_dir, removed, problem)
+        if found["unpublished_records_dropped"]:
+            log.info(
+                "Changelog %s: dropped %d records of a commit that never published",
+                partition_dir,
+                found["unpublished_records_dropped"],
+            )
+
+    def _catch_up(self, what: str, replay: Callable[[RestoreProgress], Any]) -> Any:
+        """Fetches what a remote changelog has beyond the local cache, then runs ``replay``
+        (the native restore or recover); logs a restore that did work."""
+        started = time.monotonic()
+        if self._remote is not None:
+            try:
+                self._remote.sync(self._reader, self._fetch_path)
+            except StoreBehindCompaction as behind:
+                self._restart_empty(str(behind))
+                self._remote.sync(self._reader, self._fetch_path)
+        with RestoreProgress(f"{what} {self.name}") as progress:
+            result = replay(progress)
+        if progress.done:
+            seconds = time.monotonic() - started
+            log.info(
+                "Store %s: restored %d records from %s in %.2f s (%.0f records/s)",
+                self.name,
+                progress.done,
+                self._remote.location if self._remote is not None else "its changelog",
+                seconds,
+                progress.done / max(seconds, 1e-9),
+            )
+        return result
+
+    def _restart_empty(self, why: str) -> None:
+        """Wipes the local state and reopens it empty, to be restored from scratch (Kafka
+        Streams wipes a store whose changelog offset is no longer usable the same way)."""
+        log.warning("Store %s: %s; wiping its local state to restore it from scratch", self.name, why)
+        self._reader.close()
+        if self.persistent:
+            for path in self._local_paths():
+                if path.is_dir():
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    path.unlink(missing_ok=True)
+        self._open_local_state()
+        self._attach_changelog()
+
+    # -- transactions ----------------------------------------------------------------------------
+
+    def commit(
+        self,
+        changelog_offset: int | None = None,
+        progress: Callable[[int, int], None] | None = None,
+        on_stage: Callable[[str], None] | None = None,
+    ) -> int | None:
+        """Apply every uncommitted write and record the changelog offset, atomically; returns
+        that offset.
+
+        A logged store publishes the writes to its changelog first and takes the offset from it
+        (pass none); ``on_stage(name)`` hears ``"published"``, ``"store-committed"`` and
+        ``"checkpointed"`` as the commit passes them (a remote changelog's ``"uploaded"``
+        first). With a remote changelog another writer may have published at the same offset
+        first: ``CommitConflictError``, after which ``recover()`` catches up. An unlogged store
+        records ``changelog_offset`` (``None`` for stores without any changelog). A long commit
+        reports ``progress(writes_applied, writes_total)`` and logs as it goes.
+        """
+        if changelog_offset is not None and (
+            isinstance(changelog_offset, bool) or not isinstance(changelog_offset, int)
+        ):
+            raise InvalidArgumentError(f"changelog_offset must be an int or None, got {changelog_offset!r}")
+        if changelog_offset is not None and self.logged:
+            raise InvalidArgumentError(
+                f"store {self.name} is logged: its changelog assigns offsets, so commit() takes none"
+            )
+        progress = progress or progress_logger(f"committing {self.name}")
+        return self._reader.commit(changelog_offset, now_ms(), progress, on_stage)
+
+    def flush(self) -> None:
+        """Kafka's ``flush``: for a transactional store, a commit (at the current offset when
+        the store is not logged)."""
+        self.commit(None if self.logged else self.committed_offset())
+
+    def recover(self, changelog_offset: int | None = None) -> bool:
+        """Discard uncommitted writes. A logged store then replays what its changelog holds
+        beyond it (a remote one: what any writer published) and returns ``True``. An unlogged
+        store returns whether its committed state is at ``changelog_offset`` or later
+        (``False``: restore it from its changelog).
+
+        A store that holds part of what a compaction of its remote changelog replaced is wiped
+        and restored from scratch; read-only views opened before then are closed."""
+        if self._logging is None:
+            return self._reader.recover(changelog_offset, None)
+        return self._catch_up("recovering", lambda progress: self._reader.recover(changelog_offset, progress))
+
+    def compact_changelog(self, min_objects: int = 2) -> CompactionReport:
+        """Compact the store's remote changelog (``kstate.log.remote``): every object but the
+        newest merges into few, keeping the latest record per key. Safe while this or other
+        writers commit; restoring afterwards gives the same state."""
+        if self._remote is None or self._logging is None:
+            raise InvalidArgumentError(f"store {self.name} has no remote changelog (changelog.dir as a URL)")
+        return self._remote.compact(
+            self._logging.topic_config, min_objects=min_objects, work_dir=self._fetch_path.parent
+        )
+
+    def committed_offset(self) -> int | None:
+        """The changelog offset of the last commit, or ``None``."""
+        return self._reader.committed_offset()
+
+    @property
+    def uncommitted_bytes(self) -> int:
+        """Bytes of staged writes held in memory (spilled writes not included)."""
+        return self._reader.uncommitted()[0]
+
+    # -- closing ---------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the store. Uncommitted writes are discarded (commit first to keep them)."""
+        if not self._reader.is_open:
+            return
+        if self.transactional:
+            staged, spilled = self._reader.uncommitted()
+            if staged or spilled:
+                log.warning("closing store %s discards its uncommitted writes", self.name)
+        self._reader.close()
+
+    def __enter__(self: _Store) -> _Store:
+        if not self.is_open:
+            raise StoreClosedError(f"store {self.name} is not open; call init(task_dir) first")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "open" if self.is_open else "closed"
+        return f"<{type(self).__name__} {self.name!r} {state} transactional={self.transactional}>"
+
+
+_Store = TypeVar("_Store", bound=StoreLifecycle)
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class RestoreProgress:
+    """A ``progress(done, total)`` callback drawing a tqdm bar with records/s (shown on a
+    terminal; tqdm stays quiet elsewhere) once a restore turns out to take a while."""
+
+    def __init__(self, what: str):
+        self._what = what
+        self._bar: Any = None
+        self.done = 0
+
+    def __call__(self, done: int, total: int) -> None:
+        self.done = done
+        if self._bar is None:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total, desc=self._what, unit=" records", unit_scale=True, disable=None)
+        self._bar.total = max(self._bar.total or 0, total)
+        self._bar.update(done - self._bar.n)
+
+    def __enter__(self) -> RestoreProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+def progress_logger(what: str) -> Callable[[int, int], None]:
+    """A progress callback that logs every 10% of a long operation."""
+    reported = [-1]
+
+    def report(done: int, total: int) -> None:
+        decile = (10 * done) // max(total, 1)
+        if decile != reported[0]:
+            reported[0] = decile
+            log.info("%s: %d of %d writes applied", what, done, total)
+
+    return report
