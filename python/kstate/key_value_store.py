@@ -318,9 +318,6 @@ class KeyValueStore(StoreLifecycle, _Reads):
             self.get = self._reader.get
             self.put = self._reader.put
 
-    def _open_native(self) -> Any:
-        return self._reader
-
     # -- transactions ----------------------------------------------------------------------------
 
     def compact(self) -> None:

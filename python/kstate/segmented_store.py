@@ -120,7 +120,7 @@ class SegmentedStore(StoreLifecycle, _SegmentedReads):
     def segment_interval(self) -> int:
         return self._supplier.segment_interval_ms
 
-    def _open_native(self, directory: str | None, config: dict, progress: Any) -> tuple[Any, dict]:
+    def _open_segments(self, directory: str | None, config: dict, progress: Any) -> tuple[Any, dict]:
         raise NotImplementedError
 
     def init(
@@ -150,7 +150,7 @@ class SegmentedStore(StoreLifecycle, _SegmentedReads):
             "ttl_wall_clock": supplier.ttl_clock == "wall_clock",
         }
         directory = str(self.task_dir / self.name) if self.persistent else None
-        native, found = self._open_native(directory, config, progress_logger(f"finishing commit of {self.name}"))
+        native, found = self._open_segments(directory, config, progress_logger(f"finishing commit of {self.name}"))
         self._reader = native
         self._bind_raw_calls()
         if found.get("renamed_legacy"):

@@ -99,7 +99,7 @@ class SessionStore(_SessionReads, SegmentedStore):
     """A session store. Build one with ``Stores.session_store_builder(...).build()``, then
     ``init(task_dir)``."""
 
-    def _open_native(self, directory: str | None, config: dict, progress: Any) -> tuple[Any, dict]:
+    def _open_segments(self, directory: str | None, config: dict, progress: Any) -> tuple[Any, dict]:
         return _core.SessionStore.open(self.name, directory, config, progress)
 
     def read_only(self, read_committed: bool = True) -> ReadOnlySessionStore:

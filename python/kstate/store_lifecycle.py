@@ -170,14 +170,26 @@ class StoreLifecycle:
         Streams wipes a store whose changelog offset is no longer usable the same way)."""
         log.warning("Store %s: %s; wiping its local state to restore it from scratch", self.name, why)
         self._reader.close()
-        if self.persistent:
-            for path in self._local_paths():
-                if path.is_dir():
-                    shutil.rmtree(path, ignore_errors=True)
-                else:
-                    path.unlink(missing_ok=True)
+        self.wipe_local_state()
         self._open_local_state()
         self._attach_changelog()
+
+    def wipe_local_state(self) -> None:
+        """Deletes the closed store's files under its task directory (a logged store restores
+        them from its changelog on the next ``init``)."""
+        if self._reader.is_open:
+            raise InvalidArgumentError(f"store {self.name} is open; close it before wiping its local state")
+        if self.task_dir is None or not self.persistent:
+            return
+        for path in self._local_paths():
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+
+    def _open_native(self) -> Any:
+        """The native store (raises ``StoreClosedError`` before ``init``)."""
+        return self._reader
 
     # -- transactions ----------------------------------------------------------------------------
 

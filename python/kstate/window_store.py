@@ -108,7 +108,7 @@ class WindowStore(_WindowReads, SegmentedStore):
     def retain_duplicates(self) -> bool:
         return self._supplier.retain_duplicates
 
-    def _open_native(self, directory: str | None, config: dict, progress: Any) -> tuple[Any, dict]:
+    def _open_segments(self, directory: str | None, config: dict, progress: Any) -> tuple[Any, dict]:
         return _core.WindowStore.open(
             self.name, directory, config, self._supplier.window_size_ms, self._supplier.retain_duplicates, progress
         )

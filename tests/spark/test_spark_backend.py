@@ -166,6 +166,83 @@ def test_a_lost_state_dir_is_restored_from_the_changelog(spark, work):
     assert outputs == reference(range(4))
 
 
+WINDOW_MS = 60_000
+
+
+def event_time(index, row):
+    """Row ``row`` of file ``index`` happened at this time (ms): files overlap in time, so a
+    window collects counts over several batches."""
+    return index * 40_000 + row * 200
+
+
+def windowed_reference(files):
+    """Every (key, window start)'s count after all ``files``."""
+    counts = collections.Counter()
+    for index in files:
+        for row, key in enumerate(file_keys(index)):
+            t = event_time(index, row)
+            counts[key, t - t % WINDOW_MS] += 1
+    return dict(counts)
+
+
+def windowed_backend(work):
+    supplier = Stores.persistent_window_store("windows", retention_ms=3_600_000, window_size_ms=WINDOW_MS)
+    windows = Stores.window_store_builder(supplier, "string", "int64")
+    return StateBackend([windows], work / "state", work / "changelog", "windows-app", lock_timeout=60)
+
+
+def count_windows(batches, stores):
+    """The UDF: counts per key and tumbling one-minute window of event time (column ``v``)."""
+    store = stores["windows"]
+    for batch in batches:
+        keys, times = batch.column("key").to_pylist(), batch.column("v").to_pylist()
+        counted = collections.Counter((key, t - t % WINDOW_MS) for key, t in zip(keys, times))
+        totals = {}
+        for (key, start), n in counted.items():
+            totals[key, start] = (store.fetch(key, start) or 0) + n
+            store.put(key, totals[key, start], start)
+        yield pa.RecordBatch.from_arrays(
+            [pa.array([k for k, _ in totals]), pa.array(list(totals.values()), pa.int64())], names=["key", "count"]
+        )
+
+
+def test_a_window_store_counts_exactly_once_through_a_replay_and_a_lost_state_dir(spark, work):
+    for i in range(3):
+        keys = file_keys(i)
+        path = work / "in" / f"part-{i:05d}.parquet"
+        pq.write_table(pa.table({"key": keys, "v": [event_time(i, r) for r in range(ROWS)]}), path)
+        os.utime(path, (1_700_000_000 + i, 1_700_000_000 + i))
+    outputs = {}
+    run_query(spark, work, windowed_backend(work).map_in_arrow(count_windows), outputs)
+    # Batch 2's state committed but Spark's commit log never got it: it replays (rolled back
+    # first); then the partitions lose their local state and restore from the changelogs.
+    for entry in ("2", ".2.crc"):
+        (work / "checkpoint" / "commits" / entry).unlink()
+    run_query(spark, work, windowed_backend(work).map_in_arrow(count_windows), outputs)
+    windowed_backend(work).release_local_state([0, 1])
+    shutil.rmtree(work / "state")
+    check = windowed_backend(work)
+    check.batch_id = 99
+
+    def read_all(batches, stores):
+        for _ in batches:
+            pass
+        rows = [(kv.key.key, kv.key.start, kv.value) for kv in stores["windows"].all()]
+        keys, starts, counts = zip(*rows)
+        yield pa.RecordBatch.from_arrays(
+            [pa.array(keys), pa.array(starts, pa.int64()), pa.array(counts, pa.int64())],
+            names=["key", "start", "count"],
+        )
+
+    rows = (
+        spark.read.parquet(str(work / "in"))
+        .repartition(2, "key")
+        .mapInArrow(check.map_in_arrow(read_all), "key string, start long, count long")
+        .collect()
+    )
+    assert {(r["key"], r["start"]): r["count"] for r in rows} == windowed_reference(range(3))
+
+
 def test_two_concurrent_attempts_of_one_batch_publish_it_once(spark, work):
     """Two jobs run partition 0 of batch 7 at once, as two executors would (their own state
     dirs, one changelog). Whatever order they reach the locks in, the batch counts once."""

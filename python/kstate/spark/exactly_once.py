@@ -26,7 +26,6 @@ published offset is a prefix of the history and restoring forward is always righ
 from __future__ import annotations
 
 import logging
-import shutil
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -42,6 +41,7 @@ from kstate.spark.idle import IDLE, RELEASE_REQUEST, Parked, release
 from kstate.spark.locking import FileLock
 from kstate.spark.task import TaskInfo
 from kstate.spark.undo import UndoFiles, previous_values
+from kstate.store_lifecycle import StoreLifecycle
 from kstate.stores import StoreBuilder
 
 log = logging.getLogger("kstate.spark")
@@ -89,10 +89,11 @@ class Timings:
     rolled_back_batches: int = 0
 
 
-class TaskStores(Mapping[str, KeyValueStore]):
-    """The open stores of one partition, by name, handed to the user's function."""
+class TaskStores(Mapping[str, Any]):
+    """The open stores of one partition, by name, handed to the user's function: key-value,
+    window and session stores, as the backend's builders say."""
 
-    def __init__(self, stores: dict[str, KeyValueStore], task: TaskInfo):
+    def __init__(self, stores: dict[str, Any], task: TaskInfo):
         self._stores = stores
         self.task = task
 
@@ -104,7 +105,7 @@ class TaskStores(Mapping[str, KeyValueStore]):
     def batch_id(self) -> int:
         return self.task.batch_id
 
-    def __getitem__(self, name: str) -> KeyValueStore:
+    def __getitem__(self, name: str) -> Any:
         try:
             return self._stores[name]
         except KeyError:
@@ -140,7 +141,7 @@ class PartitionState:
         self._undo = UndoFiles(self.layout.undo_dir(p))
         self._log: BatchLog | None = None
         self._head: BatchEntry | None = None
-        self._stores: dict[str, KeyValueStore] = {}
+        self._stores: dict[str, StoreLifecycle] = {}
 
     # -- opening ---------------------------------------------------------------------------------
 
@@ -258,7 +259,7 @@ class PartitionState:
                     builder.name,
                     error,
                 )
-                shutil.rmtree(task_dir / "rocksdb" / builder.name, ignore_errors=True)
+                store.wipe_local_state()
                 store.init(task_dir, partition=self.task.partition, application_id=self.layout.application_id)
             self._stores[builder.name] = store
             self.timings.restored_records += store.restored_records
@@ -378,11 +379,16 @@ class PartitionState:
         self._publish_lock.release()
 
 
-def _stage_raw(store: KeyValueStore, undo: Any) -> None:
-    """Stages stored bytes exactly as recorded (``None`` deletes), with no serde in between."""
+def _stage_raw(store: StoreLifecycle, undo: Any) -> None:
+    """Stages stored bytes exactly as recorded (``None`` deletes), with no serde in between;
+    window and session stores by store key, into the segments the keys name."""
     keys = undo.column("key").combine_chunks()
     values = undo.column("value").combine_chunks()
     if not len(keys):
+        return
+    native = store._open_native()
+    if not isinstance(store, KeyValueStore):
+        native.put_store_keys(keys.to_pylist(), values.to_pylist())
         return
 
     def column(arr: Any) -> tuple:
@@ -395,4 +401,4 @@ def _stage_raw(store: KeyValueStore, undo: Any) -> None:
             False,
         )
 
-    store._open_native().put_all_packed(len(keys), column(keys), column(values))
+    native.put_all_packed(len(keys), column(keys), column(values))

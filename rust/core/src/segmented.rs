@@ -26,7 +26,7 @@ use crate::error::{Error, Result};
 use crate::key_range::{Direction, KeyRange};
 use crate::rocks::ValueFormat;
 use crate::segments::{parse_segment_name, segment_id, segment_name};
-use crate::store::{CommitProgress, KeyValueStore, ReadCommittedView, StoreOptions};
+use crate::store::{CommitProgress, KeyValueStore, ReadCommittedView, StoreOptions, VisitWrite};
 use crate::ttl::Ttl;
 
 /// Size of the batches a spilled segment's writes go into the commit intent in.
@@ -565,9 +565,21 @@ impl SegmentedStore {
         Ok(())
     }
 
-    /// Puts restored changelog records (store keys, values as stored) into the segments of
-    /// the timestamps `segment_time` reads from their keys, and commits them with `offset`:
-    /// one atomic step. Records of expired segments are dropped as late puts are.
+    /// Stages writes by store key (values as stored), each in the segment of the timestamp
+    /// `segment_time` reads from its key; writes to expired segments are dropped as late puts.
+    pub fn put_store_keys(
+        &mut self,
+        writes: &mut dyn Iterator<Item = Write<'_>>,
+        segment_time: &dyn Fn(&[u8]) -> Result<i64>,
+    ) -> Result<()> {
+        for (key, value) in writes {
+            self.put(key, segment_time(key)?, value)?;
+        }
+        Ok(())
+    }
+
+    /// Puts restored changelog records into their segments (see [`Self::put_store_keys`]) and
+    /// commits them with `offset`: one atomic step.
     pub fn restore(
         &mut self,
         writes: &mut dyn Iterator<Item = Write<'_>>,
@@ -579,10 +591,19 @@ impl SegmentedStore {
                 "a store with uncommitted writes cannot restore; recover first".into(),
             ));
         }
-        for (key, value) in writes {
-            self.put(key, segment_time(key)?, value)?;
-        }
+        self.put_store_keys(writes, segment_time)?;
         self.commit(Some(offset), &mut |_| {})
+    }
+
+    /// Passes every store key a live segment has a staged write for to `visit`, with its
+    /// committed value (`None`: absent): what undoes the transaction once it is committed.
+    pub fn previous_values_of_staged(&mut self, visit: &mut VisitWrite<'_>) -> Result<()> {
+        self.check_open()?;
+        let min_live = self.options.min_live_segment(self.stream_time);
+        for segment in self.segments.range_mut(min_live..).map(|(_, s)| s) {
+            segment.previous_values_of_staged(visit)?;
+        }
+        Ok(())
     }
 
     /// Applies every staged write and `offset` atomically across segments (see module docs).

@@ -6,6 +6,7 @@ use std::path::Path;
 
 use kstate_core::changelog::{published_marker, Changelog};
 use kstate_core::packed::{BinaryBuilder, BinaryColumn};
+use kstate_core::store::VisitWrite;
 use kstate_core::{
     Direction, KeyRange, KeyValueStore, ReadCommittedView, StoreOptions, Ttl, TtlClock, ValueFormat,
 };
@@ -18,12 +19,39 @@ use crate::logged::{log_config, logged_store_methods, Logged};
 use crate::progress::Progress;
 
 /// `(validity, offsets, data, null_count)` of an Arrow binary array built here.
-type PackedArray<'py> = (
+pub(crate) type PackedArray<'py> = (
     Bound<'py, PyBytes>,
     Bound<'py, PyBytes>,
     Bound<'py, PyBytes>,
     usize,
 );
+/// Collects the writes `source` visits (on a thread without the GIL) into two packed Arrow
+/// binary arrays, keys and values.
+pub(crate) fn packed_writes<'py>(
+    py: Python<'py>,
+    large: bool,
+    source: impl FnOnce(&mut VisitWrite<'_>) -> kstate_core::Result<()> + Send,
+) -> PyResult<(PackedArray<'py>, PackedArray<'py>)> {
+    let (mut keys, mut values) = (BinaryBuilder::new(0, large), BinaryBuilder::new(0, large));
+    py.detach(|| {
+        guard(|| {
+            source(&mut |key, value| {
+                keys.push(Some(key))?;
+                values.push(value)
+            })
+        })
+    })?;
+    let packed = |b: &BinaryBuilder| {
+        (
+            PyBytes::new(py, &b.validity),
+            PyBytes::new(py, &b.offsets),
+            PyBytes::new(py, &b.data),
+            b.null_count,
+        )
+    };
+    Ok((packed(&keys), packed(&values)))
+}
+
 /// `(offsets, data, validity, start, large)` of an Arrow binary array passed in.
 type ArrowColumn = (Vec<u8>, Vec<u8>, Option<Vec<u8>>, usize, bool);
 
@@ -442,25 +470,8 @@ impl NativeKeyValueStore {
         py: Python<'py>,
         large: bool,
     ) -> PyResult<(PackedArray<'py>, PackedArray<'py>)> {
-        let (mut keys, mut values) = (BinaryBuilder::new(0, large), BinaryBuilder::new(0, large));
         let store = &mut self.logged.inner.store;
-        py.detach(|| {
-            guard(|| {
-                store.previous_values_of_staged(&mut |key, value| {
-                    keys.push(Some(key))?;
-                    values.push(value)
-                })
-            })
-        })?;
-        let packed = |b: &BinaryBuilder| {
-            (
-                PyBytes::new(py, &b.validity),
-                PyBytes::new(py, &b.offsets),
-                PyBytes::new(py, &b.data),
-                b.null_count,
-            )
-        };
-        Ok((packed(&keys), packed(&values)))
+        packed_writes(py, large, |visit| store.previous_values_of_staged(visit))
     }
 
     fn read_committed_view(&self) -> NativeReadCommittedView {

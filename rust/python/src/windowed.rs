@@ -196,6 +196,31 @@ impl WindowedIterator {
     }
 }
 
+/// Stages `keys`/`values` (equal lengths) in the segments their store keys name.
+pub fn put_store_keys<T: SegmentedKeys + Send>(
+    py: Python<'_>,
+    store: &mut T,
+    keys: Vec<Vec<u8>>,
+    values: Vec<Option<Vec<u8>>>,
+) -> PyResult<()> {
+    if keys.len() != values.len() {
+        return Err(crate::errors::raise(
+            "InvalidArgumentError",
+            format!("{} keys but {} values", keys.len(), values.len()),
+        ));
+    }
+    let segments = store.segments_mut();
+    py.detach(|| {
+        guard(|| {
+            let mut writes = keys
+                .iter()
+                .map(Vec::as_slice)
+                .zip(values.iter().map(Option::as_deref));
+            segments.put_store_keys(&mut writes, &T::segment_time)
+        })
+    })
+}
+
 /// Adds what window and session stores share to a store class whose `logged.inner.store` is
 /// one of them: state getters, segments, sizes and compaction.
 macro_rules! segmented_store_methods {
@@ -238,6 +263,33 @@ macro_rules! segmented_store_methods {
 
             fn approximate_num_entries(&self) -> pyo3::PyResult<u64> {
                 crate::errors::guard(|| self.segments().approximate_num_entries())
+            }
+
+            /// The store keys with staged writes and their committed values, as two packed
+            /// Arrow binary arrays (the undo of the transaction).
+            fn previous_values_of_staged<'py>(
+                &mut self,
+                py: pyo3::Python<'py>,
+                large: bool,
+            ) -> pyo3::PyResult<(
+                crate::key_value_store::PackedArray<'py>,
+                crate::key_value_store::PackedArray<'py>,
+            )> {
+                use kstate_core::segmented::SegmentedKeys;
+                let segments = self.logged.inner.store.segments_mut();
+                crate::key_value_store::packed_writes(py, large, |visit| {
+                    segments.previous_values_of_staged(visit)
+                })
+            }
+
+            /// Stages writes by store key (`None` deletes), values as stored.
+            fn put_store_keys(
+                &mut self,
+                py: pyo3::Python<'_>,
+                keys: Vec<Vec<u8>>,
+                values: Vec<Option<Vec<u8>>>,
+            ) -> pyo3::PyResult<()> {
+                crate::windowed::put_store_keys(py, &mut self.logged.inner.store, keys, values)
             }
 
             /// Compacts every segment now; with a TTL, expired values leave the disk.
