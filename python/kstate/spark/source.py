@@ -10,19 +10,25 @@ stream = spark.readStream.format("kstate").option("path", ...).option("topic", .
 The columns are those of Spark's Kafka source: ``key``, ``value`` (binary), ``topic``,
 ``partition``, ``offset``, ``timestamp``, ``timestampType``. Options: ``path`` (the log directory
 holding ``<topic>-<partition>`` directories) and ``topic``, both required; ``partitions``
-(comma-separated; default: every partition on disk).
+(comma-separated; default: every partition on disk); where reading starts, as Spark's Kafka
+source says it: ``startingOffsets`` (``earliest``, the default, ``latest``, or JSON
+``{"<topic>": {"0": 23, "1": -2}}`` with -2 earliest and -1 latest) or ``startingTimestamp``
+(ms: each partition from its first record at or after it, found through the time index).
 
 The files are read, never opened as a log: opening recovers a log (cuts a torn tail), which
 must not race a writer. A trailing partial entry (an append in progress) is left for the next
 read, and in a store's changelog only published records are read (up to ``.kstate-published``):
 a commit that never published is invisible. Each Spark partition reads one log partition; a
-streaming read's offsets are ``{partition: next offset}``, starting at the earliest.
+streaming read's offsets are ``{partition: next offset}``.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import struct
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,13 +54,62 @@ class _LogPartition(InputPartition):
         self.end = end  # exclusive; None: to the end
 
 
-def _options(options: dict[str, str]) -> tuple[Path, str, list[int] | None]:
+EARLIEST, LATEST = -2, -1
+"""Spark's Kafka source's offsets for "the first" and "the next" record of a partition."""
+
+
+@dataclass(frozen=True)
+class _Options:
+    log_dir: Path
+    topic: str
+    partitions: list[int] | None
+    starting_offsets: str
+    starting_timestamp: int | None
+
+    def partition_dir(self, partition: int) -> Path:
+        return self.log_dir / f"{self.topic}-{partition}"
+
+    def wanted(self) -> list[int]:
+        return self.partitions if self.partitions is not None else _partitions_on_disk(self.log_dir, self.topic)
+
+    def start_offsets(self) -> dict[int, int]:
+        """Where each wanted partition starts."""
+        starts = {}
+        for p in self.wanted():
+            directory = self.partition_dir(p)
+            if self.starting_timestamp is not None:
+                starts[p] = first_offset_at(directory, self.starting_timestamp)
+                continue
+            wanted = self._starting_offset(p)
+            starts[p] = _end_offset(directory) if wanted == LATEST else 0 if wanted == EARLIEST else wanted
+        return starts
+
+    def _starting_offset(self, partition: int) -> int:
+        if self.starting_offsets in ("earliest", "latest"):
+            return EARLIEST if self.starting_offsets == "earliest" else LATEST
+        try:
+            return int(json.loads(self.starting_offsets)[self.topic][str(partition)])
+        except (ValueError, KeyError, TypeError):
+            raise InvalidArgumentError(
+                f"startingOffsets {self.starting_offsets!r} names no offset for {self.topic} partition {partition} "
+                '(use "earliest", "latest" or {"<topic>": {"<partition>": offset}}, -2 earliest, -1 latest)'
+            ) from None
+
+
+def _options(options: dict[str, str]) -> _Options:
     path, topic = options.get("path"), options.get("topic")
     if not path or not topic:
         raise InvalidArgumentError("the kstate data source needs the options path (a log directory) and topic")
     wanted = options.get("partitions")
     partitions = None if not wanted else [int(p) for p in wanted.split(",")]
-    return Path(path), topic, partitions
+    timestamp = options.get("startingTimestamp")
+    try:
+        starting_timestamp = None if timestamp is None else int(timestamp)
+    except ValueError:
+        raise InvalidArgumentError(
+            f"startingTimestamp must be milliseconds since the epoch, got {timestamp!r}"
+        ) from None
+    return _Options(Path(path), topic, partitions, options.get("startingOffsets", "earliest"), starting_timestamp)
 
 
 def _partitions_on_disk(log_dir: Path, topic: str) -> list[int]:
@@ -140,13 +195,67 @@ def _spark_rows(batch: Any, topic: str, partition: int) -> Any:
     )
 
 
+def _segments(partition_dir: Path) -> list[Path]:
+    return sorted(partition_dir.glob("*.log"), key=lambda p: int(p.stem))
+
+
 def _end_offset(partition_dir: Path) -> int:
-    """One past the last readable record of a partition directory (0 when empty)."""
-    end = 0
-    for batch in read_log(partition_dir):
+    """One past the last readable record of a partition directory (0 when empty). Only the
+    newest segment is read: a segment is named by its first offset, which is where the one
+    before it ended."""
+    segments = _segments(partition_dir)
+    if not segments:
+        return 0
+    end = int(segments[-1].stem)
+    for batch in read_log(partition_dir, end):
         if batch.num_rows:
             end = batch.column("offset")[-1].as_py() + 1
-    return end
+    published = _published_end(partition_dir)
+    return end if published is None else min(end, published)
+
+
+_TIME_ENTRY = struct.Struct(">qi")
+
+
+def _time_index(segment: Path) -> list[tuple[int, int]]:
+    """``(largest timestamp so far, its absolute offset)`` entries of a segment's time index
+    (spec 3.8), stopping at Kafka's zero-filled tail."""
+    base = int(segment.stem)
+    try:
+        data = segment.with_suffix(".timeindex").read_bytes()
+    except FileNotFoundError:
+        return []
+    entries = []
+    for position in range(0, len(data) - len(data) % _TIME_ENTRY.size, _TIME_ENTRY.size):
+        timestamp, relative = _TIME_ENTRY.unpack_from(data, position)
+        if position and timestamp == 0 and relative == 0:
+            break
+        entries.append((timestamp, base + relative))
+    return entries
+
+
+def first_offset_at(partition_dir: Path, timestamp: int) -> int:
+    """The first offset whose record's timestamp is at or after ``timestamp`` (the end offset
+    when there is none), as Kafka's ``offsetsForTimes``: the time indexes of sealed segments
+    skip whole segments and narrow the scan to what follows the last entry before the time."""
+    import pyarrow.compute as pc
+
+    segments = _segments(partition_dir)
+    scan_from = 0
+    for i, segment in enumerate(segments):
+        scan_from = int(segment.stem)
+        entries = _time_index(segment)
+        sealed = i + 1 < len(segments)
+        if sealed and (not entries or entries[-1][0] < timestamp):
+            continue  # a sealed segment's last entry is its largest timestamp: all before the time
+        before = [offset for ts, offset in entries if ts < timestamp]
+        scan_from = max(scan_from, before[-1]) if before else scan_from
+        break
+    for batch in read_log(partition_dir, scan_from):
+        at_or_after = pc.greater_equal(batch.column("timestamp"), timestamp)
+        if pc.any(at_or_after).as_py():
+            return batch.column("offset")[pc.index(at_or_after, True).as_py()].as_py()
+    return _end_offset(partition_dir)
 
 
 class KstateDataSource(DataSource):
@@ -160,44 +269,39 @@ class KstateDataSource(DataSource):
         return SCHEMA
 
     def reader(self, schema: Any) -> DataSourceReader:
-        return _BatchReader(*_options(self.options))
+        return _BatchReader(_options(self.options))
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:  # noqa: N802
-        return _StreamReader(*_options(self.options))
+        return _StreamReader(_options(self.options))
 
 
 class _BatchReader(DataSourceReader):
-    def __init__(self, log_dir: Path, topic: str, partitions: list[int] | None):
-        self.log_dir, self.topic = log_dir, topic
-        self.wanted = partitions if partitions is not None else _partitions_on_disk(log_dir, topic)
+    def __init__(self, options: _Options):
+        self.options = options
 
     def partitions(self) -> list[InputPartition]:
-        return [_LogPartition(p, 0, None) for p in self.wanted]
+        return [_LogPartition(p, start, None) for p, start in self.options.start_offsets().items()]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, _LogPartition)
-        directory = self.log_dir / f"{self.topic}-{partition.partition}"
+        directory = self.options.partition_dir(partition.partition)
         if not os.path.isdir(directory):
             return
         for batch in read_log(directory, partition.start, partition.end):
             if batch.num_rows:
-                yield _spark_rows(batch, self.topic, partition.partition)
+                yield _spark_rows(batch, self.options.topic, partition.partition)
 
 
 class _StreamReader(DataSourceStreamReader):
-    def __init__(self, log_dir: Path, topic: str, partitions: list[int] | None):
-        self.batch = _BatchReader(log_dir, topic, partitions)
-        self.fixed = partitions
-
-    def _wanted(self) -> list[int]:
-        return self.fixed if self.fixed is not None else _partitions_on_disk(self.batch.log_dir, self.batch.topic)
+    def __init__(self, options: _Options):
+        self.options = options
+        self.batch = _BatchReader(options)
 
     def initialOffset(self) -> dict:  # noqa: N802
-        return {str(p): 0 for p in self._wanted()}
+        return {str(p): start for p, start in self.options.start_offsets().items()}
 
     def latestOffset(self) -> dict:  # noqa: N802
-        log_dir, topic = self.batch.log_dir, self.batch.topic
-        return {str(p): _end_offset(log_dir / f"{topic}-{p}") for p in self._wanted()}
+        return {str(p): _end_offset(self.options.partition_dir(p)) for p in self.options.wanted()}
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         return [
