@@ -1,6 +1,7 @@
 """TTL: expired values are invisible to every read at once, and a forced RocksDB compaction
 removes them from disk (read back with rocksdict, an independent RocksDB binding)."""
 
+import shutil
 import struct
 import time
 
@@ -9,6 +10,11 @@ import pytest
 from kstate import KeyValue, Stores, ValueAndTimestamp, Windowed
 
 TTL = 1_000
+
+
+@pytest.fixture
+def state_dir(tmp_path):
+    return tmp_path / "state"
 
 
 def kv_store(task_dir, persistent=True, clock="stream_time", ttl=TTL):
@@ -66,6 +72,30 @@ def test_wall_clock_ttl(task_dir, column_families):
         store.commit(1)
         store.compact()
         assert set(column_families(task_dir / "rocksdb" / "kv")["keyValueWithTimestamp"]) == {b"fresh"}
+
+
+def test_stream_time_survives_a_reopen_and_a_restore(state_dir, column_families):
+    """A commit records stream time with the offset (kstate's own key in the offsets family),
+    so a reopened store still hides what had expired; a restore advances it as puts do."""
+    task = state_dir / "app" / "0_0"
+    supplier = Stores.persistent_timestamped_key_value_store("kv", ttl_ms=TTL)
+
+    def logged():
+        return Stores.timestamped_key_value_store_builder(supplier, "string", "string").with_logging_enabled()
+
+    with logged().build().init(task) as store:
+        store.put("old", "o", timestamp=100)
+        store.put("new", "n", timestamp=5_000)
+        store.commit()
+    offsets = column_families(task / "rocksdb" / "kv")["offsets"]
+    assert offsets[b"kstate.ttl.stream-time"] == struct.pack(">q", 5_000)
+    with logged().build().init(task) as store:
+        assert store.restored_records == 0
+        assert store.get("old") is None and store.get("new") == "n"
+    shutil.rmtree(task)
+    with logged().build().init(task) as store:
+        assert store.restored_records == 2
+        assert store.get("old") is None and store.get("new") == "n"
 
 
 def test_window_store_ttl_hides_and_purges_per_segment(task_dir, column_families):

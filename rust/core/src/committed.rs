@@ -13,6 +13,9 @@ pub struct OffsetWrite<'a> {
     pub key: &'a str,
     /// `None` deletes the entry (a commit without changelog offset).
     pub offset: Option<i64>,
+    /// A TTL's stream time to record (under [`crate::offsets::TTL_STREAM_TIME_KEY`]); `None`
+    /// leaves the recorded one.
+    pub stream_time: Option<i64>,
 }
 
 pub type Write<'a> = (&'a [u8], Option<&'a [u8]>);

@@ -123,12 +123,20 @@ impl CommittedState for MemoryState {
                 None => data.remove(key),
             };
         }
-        if let Some(OffsetWrite { key, offset }) = offset {
+        if let Some(OffsetWrite {
+            key,
+            offset,
+            stream_time,
+        }) = offset
+        {
             let mut offsets = self.offsets.write().map_err(poisoned)?;
             match offset {
                 Some(o) => offsets.insert(key.to_string(), o),
                 None => offsets.remove(key),
             };
+            if let Some(time) = stream_time {
+                offsets.insert(crate::offsets::TTL_STREAM_TIME_KEY.to_string(), time);
+            }
         }
         Ok(())
     }

@@ -7,6 +7,9 @@ pub const OFFSETS_CF: &str = "offsets";
 pub const STATUS_KEY: &[u8] = b"status";
 pub const STATUS_OPEN: i64 = 1;
 pub const STATUS_CLOSED: i64 = 0;
+/// kstate's own entry: the stream time of a TTL store at its last commit. Kafka Streams reads
+/// only `status`, `position` and its topic-partition keys, so it passes this one by.
+pub const TTL_STREAM_TIME_KEY: &str = "kstate.ttl.stream-time";
 
 /// Key of a changelog offset: `TopicPartition.toString()`, i.e. `<topic>-<partition>`.
 pub fn offset_key(topic: &str, partition: i32) -> String {

@@ -396,11 +396,19 @@ impl CommittedState for RocksState {
         _writes: &mut dyn Iterator<Item = Write<'_>>,
         offset: Option<OffsetWrite<'_>>,
     ) -> Result<()> {
-        if let Some(OffsetWrite { key, offset }) = offset {
+        if let Some(OffsetWrite {
+            key,
+            offset,
+            stream_time,
+        }) = offset
+        {
             let cf = self.cf(OFFSETS_CF)?;
             match offset {
                 Some(o) => batch.put_cf(cf, key.as_bytes(), offsets::encode(o)),
                 None => batch.delete_cf(cf, key.as_bytes()),
+            }
+            if let Some(time) = stream_time {
+                batch.put_cf(cf, offsets::TTL_STREAM_TIME_KEY, offsets::encode(time));
             }
         }
         self.db.write_opt(batch, &self.write_options)?;

@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::key_range::{Direction, KeyRange};
 use crate::memory::MemoryState;
 use crate::merge::{merge_into, IterSource, SortedSource};
-use crate::offsets::{STATUS_CLOSED, STATUS_OPEN};
+use crate::offsets::{self, STATUS_CLOSED, STATUS_OPEN};
 use crate::overlay::Overlay;
 use crate::read_cache::ReadCache;
 use crate::rocks::{RocksState, ValueFormat};
@@ -202,6 +202,11 @@ impl KeyValueStore {
     ) -> Result<(Self, OpenReport)> {
         std::fs::create_dir_all(path)?;
         let rocks = RocksState::open_with_ttl(path, format, ttl.as_ref())?;
+        if let Some(ttl) = &ttl {
+            if let Some(time) = rocks.committed_offset(offsets::TTL_STREAM_TIME_KEY)? {
+                ttl.advance_to(time);
+            }
+        }
         let mut report = OpenReport {
             upgrade_mode: rocks.upgrade_mode(),
             ..OpenReport::default()
@@ -214,6 +219,7 @@ impl KeyValueStore {
             let forget = OffsetWrite {
                 key: &options.offset_key,
                 offset: None,
+                stream_time: None,
             };
             rocks.apply(&mut std::iter::empty(), Some(forget))?;
             if options.transactional {
@@ -264,6 +270,10 @@ impl KeyValueStore {
 
     pub fn ttl(&self) -> Option<&Ttl> {
         self.ttl.as_ref()
+    }
+
+    fn ttl_stream_time(&self) -> Option<i64> {
+        self.ttl.as_ref().and_then(Ttl::stream_time)
     }
 
     pub fn transactional(&self) -> bool {
@@ -600,11 +610,21 @@ impl KeyValueStore {
         if let Some(cache) = &mut self.cache {
             cache.clear();
         }
+        // Restored records advance a TTL's stream time as puts do, recorded with the offset.
+        let writes: Vec<Write<'_>> = writes.collect();
+        if let Some(ttl) = &self.ttl {
+            writes
+                .iter()
+                .filter_map(|(_, v)| *v)
+                .for_each(|v| ttl.observe(v));
+        }
         let offset_write = OffsetWrite {
             key: &self.options.offset_key,
             offset: Some(offset),
+            stream_time: self.ttl_stream_time(),
         };
-        self.state.with(|c| c.apply(writes, Some(offset_write)))
+        self.state
+            .with(|c| c.apply(&mut writes.iter().copied(), Some(offset_write)))
     }
 
     /// Applies every uncommitted write and `offset` atomically. On error nothing is lost: the
@@ -618,6 +638,7 @@ impl KeyValueStore {
         let offset_write = OffsetWrite {
             key: &offset_key,
             offset,
+            stream_time: self.ttl_stream_time(),
         };
         if !self.options.transactional {
             return self
@@ -718,6 +739,7 @@ impl KeyValueStore {
         let offset_write = OffsetWrite {
             key: &self.options.offset_key,
             offset,
+            stream_time: self.ttl_stream_time(),
         };
         self.state
             .with(|c| c.apply(&mut std::iter::empty(), Some(offset_write)))?;
@@ -839,9 +861,11 @@ fn copy_spill(
         });
         Ok(())
     })?;
+    // The committing writer's stream time died with it; puts after reopening restore it.
     let offset_write = OffsetWrite {
         key: offset_key,
         offset,
+        stream_time: None,
     };
     committed.apply(&mut std::iter::empty(), Some(offset_write))?;
     Ok(applied)

@@ -15,8 +15,9 @@ use crate::key_range::{Direction, KeyRange};
 /// What "now" is for expiry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TtlClock {
-    /// The largest value timestamp the store has seen (Kafka's observed stream time); kept in
-    /// memory, so after a restart nothing expires until the first put.
+    /// The largest value timestamp the store has seen (Kafka's observed stream time), staged
+    /// puts and restored records included; each commit records it with the changelog offset,
+    /// so a reopened store starts from its last committed stream time.
     StreamTime,
     /// Milliseconds since the epoch by the system clock.
     WallClock,
@@ -71,6 +72,19 @@ impl Ttl {
                 self.stream_time.fetch_max(ts, Ordering::Relaxed);
             }
         }
+    }
+
+    /// Advances stream time to `timestamp` (a committed stream time read back on open).
+    pub fn advance_to(&self, timestamp: i64) {
+        if self.clock == TtlClock::StreamTime {
+            self.stream_time.fetch_max(timestamp, Ordering::Relaxed);
+        }
+    }
+
+    /// Stream time to record with a commit: `None` for the wall clock or before any value.
+    pub fn stream_time(&self) -> Option<i64> {
+        let time = self.stream_time.load(Ordering::Relaxed);
+        (self.clock == TtlClock::StreamTime && time != i64::MIN).then_some(time)
     }
 
     /// The clock's current time; `i64::MIN` before stream time has seen a value.
