@@ -47,6 +47,13 @@ def _arrow_type_of(serde: Any) -> Any:
     return {LongSerde: pa.int64(), DoubleSerde: pa.float64()}.get(type(serde), pa.string())
 
 
+def _every_entry(store: Any, timestamped: bool, sessions: bool) -> Any:
+    """An iterator over every entry of an open store (values with timestamps if asked)."""
+    if sessions:
+        return store.fetch_with_timestamp(None, None) if timestamped else store.fetch(None, None)
+    return store.all_with_timestamp() if timestamped else store.all()
+
+
 def _column_value(value: Any, arrow_type: Any) -> Any:
     import pyarrow as pa
 
@@ -169,11 +176,13 @@ class StateBackend:
 
     def state_dataframe(self, spark: Any, store: str, num_partitions: int) -> Any:
         """The state of ``store`` after each partition's last published batch, as a DataFrame of
-        ``partition``, ``key``, ``value`` (and ``timestamp`` for a timestamped store), read by
-        one Spark task per partition. Key and value columns take their type from the serdes:
-        bytes -> binary, string -> string, int64 -> bigint, float64 -> double, others -> string
-        (their ``str``)."""
+        ``partition``, ``key`` (window and session stores: ``start`` and ``end`` too), ``value``
+        and, for a timestamped store, ``timestamp``, read by one Spark task per partition. Key
+        and value columns take their type from the serdes: bytes -> binary, string -> string,
+        int64 -> bigint, float64 -> double, others -> string (their ``str``)."""
         import pyarrow as pa
+
+        from kstate.stores import SessionBytesStoreSupplier, WindowBytesStoreSupplier
 
         builder = next((b for b in self.builders if b.name == store), None)
         if builder is None:
@@ -181,8 +190,12 @@ class StateBackend:
         built = builder.build()
         key_type, value_type = _arrow_type_of(built._key_serde), _arrow_type_of(built._value_serde)
         timestamped = builder.timestamped
-        fields = [("partition", pa.int32()), ("key", key_type), ("value", value_type)]
-        schema = pa.schema(fields + ([("timestamp", pa.int64())] if timestamped else []))
+        sessions = isinstance(builder.supplier, SessionBytesStoreSupplier)
+        windowed = sessions or isinstance(builder.supplier, WindowBytesStoreSupplier)
+        fields = [("partition", pa.int32()), ("key", key_type)]
+        fields += [("start", pa.int64()), ("end", pa.int64())] if windowed else []
+        fields += [("value", value_type)] + ([("timestamp", pa.int64())] if timestamped else [])
+        schema = pa.schema(fields)
 
         def read(batches: Iterator[Any]) -> Iterator[Any]:
             for _ in batches:
@@ -191,15 +204,16 @@ class StateBackend:
             state = self.partition_state(current)
             opened = state.open(read_only=True)[store]
             try:
-                with opened.all_with_timestamp() if timestamped else opened.all() as entries:
+                with _every_entry(opened, timestamped, sessions) as entries:
                     rows = list(entries)
             finally:
                 state.abort()
-            columns = {
-                "partition": [current.partition] * len(rows),
-                "key": [_column_value(r.key, key_type) for r in rows],
-                "value": [_column_value(r.value.value if timestamped else r.value, value_type) for r in rows],
-            }
+            keys = [r.key.key if windowed else r.key for r in rows]
+            columns = {"partition": [current.partition] * len(rows), "key": [_column_value(k, key_type) for k in keys]}
+            if windowed:
+                columns["start"] = [r.key.start for r in rows]
+                columns["end"] = [r.key.end for r in rows]
+            columns["value"] = [_column_value(r.value.value if timestamped else r.value, value_type) for r in rows]
             if timestamped:
                 columns["timestamp"] = [r.value.timestamp for r in rows]
             yield pa.RecordBatch.from_pydict(columns, schema=schema)
