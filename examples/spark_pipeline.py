@@ -1,85 +1,203 @@
-"""kstate Spark demo: clicks per user in a Structured Streaming query, exactly once through failures.
+"""kstate Spark demo: sensor readings through a Structured Streaming query, exactly once.
 
-A stream of click files (one file per micro-batch) feeds a running click count and the time of
-the last click per user, kept in a timestamped kstate store from inside ``mapInArrow``. Along the
-way the demo:
+A generator appends sensor readings to a kstate log (topic ``readings``: two partitions, key =
+sensor id, value = the reading, record timestamp = event time; about 5% of the readings arrive
+up to three minutes late, out of order). A streaming query reads the log with
+``format("kstate")``, one wave of five minutes of event time per micro-batch, and keeps two
+kstate stores from inside ``mapInArrow``:
 
-1. kills the Python worker of one task with SIGKILL in the middle of batch 1 (Spark retries it);
-2. deletes the query's last commit-log entry, as if the driver died after the state committed,
-   so Spark replays that batch on restart (kstate rolls it back first);
-3. deletes the executors' local state, as if the partitions moved, and adds more files (kstate
-   restores from the changelog);
+- ``totals``: readings per sensor, stamped with the sensor's latest event time, in a
+  timestamped key-value store with a 12-minute TTL on stream time (a sensor silent that long
+  is forgotten; 50 of the 300 sensors stop reporting after the second wave);
+- ``per_minute``: readings per sensor and one-minute event-time window, in a timestamped
+  window store (one hour retention).
 
-then reads the state back as a DataFrame and checks it against the same count in plain Python.
+Each micro-batch appends the sensors it updated to a parquet table. Along the way the demo kills
+a Python worker (SIGKILL) in the middle of a batch, loses Spark's last commit-log entry (Spark
+replays that batch; kstate rolls its state back first), and wipes the executors' local state
+(kstate restores it from the changelogs). At the end it checks both stores against the same
+computation in plain Python and prints a report.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import json
 import logging
 import os
 import random
 import shutil
 import signal
 import tempfile
+import time
+import zlib
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from kstate import Stores, ValueAndTimestamp
-from kstate.spark import StateBackend, local_session
+from kstate.log import Topic
+from kstate.spark import StateBackend, local_session, register_data_source
 
-USERS = 200
-CLICKS_PER_FILE = 2_000
+SENSORS = 300
+SILENT_AFTER_WAVE = 1
+"""Sensors 250-299 report in waves 0 and 1 only."""
+ACTIVE = 250
+WAVES = 6
+READINGS_PER_WAVE = 10_000
+MINUTE = 60_000
+WAVE_MS = 5 * MINUTE
+T0 = 28_333_333 * MINUTE  # 2023-11-14, on a minute boundary
+TTL_MS = 12 * MINUTE
+LATE_SHARE, MAX_LATENESS_MS = 0.05, 3 * MINUTE
+PARTITIONS = 2
 
 
-def clicks(index: int) -> pa.Table:
+# -- the input: a kstate log of readings ---------------------------------------------------------
+
+
+def wave(index: int) -> list[tuple[str, float, int]]:
+    """``(sensor, reading, event time)`` of one wave, in arrival order."""
     rnd = random.Random(index)
-    users = [f"user-{rnd.randrange(USERS):04d}" for _ in range(CLICKS_PER_FILE)]
-    times = [1_700_000_000_000 + index * 60_000 + i for i in range(CLICKS_PER_FILE)]
-    return pa.table({"user": users, "ts": pa.array(times, pa.int64())})
+    sensors = SENSORS if index <= SILENT_AFTER_WAVE else ACTIVE
+    readings = []
+    for i in range(READINGS_PER_WAVE):
+        t = T0 + index * WAVE_MS + i * WAVE_MS // READINGS_PER_WAVE
+        if rnd.random() < LATE_SHARE:
+            t -= rnd.randrange(MAX_LATENESS_MS)
+        readings.append((f"sensor-{rnd.randrange(sensors):03d}", round(rnd.uniform(15, 30), 2), t))
+    return readings
 
 
-def add_files(source: Path, indexes: range) -> None:
-    for i in indexes:
-        path = source / f"clicks-{i:04d}.parquet"
-        pq.write_table(clicks(i), path)
-        os.utime(path, (1_700_000_000 + i, 1_700_000_000 + i))
+def append_wave(log_dir: Path, index: int) -> None:
+    by_partition = collections.defaultdict(list)
+    for sensor, reading, t in wave(index):
+        key = sensor.encode()
+        by_partition[zlib.crc32(key) % PARTITIONS].append((key, str(reading).encode(), t))
+    with Topic(log_dir, "readings") as topic:
+        for partition in range(PARTITIONS):
+            log = topic.partition(partition)
+            log.append(by_partition[partition])
+            log.flush()
 
 
-def run_query(spark, source: Path, work: Path, state: StateBackend, kill_marker: Path) -> None:
-    @state.map_in_arrow
-    def count_clicks(batches, stores):
-        store = stores["clicks"]
-        for batch in batches:
-            per_user = pa.Table.from_batches([batch]).group_by("user").aggregate([("user", "count"), ("ts", "max")])
-            users = per_user.column("user").to_pylist()
-            before = store.get_many_with_timestamp(users)
-            counts = pc.add(
-                pa.array([0 if b is None else b.value for b in before], pa.int64()),
-                per_user["user_count"].combine_chunks(),
-            )
-            last = per_user.column("ts_max").to_pylist()
-            store.put_all([(u, ValueAndTimestamp(c, t)) for u, c, t in zip(users, counts.to_pylist(), last)])
-            if stores.batch_id == 1 and stores.partition == 0 and not kill_marker.exists():
-                kill_marker.touch()
-                print(f"  [worker {os.getpid()}] batch 1, partition 0: killing myself with SIGKILL", flush=True)
-                os.kill(os.getpid(), signal.SIGKILL)
-            yield pa.RecordBatch.from_arrays([pa.array(users), counts], names=["user", "clicks"])
+# -- the state -----------------------------------------------------------------------------------
 
-    frames = spark.readStream.schema("user string, ts long").option("maxFilesPerTrigger", 1).parquet(str(source))
-    counted = frames.repartition(2, "user").mapInArrow(count_clicks, "user string, clicks long")
+
+def state_backend(work: Path) -> StateBackend:
+    totals = Stores.timestamped_key_value_store_builder(
+        Stores.persistent_timestamped_key_value_store("totals", ttl_ms=TTL_MS), "string", "int64"
+    )
+    per_minute = Stores.timestamped_window_store_builder(
+        Stores.persistent_timestamped_window_store("per_minute", retention_ms=60 * MINUTE, window_size_ms=MINUTE),
+        "string",
+        "int64",
+    )
+    metrics = work / "metrics.jsonl"
+
+    def record_task(task, timings) -> None:  # noqa: ANN001
+        with open(metrics, "a") as out:
+            out.write(json.dumps({"batch": task.batch_id, **timings.__dict__}) + "\n")
+
+    return StateBackend([totals, per_minute], work / "state", work / "changelog", "sensors", on_task=record_task)
+
+
+def update_state(batches, stores):  # noqa: ANN001, ANN201
+    """The UDF: running totals with TTL and per-minute counts, one Arrow batch at a time."""
+    totals, per_minute = stores["totals"], stores["per_minute"]
+    for batch in batches:
+        sensors, times = batch.column("sensor").to_pylist(), batch.column("event_ms").to_pylist()
+        seen: dict[str, tuple[int, int]] = {}
+        windows: collections.Counter = collections.Counter()
+        for sensor, t in zip(sensors, times):
+            n, latest = seen.get(sensor, (0, t))
+            seen[sensor] = (n + 1, max(latest, t))
+            windows[sensor, t - t % MINUTE] += 1
+        keys = list(seen)
+        updated = []
+        for key, before in zip(keys, totals.get_many_with_timestamp(keys)):
+            n, latest = seen[key]
+            if before is not None:  # None: new, or silent for longer than the TTL
+                n, latest = n + before.value, max(latest, before.timestamp)
+            updated.append((key, ValueAndTimestamp(n, latest)))
+        totals.put_all(updated)
+        for (sensor, start), n in windows.items():
+            per_minute.put(sensor, (per_minute.fetch(sensor, start) or 0) + n, start, timestamp=start)
+        if stores.batch_id == 1 and stores.partition == 0 and not KILL_MARKER.exists():
+            KILL_MARKER.touch()
+            print(f"    [worker {os.getpid()}] batch 1, partition 0: killing myself with SIGKILL", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        yield pa.RecordBatch.from_arrays(
+            [
+                pa.array([k for k, _ in updated]),
+                pa.array([v.value for _, v in updated], pa.int64()),
+                pa.array([v.timestamp for _, v in updated], pa.int64()),
+            ],
+            names=["sensor", "readings", "last_event_ms"],
+        )
+
+
+KILL_MARKER = Path(tempfile.gettempdir()) / f"kstate-demo-killed-{os.getpid()}"
+
+
+# -- the query -----------------------------------------------------------------------------------
+
+
+def run_query(spark, work: Path, state: StateBackend) -> list[dict]:  # noqa: ANN001
+    """Processes what the log holds beyond the query's checkpoint; returns its progress reports."""
+    readings = (
+        spark.readStream.format("kstate")
+        .option("path", str(work / "input"))
+        .option("topic", "readings")
+        .load()
+        .selectExpr(
+            "CAST(key AS STRING) AS sensor",
+            "CAST(CAST(value AS STRING) AS DOUBLE) AS reading",
+            "unix_millis(timestamp) AS event_ms",
+        )
+    )
+    updates = readings.repartition(PARTITIONS, "sensor").mapInArrow(
+        state.map_in_arrow(update_state), "sensor string, readings long, last_event_ms long"
+    )
+
+    def sink(frame, batch_id) -> None:  # noqa: ANN001
+        # Two actions on the batch: persist it, or the second runs the stateful plan again (a replay).
+        frame.persist()
+        frame.write.mode("append").parquet(str(work / "output"))
+        print(f"    batch {batch_id}: {frame.count()} sensor updates written", flush=True)
+        frame.unpersist()
+
     query = (
-        counted.writeStream.outputMode("update")
-        .foreachBatch(lambda frame, batch_id: print(f"  batch {batch_id}: {frame.count()} users updated"))
+        updates.writeStream.outputMode("update")
+        .foreachBatch(sink)
         .option("checkpointLocation", str(work / "checkpoint"))
         .trigger(availableNow=True)
         .start()
     )
     query.awaitTermination()
+    # PySpark 4 gives progress objects, older releases dicts.
+    return [p if isinstance(p, dict) else json.loads(p.json) for p in query.recentProgress]
+
+
+# -- the check and the report --------------------------------------------------------------------
+
+
+def reference() -> tuple[dict, dict]:
+    """``totals`` and ``per_minute`` as plain Python computes them from every reading."""
+    counts, latest, windows = collections.Counter(), {}, collections.Counter()
+    for index in range(WAVES):
+        for sensor, _, t in wave(index):
+            counts[sensor] += 1
+            latest[sensor] = max(latest.get(sensor, t), t)
+            windows[sensor, t - t % MINUTE] += 1
+    stream_time = max(latest.values())
+    totals = {s: (n, latest[s]) for s, n in counts.items() if latest[s] > stream_time - TTL_MS}
+    return totals, dict(windows)
+
+
+def disk_bytes(directory: Path) -> int:
+    return sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
 
 
 def main() -> None:
@@ -88,42 +206,64 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     work = Path(tempfile.mkdtemp(prefix="kstate-spark-demo-"))
-    source = work / "clicks"
-    source.mkdir()
-    conf = {"spark.sql.shuffle.partitions": 2, "spark.ui.showConsoleProgress": "false"}
+    conf = {"spark.sql.shuffle.partitions": PARTITIONS, "spark.ui.showConsoleProgress": "false"}
     spark = local_session("kstate-spark-demo", master="local[2,3]", conf=conf)
     spark.sparkContext.setLogLevel("OFF")
-    supplier = Stores.persistent_timestamped_key_value_store("clicks")
-    builder = Stores.timestamped_key_value_store_builder(supplier, "string", "int64")
-    state = StateBackend([builder], work / "state", work / "changelog", "clicks-demo")
+    register_data_source(spark)
+    state = state_backend(work)
+    progress: list[dict] = []
+    started = time.monotonic()
     try:
-        print("1. batches 0-2, the worker of batch 1 partition 0 is killed once:")
-        add_files(source, range(3))
-        run_query(spark, source, work, state, work / "killed")
-        print("2. the last commit-log entry is lost: Spark replays batch 2 on restart")
-        for name in ("2", ".2.crc"):
-            (work / "checkpoint" / "commits" / name).unlink()
-        run_query(spark, source, work, state, work / "killed")
-        print("3. the local state is lost (partitions moved), batches 3-4 arrive:")
-        state.release_local_state([0, 1])  # the workers that kept the stores open close them
-        shutil.rmtree(work / "state")
-        add_files(source, range(3, 5))
-        run_query(spark, source, work, state, work / "killed")
+        for index in range(WAVES):
+            if index == 3:
+                print(
+                    "batch 2's commit-log entry is lost (the driver died after the state committed): Spark replays it"
+                )
+                for name in ("2", ".2.crc"):
+                    (work / "checkpoint" / "commits" / name).unlink()
+                progress += run_query(spark, work, state)
+            if index == 4:
+                print("the executors' local state is lost (partitions moved): kstate restores it from the changelogs")
+                state.release_local_state(range(PARTITIONS))  # workers that keep stores open close them
+                shutil.rmtree(work / "state")
+            append_wave(work / "input", index)
+            killed = (
+                " (the worker of batch 1, partition 0 is killed once: Spark retries the task)" if index == 1 else ""
+            )
+            print(f"wave {index} appended to the log{killed}")
+            progress += run_query(spark, work, state)
+        wall = time.monotonic() - started
 
-        table = state.state_dataframe(spark, "clicks", num_partitions=2).toPandas()
-        expected = collections.Counter(u for i in range(5) for u in clicks(i).column("user").to_pylist())
-        last_seen = {}
-        for i in range(5):
-            for u, t in zip(clicks(i).column("user").to_pylist(), clicks(i).column("ts").to_pylist()):
-                last_seen[u] = max(last_seen.get(u, 0), t)
-        got = {r.key: (r.value, r.timestamp) for r in table.itertuples()}
-        want = {u: (n, last_seen[u]) for u, n in expected.items()}
-        print(f"state: {len(got)} users, {sum(v for v, _ in got.values())} clicks in kstate")
-        if got != want:
-            raise SystemExit(f"MISMATCH: {len(set(got.items()) ^ set(want.items()))} users differ")
-        print("OK: the state equals the plain-Python count of every click exactly once")
+        totals = state.state_dataframe(spark, "totals", PARTITIONS).toPandas()
+        windows = state.state_dataframe(spark, "per_minute", PARTITIONS).toPandas()
+        want_totals, want_windows = reference()
+        got_totals = {r.key: (r.value, r.timestamp) for r in totals.itertuples()}
+        got_windows = {(r.key, r.start): r.value for r in windows.itertuples()}
+        tasks = [json.loads(line) for line in (work / "metrics.jsonl").read_text().splitlines()]
+        rows = sum(p["numInputRows"] for p in progress)
+        seconds = sum(p["durationMs"].get("triggerExecution", 0) for p in progress) / 1000
+        print()
+        print("report")
+        print(f"  readings generated      {WAVES * READINGS_PER_WAVE:,} ({WAVES} waves, ~5% late)")
+        print(f"  rows processed          {rows:,} in {len(progress)} micro-batches (a replay counts again)")
+        print(f"  rows/s                  {rows / max(seconds, 1e-9):,.0f} over the batches, {wall:.1f} s wall in all")
+        print(
+            f"  state                   {len(got_totals)} live sensors (TTL forgot {SENSORS - len(got_totals)}), "
+            f"{len(got_windows):,} windows, {disk_bytes(work / 'state') / 2**20:.1f} MiB local"
+        )
+        print(f"  commits                 {sum(1 for t in tasks if t['commit'] > 0)} partition commits")
+        print(
+            f"  restores                {sum(t['restored_records'] for t in tasks):,} records restored, "
+            f"{sum(t['rolled_back_batches'] for t in tasks)} batches rolled back"
+        )
+        if got_totals != want_totals or got_windows != want_windows:
+            bad = len(set(got_totals.items()) ^ set(want_totals.items()))
+            bad += len(set(got_windows.items()) ^ set(want_windows.items()))
+            raise SystemExit(f"MISMATCH: {bad} entries differ from the plain-Python reference")
+        print("OK: both stores equal the plain-Python computation over every reading exactly once")
     finally:
         spark.stop()
+        KILL_MARKER.unlink(missing_ok=True)
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
 

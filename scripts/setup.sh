@@ -20,6 +20,12 @@ if ! dpkg -s libclang-dev >/dev/null 2>&1; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libclang-dev >/dev/null
 fi
 
+if ! command -v java >/dev/null 2>&1 && [ -z "${JAVA_HOME:-}" ]; then
+    say "installing a Java runtime (Spark runs on Java 17)"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null
+fi
+
 if [ ! -x "$PY" ]; then
     say "creating virtualenv $VENV"
     python3 -m venv "$VENV"

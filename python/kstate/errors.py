@@ -68,6 +68,10 @@ class SerializationError(KStateError, ValueError):
     """A key or value could not be serialized or deserialized by its serde."""
 
 
+class JavaNotFoundError(KStateError):
+    """Spark cannot start: this machine has no Java runtime (``kstate.spark.local_session``)."""
+
+
 __all__ = [
     "KStateError",
     "InvalidStateStoreError",
@@ -82,4 +86,5 @@ __all__ = [
     "InvalidArgumentError",
     "InvalidTimestampError",
     "SerializationError",
+    "JavaNotFoundError",
 ]

@@ -230,3 +230,13 @@ def test_a_worker_reuses_its_open_stores_and_gives_them_up_when_another_asks(bac
     state, changelog = str(tmp_path / "state"), str(tmp_path / "changelog")
     subprocess.run([sys.executable, "-c", COUNT_IN_ANOTHER_PROCESS, state, changelog, "3"], check=True, timeout=60)
     assert count(backend, 4, ["a"]) == {"a": 4}
+
+
+def test_a_missing_java_is_explained_in_one_sentence(monkeypatch):
+    from kstate.errors import JavaNotFoundError
+    from kstate.spark import local_session
+
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    with pytest.raises(JavaNotFoundError, match="install Java 17 or 21"):
+        local_session("no-java")

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from collections.abc import Mapping
 from typing import Any
+
+from kstate.errors import JavaNotFoundError
 
 
 def configure_environment() -> None:
@@ -19,6 +22,12 @@ def local_session(app_name: str = "kstate", master: str = "local[2]", conf: Mapp
     """``SparkSession`` on this machine: driver bound to 127.0.0.1, no UI, ``master`` threads;
     ``conf`` adds Spark configs (``{"spark.sql.shuffle.partitions": 2}``)."""
     configure_environment()
+    java_home = os.environ.get("JAVA_HOME")
+    if shutil.which("java") is None and not (java_home and os.path.exists(os.path.join(java_home, "bin", "java"))):
+        raise JavaNotFoundError(
+            "Spark runs on Java and none was found: install Java 17 or 21 "
+            "(apt-get install -y openjdk-17-jre-headless) or point JAVA_HOME at one."
+        )
     from pyspark.sql import SparkSession
 
     builder = (
