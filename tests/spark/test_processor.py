@@ -66,3 +66,31 @@ def test_a_name_declared_as_two_kinds_is_an_error(open_handle):
     handle.getValueState("v")
     with pytest.raises(InvalidArgumentError, match="declared twice"):
         handle.getMapState("v")
+
+
+def test_timers_per_key_are_listed_deleted_and_found_due_in_expiry_order(tmp_path):
+    from kstate.spark.processor import TIMERS_BY_KEY, TIMERS_BY_TIME
+
+    names = ("v", TIMERS_BY_TIME, TIMERS_BY_KEY)
+    builders = [Stores.key_value_store_builder(Stores.persistent_key_value_store(n), "bytes", "bytes") for n in names]
+    state = StateBackend(builders, tmp_path / "state", tmp_path / "log", "app").partition_state(TaskInfo(0, 0))
+    handle = StatefulProcessorHandle(state.open(), "ProcessingTime")
+    try:
+        for key, expiries in ((b"a", [300, -5, 100]), (b"b", [100, 2**40])):
+            handle._current_key = key
+            for expiry in expiries:
+                handle.registerTimer(expiry)
+        handle._current_key = b"a"
+        assert list(handle.listTimers()) == [-5, 100, 300]
+        handle.deleteTimer(300)
+        assert list(handle.listTimers()) == [-5, 100]
+        assert handle._due_timers(100) == [(-5, b"a"), (100, b"a"), (100, b"b")]
+        assert handle._due_timers(99) == [(-5, b"a")]
+    finally:
+        state.abort()
+
+
+def test_timers_need_a_time_mode(open_handle):
+    _, handle = open_handle(0, names=("v",))
+    with pytest.raises(InvalidArgumentError, match="time_mode"):
+        handle.registerTimer(5)

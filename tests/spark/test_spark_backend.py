@@ -382,6 +382,63 @@ def test_transform_with_state_runs_a_spark_style_processor(spark, work):
     assert outputs == reference(range(3))
 
 
+def test_event_time_timers_fire_once_the_watermark_passes(spark, work):
+    """Each key's count is emitted by a timer 1 s of event time after its last row, once the
+    watermark (the largest event time of earlier batches, minus 0) passes it."""
+    from kstate.spark import StatefulProcessor, transform_with_state
+
+    class EmitWhenQuiet(StatefulProcessor):
+        def init(self, handle):
+            self.handle = handle
+            self.count = handle.getValueState("count")
+
+        def handleInputRows(self, key, rows, timerValues):  # noqa: N802
+            for frame in rows:
+                self.count.update((self.count.get() or 0) + len(frame))
+                for expiry in self.handle.listTimers():
+                    self.handle.deleteTimer(expiry)
+                self.handle.registerTimer(int(frame["t"].max()) + 1000)
+            return iter(())
+
+        def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):  # noqa: N802
+            import pandas as pd
+
+            assert expiredTimerInfo.getExpiryTimeInMs() <= timerValues.getCurrentWatermarkInMs()
+            yield pd.DataFrame({"key": [key[0]], "count": [self.count.get()]})
+            self.count.clear()
+
+    files = [[("a", 100), ("b", 5000), ("a", 300)], [("c", 10_000), ("b", 5_500)], [("d", 20_000)]]
+    for i, rows in enumerate(files):
+        path = work / "in" / f"part-{i:05d}.parquet"
+        pq.write_table(pa.table({"key": [k for k, _ in rows], "t": [t for _, t in rows]}), path)
+        os.utime(path, (1_700_000_000 + i, 1_700_000_000 + i))
+    frames = spark.readStream.schema("key string, t long").option("maxFilesPerTrigger", 1).parquet(str(work / "in"))
+    emitted = transform_with_state(
+        frames,
+        ["key"],
+        EmitWhenQuiet(),
+        SCHEMA,
+        work / "state",
+        work / "changelog",
+        "timers-app",
+        num_partitions=2,
+        time_mode="EventTime",
+        event_time_column="t",
+        lock_timeout=60,
+    )
+    outputs = {}
+    query = (
+        emitted.writeStream.outputMode("update")
+        .foreachBatch(lambda frame, batch: outputs.update({batch: sorted(map(tuple, frame.collect()))}))
+        .option("checkpointLocation", str(work / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    # Batch 1's watermark is 5000 (a's timer, 1300, fires); batch 2's is 10000 (b's, 6500).
+    assert outputs == {0: [], 1: [("a", 2)], 2: [("b", 2)]}
+
+
 def test_state_as_a_dataframe(spark, work):
     add_files(work, range(2))
     backend = backend_of(work)

@@ -22,6 +22,7 @@ from kstate.spark.backend import StateBackend
 from kstate.spark.batch_log import BatchEntry
 from kstate.spark.exactly_once import PartitionState, TaskStores
 from kstate.spark.processor import (
+    ExpiredTimerInfo,
     ListState,
     MapState,
     StatefulProcessor,
@@ -54,6 +55,7 @@ __all__ = [
     "ListState",
     "MapState",
     "TimerValues",
+    "ExpiredTimerInfo",
     "transform_with_state",
     "configure_environment",
     "local_session",

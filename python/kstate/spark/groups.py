@@ -43,7 +43,10 @@ def iter_groups(
     """``(key tuple, rows)`` of every group in a partition's batches, in key order: an Arrow table
     per group, or with ``pandas`` a ``pandas.DataFrame`` (index 0..n-1). The partition converts to
     pandas once, and groups are slices of it."""
-    table = pa.Table.from_batches(list(batches))
+    collected = list(batches)
+    if not collected:
+        return  # a partition without input (Spark still runs its task)
+    table = pa.Table.from_batches(collected)
     if table.num_rows == 0:
         return
     table = table.sort_by([(k, "ascending") for k in keys])
