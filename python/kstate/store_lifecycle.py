@@ -141,6 +141,12 @@ class StoreLifecycle:
                 found["unpublished_records_dropped"],
             )
 
+    def _detach_changelog(self) -> None:
+        """Closes the changelog while the store stays open (kstate.spark's parked stores: the
+        changelog directory is shared by every executor, the store is this one's)."""
+        if self._logging is not None:
+            self._reader.detach_changelog()
+
     def _catch_up(self, what: str, replay: Callable[[RestoreProgress], Any]) -> Any:
         """Fetches what a remote changelog has beyond the local cache, then runs ``replay``
         (the native restore or recover); logs a restore that did work."""

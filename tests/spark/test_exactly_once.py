@@ -105,6 +105,16 @@ def test_a_lost_state_dir_restores_from_the_changelog(backend, tmp_path):
     assert snapshot(backend) == {"a": 2, "b": 2}
 
 
+def test_a_partition_moves_between_executors_and_back_while_stores_are_parked(backend, tmp_path):
+    """Executor A's worker keeps the partition's stores parked (open) after its task; executor B
+    (its own state dir, the same changelogs) takes the next batch, then A gets it back."""
+    other = StateBackend([counts_builder()], tmp_path / "state-b", tmp_path / "changelog", "app", lock_timeout=5)
+    count(backend, 0, ["a"])
+    assert count(other, 1, ["a"]) == {"a": 2}, "B restores from the changelog A's parked store left open"
+    assert count(backend, 2, ["a", "b"]) == {"a": 3, "b": 1}, "A's parked store is stale: reopened and caught up"
+    assert count(backend, 3, ["a"]) == {"a": 4}, "A's own parked store, reused"
+
+
 def test_a_stale_state_dir_catches_up(backend, tmp_path):
     count(backend, 0, ["a"])
     shutil.copytree(tmp_path / "state", tmp_path / "old")

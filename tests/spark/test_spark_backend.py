@@ -13,7 +13,6 @@ import threading
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -24,26 +23,10 @@ from pyspark import cloudpickle  # noqa: E402
 from kstate import Stores  # noqa: E402
 from kstate.spark import StateBackend, local_session  # noqa: E402
 
+from .workload import ROWS, SCHEMA, add_files, file_keys, reference, running_count  # noqa: E402
+
 # Spark's workers cannot import this test module by name: ship its functions by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
-
-KEYS = 40
-ROWS = 300
-SCHEMA = "key string, count long"
-
-
-def file_keys(index):
-    return [f"k{(index * 7 + i * i) % KEYS}" for i in range(ROWS)]
-
-
-def reference(files):
-    """Per batch (one file each), every key's running count after the batch."""
-    totals, out = collections.Counter(), {}
-    for batch, index in enumerate(files):
-        keys = file_keys(index)
-        totals.update(keys)
-        out[batch] = {k: totals[k] for k in set(keys)}
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -64,27 +47,9 @@ def work(tmp_path):
     return tmp_path
 
 
-def add_files(work, indexes):
-    for i in indexes:
-        path = work / "in" / f"part-{i:05d}.parquet"
-        pq.write_table(pa.table({"key": file_keys(i), "v": list(range(ROWS))}), path)
-        os.utime(path, (1_700_000_000 + i, 1_700_000_000 + i))  # the stream takes files in this order
-
-
 def backend_of(work, state="state"):
     counts = Stores.key_value_store_builder(Stores.persistent_key_value_store("counts"), "string", "int64")
     return StateBackend([counts], work / state, work / "changelog", "counts-app", lock_timeout=60)
-
-
-def running_count(batches, stores):
-    """The UDF: one get_many and one put_all per Arrow batch."""
-    store = stores["counts"]
-    for batch in batches:
-        counted = pc.value_counts(batch.column("key"))
-        keys, n = counted.field("values"), counted.field("counts")
-        new = pc.add(pc.fill_null(store.get_many(keys), 0), n)
-        store.put_all(keys, new)
-        yield pa.RecordBatch.from_arrays([keys, new], names=["key", "count"])
 
 
 def run_query(spark, work, udf, outputs):

@@ -31,6 +31,7 @@ from kstate.spark.processor import (
     ValueState,
     transform_with_state,
 )
+from kstate.spark.progress import BatchProgress
 from kstate.spark.session import configure_environment, local_session
 from kstate.spark.task import TaskInfo
 
@@ -49,6 +50,7 @@ __all__ = [
     "TaskInfo",
     "PartitionState",
     "BatchEntry",
+    "BatchProgress",
     "StatefulProcessor",
     "StatefulProcessorHandle",
     "ValueState",

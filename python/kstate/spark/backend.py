@@ -27,6 +27,7 @@ from kstate.errors import InvalidArgumentError
 from kstate.spark.exactly_once import TASK_LOCK, PartitionState, StateLayout, TaskStores, Timings
 from kstate.spark.idle import RELEASE_REQUEST
 from kstate.spark.locking import FileLock
+from kstate.spark.progress import BatchProgress, TaskMetrics, progress_listener
 from kstate.spark.task import TaskInfo
 from kstate.stores import StoreBuilder
 
@@ -65,9 +66,11 @@ class StateBackend:
 
     ``stores``: ``StoreBuilder``s (``Stores.key_value_store_builder(...)``); each is logged
     (``with_logging_enabled`` topic configs are kept). ``state_dir``: executor-local disk, laid
-    out as Kafka Streams does (``<state_dir>/<application_id>/0_<partition>``).
-    ``changelog_dir``: the durable copy, shared by every executor that may run a partition
-    (default ``<state_dir>/changelog``). ``batch_id``: the batch a job outside Structured
+    out as Kafka Streams does (``<state_dir>/<application_id>/0_<partition>``); ``None``: the
+    executor's working directory (``./kstate-state``), which is per executor and per
+    application on a cluster. ``changelog_dir``: the durable copy, shared by every executor
+    that may run a partition (default ``<state_dir>/changelog``; required without a
+    ``state_dir``). ``batch_id``: the batch a job outside Structured
     Streaming counts as. ``lock_timeout``: seconds to wait for another attempt of the same
     partition. ``undo_retained_batches``: how many published batches can be rolled back.
     ``on_task(task, timings)``: called in the worker after each task commits, with the seconds
@@ -77,7 +80,7 @@ class StateBackend:
     def __init__(
         self,
         stores: Sequence[StoreBuilder],
-        state_dir: str | os.PathLike,
+        state_dir: str | os.PathLike | None,
         changelog_dir: str | os.PathLike | None = None,
         application_id: str = "kstate",
         *,
@@ -96,17 +99,21 @@ class StateBackend:
             raise InvalidArgumentError("kstate.spark keeps state on disk: use persistent stores")
         if undo_retained_batches < 1:
             raise InvalidArgumentError("undo_retained_batches must be >= 1 (replaying a batch needs its undo)")
-        state_dir = Path(state_dir).absolute()
-        self.layout = StateLayout(
-            state_dir,
-            Path(changelog_dir).absolute() if changelog_dir is not None else state_dir / "changelog",
-            application_id,
-        )
+        local = None if state_dir is None else Path(state_dir).absolute()
+        if changelog_dir is not None:
+            changelogs = Path(changelog_dir).absolute()
+        elif local is not None:
+            changelogs = local / "changelog"
+        else:
+            raise InvalidArgumentError("without a state_dir (executor-local state) the changelog_dir is required")
+        self.layout = StateLayout(local, changelogs, application_id)
         self.builders = builders
         self.batch_id = batch_id
         self.lock_timeout = lock_timeout
         self.undo_retained_batches = undo_retained_batches
         self.on_task = on_task
+        self._metrics: TaskMetrics | None = None
+        self.progress: list[BatchProgress] = []
 
     def partition_state(self, task: TaskInfo | None = None) -> PartitionState:
         """The state of the current task's partition (or of ``task``), not yet opened."""
@@ -137,8 +144,24 @@ class StateBackend:
             state.timings.open,
             state.timings.commit,
         )
+        if self._metrics is not None:
+            self._metrics.add(state.timings)
         if self.on_task is not None:
             self.on_task(state.task, state.timings)
+
+    def report_progress(self, spark: Any) -> list[BatchProgress]:
+        """Reports kstate's work in each micro-batch of ``spark``'s streaming queries (records
+        restored and seconds restoring, batches rolled back, seconds opening and committing),
+        logged (``kstate.spark``, INFO) with each progress event and appended to the returned
+        list (``self.progress``). Call before starting the query that uses this backend."""
+        if self._metrics is None:
+            self._metrics = TaskMetrics(spark.sparkContext)
+            spark.streams.addListener(progress_listener(self._metrics, self.progress))
+        return self.progress
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Tasks get the accumulators, not the driver's reports.
+        return {**self.__dict__, "progress": []}
 
     # -- mapInArrow / mapInPandas ----------------------------------------------------------------
 

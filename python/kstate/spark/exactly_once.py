@@ -58,16 +58,25 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+EXECUTOR_STATE_DIR = "kstate-state"
+"""``state_dir=None``: this directory under the executor's working directory."""
+
+
 @dataclass(frozen=True)
 class StateLayout:
-    """Where a partition's state lives (Kafka Streams' layout, one subtopology ``0``)."""
+    """Where a partition's state lives (Kafka Streams' layout, one subtopology ``0``).
+    ``state_dir`` ``None`` is executor-local: ``kstate-state`` in the working directory of the
+    process the task runs in (each executor has its own on standalone, YARN and Kubernetes)."""
 
-    state_dir: Path
+    state_dir: Path | None
     changelog_dir: Path
     application_id: str
 
+    def local_state_dir(self) -> Path:
+        return self.state_dir if self.state_dir is not None else Path.cwd() / EXECUTOR_STATE_DIR
+
     def task_dir(self, partition: int) -> Path:
-        return self.state_dir / self.application_id / f"0_{partition}"
+        return self.local_state_dir() / self.application_id / f"0_{partition}"
 
     def batch_log_dir(self, partition: int) -> Path:
         return self.changelog_dir / f"{self.application_id}-kstate-batches-{partition}"
@@ -81,10 +90,12 @@ class StateLayout:
 
 @dataclass
 class Timings:
-    """Seconds spent in kstate for one task: opening (locks, restore, rollback) and committing."""
+    """Seconds spent in kstate for one task: opening (locks, restore, rollback), of which
+    opening the stores and restoring them from their changelogs, and committing."""
 
     open: float = 0.0
     commit: float = 0.0
+    restore: float = 0.0
     restored_records: int = 0
     rolled_back_batches: int = 0
 
@@ -172,8 +183,10 @@ class PartitionState:
                 and parked.publish_token == self._publish_lock.previous_holder
             ):
                 # Nobody else held the publication lock since this process committed: the
-                # parked stores and their changelog handles are current.
+                # parked stores are current; their changelogs were closed while parked.
                 self._stores, parked = parked.stores, None
+                for store in self._stores.values():
+                    store._attach_changelog()
             else:
                 if parked is not None:
                     for store in parked.stores.values():
@@ -244,6 +257,13 @@ class PartitionState:
                 )
 
     def _open_stores(self) -> None:
+        started = time.perf_counter()
+        try:
+            self._open_each_store()
+        finally:
+            self.timings.restore += time.perf_counter() - started
+
+    def _open_each_store(self) -> None:
         task_dir = self.layout.task_dir(self.task.partition)
         for builder in self.builders:
             store = builder.with_logging_enabled(self._logging_config(builder)).build()
@@ -324,6 +344,9 @@ class PartitionState:
         return entry
 
     def _park(self) -> None:
+        # Parked stores give up their changelogs: another executor may take the partition.
+        for store in self._stores.values():
+            store._detach_changelog()
         task_dir = self.layout.task_dir(self.task.partition)
         head_position = None if self._head is None else self._head.position
         IDLE.park(task_dir, Parked(dict(self._stores), self._task_lock, head_position, self._publish_lock.token))

@@ -5,6 +5,9 @@ of a partition often runs in the process that committed the last one. Closing th
 each task would throw away RocksDB's open files and kstate's read cache, and the next task would
 pay for a RocksDB open and cold reads. So a committed task parks its stores here, still holding
 its task directory's lock, and the next task of that partition in this process takes them back.
+Parked stores close their changelogs (which live in the directory every executor shares), so a
+task of the partition on another executor can open them; a parked store whose partition was
+published elsewhere meanwhile is closed and reopened instead of reused.
 
 Another worker that needs the partition asks for it: it creates ``.kstate-release`` in the task
 directory while it waits for the lock, and a daemon thread here closes parked stores named by a

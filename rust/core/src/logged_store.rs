@@ -214,6 +214,15 @@ impl<S: ChangelogTarget> LoggedStore<S> {
         Ok(())
     }
 
+    /// Closes the store's changelog (releasing its directory) and leaves the store unlogged
+    /// until [`Self::attach`] gives it one again; staged writes stay staged.
+    pub fn detach(&mut self) -> Result<()> {
+        match self.changelog.take() {
+            Some(log) => log.changelog.close(),
+            None => Ok(()),
+        }
+    }
+
     pub fn is_logged(&self) -> bool {
         self.changelog.is_some()
     }

@@ -177,6 +177,13 @@ macro_rules! logged_store_methods {
                 )
             }
 
+            /// Closes the changelog, releasing its directory for another process, until
+            /// `attach_changelog` gives it back.
+            fn detach_changelog(&mut self, py: pyo3::Python<'_>) -> pyo3::PyResult<()> {
+                let inner = &mut self.logged.inner;
+                py.detach(|| crate::errors::guard(|| inner.detach()))
+            }
+
             #[getter]
             fn logged(&self) -> bool {
                 self.logged.inner.is_logged()

@@ -1,0 +1,98 @@
+"""kstate's work per micro-batch in a streaming query's progress: what the tasks spent restoring,
+rolling back, opening and committing, summed over a batch's tasks through Spark accumulators
+and reported with each progress event of the query (``StateBackend.report_progress``)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from kstate.spark.exactly_once import Timings
+
+log = logging.getLogger("kstate.spark")
+
+
+@dataclass(frozen=True)
+class BatchProgress:
+    """kstate's share of one micro-batch, over all its tasks (a retried task counts again)."""
+
+    batch_id: int
+    tasks: int
+    restored_records: int
+    restore_seconds: float
+    rolled_back_batches: int
+    open_seconds: float
+    commit_seconds: float
+
+
+class TaskMetrics:
+    """Accumulators the tasks add their ``Timings`` to; created on the driver."""
+
+    def __init__(self, spark_context: Any):
+        self._tasks = spark_context.accumulator(0)
+        self._sums = {
+            "open": spark_context.accumulator(0.0),
+            "commit": spark_context.accumulator(0.0),
+            "restore": spark_context.accumulator(0.0),
+            "restored_records": spark_context.accumulator(0),
+            "rolled_back_batches": spark_context.accumulator(0),
+        }
+
+    def add(self, timings: Timings) -> None:
+        """In a task: adds its timings."""
+        self._tasks.add(1)
+        for name, accumulator in self._sums.items():
+            accumulator.add(getattr(timings, name))
+
+    def totals(self) -> dict[str, float]:
+        """On the driver: the sums so far."""
+        return {"tasks": self._tasks.value, **{name: acc.value for name, acc in self._sums.items()}}
+
+
+def progress_listener(metrics: TaskMetrics, reports: list[BatchProgress]) -> Any:
+    """A ``StreamingQueryListener`` that turns the accumulators' growth between two progress
+    events into the batch's ``BatchProgress``: appended to ``reports`` and logged."""
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    class KstateProgress(StreamingQueryListener):
+        def __init__(self) -> None:
+            self._seen = metrics.totals()
+
+        def onQueryStarted(self, event: Any) -> None:  # noqa: N802
+            self._seen = metrics.totals()
+
+        def onQueryProgress(self, event: Any) -> None:  # noqa: N802
+            now = metrics.totals()
+            delta = {name: now[name] - self._seen[name] for name in now}
+            self._seen = now
+            report = BatchProgress(
+                batch_id=event.progress.batchId,
+                tasks=int(delta["tasks"]),
+                restored_records=int(delta["restored_records"]),
+                restore_seconds=delta["restore"],
+                rolled_back_batches=int(delta["rolled_back_batches"]),
+                open_seconds=delta["open"],
+                commit_seconds=delta["commit"],
+            )
+            reports.append(report)
+            log.info(
+                "query %s batch %d: kstate restored %d records in %.2f s, rolled back %d batches; "
+                "open %.2f s, commit %.2f s over %d tasks",
+                event.progress.name or event.progress.id,
+                report.batch_id,
+                report.restored_records,
+                report.restore_seconds,
+                report.rolled_back_batches,
+                report.open_seconds,
+                report.commit_seconds,
+                report.tasks,
+            )
+
+        def onQueryIdle(self, event: Any) -> None:  # noqa: N802
+            pass
+
+        def onQueryTerminated(self, event: Any) -> None:  # noqa: N802
+            pass
+
+    return KstateProgress()

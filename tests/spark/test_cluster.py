@@ -1,0 +1,120 @@
+"""kstate.spark on ``local-cluster[2,1,1024]``: two executor JVMs started from pip's pyspark, each
+with its own executor-local state (``state_dir=None``: its working directory) and one changelog
+directory both see. A running count per key equals the plain-Python count through an executor
+killed mid-query and a partition whose local state is lost, and each batch's restores show in the
+backend's progress reports."""
+
+import os
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+import pyspark  # noqa: E402
+from pyspark import cloudpickle  # noqa: E402
+
+from kstate import Stores  # noqa: E402
+from kstate.spark import StateBackend, local_session  # noqa: E402
+
+from .workload import SCHEMA, add_files, reference, running_count  # noqa: E402
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    session = local_session(
+        "kstate-cluster-tests",
+        master="local-cluster[2,1,1024]",
+        conf={"spark.sql.shuffle.partitions": 2, "spark.sql.streaming.pollingDelay": "100ms"},
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def work(tmp_path):
+    (tmp_path / "in").mkdir()
+    return tmp_path
+
+
+def executor_state_dirs(spark):
+    """Each executor's ``kstate-state`` directory (standalone runs executor ``n`` of an
+    application in ``<SPARK_HOME>/work/<app id>/<n>``)."""
+    app = Path(pyspark.__file__).parent / "work" / spark.sparkContext.applicationId
+    return sorted(app.glob("*/kstate-state"))
+
+
+def backend_of(work):
+    counts = Stores.key_value_store_builder(Stores.persistent_key_value_store("counts"), "string", "int64")
+    return StateBackend([counts], None, work / "changelog", f"cluster-{work.name}", lock_timeout=60)
+
+
+def run_query(spark, work, backend, udf):
+    outputs = {}
+    backend.report_progress(spark)
+    frames = spark.readStream.schema("key string, v long").option("maxFilesPerTrigger", 1).parquet(str(work / "in"))
+    query = (
+        frames.repartition(2, "key")
+        .mapInArrow(backend.map_in_arrow(udf), SCHEMA)
+        .writeStream.outputMode("update")
+        .foreachBatch(lambda frame, batch: outputs.update({batch: {r["key"]: r["count"] for r in frame.collect()}}))
+        .option("checkpointLocation", str(work / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    assert query.exception() is None
+    # Progress events reach listeners asynchronously: wait for the last batch's.
+    deadline = time.monotonic() + 30
+    while max(outputs, default=-1) not in {r.batch_id for r in backend.progress} and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return outputs
+
+
+def test_executors_keep_their_own_state_and_results_equal_plain_python(cluster, work):
+    add_files(work, range(3))
+    backend = backend_of(work)
+    assert run_query(cluster, work, backend, running_count) == reference(range(3))
+    task_dirs = [d for state in executor_state_dirs(cluster) for d in state.glob(f"cluster-{work.name}/0_*")]
+    assert {d.name for d in task_dirs} == {"0_0", "0_1"}, "task dirs live in the executors' own directories"
+    assert [r.batch_id for r in backend.progress] == [0, 1, 2]
+    assert all(r.tasks >= 2 for r in backend.progress)
+
+
+def test_an_executor_killed_mid_query_ends_with_the_reference_result(cluster, work):
+    add_files(work, range(3))
+    marker = work / "killed"
+
+    def kill_my_executor_once(batches, stores):
+        for out in running_count(batches, stores):
+            if stores.batch_id == 1 and stores.partition == 0 and not marker.exists():
+                marker.touch()
+                # This worker's parent is PySpark's daemon, whose parent is the executor JVM.
+                jvm = int(Path(f"/proc/{os.getppid()}/stat").read_text().split()[3])
+                assert b"CoarseGrainedExecutorBackend" in Path(f"/proc/{jvm}/cmdline").read_bytes()
+                os.kill(jvm, signal.SIGKILL)
+            yield out
+
+    outputs = run_query(cluster, work, backend_of(work), kill_my_executor_once)
+    assert marker.exists()
+    assert outputs == reference(range(3))
+
+
+def test_a_partition_whose_local_state_is_lost_restores_from_the_shared_changelog(cluster, work):
+    add_files(work, range(2))
+    backend = backend_of(work)
+    run_query(cluster, work, backend, running_count)
+    for state in executor_state_dirs(cluster):
+        shutil.rmtree(state / f"cluster-{work.name}", ignore_errors=True)  # as if every partition moved
+    add_files(work, range(2, 4))
+    outputs = run_query(cluster, work, backend, running_count)
+    assert outputs == {b: counts for b, counts in reference(range(4)).items() if b >= 2}
+    first = next(r for r in backend.progress if r.batch_id == 2)
+    assert first.restored_records > 0, "the lost state was restored from the changelog"
