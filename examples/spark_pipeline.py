@@ -251,7 +251,8 @@ def main() -> None:
         rolled_back = sum(r.rolled_back_batches for r in kstate_progress)
         print(f"  commits                 {sum(r.tasks for r in kstate_progress)} partition commits")
         print(
-            f"  restores                {restored:,} records in {restore_seconds:.2f} s, {rolled_back} batches rolled back"
+            f"  restores                {restored:,} records in {restore_seconds:.2f} s, "
+            f"{rolled_back} batches rolled back"
         )
         if got_totals != want_totals or got_windows != want_windows:
             bad = len(set(got_totals.items()) ^ set(want_totals.items()))
