@@ -48,7 +48,9 @@ WAVES = 6
 READINGS_PER_WAVE = 10_000
 MINUTE = 60_000
 WAVE_MS = 5 * MINUTE
-T0 = 28_333_333 * MINUTE  # 2023-11-14, on a minute boundary
+T0 = (time.time_ns() // 1_000_000 // MINUTE - 40) * MINUTE
+"""Event time of the first reading: 40 minutes ago on a minute boundary. The window store's
+changelog keeps records for its retention + 1 day of their timestamps, as Kafka's does."""
 TTL_MS = 12 * MINUTE
 LATE_SHARE, MAX_LATENESS_MS = 0.05, 3 * MINUTE
 PARTITIONS = 2

@@ -15,6 +15,11 @@ class StoreClosedError(InvalidStateStoreError):
     """The store, or the store an iterator or view belongs to, is closed or was never initialized."""
 
 
+class StoreBehindChangelogError(InvalidStateStoreError):
+    """A logged store's offset is below its changelog's start (compaction or retention removed
+    what it would replay): its local state is restored from scratch."""
+
+
 class StateLockTimeoutError(InvalidStateStoreError):
     """Another process held the lock of a task directory or of a changelog partition for longer
     than the wait allowed (kstate.spark: a zombie attempt of the same partition, or a Python
@@ -87,4 +92,5 @@ __all__ = [
     "InvalidTimestampError",
     "SerializationError",
     "JavaNotFoundError",
+    "StoreBehindChangelogError",
 ]

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from kstate.config import ChangelogConfig, StoreConfig
-from kstate.errors import InvalidArgumentError, StoreClosedError
+from kstate.errors import InvalidArgumentError, StoreBehindChangelogError, StoreClosedError
 from kstate.log.remote import CompactionReport, RemoteChangelog, StoreBehindCompaction
 
 log = logging.getLogger("kstate.store")
@@ -158,7 +158,11 @@ class StoreLifecycle:
                 self._restart_empty(str(behind))
                 self._remote.sync(self._reader, self._fetch_path)
         with RestoreProgress(f"{what} {self.name}") as progress:
-            result = replay(progress)
+            try:
+                result = replay(progress)
+            except StoreBehindChangelogError as behind:
+                self._restart_empty(str(behind))
+                result = replay(progress)
         if progress.done:
             seconds = time.monotonic() - started
             log.info(
@@ -225,7 +229,22 @@ class StoreLifecycle:
                 f"store {self.name} is logged: its changelog assigns offsets, so commit() takes none"
             )
         progress = progress or progress_logger(f"committing {self.name}")
-        return self._reader.commit(changelog_offset, now_ms(), progress, on_stage)
+        committed = self._reader.commit(changelog_offset, now_ms(), progress, on_stage)
+        self._clean_changelog()
+        return committed
+
+    def _clean_changelog(self) -> None:
+        """Runs the changelog's cleaner (retention; compaction once
+        ``min.cleanable.dirty.ratio`` of it was written since the last one) and logs what it did."""
+        if self._logging is None:
+            return
+        cleaned = self._reader.clean_changelog(now_ms())
+        if cleaned:
+            log.info(
+                "Changelog %s: cleaned (%s)",
+                self._changelog_dir,
+                ", ".join(f"{name.replace('_', ' ')} {value:,}" for name, value in cleaned.items()),
+            )
 
     def flush(self) -> None:
         """Kafka's ``flush``: for a transactional store, a commit (at the current offset when

@@ -10,6 +10,7 @@ import shutil
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -134,10 +135,15 @@ def test_a_lost_state_dir_is_restored_from_the_changelog(spark, work):
 WINDOW_MS = 60_000
 
 
+EPOCH = (time.time_ns() // 1_000_000 // WINDOW_MS - 10) * WINDOW_MS
+"""Ten minutes ago on a minute boundary: a windowed changelog's retention (the store's + 1 day)
+deletes records by their timestamps, as Kafka's does, so event times are recent."""
+
+
 def event_time(index, row):
     """Row ``row`` of file ``index`` happened at this time (ms): files overlap in time, so a
     window collects counts over several batches."""
-    return index * 40_000 + row * 200
+    return EPOCH + index * 40_000 + row * 200
 
 
 def windowed_reference(files):

@@ -79,3 +79,51 @@ def test_in_memory_stores_restore_on_every_init(state_dir):
 def test_bad_topic_configs_are_typed_errors(state_dir):
     with pytest.raises(InvalidArgumentError, match="cleanup.policy"):
         build(logging_config={"cleanup.policy": "shred"}).init(state_dir / APP / "0_0")
+
+
+def compacting(**extra):
+    return {"segment.bytes": 4096, **extra}
+
+
+def changelog_dir(state_dir):
+    return state_dir / "changelog" / f"{APP}-counts-changelog-0"
+
+
+def rewrite_rounds(store, rounds, start=0):
+    """Each round rewrites the same 50 keys, so old records are superseded."""
+    for n in range(start, start + rounds):
+        store.put_all([(f"k{i:02d}", n) for i in range(50)])
+        store.commit()
+
+
+def test_the_changelog_compacts_itself_as_commits_add_to_it(state_dir, caplog):
+    task = state_dir / APP / "0_0"
+    caplog.set_level(logging.INFO, logger="kstate.store")
+    with build(logging_config=compacting()).init(task) as store:
+        rewrite_rounds(store, 60)  # 3,000 records of ~40 bytes, 50 keys
+        expected = list(store.all_with_timestamp())
+    written = 60 * 50
+    kept = sum(p.stat().st_size for p in changelog_dir(state_dir).glob("*.log"))
+    assert "cleaned" in caplog.text and "records removed" in caplog.text
+    # 3,000 records of 43 bytes (entry overhead, 3-byte key, 8-byte value) went in.
+    assert kept < written * 43 / 4, f"{kept} bytes kept"
+    shutil.rmtree(task)
+    with build(logging_config=compacting()).init(task) as store:
+        assert store.restored_records < written / 4, "a compacted changelog restores the latest records"
+        assert list(store.all_with_timestamp()) == expected
+
+
+def test_a_store_behind_its_compacted_changelog_is_restored_from_scratch(state_dir, tmp_path):
+    task = state_dir / APP / "0_0"
+    with build(logging_config=compacting()).init(task) as store:
+        rewrite_rounds(store, 2)
+    shutil.copytree(task, tmp_path / "stale")  # local state at offset 99, as a moved partition's
+    with build(logging_config=compacting()).init(task) as store:
+        rewrite_rounds(store, 60, start=2)
+        expected = list(store.all_with_timestamp())
+    log_start = min(int(p.stem) for p in changelog_dir(state_dir).glob("*.log"))
+    assert log_start > 100, "compaction dropped the first segments whole"
+    shutil.rmtree(task)
+    shutil.move(tmp_path / "stale", task)
+    with build(logging_config=compacting()).init(task) as store:
+        assert list(store.all_with_timestamp()) == expected

@@ -16,16 +16,22 @@ APP = "app"
 MINUTE = 60_000
 
 
+KEEP_FOREVER = {"retention.ms": -1}
+"""These tests use timestamps near 1970; the default windowed-changelog retention (the store's
++ 1 day, on the records' timestamps, as Kafka's) would delete their records at the first commit."""
+
+
 def window_store(timestamped=False, dups=False, retention=10 * MINUTE, logging_config=None):
     factory = Stores.persistent_timestamped_window_store if timestamped else Stores.persistent_window_store
     builder = Stores.timestamped_window_store_builder if timestamped else Stores.window_store_builder
     supplier = factory("w", retention, MINUTE, dups)
-    return builder(supplier, "string", "string").with_logging_enabled(logging_config).build()
+    config = KEEP_FOREVER if logging_config is None else logging_config
+    return builder(supplier, "string", "string").with_logging_enabled(config).build()
 
 
 def session_store(retention=10 * MINUTE):
     supplier = Stores.persistent_session_store("s", retention)
-    return Stores.session_store_builder(supplier, "string", "int64").with_logging_enabled().build()
+    return Stores.session_store_builder(supplier, "string", "int64").with_logging_enabled(KEEP_FOREVER).build()
 
 
 def changelog_records(state_dir, store_name, partition=0):
@@ -91,9 +97,24 @@ def test_session_changelog_records_are_kafka_streams(state_dir):
     ]
 
 
+def test_the_changelog_drops_windows_older_than_its_retention(state_dir):
+    """Kafka's windowed changelog: compact,delete with retention.ms = the store's + 1 day, on the
+    records' timestamps; the cleaner runs after each commit."""
+    day = 24 * 60 * MINUTE
+    with window_store(logging_config={"segment.bytes": 1024}).init(state_dir / APP / "0_0") as store:
+        for i in range(40):
+            store.put(f"old{i}", "x", 0)  # 1970: far past retention
+        store.commit()
+        assert store.fetch("old0", 0) == "x", "the store keeps what its own retention keeps"
+    assert changelog_records(state_dir, "w") == []
+    config = window_store(logging_config={})._logging.topic_config
+    assert config["cleanup.policy"] == "compact,delete"
+    assert config["retention.ms"] == str(10 * MINUTE + day)
+
+
 def test_a_lost_window_store_is_restored_with_retention_applied(state_dir):
     task = state_dir / APP / "0_0"
-    with window_store(timestamped=True, logging_config={"segment.bytes": 4096}).init(task) as store:
+    with window_store(timestamped=True, logging_config={"segment.bytes": 4096, **KEEP_FOREVER}).init(task) as store:
         for minute in range(30):  # 30 minutes of windows through a 10-minute retention
             for key in range(20):
                 store.put(f"k{key:02d}", f"{minute}", minute * MINUTE, timestamp=minute * MINUTE + key)

@@ -373,6 +373,7 @@ class PartitionState:
         )
         for name, store in self._stores.items():
             store._open_native().commit_published(published[name])
+            store._clean_changelog()
         self._head = entry
         return entry
 

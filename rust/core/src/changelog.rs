@@ -18,11 +18,15 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
-use crate::log::{self, FetchedAppend, LogConfig, NewRecord, Partition};
+use crate::log::{
+    self, CompactionReport, FetchedAppend, LogConfig, NewRecord, Partition, RetentionReport,
+};
 use crate::record::{decode_columns, shallow_entries, RecordColumnsView};
 
 /// In the partition directory, next to the segments (the log ignores other files).
 const PUBLISHED_FILE: &str = ".kstate-published";
+/// The first offset the cleaner has not compacted (Kafka's cleaner offset checkpoint).
+const CLEANED_FILE: &str = ".kstate-cleaned";
 /// A commit's records as one segment file, while a [`Publisher`] publishes it.
 const PUBLISHING_FILE: &str = ".kstate-publishing.log";
 /// Bytes read from the log per replay step.
@@ -53,6 +57,26 @@ pub struct Changelog {
     /// Offsets up to here are published; `None`: nothing is.
     published: Option<i64>,
     publisher: Option<Box<dyn Publisher>>,
+    /// Sealed segments from this offset on were written since the last compaction.
+    first_dirty: i64,
+}
+
+/// What [`Changelog::clean`] did.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CleaningReport {
+    pub retention: RetentionReport,
+    /// `None`: compaction was not due.
+    pub compaction: Option<CompactionReport>,
+}
+
+/// Writes `offset` to `path` atomically and durably (the marker and cleaner files).
+fn write_offset_file(path: &Path, offset: i64) -> Result<()> {
+    let tmp = path.with_extension("tmp");
+    let mut file = fs::File::create(&tmp)?;
+    file.write_all(format!("{offset}\n").as_bytes())?;
+    file.sync_all()?;
+    fs::rename(&tmp, path)?;
+    path.parent().map_or(Ok(()), log::sync_dir)
 }
 
 fn read_marker(path: &Path) -> Result<Option<i64>> {
@@ -102,11 +126,13 @@ impl Changelog {
             }
             None => last,
         };
+        let first_dirty = read_marker(&dir.join(CLEANED_FILE))?.unwrap_or(0);
         let changelog = Self {
             partition,
             marker,
             published: (published >= 0).then_some(published),
             publisher: None,
+            first_dirty,
         };
         changelog.write_marker(published)?;
         remove_if_present(&dir.join(PUBLISHING_FILE))?;
@@ -229,12 +255,45 @@ impl Changelog {
     }
 
     fn write_marker(&self, offset: i64) -> Result<()> {
-        let tmp = self.marker.with_extension("tmp");
-        let mut file = fs::File::create(&tmp)?;
-        file.write_all(format!("{offset}\n").as_bytes())?;
-        file.sync_all()?;
-        fs::rename(&tmp, &self.marker)?;
-        log::sync_dir(self.partition.dir())
+        write_offset_file(&self.marker, offset)
+    }
+
+    /// Kafka's log cleaner for a store's own changelog, run after commits: retention when
+    /// `cleanup.policy` includes `delete`; compaction when it includes `compact` and the sealed
+    /// segments written since the last compaction hold `min.cleanable.dirty.ratio` of the
+    /// sealed bytes or more. Nothing for a remote changelog's local cache (the remote log is
+    /// compacted where it lives).
+    pub fn clean(&mut self, now_ms: i64) -> Result<CleaningReport> {
+        let mut report = CleaningReport::default();
+        if self.publisher.is_some() {
+            return Ok(report);
+        }
+        report.retention = self.partition.delete_expired(now_ms)?;
+        if !self.partition.config().cleanup_policy.compacts() {
+            return Ok(report);
+        }
+        let segments = self.partition.segments();
+        let sealed = &segments[..segments.len().saturating_sub(1)];
+        let (clean, dirty) = sealed.iter().fold((0u64, 0u64), |(clean, dirty), s| {
+            if s.base_offset < self.first_dirty {
+                (clean + s.size_bytes, dirty)
+            } else {
+                (clean, dirty + s.size_bytes)
+            }
+        });
+        let ratio = self.partition.config().min_cleanable_dirty_ratio;
+        if dirty == 0 || (dirty as f64) < ratio * (clean + dirty) as f64 {
+            return Ok(report);
+        }
+        report.compaction = Some(self.partition.compact(now_ms)?);
+        // Everything sealed is clean now; the active segment starts the dirty part.
+        self.first_dirty = self
+            .partition
+            .segments()
+            .last()
+            .map_or(0, |active| active.base_offset);
+        write_offset_file(&self.partition.dir().join(CLEANED_FILE), self.first_dirty)?;
+        Ok(report)
     }
 
     /// Passes the published records with offsets in `[from, to]` to `apply` in batches, with

@@ -14,13 +14,17 @@
 //! local marker; a crash in between is a crash between 1 and 2 once the caller has fetched the
 //! upload back into the local log ([`crate::changelog::Changelog::add_published`]).
 
-use crate::changelog::Changelog;
+use crate::changelog::{Changelog, CleaningReport};
 use crate::checkpoint::{OffsetCheckpoint, Offsets};
 use crate::committed::Write;
 use crate::error::{Error, Result};
 use crate::log::NewRecord;
 use crate::segmented::SegmentedKeys;
 use crate::store::{CommitProgress, KeyValueStore};
+
+/// How the error of a store whose offset is below its changelog's start begins: the store must
+/// be wiped and restored from scratch (Kafka Streams' `OffsetOutOfRange` -> wipe).
+pub const STORE_BEHIND_CHANGELOG: &str = "store behind its changelog:";
 
 /// Staged bytes turned into changelog records per append.
 const CHANGELOG_CHUNK_BYTES: usize = 4 * 1024 * 1024;
@@ -262,8 +266,8 @@ impl<S: ChangelogTarget> LoggedStore<S> {
             }
             Some(c) if c + 1 < start => {
                 return Err(Error::InvalidState(format!(
-                    "store is at changelog offset {c} but the changelog starts at {start}; \
-                     delete the store directory to restore it from the changelog"
+                    "{STORE_BEHIND_CHANGELOG} the store is at changelog offset {c} but the \
+                     changelog starts at {start}; its local state must be restored from scratch"
                 )))
             }
             Some(c) => c + 1,
@@ -419,6 +423,14 @@ impl<S: ChangelogTarget> LoggedStore<S> {
         self.store.recover(None)?;
         self.restore(progress)?;
         Ok(true)
+    }
+
+    /// Runs the changelog's cleaner (see [`Changelog::clean`]); `None` without a changelog.
+    pub fn clean_changelog(&mut self, now_ms: i64) -> Result<Option<CleaningReport>> {
+        match &mut self.changelog {
+            Some(log) => log.changelog.clean(now_ms).map(Some),
+            None => Ok(None),
+        }
     }
 
     pub fn close(&mut self) -> Result<()> {

@@ -43,7 +43,7 @@ impl SessionQueries {
             },
             _ => KeyRange {
                 lower: key_from.map(|k| session::lower_range(k, earliest_end)),
-                upper: key_to.map(|k| successor(&session::upper_range(k, latest_start))),
+                upper: key_to.map(|k| successor(&session::scan_upper_bound(k, latest_start))),
             },
         };
         let (key_from, key_to) = (key_from.map(<[u8]>::to_vec), key_to.map(<[u8]>::to_vec));

@@ -93,7 +93,7 @@ impl WindowQueries {
         }
         let range = KeyRange {
             lower: key_from.map(|k| window::lower_range(k, from)),
-            upper: key_to.map(|k| successor(&window::upper_range(k, to))),
+            upper: key_to.map(|k| successor(&window::scan_upper_bound(k, to))),
         };
         self.query(from, to, range, direction, key_from, key_to)
     }

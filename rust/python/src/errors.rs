@@ -25,6 +25,11 @@ pub fn to_py(error: Error) -> PyErr {
     Python::attach(|py| {
         let (class, message) = match error {
             Error::Closed(m) => ("StoreClosedError", m),
+            Error::InvalidState(m)
+                if m.starts_with(kstate_core::logged_store::STORE_BEHIND_CHANGELOG) =>
+            {
+                ("StoreBehindChangelogError", m)
+            }
             Error::InvalidState(m) => ("InvalidStateStoreError", m),
             Error::InvalidArgument(m) if m.starts_with(kstate_core::log::INVALID_TIMESTAMP) => {
                 ("InvalidTimestampError", m)

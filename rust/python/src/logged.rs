@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use kstate_core::changelog::{Changelog, Publisher};
+use kstate_core::changelog::{Changelog, CleaningReport, Publisher};
 use kstate_core::checkpoint::OffsetCheckpoint;
 use kstate_core::log::LogConfig;
 use kstate_core::logged_store::{ChangelogTarget, LoggedStore, StoreChangelog};
@@ -129,6 +129,34 @@ impl Publisher for PythonPublisher {
             },
         )
     }
+}
+
+/// A cleaning report as a dict for Python's log line; `None` when nothing was deleted or
+/// compacted.
+pub(crate) fn cleaning_report(
+    py: Python<'_>,
+    report: Option<CleaningReport>,
+) -> PyResult<Option<Bound<'_, PyDict>>> {
+    let Some(report) = report else {
+        return Ok(None);
+    };
+    let deleted = report.retention.deleted_by_time + report.retention.deleted_by_size;
+    if deleted == 0 && report.compaction.is_none() {
+        return Ok(None);
+    }
+    let out = PyDict::new(py);
+    out.set_item("segments_deleted", deleted)?;
+    out.set_item("bytes_deleted", report.retention.bytes_deleted)?;
+    if let Some(c) = report.compaction {
+        out.set_item("bytes_before", c.bytes_before)?;
+        out.set_item("bytes_after", c.bytes_after)?;
+        out.set_item(
+            "records_removed",
+            c.superseded_removed + c.tombstones_removed,
+        )?;
+        out.set_item("distinct_keys", c.distinct_keys)?;
+    }
+    Ok(Some(out))
 }
 
 /// Kafka topic configs given as strings, validated.
@@ -311,6 +339,18 @@ macro_rules! logged_store_methods {
                 })?;
                 reporter.finish()?;
                 Ok(current)
+            }
+
+            /// Runs the changelog's cleaner (retention, compaction when due); returns what it
+            /// did as a dict, or `None` when nothing was removed.
+            fn clean_changelog<'py>(
+                &mut self,
+                py: pyo3::Python<'py>,
+                now_ms: i64,
+            ) -> pyo3::PyResult<Option<pyo3::Bound<'py, pyo3::types::PyDict>>> {
+                let inner = &mut self.logged.inner;
+                let report = py.detach(|| crate::errors::guard(|| inner.clean_changelog(now_ms)))?;
+                crate::logged::cleaning_report(py, report)
             }
 
             fn close(&mut self, py: pyo3::Python<'_>) -> pyo3::PyResult<()> {

@@ -37,7 +37,7 @@ impl CleanupPolicy {
 
 /// Kafka's topic configs that the log honours. Times are milliseconds, sizes bytes; integer
 /// types are Kafka's (`int` is `i32`, `long` is `i64`). Writes always use message format v1.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct LogConfig {
     /// `segment.bytes` (default 1 GiB): roll a new segment when the active one would exceed it.
     pub segment_bytes: i32,
@@ -64,6 +64,9 @@ pub struct LogConfig {
     pub cleanup_policy: CleanupPolicy,
     /// `delete.retention.ms` (default 1 day): how long compaction keeps a tombstone.
     pub delete_retention_ms: i64,
+    /// `min.cleanable.dirty.ratio` (default 0.5): compaction runs once this share of the
+    /// sealed segments' bytes was written since the last one.
+    pub min_cleanable_dirty_ratio: f64,
     /// `index.interval.bytes` (default 4096): bytes of log between two index entries.
     pub index_interval_bytes: i32,
     /// `compression.type` of what this log writes (default none; zstd needs format v2).
@@ -83,6 +86,7 @@ impl Default for LogConfig {
             retention_bytes: -1,
             cleanup_policy: CleanupPolicy::Delete,
             delete_retention_ms: DAY_MS,
+            min_cleanable_dirty_ratio: 0.5,
             index_interval_bytes: 4096,
             compression: Compression::None,
         }
@@ -138,6 +142,14 @@ impl LogConfig {
                 }
             }
             "delete.retention.ms" => self.delete_retention_ms = parse_number(name, value)?,
+            "min.cleanable.dirty.ratio" => {
+                self.min_cleanable_dirty_ratio = value
+                    .trim()
+                    .parse()
+                    .ok()
+                    .filter(|ratio: &f64| (0.0..=1.0).contains(ratio))
+                    .ok_or_else(|| invalid_value(name, value, "a number from 0 to 1"))?
+            }
             "index.interval.bytes" => self.index_interval_bytes = parse_number(name, value)?,
             "compression.type" => {
                 self.compression = match value {
