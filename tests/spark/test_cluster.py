@@ -19,29 +19,18 @@ import pyspark  # noqa: E402
 from pyspark import cloudpickle  # noqa: E402
 
 from kstate import Stores  # noqa: E402
-from kstate.spark import StateBackend, local_session  # noqa: E402
+from kstate.spark import StateBackend  # noqa: E402
 
-from .workload import SCHEMA, add_files, reference, running_count  # noqa: E402
+from .workload import SCHEMA, add_files, reference, running_count, spark_for_tests  # noqa: E402
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    session = local_session(
-        "kstate-cluster-tests",
-        master="local-cluster[2,1,1024]",
-        conf={"spark.sql.shuffle.partitions": 2, "spark.sql.streaming.pollingDelay": "100ms"},
-    )
-    session.sparkContext.setLogLevel("ERROR")
+    session = spark_for_tests("kstate-cluster-tests", "local-cluster[2,1,1024]")
     yield session
     session.stop()
-
-
-@pytest.fixture
-def work(tmp_path):
-    (tmp_path / "in").mkdir()
-    return tmp_path
 
 
 def executor_state_dirs(spark):

@@ -22,9 +22,9 @@ pytest.importorskip("pyspark")
 from pyspark import cloudpickle  # noqa: E402
 
 from kstate import Stores  # noqa: E402
-from kstate.spark import StateBackend, local_session  # noqa: E402
+from kstate.spark import StateBackend  # noqa: E402
 
-from .workload import ROWS, SCHEMA, add_files, file_keys, reference, running_count  # noqa: E402
+from .workload import ROWS, SCHEMA, add_files, file_keys, reference, running_count, spark_for_tests  # noqa: E402
 
 # Spark's workers cannot import this test module by name: ship its functions by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -32,20 +32,9 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 @pytest.fixture(scope="module")
 def spark():
-    session = local_session(
-        "kstate-tests",
-        master="local[2,3]",
-        conf={"spark.sql.shuffle.partitions": 2, "spark.sql.streaming.pollingDelay": "100ms"},
-    )
-    session.sparkContext.setLogLevel("ERROR")
+    session = spark_for_tests("kstate-tests", "local[2,3]")
     yield session
     session.stop()
-
-
-@pytest.fixture
-def work(tmp_path):
-    (tmp_path / "in").mkdir()
-    return tmp_path
 
 
 def backend_of(work, state="state"):

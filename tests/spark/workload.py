@@ -10,6 +10,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark import cloudpickle
 
+from kstate.spark import local_session
+
 # Spark's workers cannot import the tests' modules by name: ship their functions by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -48,3 +50,12 @@ def running_count(batches, stores):
         new = pc.add(pc.fill_null(store.get_many(keys), 0), n)
         store.put_all(keys, new)
         yield pa.RecordBatch.from_arrays([keys, new], names=["key", "count"])
+
+
+def spark_for_tests(name, master):
+    """A SparkSession for one test module: two shuffle partitions, fast polling, quiet logs."""
+    session = local_session(
+        name, master=master, conf={"spark.sql.shuffle.partitions": 2, "spark.sql.streaming.pollingDelay": "100ms"}
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    return session
