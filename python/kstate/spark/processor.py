@@ -396,7 +396,7 @@ def _tracking_event_time(batches: Iterator[Any], column: str, store: Any, batch_
 def _query_event_time(backend: StateBackend, batch_id: int) -> int | None:
     """The largest event time of every partition's batches before ``batch_id``, read from the
     partitions' event-time changelogs (published records only)."""
-    from kstate.spark.source import read_log
+    from kstate.log.files import read_log
 
     layout = backend.layout
     largest = None
