@@ -1,8 +1,10 @@
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 
 import pytest
 
@@ -84,3 +86,47 @@ def kill_writer():
         return lines
 
     return run
+
+
+LOOPBACK = "127.0.0.1"
+# Credentials are always given, but botocore must never look for instance credentials, and no
+# request may go through a proxy: nothing leaves the loopback interface.
+os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
+os.environ["NO_PROXY"] = os.environ["no_proxy"] = LOOPBACK
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((LOOPBACK, 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint():
+    """A moto S3 server (moto's server mode) on 127.0.0.1 with a free port for the session;
+    its URL. Stopped at the end."""
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", LOOPBACK, "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    endpoint = f"http://{LOOPBACK}:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1).close()
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"moto server did not start on {endpoint}") from None
+                time.sleep(0.1)
+        yield endpoint
+    finally:
+        server.terminate()
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()

@@ -47,6 +47,8 @@ class StoreLifecycle:
     _logging: ChangelogConfig | None
     _remote: RemoteChangelog | None
     task_dir: Path | None
+    restore_until: int | None = None
+    """With a remote changelog, restore only commits starting at or before this offset."""
 
     # -- what subclasses provide -----------------------------------------------------------------
 
@@ -151,12 +153,17 @@ class StoreLifecycle:
         """Fetches what a remote changelog has beyond the local cache, then runs ``replay``
         (the native restore or recover); logs a restore that did work."""
         started = time.monotonic()
+        if self._remote is not None and self.restore_until is not None:
+            # The local cache may hold this executor's publication of a commit that was never
+            # recorded (and another attempt's object may now stand at those offsets): it is
+            # trusted up to what the store committed, which only recorded commits reach.
+            self._reader.retract_changelog_to(self._reader.committed_offset())
         if self._remote is not None:
             try:
-                self._remote.sync(self._reader, self._fetch_path)
+                self._remote.sync(self._reader, self._fetch_path, self.restore_until)
             except StoreBehindCompaction as behind:
                 self._restart_empty(str(behind))
-                self._remote.sync(self._reader, self._fetch_path)
+                self._remote.sync(self._reader, self._fetch_path, self.restore_until)
         with RestoreProgress(f"{what} {self.name}") as progress:
             try:
                 result = replay(progress)

@@ -40,9 +40,16 @@ def executor_state_dirs(spark):
     return sorted(app.glob("*/kstate-state"))
 
 
-def backend_of(work):
+def backend_of(work, changelog=None, storage_options=None):
     counts = Stores.key_value_store_builder(Stores.persistent_key_value_store("counts"), "string", "int64")
-    return StateBackend([counts], None, work / "changelog", f"cluster-{work.name}", lock_timeout=60)
+    return StateBackend(
+        [counts],
+        None,
+        changelog or work / "changelog",
+        f"cluster-{work.name}",
+        lock_timeout=60,
+        changelog_storage_options=storage_options,
+    )
 
 
 def run_query(spark, work, backend, udf):
@@ -107,3 +114,24 @@ def test_a_partition_whose_local_state_is_lost_restores_from_the_shared_changelo
     assert outputs == {b: counts for b, counts in reference(range(4)).items() if b >= 2}
     first = next(r for r in backend.progress if r.batch_id == 2)
     assert first.restored_records > 0, "the lost state was restored from the changelog"
+
+
+def test_the_changelogs_on_s3_survive_lost_executor_state(cluster, work, s3_endpoint):
+    """Changelogs, batch log and undo files in a bucket of the S3 server on loopback: executors
+    restore from it and first-writer-wins comes from exclusive creates, not file locks."""
+    import s3fs
+
+    options = {"endpoint_url": s3_endpoint, "key": "testing", "secret": "testing"}
+    bucket = f"kstate-{work.name[-20:].lower().replace('_', '-')}"
+    s3fs.S3FileSystem(**options).mkdir(bucket)
+    backend = backend_of(work, f"s3://{bucket}/changelogs", options)
+    add_files(work, range(2))
+    run_query(cluster, work, backend, running_count)
+    for state in executor_state_dirs(cluster):
+        shutil.rmtree(state / f"cluster-{work.name}", ignore_errors=True)
+    add_files(work, range(2, 4))
+    outputs = run_query(cluster, work, backend, running_count)
+    assert outputs == {b: counts for b, counts in reference(range(4)).items() if b >= 2}
+    assert next(r for r in backend.progress if r.batch_id == 2).restored_records > 0
+    listed = s3fs.S3FileSystem(**options).ls(f"{bucket}/changelogs")
+    assert any("kstate-batches-0" in path for path in listed), "the batch log is in the bucket"

@@ -195,15 +195,34 @@ class RemoteChangelog:
             )
         log.debug("published offsets %d..%d to %s/%s", first, last, self.location, name)
 
+    def retract_after(self, offset: int | None) -> list[str]:
+        """Deletes the commit objects starting after ``offset`` (``None``: all of them): commits
+        published but never recorded (kstate.spark voids their batch position first, so no
+        attempt can record them any more). Returns the names deleted."""
+        floor = -1 if offset is None else offset
+        doomed = [o.name for o in self.list() if o.last is None and o.first > floor]
+        for name in doomed:
+            self.store.delete(self._key(name))
+        if doomed:
+            log.warning(
+                "changelog %s: retracted %d unrecorded commit objects after offset %s",
+                self.location,
+                len(doomed),
+                offset,
+            )
+        return doomed
+
     # -- reading ---------------------------------------------------------------------------------
 
-    def sync(self, cache: CacheOfRemote, fetch_path: str | os.PathLike[str]) -> SyncReport:
+    def sync(self, cache: CacheOfRemote, fetch_path: str | os.PathLike[str], until: int | None = None) -> SyncReport:
         """Adds to the store's local cache every object it and the store lack, downloading
-        each to ``fetch_path`` first. Afterwards the cache holds the remote log's end."""
+        each to ``fetch_path`` first. Afterwards the cache holds the remote log's end, or with
+        ``until`` the objects starting at or before that offset (kstate.spark: what a batch log
+        entry recorded; later objects may be a live attempt's that will not count)."""
         started = time.monotonic()
         objects = fetched_bytes = 0
         for attempt in range(_FETCH_ATTEMPTS):
-            needed = self._needed(cache)
+            needed = [link for link in self._needed(cache) if until is None or link.first <= until]
             try:
                 for link, size in self._fetch_each(needed, fetch_path):
                     cache.add_published(str(fetch_path), link.first, link.last, _now_ms())

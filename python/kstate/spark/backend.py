@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from kstate.errors import InvalidArgumentError
+from kstate.log.object_store import is_url
 from kstate.spark.exactly_once import TASK_LOCK, PartitionState, StateLayout, TaskStores, Timings
 from kstate.spark.idle import RELEASE_REQUEST
 from kstate.spark.locking import FileLock
@@ -70,7 +71,9 @@ class StateBackend:
     executor's working directory (``./kstate-state``), which is per executor and per
     application on a cluster. ``changelog_dir``: the durable copy, shared by every executor
     that may run a partition (default ``<state_dir>/changelog``; required without a
-    ``state_dir``). ``batch_id``: the batch a job outside Structured
+    ``state_dir``): a shared file system path, or an object store URL (``s3://bucket/prefix``,
+    with ``changelog_storage_options`` for its fsspec filesystem), where exclusive creates
+    replace the file locks. ``batch_id``: the batch a job outside Structured
     Streaming counts as. ``lock_timeout``: seconds to wait for another attempt of the same
     partition. ``undo_retained_batches``: how many published batches can be rolled back.
     ``on_task(task, timings)``: called in the worker after each task commits, with the seconds
@@ -88,6 +91,7 @@ class StateBackend:
         lock_timeout: float = 600.0,
         undo_retained_batches: int = 2,
         on_task: Callable[[TaskInfo, Timings], None] | None = None,
+        changelog_storage_options: dict[str, Any] | None = None,
     ):
         builders = list(stores)
         if not builders or not all(isinstance(b, StoreBuilder) for b in builders):
@@ -100,13 +104,16 @@ class StateBackend:
         if undo_retained_batches < 1:
             raise InvalidArgumentError("undo_retained_batches must be >= 1 (replaying a batch needs its undo)")
         local = None if state_dir is None else Path(state_dir).absolute()
-        if changelog_dir is not None:
+        url = None
+        if changelog_dir is not None and is_url(os.fspath(changelog_dir)):
+            url, changelogs = os.fspath(changelog_dir), Path()
+        elif changelog_dir is not None:
             changelogs = Path(changelog_dir).absolute()
         elif local is not None:
             changelogs = local / "changelog"
         else:
             raise InvalidArgumentError("without a state_dir (executor-local state) the changelog_dir is required")
-        self.layout = StateLayout(local, changelogs, application_id)
+        self.layout = StateLayout(local, changelogs, application_id, url, dict(changelog_storage_options or {}))
         self.builders = builders
         self.batch_id = batch_id
         self.lock_timeout = lock_timeout

@@ -9,17 +9,24 @@ entry is in this log, whatever its changelogs hold beyond it.
 Only the holder of the partition's publication lock reads or writes the log (opening a log cuts
 a torn tail, which must never be a concurrent writer's append). ``.head``, a small file replaced
 atomically after each append, lets an attempt note the head before it waits for that lock.
+
+On an object store (``RemoteBatchLog``) there is no lock: each entry is an object
+``<20-digit position>.json`` created exclusively, so of two attempts appending at one position
+the first wins and the other gets ``BatchConflictError``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from kstate.errors import CorruptedDataError
+from kstate.errors import BatchConflictError, CorruptedDataError
+from kstate.log.object_store import ObjectStore
 from kstate.log.partition import Partition
 
 EMPTY_STATE = -1
@@ -66,7 +73,26 @@ class BatchEntry:
             raise CorruptedDataError(f"batch log entry at offset {position} is not an entry: {error}") from None
 
 
-class BatchLog:
+class _EntryChain:
+    """Walking a batch log's entries back from its head."""
+
+    def head(self) -> BatchEntry | None:
+        raise NotImplementedError
+
+    def entry(self, position: int) -> BatchEntry:
+        raise NotImplementedError
+
+    def history(self, count: int) -> list[BatchEntry]:
+        """The head and the entries of the states before it, newest first, at most ``count``."""
+        out: list[BatchEntry] = []
+        entry = self.head()
+        while entry is not None and len(out) < count:
+            out.append(entry)
+            entry = None if entry.previous is None else self.entry(entry.previous)
+        return out
+
+
+class BatchLog(_EntryChain):
     """The batch log of one partition. Open it only while holding the publication lock."""
 
     def __init__(self, directory: str | os.PathLike):
@@ -97,15 +123,6 @@ class BatchLog:
         self.write_head_hint(written)
         return written
 
-    def history(self, count: int) -> list[BatchEntry]:
-        """The head and the entries of the states before it, newest first, at most ``count``."""
-        out: list[BatchEntry] = []
-        entry = self.head()
-        while entry is not None and len(out) < count:
-            out.append(entry)
-            entry = None if entry.previous is None else self.entry(entry.previous)
-        return out
-
     def write_head_hint(self, head: BatchEntry | None) -> None:
         """Records where the head is in ``.head`` (temporary file, rename). Not synced: after a
         machine crash a stale hint costs one attempt a ``BatchConflictError``, and that attempt
@@ -126,3 +143,62 @@ def peek_head(directory: str | os.PathLike) -> tuple[int, int] | None:
     except (FileNotFoundError, ValueError):
         return None
     return None if value is None else (int(value[0]), int(value[1]))
+
+
+_ENTRY_NAME = re.compile(r"^(\d{20})\.json$")
+
+
+class RemoteBatchLog(_EntryChain):
+    """The batch log of one partition on an object store: entries are objects
+    ``<url>/<name>/<20-digit position>.json``, each created exclusively (the publication
+    point), read by listing. The same methods as ``BatchLog``."""
+
+    def __init__(self, url: str, name: str, storage_options: dict | None = None):
+        self.directory = name
+        self._store = ObjectStore(url, storage_options)
+        self._positions = self._list()
+
+    def _list(self) -> list[int]:
+        found = (_ENTRY_NAME.match(n) for n in self._store.list(self.directory))
+        return sorted(int(m.group(1)) for m in found if m)
+
+    def _key(self, position: int) -> str:
+        return f"{self.directory}/{position:020d}.json"
+
+    def head(self) -> BatchEntry | None:
+        return self.entry(self._positions[-1]) if self._positions else None
+
+    def entry(self, position: int) -> BatchEntry:
+        with tempfile.TemporaryDirectory(prefix="kstate-entry-") as scratch:
+            path = Path(scratch) / "entry.json"
+            try:
+                self._store.fetch(self._key(position), str(path))
+            except FileNotFoundError:
+                raise CorruptedDataError(f"batch log {self.directory} has no entry at {position}") from None
+            return BatchEntry.from_bytes(path.read_bytes(), position)
+
+    @property
+    def next_position(self) -> int:
+        return self._positions[-1] + 1 if self._positions else 0
+
+    def append(self, entry: BatchEntry) -> BatchEntry:
+        """Creates ``entry`` at the next position; ``BatchConflictError`` if another attempt
+        created one there first."""
+        position = self.next_position
+        with tempfile.TemporaryDirectory(prefix="kstate-entry-") as scratch:
+            path = Path(scratch) / "entry.json"
+            path.write_bytes(entry.to_bytes())
+            try:
+                self._store.create(self._key(position), str(path))
+            except FileExistsError:
+                raise BatchConflictError(
+                    f"batch log {self.directory}: another attempt published position {position} first"
+                ) from None
+        self._positions.append(position)
+        return BatchEntry.from_bytes(entry.to_bytes(), position)
+
+    def write_head_hint(self, head: BatchEntry | None) -> None:
+        """No hint file on an object store: listing is the truth."""
+
+    def close(self) -> None:
+        """Nothing to release."""

@@ -33,14 +33,15 @@ from pathlib import Path
 from typing import Any
 
 from kstate import _core
-from kstate.config import CHANGELOG_DIR, ChangelogConfig
-from kstate.errors import BatchConflictError, InvalidArgumentError, ProcessorStateError
+from kstate.config import CHANGELOG_DIR, CHANGELOG_STORAGE_OPTIONS, ChangelogConfig
+from kstate.errors import BatchConflictError, CommitConflictError, InvalidArgumentError, ProcessorStateError
 from kstate.key_value_store import KeyValueStore
-from kstate.spark.batch_log import EMPTY_STATE, BatchEntry, BatchLog, peek_head
+from kstate.log.remote import RemoteChangelog
+from kstate.spark.batch_log import EMPTY_STATE, BatchEntry, BatchLog, RemoteBatchLog, peek_head
 from kstate.spark.idle import IDLE, RELEASE_REQUEST, Parked, release
-from kstate.spark.locking import FileLock
+from kstate.spark.locking import FileLock, NoLock
 from kstate.spark.task import TaskInfo
-from kstate.spark.undo import UndoFiles, previous_values
+from kstate.spark.undo import RemoteUndoFiles, UndoFiles, previous_values
 from kstate.store_lifecycle import StoreLifecycle
 from kstate.stores import StoreBuilder
 
@@ -71,6 +72,9 @@ class StateLayout:
     state_dir: Path | None
     changelog_dir: Path
     application_id: str
+    changelog_url: str | None = None
+    """Set when the changelogs live on an object store (``changelog_dir`` is then unused)."""
+    storage_options: dict[str, Any] = field(default_factory=dict)
 
     def local_state_dir(self) -> Path:
         return self.state_dir if self.state_dir is not None else Path.cwd() / EXECUTOR_STATE_DIR
@@ -78,11 +82,17 @@ class StateLayout:
     def task_dir(self, partition: int) -> Path:
         return self.local_state_dir() / self.application_id / f"0_{partition}"
 
+    def batch_log_name(self, partition: int) -> str:
+        return f"{self.application_id}-kstate-batches-{partition}"
+
+    def undo_name(self, partition: int) -> str:
+        return f"{self.application_id}-kstate-undo-{partition}"
+
     def batch_log_dir(self, partition: int) -> Path:
-        return self.changelog_dir / f"{self.application_id}-kstate-batches-{partition}"
+        return self.changelog_dir / self.batch_log_name(partition)
 
     def undo_dir(self, partition: int) -> Path:
-        return self.changelog_dir / f"{self.application_id}-kstate-undo-{partition}"
+        return self.changelog_dir / self.undo_name(partition)
 
     def changelog_partition_dir(self, store: str, partition: int) -> Path:
         return self.changelog_dir / f"{self.application_id}-{store}-changelog-{partition}"
@@ -146,11 +156,25 @@ class PartitionState:
         self._task_lock = FileLock(
             self.layout.task_dir(p) / TASK_LOCK, f"task directory of partition {p}", self.lock_timeout
         )
-        self._publish_lock = FileLock(
-            self.layout.batch_log_dir(p) / ".lock", f"publication lock of partition {p}", self.lock_timeout
+        self._remote = self.layout.changelog_url is not None
+        self._publish_lock = (
+            NoLock()
+            if self._remote
+            else FileLock(
+                self.layout.batch_log_dir(p) / ".lock", f"publication lock of partition {p}", self.lock_timeout
+            )
         )
-        self._undo = UndoFiles(self.layout.undo_dir(p))
-        self._log: BatchLog | None = None
+        self._undo: UndoFiles | RemoteUndoFiles = (
+            RemoteUndoFiles(
+                self.layout.changelog_url,
+                self.layout.undo_name(p),
+                [b.name for b in self.builders],
+                self.layout.storage_options,
+            )
+            if self._remote
+            else UndoFiles(self.layout.undo_dir(p))
+        )
+        self._log: BatchLog | RemoteBatchLog | None = None
         self._head: BatchEntry | None = None
         self._stores: dict[str, StoreLifecycle] = {}
 
@@ -162,15 +186,19 @@ class PartitionState:
         this task's batch id, for reading (then ``abort``)."""
         started = time.perf_counter()
         p, batch = self.task.partition, self.task.batch_id
-        seen = peek_head(self.layout.batch_log_dir(p))
+        seen = None if self._remote else peek_head(self.layout.batch_log_dir(p))
         parked = self._take_parked()
         try:
             self._lock_task_dir(parked)
             self._publish_lock.acquire()
-            self._log = BatchLog(self.layout.batch_log_dir(p))
+            self._log = self._open_batch_log()
             self._head = self._log.head()
             head_position = None if self._head is None else self._head.position
-            if (seen[0] if seen else None) != head_position:
+            # Locally the head moving while this attempt waited for the lock means another attempt
+            # published this batch first. On an object store there is no waiting to tell a
+            # concurrent attempt from a replay: this one rolls the batch back and redoes it, and
+            # of attempts racing to publish, the batch log's exclusive create keeps one.
+            if not self._remote and (seen[0] if seen else None) != head_position:
                 self._log.write_head_hint(self._head)
                 if not read_only and self._head is not None and self._head.batch_id >= batch:
                     raise BatchConflictError(
@@ -180,7 +208,7 @@ class PartitionState:
             if (
                 parked is not None
                 and parked.head_position == head_position
-                and parked.publish_token == self._publish_lock.previous_holder
+                and (self._remote or parked.publish_token == self._publish_lock.previous_holder)
             ):
                 # Nobody else held the publication lock since this process committed: the
                 # parked stores are current; their changelogs were closed while parked.
@@ -237,15 +265,66 @@ class PartitionState:
         self._task_lock.acquire(on_wait=ask_holder_to_release)
         request.unlink(missing_ok=True)
 
+    def _open_batch_log(self) -> BatchLog | RemoteBatchLog:
+        p = self.task.partition
+        if self._remote:
+            assert self.layout.changelog_url is not None
+            return RemoteBatchLog(self.layout.changelog_url, self.layout.batch_log_name(p), self.layout.storage_options)
+        return BatchLog(self.layout.batch_log_dir(p))
+
     def _logging_config(self, builder: StoreBuilder) -> dict[str, Any]:
         defaults = {"segment.bytes": CHANGELOG_SEGMENT_BYTES}
-        return {**defaults, **(builder.logging or {}), CHANGELOG_DIR: str(self.layout.changelog_dir)}
+        if self._remote:
+            where = {CHANGELOG_DIR: self.layout.changelog_url, CHANGELOG_STORAGE_OPTIONS: self.layout.storage_options}
+        else:
+            where = {CHANGELOG_DIR: str(self.layout.changelog_dir)}
+        return {**defaults, **(builder.logging or {}), **where}
+
+    def _local_changelog_dir(self, store: str) -> Path:
+        """The store's changelog partition, or with a remote changelog its local cache."""
+        if not self._remote:
+            return self.layout.changelog_partition_dir(store, self.task.partition)
+        topic = f"{self.layout.application_id}-{store}-changelog-{self.task.partition}"
+        return self.layout.local_state_dir() / "changelog-cache" / topic
+
+    def _void_unrecorded_remote(self) -> None:
+        """On an object store nothing stops another attempt from publishing changelog objects
+        the head does not record (a crashed attempt's, or a live one's that will lose). Before
+        deleting them, this attempt takes the next batch log position with a copy of the head,
+        so no attempt can record them any more."""
+        assert self._log is not None and self.layout.changelog_url is not None
+        offsets = {} if self._head is None else self._head.offsets
+        remotes = {
+            b.name: RemoteChangelog(
+                self.layout.changelog_url,
+                f"{self.layout.application_id}-{b.name}-changelog",
+                self.task.partition,
+                self.layout.storage_options,
+            )
+            for b in self.builders
+        }
+        beyond = {
+            name: [o for o in remote.list() if o.last is None and o.first > offsets.get(name, -1)]
+            for name, remote in remotes.items()
+        }
+        if not any(beyond.values()):
+            return
+        void = (
+            BatchEntry(batch_id=EMPTY_STATE, offsets={})
+            if self._head is None
+            else replace(self._head, attempt=self.task.attempt, time_ms=_now_ms())
+        )
+        self._head = self._log.append(void)  # BatchConflictError: someone else moved on
+        for name, remote in remotes.items():
+            remote.retract_after(offsets.get(name))
 
     def _retract_unrecorded(self) -> None:
+        if self._remote:
+            self._void_unrecorded_remote()
         offsets = {} if self._head is None else self._head.offsets
         for builder in self.builders:
             topic_config = ChangelogConfig.parse(self._logging_config(builder)).topic_config
-            directory = self.layout.changelog_partition_dir(builder.name, self.task.partition)
+            directory = self._local_changelog_dir(builder.name)
             retracted = _core.retract_changelog(str(directory), topic_config, offsets.get(builder.name))
             if retracted:
                 log.warning(
@@ -265,8 +344,10 @@ class PartitionState:
 
     def _open_each_store(self) -> None:
         task_dir = self.layout.task_dir(self.task.partition)
+        recorded = {} if self._head is None else self._head.offsets
         for builder in self.builders:
             store = builder.with_logging_enabled(self._logging_config(builder)).build()
+            store.restore_until = recorded.get(builder.name, -1)
             try:
                 store.init(task_dir, partition=self.task.partition, application_id=self.layout.application_id)
             except ProcessorStateError as error:
@@ -324,7 +405,9 @@ class PartitionState:
             for name, store in self._stores.items():
                 staged, spilled = store._open_native().uncommitted()
                 if staged or spilled:
-                    undo[name] = self._undo.write(name, position, previous_values(store._open_native()))
+                    undo[name] = self._undo.write(
+                        name, position, self.task.attempt, previous_values(store._open_native())
+                    )
             entry = None
             if undo:
                 entry = BatchEntry(
@@ -358,7 +441,13 @@ class PartitionState:
         publication point), then commits each store at its offset. The new head."""
         assert self._log is not None
         now = _now_ms()
-        published = {name: store._open_native().publish(now) for name, store in self._stores.items()}
+        try:
+            published = {name: store._open_native().publish(now) for name, store in self._stores.items()}
+        except CommitConflictError as error:
+            # An object store's changelog took another attempt's commit at these offsets first.
+            raise BatchConflictError(
+                f"partition {self.task.partition} batch {self.task.batch_id}: {error}; this attempt publishes nothing"
+            ) from error
         head_offsets = {} if self._head is None else self._head.offsets
         offsets = {**head_offsets, **{n: o for n, o in published.items() if o is not None}}
         entry = self._log.append(

@@ -23,6 +23,20 @@ _POLL_SECONDS = 0.05
 _REPORT_EVERY_SECONDS = 10.0
 
 
+class NoLock:
+    """Stands in for the publication lock where the changelogs live on an object store: there
+    exclusive creates decide, not locks."""
+
+    token = ""
+    previous_holder = None
+
+    def acquire(self, on_wait: Callable[[], None] | None = None) -> NoLock:
+        return self
+
+    def release(self) -> None:
+        """Nothing to release."""
+
+
 class FileLock:
     """An exclusive lock on ``path`` (created if missing). ``acquire`` waits up to ``timeout``
     seconds, logging while it waits; use as a context manager.

@@ -333,6 +333,8 @@ def transform_with_state(
         Stores.key_value_store_builder(Stores.persistent_key_value_store(name), "bytes", "bytes") for name in names
     ]
     backend = StateBackend(builders, state_dir, changelog_dir, application_id, **backend_options)
+    if time_mode == "EventTime" and backend.layout.changelog_url is not None:
+        raise InvalidArgumentError("event-time timers read every partition's changelog from a file system path")
     if isinstance(output_schema, str):
         output_schema = StructType.fromDDL(output_schema)
     arrow_schema = to_arrow_schema(output_schema)

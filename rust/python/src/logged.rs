@@ -239,6 +239,17 @@ macro_rules! logged_store_methods {
                 Ok(restored)
             }
 
+            /// Withdraws the local changelog's records after `offset` (`None`: all); returns how
+            /// many went.
+            fn retract_changelog_to(
+                &mut self,
+                py: pyo3::Python<'_>,
+                offset: Option<i64>,
+            ) -> pyo3::PyResult<i64> {
+                let changelog = self.logged.changelog()?;
+                py.detach(|| crate::errors::guard(|| changelog.retract_to(offset)))
+            }
+
             /// `(log start offset, last published offset or None)` of the local changelog.
             fn changelog_range(&mut self) -> pyo3::PyResult<(i64, Option<i64>)> {
                 let changelog = self.logged.changelog()?;
