@@ -21,6 +21,12 @@ One task attempt of partition ``p`` in micro-batch ``N``:
 
 Offsets a batch log entry covers are never rewritten (rollbacks append), so a local store at any
 published offset is a prefix of the history and restoring forward is always right.
+
+With the changelogs on an object store there is no publication lock: exclusive creates decide.
+Step 2 does not apply (a concurrent attempt is rolled back and redone like a replay); in step 3
+commit objects past the head are first made unrecordable (the attempt takes the next batch log
+position with a copy of the head) and then deleted, and stores restore only up to the head's
+offsets; a publication conflict in step 5 is a ``BatchConflictError``.
 """
 
 from __future__ import annotations
