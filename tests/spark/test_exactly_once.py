@@ -250,3 +250,48 @@ def test_a_missing_java_is_explained_in_one_sentence(monkeypatch):
     monkeypatch.delenv("JAVA_HOME", raising=False)
     with pytest.raises(JavaNotFoundError, match="install Java 17 or 21"):
         local_session("no-java")
+
+
+def test_an_in_place_upgrade_switches_once_every_partition_is_ready(tmp_path):
+    """Plain stores serve (in upgrade mode) while timestamped standbys are built beside them;
+    the partitions' SubscriptionInfo bytes say when they are ready, the driver's AssignmentInfo
+    says switch, and the next task replaces each store with its standby."""
+    from kstate.rebalance import AssignmentInfo, SubscriptionInfo
+    from kstate.spark.upgrade import wait_for_build
+    from kstate.upgrade import inspect_store
+
+    old = StateBackend([counts_builder()], tmp_path / "state", tmp_path / "changelog", "app", lock_timeout=5)
+    supplier = Stores.persistent_timestamped_key_value_store("counts")
+    timestamped = Stores.timestamped_key_value_store_builder(supplier, "string", "int64")
+    new = StateBackend(
+        [timestamped],
+        tmp_path / "state",
+        tmp_path / "changelog",
+        "app",
+        lock_timeout=5,
+        upgrade={"upgrade.from": "2.2", "upgrade.mode": "in_place"},
+    )
+    upgrade_dir = tmp_path / "changelog" / "app-kstate-upgrade"
+    partitions = (0, 1)
+
+    def batch(backend, number):
+        for p in partitions:
+            count(backend, number, ["a", "b", "a"], partition=p)
+            wait_for_build(backend.layout.task_dir(p))
+        return backend.upgrade.coordinate(len(partitions)) if backend.upgrade else None
+
+    batch(old, 0)
+    assert batch(new, 1).commonly_supported_version == 3, "standbys were still being built"
+    subscription = SubscriptionInfo.decode((upgrade_dir / "subscription-0").read_bytes())
+    assert (subscription.version, subscription.latest_supported_version) == (3, 3)
+    for p in partitions:
+        assert inspect_store(new.layout.task_dir(p) / "rocksdb" / "counts").format in ("plain", "upgrading")
+        assert (new.layout.task_dir(p) / "rocksdb" / ".counts.standby").exists(), "built beside, 2x disk"
+    assert batch(new, 2).commonly_supported_version == 4, "every partition is ready"
+    assert AssignmentInfo.decode((upgrade_dir / "assignment").read_bytes()).commonly_supported_version == 4
+    batch(new, 3)
+    for p in partitions:
+        rocksdb = new.layout.task_dir(p) / "rocksdb"
+        assert inspect_store(rocksdb / "counts").format == "timestamped"
+        assert not (rocksdb / ".counts.standby").exists() and not (rocksdb / ".counts.old").exists()
+        assert snapshot(new, p) == {"a": 8, "b": 4}, "four batches counted once each"

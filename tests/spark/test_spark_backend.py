@@ -399,6 +399,46 @@ def test_event_time_timers_fire_once_the_watermark_passes(spark, work):
     assert outputs == {0: [], 1: [("a", 2)], 2: [("b", 2)]}
 
 
+def test_an_in_place_upgrade_switches_a_running_query_to_the_timestamped_format(spark, work):
+    """A query's plain stores are upgraded in place while the query runs: standbys built beside
+    them, readiness and the switch exchanged as SubscriptionInfo/AssignmentInfo bytes between
+    the tasks and the driver at batch boundaries; the counts stay exact throughout."""
+    from kstate.upgrade import inspect_store
+
+    add_files(work, range(1))
+    outputs = {}
+    run_query(spark, work, backend_of(work).map_in_arrow(running_count), outputs)
+    supplier = Stores.persistent_timestamped_key_value_store("counts")
+    counts = Stores.timestamped_key_value_store_builder(supplier, "string", "int64")
+    upgrading = StateBackend(
+        [counts],
+        work / "state",
+        work / "changelog",
+        "counts-app",
+        lock_timeout=60,
+        upgrade={"upgrade.from": "2.2", "upgrade.mode": "in_place"},
+    )
+    upgrading.coordinate_upgrade(spark, num_partitions=2)
+
+    def timestamped_count(batches, stores):
+        """The running count on the timestamped store's API (Python lists)."""
+        store = stores["counts"]
+        for batch in batches:
+            counted = collections.Counter(batch.column("key").to_pylist())
+            keys = list(counted)
+            new = [(old or 0) + counted[k] for k, old in zip(keys, store.get_many(keys))]
+            store.put_all(list(zip(keys, new)))
+            yield pa.RecordBatch.from_pydict({"key": keys, "count": new})
+
+    for index in range(1, 5):  # one run per batch: the driver's coordination lands in between
+        add_files(work, [index])
+        run_query(spark, work, upgrading.map_in_arrow(timestamped_count), outputs)
+        time.sleep(1)  # the listener hears of the batch asynchronously
+    assert outputs == reference(range(5))
+    for p in (0, 1):
+        assert inspect_store(work / "state" / "counts-app" / f"0_{p}" / "rocksdb" / "counts").format == "timestamped"
+
+
 def test_state_as_a_dataframe(spark, work):
     add_files(work, range(2))
     backend = backend_of(work)

@@ -19,17 +19,19 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Callable
 
 from kstate.errors import InvalidArgumentError
 from kstate.log.object_store import is_url
+from kstate.rebalance import UpgradeConfig
 from kstate.spark.exactly_once import TASK_LOCK, PartitionState, StateLayout, TaskStores, Timings
 from kstate.spark.idle import RELEASE_REQUEST
 from kstate.spark.locking import FileLock
 from kstate.spark.progress import BatchProgress, TaskMetrics, progress_listener
 from kstate.spark.task import TaskInfo
+from kstate.spark.upgrade import InPlaceUpgrade, upgrade_listener
 from kstate.stores import StoreBuilder
 
 log = logging.getLogger("kstate.spark")
@@ -92,6 +94,7 @@ class StateBackend:
         undo_retained_batches: int = 2,
         on_task: Callable[[TaskInfo, Timings], None] | None = None,
         changelog_storage_options: dict[str, Any] | None = None,
+        upgrade: Mapping[str, Any] | None = None,
     ):
         builders = list(stores)
         if not builders or not all(isinstance(b, StoreBuilder) for b in builders):
@@ -118,6 +121,11 @@ class StateBackend:
         self.batch_id = batch_id
         self.lock_timeout = lock_timeout
         self.undo_retained_batches = undo_retained_batches
+        self.upgrade = None
+        if upgrade is not None:
+            if url is not None:
+                raise InvalidArgumentError("an in-place upgrade builds standbys from a changelog_dir on a file system")
+            self.upgrade = InPlaceUpgrade(UpgradeConfig.parse(upgrade), builders, changelogs, application_id)
         self.on_task = on_task
         self._metrics: TaskMetrics | None = None
         self.progress: list[BatchProgress] = []
@@ -130,7 +138,16 @@ class StateBackend:
             task or TaskInfo.current(self.batch_id),
             self.lock_timeout,
             self.undo_retained_batches,
+            self.upgrade,
         )
+
+    def coordinate_upgrade(self, spark: Any, num_partitions: int) -> None:
+        """The driver's half of an in-place upgrade (``upgrade=``): after each micro-batch of
+        ``spark``'s streaming queries, reads the partitions' subscriptions and writes the
+        assignment that switches them once all are ready (see ``kstate.spark.upgrade``)."""
+        if self.upgrade is None:
+            raise InvalidArgumentError("the backend has no in-place upgrade (upgrade=...)")
+        spark.streams.addListener(upgrade_listener(self.upgrade, num_partitions))
 
     def run(self, fn: Callable[[TaskStores], Iterable[Any]], task: TaskInfo | None = None) -> Iterator[Any]:
         """Opens the partition's stores, yields what ``fn(stores)`` yields, and commits when it is

@@ -48,6 +48,7 @@ from kstate.spark.idle import IDLE, RELEASE_REQUEST, Parked, release
 from kstate.spark.locking import FileLock, NoLock
 from kstate.spark.task import TaskInfo
 from kstate.spark.undo import RemoteUndoFiles, UndoFiles, previous_values
+from kstate.spark.upgrade import InPlaceUpgrade
 from kstate.store_lifecycle import StoreLifecycle
 from kstate.stores import StoreBuilder
 
@@ -155,6 +156,7 @@ class PartitionState:
     task: TaskInfo
     lock_timeout: float = 600.0
     undo_retained_batches: int = 2
+    upgrade: InPlaceUpgrade | None = None
     timings: Timings = field(default_factory=Timings)
 
     def __post_init__(self) -> None:
@@ -183,6 +185,7 @@ class PartitionState:
         self._log: BatchLog | RemoteBatchLog | None = None
         self._head: BatchEntry | None = None
         self._stores: dict[str, StoreLifecycle] = {}
+        self._opened_at: dict[str, int | None] = {}
 
     # -- opening ---------------------------------------------------------------------------------
 
@@ -211,8 +214,10 @@ class PartitionState:
                         f"partition {p} batch {batch}: another attempt published batch {self._head.batch_id} "
                         f"while this one (task attempt {self.task.attempt}) waited; it publishes nothing"
                     )
+            switching = self._switch_due()
             if (
                 parked is not None
+                and not switching
                 and parked.head_position == head_position
                 and (self._remote or parked.publish_token == self._publish_lock.previous_holder)
             ):
@@ -227,7 +232,11 @@ class PartitionState:
                         store.close()
                     parked = None
                 self._retract_unrecorded()
+                if switching:
+                    assert self.upgrade is not None
+                    self.upgrade.switch(self._logged_builders(), self.layout.task_dir(p), p)
                 self._open_stores()
+            self._opened_at = {name: store.committed_offset() for name, store in self._stores.items()}
             while not read_only and self._head is not None and self._head.batch_id >= batch:
                 self._roll_back()
         except BaseException:
@@ -424,6 +433,9 @@ class PartitionState:
                 )
                 entry = self._publish(entry)
                 self._keep_recent_undo()
+            if self.upgrade is not None:
+                p = self.task.partition
+                self.upgrade.report(self._logged_builders(), self.layout.task_dir(p), p, self._opened_at)
         except BaseException:
             self.abort()
             raise
@@ -431,6 +443,14 @@ class PartitionState:
             self.timings.commit = time.perf_counter() - started
         self._park()
         return entry
+
+    def _switch_due(self) -> bool:
+        """Whether an in-place upgrade switches this partition's stores to the new format now."""
+        task_dir = self.layout.task_dir(self.task.partition)
+        return self.upgrade is not None and self.upgrade.switch_ordered() and self.upgrade.needs_switch(task_dir)
+
+    def _logged_builders(self) -> dict[str, StoreBuilder]:
+        return {b.name: b.with_logging_enabled(self._logging_config(b)) for b in self.builders}
 
     def _park(self) -> None:
         # Parked stores give up their changelogs: another executor may take the partition.

@@ -24,6 +24,7 @@ from typing import Any
 
 from kstate.errors import KStateError
 from kstate.spark.locking import FileLock
+from kstate.spark.upgrade import wait_for_build
 
 log = logging.getLogger("kstate.spark")
 
@@ -68,6 +69,7 @@ class IdleStores:
             with self._lock:
                 requested = [d for d in self._parked if (d / RELEASE_REQUEST).exists()]
                 for task_dir in requested:
+                    wait_for_build(task_dir)  # a standby build of an in-place upgrade writes there too
                     release(self._parked.pop(task_dir))
                     log.info("released the stores of %s to another worker", task_dir)
 
