@@ -295,3 +295,67 @@ def test_an_in_place_upgrade_switches_once_every_partition_is_ready(tmp_path):
         assert inspect_store(rocksdb / "counts").format == "timestamped"
         assert not (rocksdb / ".counts.standby").exists() and not (rocksdb / ".counts.old").exists()
         assert snapshot(new, p) == {"a": 8, "b": 4}, "four batches counted once each"
+
+
+IN_PLACE_WRITER = """
+import sys, time
+from kstate import Stores
+from kstate.spark import StateBackend, TaskInfo
+from kstate.store_lifecycle import RestoreProgress
+
+
+def slow(self, done, total):
+    print("restored", done, flush=True)
+    time.sleep(0.5)
+
+
+RestoreProgress.__call__ = slow  # the standby build reports each segment it restored
+root = sys.argv[1]
+supplier = Stores.persistent_timestamped_key_value_store("counts")
+counts = Stores.timestamped_key_value_store_builder(supplier, "string", "int64")
+upgrade = {"upgrade.from": "2.2", "upgrade.mode": "in_place"}
+backend = StateBackend([counts], root + "/state", root + "/changelog", "app", upgrade=upgrade)
+
+
+def add_one(stores):
+    stores["counts"].put("k0000", stores["counts"].get("k0000") + 1)
+    yield None
+
+
+list(backend.run(add_one, TaskInfo(0, 10)))
+time.sleep(60)  # the standby builds in the background until the process is killed
+"""
+
+
+def test_an_in_place_upgrade_killed_while_building_its_standby_resumes(tmp_path, kill_writer):
+    from kstate.spark.upgrade import wait_for_build
+    from kstate.upgrade import inspect_store
+
+    small = counts_builder().with_logging_enabled({"segment.bytes": 4096})
+    old = StateBackend([small], tmp_path / "state", tmp_path / "changelog", "app", lock_timeout=5)
+    keys = [f"k{i:04d}" for i in range(2000)]
+    for batch in range(10):  # ten commits, so ten small changelog segments
+        count(old, batch, keys[batch * 200 : (batch + 1) * 200])
+    kill_writer(IN_PLACE_WRITER, [tmp_path], wait_for="restored")
+    rocksdb = tmp_path / "state" / "app" / "0_0" / "rocksdb"
+    assert (rocksdb / ".counts.standby").exists(), "killed with a partial standby"
+    supplier = Stores.persistent_timestamped_key_value_store("counts")
+    counts = Stores.timestamped_key_value_store_builder(supplier, "string", "int64")
+    new = StateBackend(
+        [counts],
+        tmp_path / "state",
+        tmp_path / "changelog",
+        "app",
+        lock_timeout=5,
+        upgrade={"upgrade.from": "2.2", "upgrade.mode": "in_place"},
+    )
+    versions = []
+    for batch in (11, 12, 13):
+        count(new, batch, ["k0001"])
+        wait_for_build(new.layout.task_dir(0))
+        versions.append(new.upgrade.coordinate(1).commonly_supported_version)
+    assert versions[0] == 3, "the partial standby was not ready; its build resumed"
+    assert 4 in versions
+    count(new, 14, ["k0001"])
+    assert inspect_store(rocksdb / "counts").format == "timestamped"
+    assert snapshot(new) == {**{k: 1 for k in keys}, "k0000": 2, "k0001": 5}
