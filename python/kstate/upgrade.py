@@ -20,7 +20,7 @@ import os
 import shutil
 import struct
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from kstate import _core
 from kstate.errors import InvalidArgumentError, InvalidStateStoreError
@@ -110,15 +110,32 @@ class _RollOver(NamedTuple):
             f"{topic}-{partition}",
         )
 
+    def open(self, path: Path, timestamped: bool = True) -> Any:
+        """The native store at ``path`` (the live store or the standby), opened unlogged."""
+        # The store's spill directory, as KeyValueStore names it: ``.<dir name>.uncommitted``.
+        spill = path.with_name(f".{path.name.lstrip('.')}.uncommitted")
+        native, _ = _core.KeyValueStore.open_rocksdb(
+            self.name, str(path), str(spill), timestamped, True, 1 << 30, 0, self.offset_key
+        )
+        return native
+
+    def standby_offset(self) -> int:
+        """The changelog offset the standby reached; -1 without a standby."""
+        if not self.standby.exists():
+            return -1
+        native = self.open(self.standby)
+        try:
+            offset = native.committed_offset()
+        finally:
+            native.close()
+        return -1 if offset is None else offset
+
     def catch_up(self) -> int:
         """Restores what the changelog has beyond the standby (creating it); returns how many."""
-        spill = self.standby.with_name(f"{self.standby.name}.uncommitted")
-        native, _ = _core.KeyValueStore.open_rocksdb(
-            self.name, str(self.standby), str(spill), True, True, 1 << 30, 0, self.offset_key
-        )
+        start = self.standby_offset() + 1
+        native = self.open(self.standby)
         restored = 0
         try:
-            start = (native.committed_offset() if native.committed_offset() is not None else -1) + 1
             with RestoreProgress(f"building standby {self.name}") as progress:
                 for batch in read_log(self.changelog, start):
                     if not batch.num_rows:
@@ -185,12 +202,9 @@ def take_over(
 def _check_closed(roll: _RollOver) -> None:
     """The live store must be closed: opening it takes RocksDB's lock, which fails while another
     process has it open."""
-    spill = roll.live.with_name(f".{roll.name}.uncommitted")
     timestamped = inspect_store(roll.live).format in ("timestamped", "upgrading")
     try:
-        native, _ = _core.KeyValueStore.open_rocksdb(
-            roll.name, str(roll.live), str(spill), timestamped, True, 1 << 30, 0, roll.offset_key
-        )
+        native = roll.open(roll.live, timestamped)
     except Exception as error:
         raise InvalidStateStoreError(
             f"store {roll.name} is still open elsewhere; close it before its standby takes over ({error})"

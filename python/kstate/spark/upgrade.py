@@ -123,20 +123,7 @@ def _standby_offset(task_dir: Path, builder: StoreBuilder, partition: int, app: 
         running = _BUILDS.get(task_dir)
         if running is not None and running.is_alive():
             return -1
-    roll = _RollOver.of(builder, task_dir, partition, app)
-    if not roll.standby.exists():
-        return -1
-    from kstate import _core
-
-    spill = roll.standby.with_name(f"{roll.standby.name}.uncommitted")
-    native, _ = _core.KeyValueStore.open_rocksdb(
-        roll.name, str(roll.standby), str(spill), True, True, 1 << 30, 0, roll.offset_key
-    )
-    try:
-        offset = native.committed_offset()
-    finally:
-        native.close()
-    return -1 if offset is None else offset
+    return _RollOver.of(builder, task_dir, partition, app).standby_offset()
 
 
 def start_build(builders: list[StoreBuilder], task_dir: Path, partition: int, app: str) -> None:
