@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
-from kstate.spark.exactly_once import Timings
+if TYPE_CHECKING:
+    from kstate.spark.exactly_once import Timings
 
 log = logging.getLogger("kstate.spark")
 
@@ -50,44 +51,18 @@ class TaskMetrics:
         return {"tasks": self._tasks.value, **{name: acc.value for name, acc in self._sums.items()}}
 
 
-def progress_listener(metrics: TaskMetrics, reports: list[BatchProgress]) -> Any:
-    """A ``StreamingQueryListener`` that turns the accumulators' growth between two progress
-    events into the batch's ``BatchProgress``: appended to ``reports`` and logged."""
+def batch_listener(on_progress: Callable[[Any], None], on_started: Callable[[Any], None] | None = None) -> Any:
+    """A ``StreamingQueryListener`` calling ``on_progress(event)`` after each micro-batch of the
+    session's streaming queries (and ``on_started(event)`` when one starts)."""
     from pyspark.sql.streaming import StreamingQueryListener
 
-    class KstateProgress(StreamingQueryListener):
-        def __init__(self) -> None:
-            self._seen = metrics.totals()
-
+    class Listener(StreamingQueryListener):
         def onQueryStarted(self, event: Any) -> None:  # noqa: N802
-            self._seen = metrics.totals()
+            if on_started is not None:
+                on_started(event)
 
         def onQueryProgress(self, event: Any) -> None:  # noqa: N802
-            now = metrics.totals()
-            delta = {name: now[name] - self._seen[name] for name in now}
-            self._seen = now
-            report = BatchProgress(
-                batch_id=event.progress.batchId,
-                tasks=int(delta["tasks"]),
-                restored_records=int(delta["restored_records"]),
-                restore_seconds=delta["restore"],
-                rolled_back_batches=int(delta["rolled_back_batches"]),
-                open_seconds=delta["open"],
-                commit_seconds=delta["commit"],
-            )
-            reports.append(report)
-            log.info(
-                "query %s batch %d: kstate restored %d records in %.2f s, rolled back %d batches; "
-                "open %.2f s, commit %.2f s over %d tasks",
-                event.progress.name or event.progress.id,
-                report.batch_id,
-                report.restored_records,
-                report.restore_seconds,
-                report.rolled_back_batches,
-                report.open_seconds,
-                report.commit_seconds,
-                report.tasks,
-            )
+            on_progress(event)
 
         def onQueryIdle(self, event: Any) -> None:  # noqa: N802
             pass
@@ -95,4 +70,42 @@ def progress_listener(metrics: TaskMetrics, reports: list[BatchProgress]) -> Any
         def onQueryTerminated(self, event: Any) -> None:  # noqa: N802
             pass
 
-    return KstateProgress()
+    return Listener()
+
+
+def progress_listener(metrics: TaskMetrics, reports: list[BatchProgress]) -> Any:
+    """A listener that turns the accumulators' growth between two progress events into the
+    batch's ``BatchProgress``: appended to ``reports`` and logged."""
+    seen = [metrics.totals()]
+
+    def started(event: Any) -> None:
+        seen[0] = metrics.totals()
+
+    def progressed(event: Any) -> None:
+        now = metrics.totals()
+        delta = {name: now[name] - seen[0][name] for name in now}
+        seen[0] = now
+        report = BatchProgress(
+            batch_id=event.progress.batchId,
+            tasks=int(delta["tasks"]),
+            restored_records=int(delta["restored_records"]),
+            restore_seconds=delta["restore"],
+            rolled_back_batches=int(delta["rolled_back_batches"]),
+            open_seconds=delta["open"],
+            commit_seconds=delta["commit"],
+        )
+        reports.append(report)
+        log.info(
+            "query %s batch %d: kstate restored %d records in %.2f s, rolled back %d batches; "
+            "open %.2f s, commit %.2f s over %d tasks",
+            event.progress.name or event.progress.id,
+            report.batch_id,
+            report.restored_records,
+            report.restore_seconds,
+            report.rolled_back_batches,
+            report.open_seconds,
+            report.commit_seconds,
+            report.tasks,
+        )
+
+    return batch_listener(progressed, started)

@@ -27,6 +27,7 @@ from typing import Any
 
 from kstate.errors import InvalidArgumentError
 from kstate.rebalance import AssignmentInfo, Leader, SubscriptionInfo, TaskId, TaskOffsetSum, UpgradeConfig, UpgradeMode
+from kstate.spark.progress import batch_listener
 from kstate.stores import KeyValueBytesStoreSupplier, StoreBuilder
 from kstate.upgrade import _RollOver, inspect_store, take_over
 
@@ -161,25 +162,14 @@ def _write_atomically(path: Path, data: bytes) -> None:
 
 
 def upgrade_listener(upgrade: InPlaceUpgrade, partitions: int) -> Any:
-    """A ``StreamingQueryListener`` running the driver's coordination after each micro-batch."""
-    from pyspark.sql.streaming import StreamingQueryListener
+    """A listener running the driver's coordination after each micro-batch."""
 
-    class Coordinator(StreamingQueryListener):
-        def onQueryStarted(self, event: Any) -> None:  # noqa: N802
-            pass
+    def coordinate(event: Any) -> None:
+        assignment = upgrade.coordinate(partitions)
+        log.info(
+            "in-place upgrade: assignment version %d, commonly supported %d",
+            assignment.version,
+            assignment.commonly_supported_version,
+        )
 
-        def onQueryProgress(self, event: Any) -> None:  # noqa: N802
-            assignment = upgrade.coordinate(partitions)
-            log.info(
-                "in-place upgrade: assignment version %d, commonly supported %d",
-                assignment.version,
-                assignment.commonly_supported_version,
-            )
-
-        def onQueryIdle(self, event: Any) -> None:  # noqa: N802
-            pass
-
-        def onQueryTerminated(self, event: Any) -> None:  # noqa: N802
-            pass
-
-    return Coordinator()
+    return batch_listener(coordinate)
