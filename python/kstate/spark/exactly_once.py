@@ -49,7 +49,7 @@ from kstate.spark.locking import FileLock, NoLock
 from kstate.spark.task import TaskInfo
 from kstate.spark.undo import RemoteUndoFiles, UndoFiles, previous_values
 from kstate.spark.upgrade import InPlaceUpgrade
-from kstate.store_lifecycle import StoreLifecycle
+from kstate.store_lifecycle import StoreLifecycle, now_ms
 from kstate.stores import StoreBuilder
 
 log = logging.getLogger("kstate.spark")
@@ -60,10 +60,6 @@ CHANGELOG_SEGMENT_BYTES = 16 * 1024 * 1024
 """Changelog segments of Spark-managed stores roll at 16 MiB unless their logging config says
 otherwise: opening a log scans its last segment (about 13 ms for 23 MiB here), and a partition
 reopens whenever it changes workers, so the scan stays short (a full 1 GiB segment: ~0.6 s)."""
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 EXECUTOR_STATE_DIR = "kstate-state"
@@ -327,7 +323,7 @@ class PartitionState:
         void = (
             BatchEntry(batch_id=EMPTY_STATE, offsets={})
             if self._head is None
-            else replace(self._head, attempt=self.task.attempt, time_ms=_now_ms())
+            else replace(self._head, attempt=self.task.attempt, time_ms=now_ms())
         )
         self._head = self._log.append(void)  # BatchConflictError: someone else moved on
         for name, remote in remotes.items():
@@ -466,7 +462,7 @@ class PartitionState:
         """Publishes every store's staged writes, appends ``entry`` with their offsets (the
         publication point), then commits each store at its offset. The new head."""
         assert self._log is not None
-        now = _now_ms()
+        now = now_ms()
         try:
             published = {name: store._open_native().publish(now) for name, store in self._stores.items()}
         except CommitConflictError as error:

@@ -29,7 +29,6 @@ from __future__ import annotations
 import os
 import pickle
 import struct
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -38,11 +37,8 @@ from kstate.errors import InvalidArgumentError
 from kstate.spark.backend import StateBackend
 from kstate.spark.exactly_once import TaskStores
 from kstate.spark.groups import OutputBatcher, iter_groups
+from kstate.store_lifecycle import now_ms
 from kstate.stores import Stores
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def _pickled(obj: Any) -> bytes:
@@ -232,7 +228,7 @@ class StatefulProcessorHandle:
     def __init__(self, stores: TaskStores | None, time_mode: str = "None"):
         self._stores = stores
         self._current_key = b""
-        self._now_ms = _now_ms()
+        self._now_ms = now_ms()
         self._time_mode = time_mode
         self.declared: dict[str, str] = {}
 
