@@ -21,7 +21,16 @@ from pyspark import cloudpickle  # noqa: E402
 from kstate import Stores  # noqa: E402
 from kstate.spark import StateBackend  # noqa: E402
 
-from .workload import SCHEMA, add_files, reference, running_count, spark_for_tests  # noqa: E402
+from .workload import (  # noqa: E402
+    SCHEMA,
+    add_files,
+    counts_into,
+    input_stream,
+    reference,
+    run_to_end,
+    running_count,
+    spark_for_tests,
+)
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -55,18 +64,8 @@ def backend_of(work, changelog=None, storage_options=None):
 def run_query(spark, work, backend, udf):
     outputs = {}
     backend.report_progress(spark)
-    frames = spark.readStream.schema("key string, v long").option("maxFilesPerTrigger", 1).parquet(str(work / "in"))
-    query = (
-        frames.repartition(2, "key")
-        .mapInArrow(backend.map_in_arrow(udf), SCHEMA)
-        .writeStream.outputMode("update")
-        .foreachBatch(lambda frame, batch: outputs.update({batch: {r["key"]: r["count"] for r in frame.collect()}}))
-        .option("checkpointLocation", str(work / "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-    assert query.exception() is None
+    counted = input_stream(spark, work).repartition(2, "key").mapInArrow(backend.map_in_arrow(udf), SCHEMA)
+    run_to_end(counted, work, counts_into(outputs))
     # Progress events reach listeners asynchronously: wait for the last batch's.
     deadline = time.monotonic() + 30
     while max(outputs, default=-1) not in {r.batch_id for r in backend.progress} and time.monotonic() < deadline:

@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 pytest.importorskip("pyspark")
@@ -24,7 +23,19 @@ from pyspark import cloudpickle  # noqa: E402
 from kstate import Stores  # noqa: E402
 from kstate.spark import StateBackend  # noqa: E402
 
-from .workload import ROWS, SCHEMA, add_files, file_keys, reference, running_count, spark_for_tests  # noqa: E402
+from .workload import (  # noqa: E402
+    ROWS,
+    SCHEMA,
+    add_files,
+    counts_into,
+    file_keys,
+    input_stream,
+    reference,
+    run_to_end,
+    running_count,
+    spark_for_tests,
+    write_file,
+)
 
 # Spark's workers cannot import this test module by name: ship its functions by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -45,21 +56,8 @@ def backend_of(work, state="state"):
 def run_query(spark, work, udf, outputs):
     """Runs the streaming query over the files not yet processed; ``outputs[batch]`` gets every
     key's count as the batch reported it (the sink is at-least-once: a replay reports again)."""
-    frames = spark.readStream.schema("key string, v long").option("maxFilesPerTrigger", 1).parquet(str(work / "in"))
-    counted = frames.repartition(2, "key").mapInArrow(udf, SCHEMA)
-
-    def sink(frame, batch_id):
-        outputs[batch_id] = {row["key"]: row["count"] for row in frame.collect()}
-
-    query = (
-        counted.writeStream.outputMode("update")
-        .foreachBatch(sink)
-        .option("checkpointLocation", str(work / "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-    assert query.exception() is None
+    counted = input_stream(spark, work).repartition(2, "key").mapInArrow(udf, SCHEMA)
+    run_to_end(counted, work, counts_into(outputs))
 
 
 def test_running_count_equals_plain_python(spark, work):
@@ -168,10 +166,7 @@ def count_windows(batches, stores):
 
 def test_a_window_store_counts_exactly_once_through_a_replay_and_a_lost_state_dir(spark, work):
     for i in range(3):
-        keys = file_keys(i)
-        path = work / "in" / f"part-{i:05d}.parquet"
-        pq.write_table(pa.table({"key": keys, "v": [event_time(i, r) for r in range(ROWS)]}), path)
-        os.utime(path, (1_700_000_000 + i, 1_700_000_000 + i))
+        write_file(work, i, {"key": file_keys(i), "v": [event_time(i, r) for r in range(ROWS)]})
     outputs = {}
     run_query(spark, work, windowed_backend(work).map_in_arrow(count_windows), outputs)
     # Batch 2's state committed but Spark's commit log never got it: it replays (rolled back
@@ -245,21 +240,10 @@ def test_grouped_apply_in_pandas_keeps_state_per_key(spark, work):
         store.put(key[0], total)
         return pd.DataFrame({"key": [key[0]], "count": [total]})
 
-    frames = spark.readStream.schema("key string, v long").option("maxFilesPerTrigger", 1).parquet(str(work / "in"))
+    frames = input_stream(spark, work)
     counted = backend.apply_in_pandas(frames, ["key"], per_key, SCHEMA, num_partitions=2)
     outputs = {}
-
-    def sink(frame, batch_id):
-        outputs[batch_id] = {row["key"]: row["count"] for row in frame.collect()}
-
-    query = (
-        counted.writeStream.outputMode("update")
-        .foreachBatch(sink)
-        .option("checkpointLocation", str(work / "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
+    run_to_end(counted, work, counts_into(outputs))
     assert outputs == reference(range(2))
 
 
@@ -324,21 +308,10 @@ def test_transform_with_state_runs_a_spark_style_processor(spark, work):
             yield pd.DataFrame({"key": [key[0]], "count": [total]})
 
     add_files(work, range(3))
-    frames = spark.readStream.schema("key string, v long").option("maxFilesPerTrigger", 1).parquet(str(work / "in"))
+    frames = input_stream(spark, work)
     counted = transform_with_state(frames, ["key"], Counter(), SCHEMA, work / "state", work / "changelog", "tws-app")
     outputs = {}
-
-    def sink(frame, batch_id):
-        outputs[batch_id] = {row["key"]: row["count"] for row in frame.collect()}
-
-    query = (
-        counted.writeStream.outputMode("update")
-        .foreachBatch(sink)
-        .option("checkpointLocation", str(work / "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
+    run_to_end(counted, work, counts_into(outputs))
     assert outputs == reference(range(3))
 
 
@@ -369,10 +342,8 @@ def test_event_time_timers_fire_once_the_watermark_passes(spark, work):
 
     files = [[("a", 100), ("b", 5000), ("a", 300)], [("c", 10_000), ("b", 5_500)], [("d", 20_000)]]
     for i, rows in enumerate(files):
-        path = work / "in" / f"part-{i:05d}.parquet"
-        pq.write_table(pa.table({"key": [k for k, _ in rows], "t": [t for _, t in rows]}), path)
-        os.utime(path, (1_700_000_000 + i, 1_700_000_000 + i))
-    frames = spark.readStream.schema("key string, t long").option("maxFilesPerTrigger", 1).parquet(str(work / "in"))
+        write_file(work, i, {"key": [k for k, _ in rows], "t": [t for _, t in rows]})
+    frames = input_stream(spark, work, "key string, t long")
     emitted = transform_with_state(
         frames,
         ["key"],
@@ -387,14 +358,7 @@ def test_event_time_timers_fire_once_the_watermark_passes(spark, work):
         lock_timeout=60,
     )
     outputs = {}
-    query = (
-        emitted.writeStream.outputMode("update")
-        .foreachBatch(lambda frame, batch: outputs.update({batch: sorted(map(tuple, frame.collect()))}))
-        .option("checkpointLocation", str(work / "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
+    run_to_end(emitted, work, lambda frame, batch: outputs.update({batch: sorted(map(tuple, frame.collect()))}))
     # Batch 1's watermark is 5000 (a's timer, 1300, fires); batch 2's is 10000 (b's, 6500).
     assert outputs == {0: [], 1: [("a", 2)], 2: [("b", 2)]}
 

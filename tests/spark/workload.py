@@ -34,11 +34,16 @@ def reference(files):
     return out
 
 
+def write_file(work, index, columns):
+    """Input file ``index`` of ``work/in`` with ``columns`` (a dict of lists)."""
+    path = work / "in" / f"part-{index:05d}.parquet"
+    pq.write_table(pa.table(columns), path)
+    os.utime(path, (1_700_000_000 + index, 1_700_000_000 + index))  # the stream takes files in this order
+
+
 def add_files(work, indexes):
     for i in indexes:
-        path = work / "in" / f"part-{i:05d}.parquet"
-        pq.write_table(pa.table({"key": file_keys(i), "v": list(range(ROWS))}), path)
-        os.utime(path, (1_700_000_000 + i, 1_700_000_000 + i))  # the stream takes files in this order
+        write_file(work, i, {"key": file_keys(i), "v": list(range(ROWS))})
 
 
 def running_count(batches, stores):
@@ -59,3 +64,32 @@ def spark_for_tests(name, master):
     )
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+def input_stream(spark, work, schema="key string, v long"):
+    """The streaming read of ``work/in``, one file per micro-batch."""
+    return spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(str(work / "in"))
+
+
+def counts_into(outputs):
+    """A ``foreachBatch`` function putting each batch's ``{key: count}`` in ``outputs[batch]``
+    (at-least-once: a replay reports again)."""
+
+    def sink(frame, batch_id):
+        outputs[batch_id] = {row["key"]: row["count"] for row in frame.collect()}
+
+    return sink
+
+
+def run_to_end(frame, work, on_batch):
+    """Runs the streaming ``frame`` over the input not yet processed (``availableNow``, the
+    checkpoint in ``work``), calling ``on_batch(batch_frame, batch_id)`` per micro-batch."""
+    query = (
+        frame.writeStream.outputMode("update")
+        .foreachBatch(on_batch)
+        .option("checkpointLocation", str(work / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    assert query.exception() is None

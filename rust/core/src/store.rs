@@ -610,21 +610,22 @@ impl KeyValueStore {
         if let Some(cache) = &mut self.cache {
             cache.clear();
         }
-        // Restored records advance a TTL's stream time as puts do, recorded with the offset.
-        let writes: Vec<Write<'_>> = writes.collect();
-        if let Some(ttl) = &self.ttl {
-            writes
-                .iter()
-                .filter_map(|(_, v)| *v)
-                .for_each(|v| ttl.observe(v));
-        }
-        let offset_write = OffsetWrite {
+        let mut offset_write = OffsetWrite {
             key: &self.options.offset_key,
             offset: Some(offset),
-            stream_time: self.ttl_stream_time(),
+            stream_time: None,
         };
+        let Some(ttl) = &self.ttl else {
+            return self.state.with(|c| c.apply(writes, Some(offset_write)));
+        };
+        // Restored records advance stream time as puts do, and it is recorded with the offset:
+        // the writes are read before they are applied.
+        let writes: Vec<Write<'_>> = writes
+            .inspect(|(_, value)| value.iter().for_each(|v| ttl.observe(v)))
+            .collect();
+        offset_write.stream_time = ttl.stream_time();
         self.state
-            .with(|c| c.apply(&mut writes.iter().copied(), Some(offset_write)))
+            .with(|c| c.apply(&mut writes.into_iter(), Some(offset_write)))
     }
 
     /// Applies every uncommitted write and `offset` atomically. On error nothing is lost: the
