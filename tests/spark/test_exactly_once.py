@@ -252,6 +252,14 @@ def test_a_missing_java_is_explained_in_one_sentence(monkeypatch):
         local_session("no-java")
 
 
+def upgrading_backend(tmp_path):
+    """The backend of ``backend``'s directories with timestamped ``counts`` and an in-place upgrade."""
+    supplier = Stores.persistent_timestamped_key_value_store("counts")
+    counts = Stores.timestamped_key_value_store_builder(supplier, "string", "int64")
+    upgrade = {"upgrade.from": "2.2", "upgrade.mode": "in_place"}
+    return StateBackend([counts], tmp_path / "state", tmp_path / "changelog", "app", lock_timeout=5, upgrade=upgrade)
+
+
 def test_an_in_place_upgrade_switches_once_every_partition_is_ready(tmp_path):
     """Plain stores serve (in upgrade mode) while timestamped standbys are built beside them;
     the partitions' SubscriptionInfo bytes say when they are ready, the driver's AssignmentInfo
@@ -261,16 +269,7 @@ def test_an_in_place_upgrade_switches_once_every_partition_is_ready(tmp_path):
     from kstate.upgrade import inspect_store
 
     old = StateBackend([counts_builder()], tmp_path / "state", tmp_path / "changelog", "app", lock_timeout=5)
-    supplier = Stores.persistent_timestamped_key_value_store("counts")
-    timestamped = Stores.timestamped_key_value_store_builder(supplier, "string", "int64")
-    new = StateBackend(
-        [timestamped],
-        tmp_path / "state",
-        tmp_path / "changelog",
-        "app",
-        lock_timeout=5,
-        upgrade={"upgrade.from": "2.2", "upgrade.mode": "in_place"},
-    )
+    new = upgrading_backend(tmp_path)
     upgrade_dir = tmp_path / "changelog" / "app-kstate-upgrade"
     partitions = (0, 1)
 
@@ -339,16 +338,7 @@ def test_an_in_place_upgrade_killed_while_building_its_standby_resumes(tmp_path,
     kill_writer(IN_PLACE_WRITER, [tmp_path], wait_for="restored")
     rocksdb = tmp_path / "state" / "app" / "0_0" / "rocksdb"
     assert (rocksdb / ".counts.standby").exists(), "killed with a partial standby"
-    supplier = Stores.persistent_timestamped_key_value_store("counts")
-    counts = Stores.timestamped_key_value_store_builder(supplier, "string", "int64")
-    new = StateBackend(
-        [counts],
-        tmp_path / "state",
-        tmp_path / "changelog",
-        "app",
-        lock_timeout=5,
-        upgrade={"upgrade.from": "2.2", "upgrade.mode": "in_place"},
-    )
+    new = upgrading_backend(tmp_path)
     versions = []
     for batch in (11, 12, 13):
         count(new, batch, ["k0001"])

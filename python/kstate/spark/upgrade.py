@@ -84,7 +84,8 @@ class InPlaceUpgrade:
     ) -> None:
         """Writes the partition's subscription (ready or not) and, while not ready, builds the
         standbys in the background up to the state this task committed."""
-        ready = not self.needs_switch(task_dir) or all(
+        pending = self.needs_switch(task_dir)
+        ready = not pending or all(
             _standby_offset(task_dir, logged[b.name], partition, self.app) >= _offset(opened_at.get(b.name))
             for b in self.builders
         )
@@ -96,7 +97,7 @@ class InPlaceUpgrade:
         )
         self.directory.mkdir(parents=True, exist_ok=True)
         _write_atomically(self.directory / f"subscription-{partition}", subscription.encode())
-        if self.needs_switch(task_dir):
+        if pending:
             start_build([logged[b.name] for b in self.builders], task_dir, partition, self.app)
 
     # -- driver side -----------------------------------------------------------------------------
