@@ -1,15 +1,27 @@
-//! Uncommitted writes of a transactional store: an ordered map of staged puts (`Some`) and
-//! deletes (`None`) with the byte accounting `statestore.uncommitted.max.bytes` is checked against.
+//! Uncommitted writes of a transactional store: staged puts (`Some`) and deletes (`None`) with
+//! the byte accounting `statestore.uncommitted.max.bytes` is checked against.
+//!
+//! Writes live in a hash map: a stream processor's reads and writes are point lookups, and a
+//! B-tree's key comparisons made them the store's hottest code. The map keeps insertion order
+//! (`IndexMap`), so committing walks and frees the writes in the order they were allocated.
+//! Key order is built only when asked for: a range read builds an ordered key index once and
+//! later writes keep it up to date; an ordered walk without one sorts.
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::ops::Bound;
+use std::sync::OnceLock;
+
+use foldhash::fast::RandomState;
+use indexmap::IndexMap;
 
 use crate::committed::Write;
 use crate::key_range::{Direction, KeyRange};
 
 #[derive(Debug, Default)]
 pub struct Overlay {
-    staged: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    staged: IndexMap<Vec<u8>, Option<Vec<u8>>, RandomState>,
+    /// The staged keys in order, once a range read needed them.
+    ordered: OnceLock<BTreeSet<Vec<u8>>>,
     bytes: usize,
 }
 
@@ -28,6 +40,9 @@ impl Overlay {
             false
         } else {
             self.staged.insert(key.to_vec(), value);
+            if let Some(ordered) = self.ordered.get_mut() {
+                ordered.insert(key.to_vec());
+            }
             true
         }
     }
@@ -50,22 +65,37 @@ impl Overlay {
         self.staged.is_empty()
     }
 
-    /// Empties the overlay, handing over its writes in key order.
+    /// Empties the overlay, handing over its writes in the order they were first staged.
     pub fn take(&mut self) -> impl Iterator<Item = (Vec<u8>, Option<Vec<u8>>)> {
         self.bytes = 0;
+        self.ordered = OnceLock::new();
         std::mem::take(&mut self.staged).into_iter()
     }
 
     pub fn clear(&mut self) {
         self.staged.clear();
+        self.ordered = OnceLock::new();
         self.bytes = 0;
     }
 
-    /// Staged writes in key order.
-    pub fn iter(&self) -> impl Iterator<Item = (&[u8], Option<&[u8]>)> {
+    /// Staged writes in the order they were first staged.
+    pub fn writes(&self) -> impl Iterator<Item = Write<'_>> {
         self.staged
             .iter()
             .map(|(k, v)| (k.as_slice(), v.as_deref()))
+    }
+
+    /// Staged writes in key order.
+    pub fn iter(&self) -> impl Iterator<Item = Write<'_>> {
+        let writes: Vec<Write<'_>> = match self.ordered.get() {
+            Some(ordered) => self.in_order(ordered.iter()).collect(),
+            None => {
+                let mut writes: Vec<_> = self.writes().collect();
+                writes.sort_unstable_by(|a, b| a.0.cmp(b.0));
+                writes
+            }
+        };
+        writes.into_iter()
     }
 
     /// Staged writes inside `range`, in `direction` order.
@@ -85,14 +115,22 @@ impl Overlay {
             .upper
             .as_ref()
             .map_or(Bound::Unbounded, |u| Bound::Excluded(u.clone()));
-        let items = self
-            .staged
-            .range::<Vec<u8>, _>((lower, upper))
-            .map(|(k, v)| (k.as_slice(), v.as_deref()));
+        let ordered = self
+            .ordered
+            .get_or_init(|| self.staged.keys().cloned().collect());
+        let keys = ordered.range::<Vec<u8>, _>((lower, upper));
         match direction {
-            Direction::Forward => Box::new(items),
-            Direction::Reverse => Box::new(items.rev()),
+            Direction::Forward => Box::new(self.in_order(keys)),
+            Direction::Reverse => Box::new(self.in_order(keys.rev())),
         }
+    }
+
+    /// The writes of `keys`, which are staged keys from the ordered index.
+    fn in_order<'a>(
+        &'a self,
+        keys: impl Iterator<Item = &'a Vec<u8>> + 'a,
+    ) -> impl Iterator<Item = Write<'a>> + 'a {
+        keys.filter_map(|k| self.staged.get(k).map(|v| (k.as_slice(), v.as_deref())))
     }
 }
 
@@ -132,5 +170,40 @@ mod tests {
             .collect();
         assert_eq!(fwd, vec![b"b".to_vec(), b"c".to_vec()]);
         assert_eq!(rev, vec![b"c".to_vec(), b"b".to_vec()]);
+    }
+
+    #[test]
+    fn key_order_survives_writes_after_a_range_read() {
+        let keys = |o: &Overlay| o.iter().map(|(k, _)| k.to_vec()).collect::<Vec<_>>();
+        let mut o = Overlay::default();
+        for k in [b"d", b"b"] {
+            o.stage(k, Some(k));
+        }
+        assert_eq!(keys(&o), vec![b"b".to_vec(), b"d".to_vec()]);
+        assert_eq!(o.range(&KeyRange::all(), Direction::Forward).count(), 2);
+        // The ordered index now exists; new keys join it, overwrites and deletes keep theirs.
+        o.stage(b"a", Some(b"1"));
+        o.stage(b"c", None);
+        o.stage(b"d", Some(b"2"));
+        let all: Vec<_> = o
+            .range(&KeyRange::all(), Direction::Forward)
+            .map(|(k, v)| (k.to_vec(), v.map(<[u8]>::to_vec)))
+            .collect();
+        assert_eq!(
+            all,
+            vec![
+                (b"a".to_vec(), Some(b"1".to_vec())),
+                (b"b".to_vec(), Some(b"b".to_vec())),
+                (b"c".to_vec(), None),
+                (b"d".to_vec(), Some(b"2".to_vec())),
+            ]
+        );
+        assert_eq!(
+            keys(&o),
+            vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec(), b"d".to_vec()]
+        );
+        o.clear();
+        o.stage(b"z", None);
+        assert_eq!(o.range(&KeyRange::all(), Direction::Reverse).count(), 1);
     }
 }

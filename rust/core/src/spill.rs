@@ -75,7 +75,7 @@ impl Spill {
         let cf = self.cf(WRITES_CF)?;
         let mut batch = WriteBatch::default();
         let mut tagged = Vec::new();
-        for (key, value) in overlay.iter() {
+        for (key, value) in overlay.writes() {
             tagged.clear();
             match value {
                 Some(v) => {

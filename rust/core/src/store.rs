@@ -660,7 +660,7 @@ impl KeyValueStore {
                     Some(staged) => staged,
                     None => batch_of(c, overlay)?,
                 };
-                c.commit_staged(staged, &mut overlay.iter(), Some(offset_write))
+                c.commit_staged(staged, &mut overlay.writes(), Some(offset_write))
             })?;
             *batch = Some(WriteBatch::default());
             let committed = self.overlay.take();
@@ -825,6 +825,7 @@ fn live<'a>(ttl: &Option<Ttl>, value: Option<&'a [u8]>) -> Option<&'a [u8]> {
 /// The overlay's writes as one batch of `committed`.
 fn batch_of(committed: &dyn CommittedState, overlay: &Overlay) -> Result<WriteBatch> {
     let mut batch = WriteBatch::default();
+    // In key order: RocksDB's memtable inserts sorted keys faster.
     for (key, value) in overlay.iter() {
         committed.stage(&mut batch, key, value)?;
     }
