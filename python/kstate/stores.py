@@ -192,7 +192,8 @@ class StoreBuilder:
         ``changelog.dir`` may be a URL (``s3://bucket/prefix``, ``file:///mnt/shared``, any
         fsspec filesystem; ``changelog.storage.options`` holds the filesystem's options): the
         changelog then lives there, shared by every machine, as one immutable object per commit
-        (first writer wins), and ``<state.dir>/changelog-cache`` caches it (``kstate.log.remote``).
+        (first writer wins), and ``<state.dir>/changelog-cache`` caches what the store has not
+        committed yet (``kstate.log.remote``).
         """
         return replace(self, logging=dict(config or {}))
 

@@ -125,6 +125,32 @@ def test_a_wiped_cache_is_refilled_from_where_the_store_is(remote, tmp_path):
         assert contents(store) == expected
 
 
+def cache_segments(root):
+    return sorted((root / "state" / "changelog-cache" / f"{TOPIC}-0").glob("*.log"))
+
+
+def test_the_local_cache_keeps_only_what_the_store_has_not_committed(remote, tmp_path):
+    small = builder(remote, **{"segment.bytes": 4096})
+    with small.build().init(task(tmp_path)) as store:
+        commit_rounds(store, 30)  # ~60 KB of records: 15 segments of 4 KiB if nothing went
+        expected = contents(store)
+        cached = cache_segments(tmp_path)
+        assert len(cached) <= 2, "the active segment, and the one it rolled from at most"
+        assert int(cached[0].stem) > 0
+    # The store holds everything: reopening replays nothing and commits go on.
+    with small.build().init(task(tmp_path)) as store:
+        assert store.restored_records == 0 and contents(store) == expected
+        assert commit_rounds(store, 1, start=30) == [31 * PER_ROUND - 1]
+        expected = contents(store)
+    # Lost task directory, cache kept: the store is behind the cache's start and refetches.
+    shutil.rmtree(task(tmp_path))
+    with small.build().init(task(tmp_path)) as store:
+        assert store.restored_records == 31 * PER_ROUND
+        assert contents(store) == expected
+    with builder(remote).build().init(task(tmp_path / "other")) as store:
+        assert contents(store) == expected
+
+
 def test_the_first_of_two_writers_at_an_offset_wins(remote, tmp_path):
     with builder(remote).build().init(task(tmp_path / "a")) as a:
         commit_rounds(a, 1)

@@ -261,11 +261,15 @@ impl Changelog {
     /// Kafka's log cleaner for a store's own changelog, run after commits: retention when
     /// `cleanup.policy` includes `delete`; compaction when it includes `compact` and the sealed
     /// segments written since the last compaction hold `min.cleanable.dirty.ratio` of the
-    /// sealed bytes or more. Nothing for a remote changelog's local cache (the remote log is
-    /// compacted where it lives).
-    pub fn clean(&mut self, now_ms: i64) -> Result<CleaningReport> {
+    /// sealed bytes or more. A remote changelog's local cache is compacted where it lives;
+    /// here it only drops the segments wholly at or below `store_offset`, the offset the store
+    /// has committed (a store that falls behind the cache fetches again from the remote log).
+    pub fn clean(&mut self, now_ms: i64, store_offset: Option<i64>) -> Result<CleaningReport> {
         let mut report = CleaningReport::default();
         if self.publisher.is_some() {
+            if let Some(offset) = store_offset {
+                report.retention = self.partition.delete_segments_below(offset + 1, now_ms)?;
+            }
             return Ok(report);
         }
         report.retention = self.partition.delete_expired(now_ms)?;

@@ -428,7 +428,10 @@ impl<S: ChangelogTarget> LoggedStore<S> {
     /// Runs the changelog's cleaner (see [`Changelog::clean`]); `None` without a changelog.
     pub fn clean_changelog(&mut self, now_ms: i64) -> Result<Option<CleaningReport>> {
         match &mut self.changelog {
-            Some(log) => log.changelog.clean(now_ms).map(Some),
+            Some(log) => {
+                let store_offset = self.store.committed_offset()?;
+                log.changelog.clean(now_ms, store_offset).map(Some)
+            }
             None => Ok(None),
         }
     }

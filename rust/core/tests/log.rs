@@ -1021,6 +1021,32 @@ fn retention_deletes_old_segments_by_size() {
     assert_eq!(partition.delete_expired(NOW).unwrap().deleted_by_size, 0);
 }
 
+#[test]
+fn a_cache_drops_the_segments_its_reader_is_past() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = build_log(dir.path(), &small_segments(), 35); // segments at 0, 10, 20, 30
+    let (mut partition, _) = open(dir.path(), &small_segments());
+    // Offset 19 is still needed: the segment at 10 stays.
+    let report = partition.delete_segments_below(19, NOW).unwrap();
+    assert_eq!(
+        (report.deleted_below_offset, report.log_start_offset),
+        (1, 10)
+    );
+    assert_eq!(report.bytes_deleted, 1000);
+    assert_eq!(read_all(&partition, 1 << 20), model.records[10..]);
+    // Past everything: the active segment stays, whatever the policy.
+    let report = partition.delete_segments_below(1000, NOW).unwrap();
+    assert_eq!(
+        (report.deleted_below_offset, report.log_start_offset),
+        (2, 30)
+    );
+    assert_eq!(partition.log_end_offset(), 35);
+    assert_eq!(read_all(&partition, 1 << 20), model.records[30..]);
+    drop(partition);
+    let (partition, _) = open(dir.path(), &small_segments());
+    assert_eq!(partition.log_start_offset(), 30);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Compaction
 

@@ -140,7 +140,9 @@ pub(crate) fn cleaning_report(
     let Some(report) = report else {
         return Ok(None);
     };
-    let deleted = report.retention.deleted_by_time + report.retention.deleted_by_size;
+    let deleted = report.retention.deleted_by_time
+        + report.retention.deleted_by_size
+        + report.retention.deleted_below_offset;
     if deleted == 0 && report.compaction.is_none() {
         return Ok(None);
     }

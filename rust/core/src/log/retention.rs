@@ -15,6 +15,9 @@ pub struct RetentionReport {
     pub deleted_by_time: usize,
     /// Segments deleted to bring the log within `retention.bytes`.
     pub deleted_by_size: usize,
+    /// Segments of a remote log's local cache deleted because their reader is past them
+    /// ([`Partition::delete_segments_below`]).
+    pub deleted_below_offset: usize,
     pub bytes_deleted: u64,
     /// Whether the active segment had to be rolled because it was to be deleted too.
     pub rolled_active: bool,
@@ -56,6 +59,22 @@ impl Partition {
                 report.deleted_by_size = self.delete_oldest(over, now_ms, &mut report)?;
             }
         }
+        report.log_start_offset = self.log_start_offset();
+        Ok(report)
+    }
+
+    /// Deletes the oldest segments whose records all have offsets below `offset`, never the
+    /// active one: a local cache of a log kept elsewhere needs only what its reader has not
+    /// consumed, as Kafka's tiered storage keeps a segment locally only until it is remote
+    /// (KIP-405 local retention).
+    pub fn delete_segments_below(&mut self, offset: i64, now_ms: i64) -> Result<RetentionReport> {
+        let mut report = RetentionReport::default();
+        let consumed = self
+            .segments
+            .windows(2)
+            .take_while(|pair| pair[1].base_offset() <= offset)
+            .count();
+        report.deleted_below_offset = self.delete_oldest(consumed, now_ms, &mut report)?;
         report.log_start_offset = self.log_start_offset();
         Ok(report)
     }
