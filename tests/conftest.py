@@ -3,6 +3,7 @@ import signal
 import socket
 import subprocess
 import sys
+import textwrap
 import time
 import urllib.request
 
@@ -86,6 +87,50 @@ def kill_writer():
         return lines
 
     return run
+
+
+_COUNTING_WRITER = """\
+import json, sys, time
+from kstate import Stores
+
+task_dir, pause_at, *args = sys.argv[1:]
+{opening}
+
+def stage(name):
+    print(name, flush=True)
+    if name == pause_at:
+        time.sleep(60)
+
+count_once()
+store.commit()
+print("first commit done", flush=True)
+count_once()
+if pause_at == "staged":
+    print("staged", flush=True)
+    time.sleep(60)
+if pause_at == "loop":
+    while True:
+        store.commit()
+        print("committed", store.committed_offset(), flush=True)
+        count_once()
+store.commit(on_stage=stage)
+time.sleep(60)
+"""
+
+
+@pytest.fixture
+def counting_writer():
+    """The script of a writer process for ``kill_writer`` (args: task dir, ``pause_at``, then
+    the opening's own). ``opening`` is Python source that opens ``store`` and defines
+    ``count_once()``, adding 1 to every key's count (so a lost or doubled commit shows); it sees
+    ``task_dir`` and ``args``. The writer commits one count and stages another, then pauses
+    where ``pause_at`` says: ``"staged"``, or a stage ``commit(on_stage=...)`` reports; or with
+    ``"loop"`` commits and counts forever, printing ``committed <offset>`` each time."""
+
+    def script(opening):
+        return _COUNTING_WRITER.format(opening=textwrap.dedent(opening).strip())
+
+    return script
 
 
 LOOPBACK = "127.0.0.1"

@@ -8,45 +8,20 @@ from __future__ import annotations
 
 import json
 import random
-import textwrap
 
 import pytest
 
 from kstate import Stores
 
 KEYS = 200
-WRITER = textwrap.dedent(f"""
-    import json, sys, time
-    from kstate import Stores
-
-    task_dir, pause_at, logging_config = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+OPENING = f"""
     store = (Stores.key_value_store_builder(Stores.persistent_key_value_store("counts"), "string", "int64")
-             .with_logging_enabled(logging_config).build().init(task_dir))
+             .with_logging_enabled(json.loads(args[0])).build().init(task_dir))
     keys = [f"k{{i:03d}}" for i in range({KEYS})]
 
     def count_once():
         store.put_all(zip(keys, [(v or 0) + 1 for v in store.get_many(keys)]))
-
-    def stage(name):
-        print(name, flush=True)
-        if name == pause_at:
-            time.sleep(60)
-
-    count_once()
-    store.commit()
-    print("first commit done", flush=True)
-    count_once()
-    if pause_at == "staged":
-        print("staged", flush=True)
-        time.sleep(60)
-    if pause_at == "loop":
-        while True:
-            store.commit()
-            print("committed", store.committed_offset(), flush=True)
-            count_once()
-    store.commit(on_stage=stage)
-    time.sleep(60)
-""")
+"""
 
 
 def reopen(task_dir, remote):
@@ -70,10 +45,11 @@ def counts(store):
     ids=lambda v: v.split(":")[0] if isinstance(v, str) and ":" in v else None,
 )
 def test_each_crash_window_reopens_at_exactly_the_uploaded_commits(
-    kill_writer, remote, tmp_path, window, pause_at, commits, restored
+    kill_writer, counting_writer, remote, tmp_path, window, pause_at, commits, restored
 ):
     task_dir = tmp_path / "a" / "app" / "0_0"
-    kill_writer(WRITER, [task_dir, pause_at, json.dumps(remote.logging_config())], wait_for=pause_at)
+    writer = counting_writer(OPENING)
+    kill_writer(writer, [task_dir, pause_at, json.dumps(remote.logging_config())], wait_for=pause_at)
     with reopen(task_dir, remote) as store:
         assert store.restored_records == restored, window
         assert counts(store) == {commits}, window
@@ -82,12 +58,11 @@ def test_each_crash_window_reopens_at_exactly_the_uploaded_commits(
         assert counts(elsewhere) == {commits}, "another machine restores the same commits"
 
 
-def test_killed_at_random_while_committing_loses_and_repeats_nothing(kill_writer, remote, tmp_path):
+def test_killed_at_random_while_committing_loses_and_repeats_nothing(kill_writer, counting_writer, remote, tmp_path):
     task_dir = tmp_path / "a" / "app" / "0_0"
     random.seed(remote.kind)
-    lines = kill_writer(
-        WRITER, [task_dir, "loop", json.dumps(remote.logging_config())], "committed 799", delay=random.uniform(0, 0.3)
-    )
+    args = [task_dir, "loop", json.dumps(remote.logging_config())]
+    lines = kill_writer(counting_writer(OPENING), args, "committed 799", delay=random.uniform(0, 0.3))
     seen = [int(words[1]) for words in lines if words[0] == "committed"]
     with reopen(task_dir, remote) as store:
         offset = store.committed_offset()

@@ -5,18 +5,14 @@ the number of commits the changelog published, and no commit the writer saw fini
 """
 
 import random
-import textwrap
 
 import pytest
 
 from kstate import Stores
 
 KEYS = 200
-WRITER = textwrap.dedent(f"""
-    import sys, time
-    from kstate import Stores
-
-    task_dir, pause_at, limit = sys.argv[1], sys.argv[2], int(sys.argv[3])
+OPENING = f"""
+    limit = int(args[0])
     store = (Stores.key_value_store_builder(Stores.persistent_key_value_store("counts"), "string", "int64")
              .with_config({{"statestore.uncommitted.max.bytes": limit}})
              .with_logging_enabled().build().init(task_dir))
@@ -24,27 +20,7 @@ WRITER = textwrap.dedent(f"""
 
     def count_once():
         store.put_all(zip(keys, [(v or 0) + 1 for v in store.get_many(keys)]))
-
-    def stage(name):
-        print(name, flush=True)
-        if name == pause_at:
-            time.sleep(60)
-
-    count_once()
-    store.commit()
-    print("first commit done", flush=True)
-    count_once()
-    if pause_at == "staged":
-        print("staged", flush=True)
-        time.sleep(60)
-    if pause_at == "loop":
-        while True:
-            store.commit()
-            print("committed", store.committed_offset(), flush=True)
-            count_once()
-    store.commit(on_stage=stage)
-    time.sleep(60)
-""")
+"""
 SPILL = 4096  # staged writes spill to disk: the commit streams them to the changelog from there
 NO_SPILL = 1 << 30
 
@@ -75,9 +51,9 @@ def checkpointed(task_dir):
     ids=lambda v: v.split(":")[0] if isinstance(v, str) and ":" in v else None,
 )
 def test_each_crash_window_reopens_at_exactly_the_published_commits(
-    kill_writer, task_dir, limit, window, pause_at, commits, restored
+    kill_writer, counting_writer, task_dir, limit, window, pause_at, commits, restored
 ):
-    kill_writer(WRITER, [task_dir, pause_at, limit], wait_for=pause_at)
+    kill_writer(counting_writer(OPENING), [task_dir, pause_at, limit], wait_for=pause_at)
     with reopen(task_dir) as store:
         assert store.restored_records == restored, window
         assert counts(store) == {commits}, window
@@ -86,9 +62,10 @@ def test_each_crash_window_reopens_at_exactly_the_published_commits(
 
 
 @pytest.mark.parametrize("attempt", range(3))
-def test_killed_at_random_while_committing_loses_and_repeats_nothing(kill_writer, task_dir, attempt):
+def test_killed_at_random_while_committing_loses_and_repeats_nothing(kill_writer, counting_writer, task_dir, attempt):
     random.seed(attempt)
-    lines = kill_writer(WRITER, [task_dir, "loop", NO_SPILL], "committed 799", delay=random.uniform(0, 0.3))
+    writer = counting_writer(OPENING)
+    lines = kill_writer(writer, [task_dir, "loop", NO_SPILL], "committed 799", delay=random.uniform(0, 0.3))
     seen = [int(words[1]) for words in lines if words[0] == "committed"]
     with reopen(task_dir) as store:
         offset = store.committed_offset()

@@ -5,7 +5,6 @@ commits (SIGKILL of a real writer)."""
 
 import shutil
 import struct
-import textwrap
 
 import pytest
 from kafka.record.memory_records import MemoryRecords
@@ -158,11 +157,7 @@ def test_recover_discards_staged_windows_and_keeps_the_committed(state_dir):
 
 
 KEYS = 50
-WRITER = textwrap.dedent(f"""
-    import sys, time
-    from kstate import Stores
-
-    task_dir, pause_at = sys.argv[1], sys.argv[2]
+OPENING = f"""
     supplier = Stores.persistent_window_store("w", 600_000, 60_000)
     store = Stores.window_store_builder(supplier, "string", "int64").with_logging_enabled().build().init(task_dir)
     keys = [f"k{{i:02d}}" for i in range({KEYS})]
@@ -172,22 +167,7 @@ WRITER = textwrap.dedent(f"""
         for key in keys:
             for start in (0, 300_000):
                 store.put(key, (store.fetch(key, start) or 0) + 1, start)
-
-    def stage(name):
-        print(name, flush=True)
-        if name == pause_at:
-            time.sleep(60)
-
-    count_once()
-    store.commit()
-    print("first commit done", flush=True)
-    count_once()
-    if pause_at == "staged":
-        print("staged", flush=True)
-        time.sleep(60)
-    store.commit(on_stage=stage)
-    time.sleep(60)
-""")
+"""
 
 
 def reopen_counts(task_dir):
@@ -206,9 +186,9 @@ def reopen_counts(task_dir):
     ids=lambda v: v.split(":")[0] if isinstance(v, str) and ":" in v else None,
 )
 def test_each_crash_window_reopens_at_exactly_the_published_commits(
-    kill_writer, task_dir, window, pause_at, commits, restored
+    kill_writer, counting_writer, task_dir, window, pause_at, commits, restored
 ):
-    kill_writer(WRITER, [task_dir, pause_at], wait_for=pause_at)
+    kill_writer(counting_writer(OPENING), [task_dir, pause_at], wait_for=pause_at)
     with reopen_counts(task_dir) as store:
         assert store.restored_records == restored, window
         assert {kv.value for kv in store.all()} == {commits}, window
