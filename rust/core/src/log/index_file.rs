@@ -15,6 +15,8 @@ use crate::error::Result;
 /// A fixed-size index entry.
 pub(crate) trait IndexEntry: Copy {
     const SIZE: usize;
+    /// The entry's offset, relative to its segment's base offset.
+    fn relative_offset(&self) -> i32;
     fn write_to(&self, out: &mut Vec<u8>);
     /// `bytes` is exactly `SIZE` long.
     fn read_from(bytes: &[u8]) -> Option<Self>;

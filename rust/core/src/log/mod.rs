@@ -32,6 +32,7 @@ mod recovery;
 mod retention;
 mod scan;
 mod segment;
+mod sparse_index;
 mod time_index;
 mod timestamp_validation;
 mod topic;

@@ -2,6 +2,7 @@
 //! segment, used to start reads near an offset instead of at the segment's start.
 
 use super::index_file::IndexEntry;
+use super::sparse_index::SparseIndex;
 
 /// One 8-byte `.index` entry: i32 offset relative to the segment's base offset, then the i32
 /// position of the entry's message-set entry in the `.log` file, both big-endian.
@@ -34,6 +35,10 @@ impl OffsetIndexEntry {
 impl IndexEntry for OffsetIndexEntry {
     const SIZE: usize = Self::SIZE;
 
+    fn relative_offset(&self) -> i32 {
+        self.relative_offset
+    }
+
     fn write_to(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.to_bytes());
     }
@@ -44,40 +49,22 @@ impl IndexEntry for OffsetIndexEntry {
 }
 
 /// The entries of one segment's offset index, in memory.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct OffsetIndex {
-    base_offset: i64,
-    entries: Vec<OffsetIndexEntry>,
-}
+pub(crate) type OffsetIndex = SparseIndex<OffsetIndexEntry>;
 
 impl OffsetIndex {
-    pub(crate) fn new(base_offset: i64, entries: Vec<OffsetIndexEntry>) -> Self {
-        Self {
-            base_offset,
-            entries,
-        }
-    }
-
-    pub(crate) fn entries(&self) -> &[OffsetIndexEntry] {
-        &self.entries
-    }
-
     /// Adds an entry. The segment only indexes offsets and positions that fit an i32 and grow,
     /// so nothing is lost by skipping one that does not (the index is sparse anyway).
     pub(crate) fn append(&mut self, offset: i64, position: u64) {
-        let relative_offset = offset
-            .checked_sub(self.base_offset)
-            .and_then(|relative| i32::try_from(relative).ok());
-        let (Some(relative_offset), Ok(position)) = (relative_offset, i32::try_from(position))
+        let (Some(relative_offset), Ok(position)) =
+            (self.relative(offset), i32::try_from(position))
         else {
             return;
         };
         let grows = self
-            .entries
             .last()
             .is_none_or(|last| relative_offset > last.relative_offset && position > last.position);
         if grows {
-            self.entries.push(OffsetIndexEntry {
+            self.push(OffsetIndexEntry {
                 relative_offset,
                 position,
             });
@@ -87,28 +74,19 @@ impl OffsetIndex {
     /// The position to start reading at to find `offset`: the entry with the largest offset
     /// not above it, or the segment's start (Kafka's `OffsetIndex.lookup`).
     pub(crate) fn lookup(&self, offset: i64) -> u64 {
-        let below = self
-            .entries
-            .partition_point(|entry| self.absolute(entry) <= offset);
+        let entries = self.entries();
+        let below = entries.partition_point(|entry| self.absolute(entry) <= offset);
         below
             .checked_sub(1)
-            .and_then(|i| self.entries.get(i))
+            .and_then(|i| entries.get(i))
             .map_or(0, |entry| u64::try_from(entry.position).unwrap_or(0))
-    }
-
-    /// Drops the entries for offsets `>= offset`.
-    pub(crate) fn truncate_to(&mut self, offset: i64) {
-        let keep = self
-            .entries
-            .partition_point(|entry| self.absolute(entry) < offset);
-        self.entries.truncate(keep);
     }
 
     /// Why these entries cannot belong to a segment holding offsets below `upper_offset` in
     /// `log_size` bytes, if they cannot.
     pub(crate) fn check(&self, upper_offset: i64, log_size: u64) -> Result<(), String> {
         let mut previous: Option<&OffsetIndexEntry> = None;
-        for (i, entry) in self.entries.iter().enumerate() {
+        for (i, entry) in self.entries().iter().enumerate() {
             if entry.relative_offset < 0 || entry.position < 0 {
                 return Err(format!("entry {i} is negative: {entry:?}"));
             }
@@ -130,11 +108,6 @@ impl OffsetIndex {
             previous = Some(entry);
         }
         Ok(())
-    }
-
-    fn absolute(&self, entry: &OffsetIndexEntry) -> i64 {
-        self.base_offset
-            .saturating_add(i64::from(entry.relative_offset))
     }
 }
 

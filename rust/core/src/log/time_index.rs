@@ -3,6 +3,7 @@
 //! first reached at O; so any record with a timestamp above T comes after O.
 
 use super::index_file::IndexEntry;
+use super::sparse_index::SparseIndex;
 use crate::timestamped::NO_TIMESTAMP;
 
 /// One 12-byte `.timeindex` entry: i64 timestamp, then the i32 offset relative to the
@@ -36,6 +37,10 @@ impl TimeIndexEntry {
 impl IndexEntry for TimeIndexEntry {
     const SIZE: usize = Self::SIZE;
 
+    fn relative_offset(&self) -> i32 {
+        self.relative_offset
+    }
+
     fn write_to(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.to_bytes());
     }
@@ -46,49 +51,31 @@ impl IndexEntry for TimeIndexEntry {
 }
 
 /// The entries of one segment's time index, in memory.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct TimeIndex {
-    base_offset: i64,
-    entries: Vec<TimeIndexEntry>,
-}
+pub(crate) type TimeIndex = SparseIndex<TimeIndexEntry>;
 
 impl TimeIndex {
-    pub(crate) fn new(base_offset: i64, entries: Vec<TimeIndexEntry>) -> Self {
-        Self {
-            base_offset,
-            entries,
-        }
-    }
-
-    pub(crate) fn entries(&self) -> &[TimeIndexEntry] {
-        &self.entries
-    }
-
     /// The last entry's timestamp: a sealed segment's largest timestamp.
     pub(crate) fn last_timestamp(&self) -> Option<i64> {
-        self.entries.last().map(|entry| entry.timestamp)
+        self.last().map(|entry| entry.timestamp)
     }
 
     /// The last entry's absolute offset.
     pub(crate) fn last_offset(&self) -> Option<i64> {
-        self.entries.last().map(|entry| self.absolute(entry))
+        self.last().map(|entry| self.absolute(entry))
     }
 
     /// Adds (timestamp, offset) only if the timestamp is greater than the last entry's (or,
     /// for the first entry, not `NO_TIMESTAMP`), as Kafka's `TimeIndex.maybeAppend` does.
     pub(crate) fn maybe_append(&mut self, timestamp: i64, offset: i64) {
-        let relative_offset = offset
-            .checked_sub(self.base_offset)
-            .and_then(|relative| i32::try_from(relative).ok());
-        let Some(relative_offset) = relative_offset else {
+        let Some(relative_offset) = self.relative(offset) else {
             return;
         };
-        let grows = match self.entries.last() {
+        let grows = match self.last() {
             None => timestamp > NO_TIMESTAMP,
             Some(last) => timestamp > last.timestamp && relative_offset >= last.relative_offset,
         };
         if grows {
-            self.entries.push(TimeIndexEntry {
+            self.push(TimeIndexEntry {
                 timestamp,
                 relative_offset,
             });
@@ -98,27 +85,18 @@ impl TimeIndex {
     /// The offset to start looking for the first record with a timestamp `>= target`: that of
     /// the entry with the largest timestamp not above `target`, or the segment's base offset.
     pub(crate) fn lookup(&self, target: i64) -> i64 {
-        let below = self
-            .entries
-            .partition_point(|entry| entry.timestamp <= target);
+        let entries = self.entries();
+        let below = entries.partition_point(|entry| entry.timestamp <= target);
         below
             .checked_sub(1)
-            .and_then(|i| self.entries.get(i))
-            .map_or(self.base_offset, |entry| self.absolute(entry))
-    }
-
-    /// Drops the entries for offsets `>= offset`.
-    pub(crate) fn truncate_to(&mut self, offset: i64) {
-        let keep = self
-            .entries
-            .partition_point(|entry| self.absolute(entry) < offset);
-        self.entries.truncate(keep);
+            .and_then(|i| entries.get(i))
+            .map_or(self.base_offset(), |entry| self.absolute(entry))
     }
 
     /// Why these entries cannot belong to a segment holding offsets below `upper_offset`.
     pub(crate) fn check(&self, upper_offset: i64) -> Result<(), String> {
         let mut previous: Option<&TimeIndexEntry> = None;
-        for (i, entry) in self.entries.iter().enumerate() {
+        for (i, entry) in self.entries().iter().enumerate() {
             if entry.relative_offset < 0 || entry.timestamp < 0 {
                 return Err(format!("entry {i} is negative: {entry:?}"));
             }
@@ -137,11 +115,6 @@ impl TimeIndex {
             previous = Some(entry);
         }
         Ok(())
-    }
-
-    fn absolute(&self, entry: &TimeIndexEntry) -> i64 {
-        self.base_offset
-            .saturating_add(i64::from(entry.relative_offset))
     }
 }
 
