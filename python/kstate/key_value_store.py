@@ -16,7 +16,7 @@ from kstate import _core, arrow_numbers
 from kstate.config import ChangelogConfig, StoreConfig
 from kstate.errors import InvalidArgumentError
 from kstate.log.remote import RemoteChangelog
-from kstate.serdes import BytesSerde, Serde, StringSerde
+from kstate.serdes import BytesSerde, Serde, StringSerde, key_bytes
 from kstate.store_lifecycle import StoreLifecycle, Unopened, progress_logger
 
 if TYPE_CHECKING:
@@ -80,12 +80,7 @@ class _Reads:
     _value_serde: Serde
 
     def _key_bytes(self, key: Any) -> bytes:
-        if key is None:
-            raise InvalidArgumentError("key cannot be None")
-        raw = self._key_serde.serialize(key)
-        if raw is None:
-            raise InvalidArgumentError(f"key serde turned {key!r} into None")
-        return raw
+        return key_bytes(self._key_serde, key)
 
     def _value_of(self, stored: bytes) -> Any:
         return self._value_serde.deserialize(stored)

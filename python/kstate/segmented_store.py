@@ -19,8 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from kstate import _core
 from kstate.config import ChangelogConfig, StoreConfig
-from kstate.errors import InvalidArgumentError
-from kstate.serdes import BytesSerde, Serde
+from kstate.serdes import BytesSerde, Serde, key_bytes
 from kstate.store_lifecycle import StoreLifecycle, Unopened, progress_logger
 from kstate.value_and_timestamp import NO_TIMESTAMP, ValueAndTimestamp
 from kstate.windowed import Windowed
@@ -43,12 +42,7 @@ class _SegmentedReads:
     name: str
 
     def _key_bytes(self, key: Any) -> bytes:
-        if key is None:
-            raise InvalidArgumentError("key cannot be None")
-        raw = self._key_serde.serialize(key)
-        if raw is None:
-            raise InvalidArgumentError(f"key serde turned {key!r} into None")
-        return raw
+        return key_bytes(self._key_serde, key)
 
     def _raw_bytes(self) -> bool:
         """Whether keys and values are stored exactly as given (bytes serdes, no timestamps):
@@ -84,6 +78,20 @@ class _SegmentedReads:
         key_of = self._key_serde.deserialize
         value_of = self._decoder(with_timestamp)
         return lambda k, start, end, v: KeyValue(Windowed(key_of(k), start, end), value_of(v))
+
+
+class _SegmentedView(_SegmentedReads):
+    """A read-only view of a window or session store; ``read_committed`` views see only
+    committed state and may be used from another thread while the writer works."""
+
+    def __init__(self, store: SegmentedStore, read_committed: bool):
+        self.name = store.name
+        self.read_committed = read_committed
+        self._key_serde = store._key_serde
+        self._value_serde = store._value_serde
+        self._timestamped_bytes = store._timestamped_bytes
+        self._reader = store._reader.read_committed_view() if read_committed else store._reader
+        self._raw = self._raw_bytes()
 
 
 class SegmentedStore(StoreLifecycle, _SegmentedReads):

@@ -23,6 +23,16 @@ class Serde(Protocol):
     def deserialize(self, data: bytes) -> Any: ...
 
 
+def key_bytes(serde: Serde, key: Any) -> bytes:
+    """``key`` serialized for a store, which takes no null keys."""
+    if key is None:
+        raise InvalidArgumentError("key cannot be None")
+    raw = serde.serialize(key)
+    if raw is None:
+        raise InvalidArgumentError(f"key serde turned {key!r} into None")
+    return raw
+
+
 class BytesSerde:
     """Raw bytes, unchanged (``bytearray`` and ``memoryview`` are copied to ``bytes``)."""
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from kstate import _core
 from kstate.errors import InvalidArgumentError
-from kstate.segmented_store import SegmentedStore, _SegmentedReads
+from kstate.segmented_store import SegmentedStore, _SegmentedReads, _SegmentedView
 from kstate.windowed import MAX_TIME, Windowed, WindowedIterator, check_time
 
 
@@ -81,18 +81,9 @@ class _SessionReads(_SegmentedReads):
         return WindowedIterator(native, self._windowed_row(with_timestamp))
 
 
-class ReadOnlySessionStore(_SessionReads):
+class ReadOnlySessionStore(_SessionReads, _SegmentedView):
     """Reads of a session store without its writes. ``read_committed`` views see only committed
     state and may be used from another thread while the writer works."""
-
-    def __init__(self, store: SessionStore, read_committed: bool):
-        self.name = store.name
-        self.read_committed = read_committed
-        self._key_serde = store._key_serde
-        self._value_serde = store._value_serde
-        self._timestamped_bytes = store._timestamped_bytes
-        self._reader = store._reader.read_committed_view() if read_committed else store._reader
-        self._raw = self._raw_bytes()
 
 
 class SessionStore(_SessionReads, SegmentedStore):

@@ -14,7 +14,7 @@ from typing import Any
 from kstate import _core
 from kstate.errors import InvalidArgumentError
 from kstate.key_value_store import KeyValue
-from kstate.segmented_store import SegmentedStore, _SegmentedReads
+from kstate.segmented_store import SegmentedStore, _SegmentedReads, _SegmentedView
 from kstate.windowed import MAX_TIME, MIN_TIME, WindowedIterator, check_time
 
 
@@ -82,18 +82,9 @@ class _WindowReads(_SegmentedReads):
         )
 
 
-class ReadOnlyWindowStore(_WindowReads):
+class ReadOnlyWindowStore(_WindowReads, _SegmentedView):
     """Reads of a window store without its writes. ``read_committed`` views see only committed
     state and may be used from another thread while the writer works."""
-
-    def __init__(self, store: WindowStore, read_committed: bool):
-        self.name = store.name
-        self.read_committed = read_committed
-        self._key_serde = store._key_serde
-        self._value_serde = store._value_serde
-        self._timestamped_bytes = store._timestamped_bytes
-        self._reader = store._reader.read_committed_view() if read_committed else store._reader
-        self._raw = self._raw_bytes()
 
 
 class WindowStore(_WindowReads, SegmentedStore):
