@@ -29,7 +29,7 @@ from kstate.spark.upgrade import wait_for_build
 log = logging.getLogger("kstate.spark")
 
 RELEASE_REQUEST = ".kstate-release"
-_POLL_SECONDS = 0.02
+_POLL_SECONDS = 0.01
 
 
 @dataclass

@@ -19,6 +19,9 @@ from kstate.errors import StateLockTimeoutError
 
 log = logging.getLogger("kstate.spark")
 
+# A holder asked to release usually does within milliseconds (kstate.spark.idle), so waiting
+# starts with short polls and backs off to the longest.
+_FIRST_POLL_SECONDS = 0.002
 _POLL_SECONDS = 0.05
 _REPORT_EVERY_SECONDS = 10.0
 
@@ -59,6 +62,7 @@ class FileLock:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         started = time.monotonic()
         next_report = started + _REPORT_EVERY_SECONDS
+        poll = _FIRST_POLL_SECONDS
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -78,7 +82,8 @@ class FileLock:
                         "waiting for %s (%s): locked by another process for %.0f s", self.what, self.path, now - started
                     )
                     next_report = now + _REPORT_EVERY_SECONDS
-                time.sleep(_POLL_SECONDS)
+                time.sleep(poll)
+                poll = min(2 * poll, _POLL_SECONDS)
         self.previous_holder = os.pread(fd, 256, 0).decode(errors="replace").strip()
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{self.token}\n".encode(), 0)
