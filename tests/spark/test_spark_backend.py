@@ -5,6 +5,7 @@ attempts. One SparkSession for the module; ``local[2,3]`` is two threads with th
 per task, so a killed task is retried as on a cluster."""
 
 import collections
+import datetime
 import os
 import shutil
 import signal
@@ -408,10 +409,36 @@ def test_state_as_a_dataframe(spark, work):
     backend = backend_of(work)
     run_query(spark, work, backend.map_in_arrow(running_count), {})
     frame = backend.state_dataframe(spark, "counts", num_partitions=2)
-    assert frame.schema.simpleString() == "struct<partition:int,key:string,value:bigint>"
+    assert frame.schema.simpleString() == "struct<partition:int,batch:bigint,key:string,value:bigint>"
     rows = frame.collect()
     assert {r["key"]: r["value"] for r in rows} == dict(collections.Counter(file_keys(0) + file_keys(1)))
     assert {r["partition"] for r in rows} == {0, 1}
+    assert {r["batch"] for r in rows} == {1}
+
+
+def test_state_as_of_an_earlier_batch_or_time(spark, work):
+    def state(**as_of):
+        rows = backend_of(work).state_dataframe(spark, "counts", num_partitions=2, **as_of).collect()
+        return {r["key"]: r["value"] for r in rows}, {r["batch"] for r in rows}
+
+    def counted(files):
+        return dict(collections.Counter(key for i in files for key in file_keys(i)))
+
+    add_files(work, range(2))
+    run_query(spark, work, backend_of(work).map_in_arrow(running_count), {})
+    between = datetime.datetime.now()
+    time.sleep(0.05)
+    add_files(work, [2])
+    run_query(spark, work, backend_of(work).map_in_arrow(running_count), {})
+    assert state() == (counted(range(3)), {2})
+    assert state(as_of_batch=1) == (counted(range(2)), {1})
+    assert state(as_of_time=between) == (counted(range(2)), {1})
+    assert state(as_of_batch=0) == (counted([0]), {0})
+    assert state(as_of_time=int(time.time() * 1000)) == (counted(range(3)), {2})
+    # Undo files are kept for the last two batches (undo_retained_batches): no further back.
+    with pytest.raises(Exception, match="no longer kept"):
+        state(as_of_batch=-1)
+    assert state() == (counted(range(3)), {2}), "reading an earlier state changes nothing"
 
 
 def test_the_kstate_data_source_reads_changelogs_as_spark_reads_kafka(spark, work):

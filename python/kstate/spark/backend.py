@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
@@ -56,6 +57,15 @@ def _every_entry(store: Any, timestamped: bool, sessions: bool) -> Any:
     if sessions:
         return store.fetch_with_timestamp(None, None) if timestamped else store.fetch(None, None)
     return store.all_with_timestamp() if timestamped else store.all()
+
+
+def _epoch_ms(when: Any) -> int:
+    """``when`` (ms since the epoch, or a ``datetime``; naive means local time) in ms."""
+    if isinstance(when, datetime):
+        return int(when.timestamp() * 1000)
+    if isinstance(when, bool) or not isinstance(when, int):
+        raise InvalidArgumentError(f"as_of_time must be ms since the epoch or a datetime, got {when!r}")
+    return when
 
 
 def _column_value(value: Any, arrow_type: Any) -> Any:
@@ -221,12 +231,26 @@ class StateBackend:
 
     # -- state as a DataFrame --------------------------------------------------------------------
 
-    def state_dataframe(self, spark: Any, store: str, num_partitions: int) -> Any:
+    def state_dataframe(
+        self,
+        spark: Any,
+        store: str,
+        num_partitions: int,
+        as_of_batch: int | None = None,
+        as_of_time: int | datetime | None = None,
+    ) -> Any:
         """The state of ``store`` after each partition's last published batch, as a DataFrame of
-        ``partition``, ``key`` (window and session stores: ``start`` and ``end`` too), ``value``
-        and, for a timestamped store, ``timestamp``, read by one Spark task per partition. Key
-        and value columns take their type from the serdes: bytes -> binary, string -> string,
-        int64 -> bigint, float64 -> double, others -> string (their ``str``)."""
+        ``partition``, ``batch`` (whose state it is; -1: before the first), ``key`` (window and
+        session stores: ``start`` and ``end`` too), ``value`` and, for a timestamped store,
+        ``timestamp``, read by one Spark task per partition. Key and value columns take their
+        type from the serdes: bytes -> binary, string -> string, int64 -> bigint, float64 ->
+        double, others -> string (their ``str``).
+
+        For audits, an earlier state: ``as_of_batch`` (each partition's state after its last
+        batch with an id at or below it) or ``as_of_time`` (ms since the epoch or a
+        ``datetime``: after its last batch published by then). Earlier states are reached by
+        undoing the later batches, so as far back as ``undo_retained_batches`` (raise it to
+        keep more history); further back raises ``ProcessorStateError``."""
         import pyarrow as pa
 
         from kstate.stores import SessionBytesStoreSupplier, WindowBytesStoreSupplier
@@ -239,7 +263,10 @@ class StateBackend:
         timestamped = builder.timestamped
         sessions = isinstance(builder.supplier, SessionBytesStoreSupplier)
         windowed = sessions or isinstance(builder.supplier, WindowBytesStoreSupplier)
-        fields = [("partition", pa.int32()), ("key", key_type)]
+        if as_of_batch is not None and as_of_time is not None:
+            raise InvalidArgumentError("give as_of_batch or as_of_time, not both")
+        as_of_ms = _epoch_ms(as_of_time) if as_of_time is not None else None
+        fields = [("partition", pa.int32()), ("batch", pa.int64()), ("key", key_type)]
         fields += [("start", pa.int64()), ("end", pa.int64())] if windowed else []
         fields += [("value", value_type)] + ([("timestamp", pa.int64())] if timestamped else [])
         schema = pa.schema(fields)
@@ -251,12 +278,17 @@ class StateBackend:
             state = self.partition_state(current)
             opened = state.open(read_only=True)[store]
             try:
+                batch = state.show_as_of(as_of_batch, as_of_ms)
                 with _every_entry(opened, timestamped, sessions) as entries:
                     rows = list(entries)
             finally:
-                state.abort()
+                state.close_view()
             keys = [r.key.key if windowed else r.key for r in rows]
-            columns = {"partition": [current.partition] * len(rows), "key": [_column_value(k, key_type) for k in keys]}
+            columns = {
+                "partition": [current.partition] * len(rows),
+                "batch": [batch] * len(rows),
+                "key": [_column_value(k, key_type) for k in keys],
+            }
             if windowed:
                 columns["start"] = [r.key.start for r in rows]
                 columns["end"] = [r.key.end for r in rows]

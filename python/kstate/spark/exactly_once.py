@@ -402,6 +402,39 @@ class PartitionState:
             restated.batch_id,
         )
 
+    def show_as_of(self, batch_id: int | None = None, time_ms: int | None = None) -> int:
+        """After ``open(read_only=True)``: stages onto the stores the undo of every batch after
+        ``batch_id`` (or published after ``time_ms``), newest first, so reads see the state as of
+        that batch; ``close_view()`` drops it. Returns the batch whose state the stores show
+        (``EMPTY_STATE``: before the first). Reaches back as far as undo files are kept
+        (``undo_retained_batches``), else raises ``ProcessorStateError``."""
+        assert self._log is not None
+
+        def after(entry: BatchEntry) -> bool:
+            return (batch_id is not None and entry.batch_id > batch_id) or (
+                time_ms is not None and entry.time_ms > time_ms
+            )
+
+        entry = self._head
+        while entry is not None and after(entry):
+            for name, undo_file in entry.undo.items():
+                try:
+                    undo = self._undo.read(undo_file)
+                except ProcessorStateError as missing:
+                    raise ProcessorStateError(
+                        f"partition {self.task.partition}: the state before batch {entry.batch_id} is no longer "
+                        f"kept ({missing}); undo files are kept for the last {self.undo_retained_batches} batches"
+                    ) from None
+                _stage_raw(self._stores[name], undo)
+            entry = None if entry.previous is None else self._log.entry(entry.previous)
+        return EMPTY_STATE if entry is None else entry.batch_id
+
+    def close_view(self) -> None:
+        """Ends a read-only open, dropping what ``show_as_of`` staged."""
+        for store in self._stores.values():
+            store._open_native().recover(None)
+        self.abort()
+
     # -- committing ------------------------------------------------------------------------------
 
     def commit(self) -> BatchEntry | None:
