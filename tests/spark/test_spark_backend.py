@@ -464,6 +464,7 @@ def test_the_kstate_data_source_reads_changelogs_as_spark_reads_kafka(spark, wor
     for r in sorted(rows, key=lambda r: (r.partition, r.offset)):
         latest[bytes(r.key).decode()] = int.from_bytes(bytes(r.value), "big")
     assert latest == dict(collections.Counter(file_keys(0) + file_keys(1)))
+    assert sorted(backend.changelog_dataframe(spark, "counts").collect()) == sorted(rows)
 
     stream = spark.readStream.format("kstate").option("path", str(work / "changelog")).option("topic", topic).load()
     seen = []

@@ -302,6 +302,21 @@ class StateBackend:
         tasks = spark.sparkContext.parallelize(range(num_partitions), num_partitions).map(lambda i: (i,))
         return spark.createDataFrame(tasks, "task int").mapInArrow(read, from_arrow_schema(schema))
 
+    def changelog_dataframe(self, spark: Any, store: str) -> Any:
+        """``store``'s changelog as a DataFrame with the columns of Spark's Kafka source
+        (``format("kstate")``): every published write, ``offset`` in publication order;
+        ``timestamp`` is the write's own for timestamped, window and session stores and its
+        publication time otherwise, as Kafka Streams logs them. File-system changelogs only."""
+        from kstate.spark.source import register_data_source
+
+        if store not in {b.name for b in self.builders}:
+            raise InvalidArgumentError(f"no store named {store!r}; the backend has {[b.name for b in self.builders]}")
+        if self.layout.changelog_url is not None:
+            raise InvalidArgumentError("format('kstate') reads changelogs on a file system, not at a URL")
+        register_data_source(spark)
+        topic = f"{self.layout.application_id}-{store}-changelog"
+        return spark.read.format("kstate").option("path", str(self.layout.changelog_dir)).option("topic", topic).load()
+
     # -- grouped ---------------------------------------------------------------------------------
 
     def apply_in_arrow(
