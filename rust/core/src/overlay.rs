@@ -5,7 +5,9 @@
 //! B-tree's key comparisons made them the store's hottest code. The map keeps insertion order
 //! (`IndexMap`), so committing walks and frees the writes in the order they were allocated.
 //! Key order is built only when asked for: a range read builds an ordered key index once and
-//! later writes keep it up to date; an ordered walk without one sorts.
+//! later writes keep it up to date; an ordered walk without one sorts. Whatever writes the
+//! overlay into RocksDB (commit, spill) walks it in key order: the memtable inserts sorted keys
+//! about twice as fast.
 
 use std::collections::BTreeSet;
 use std::ops::Bound;
@@ -78,7 +80,7 @@ impl Overlay {
         self.bytes = 0;
     }
 
-    /// Staged writes in the order they were first staged.
+    /// Staged writes in the order they were first staged (for readers that need no order).
     pub fn writes(&self) -> impl Iterator<Item = Write<'_>> {
         self.staged
             .iter()

@@ -75,7 +75,8 @@ impl Spill {
         let cf = self.cf(WRITES_CF)?;
         let mut batch = WriteBatch::default();
         let mut tagged = Vec::new();
-        for (key, value) in overlay.writes() {
+        // In key order: RocksDB's memtable inserts sorted keys faster.
+        for (key, value) in overlay.iter() {
             tagged.clear();
             match value {
                 Some(v) => {
