@@ -4,6 +4,8 @@ Timestamped, transactional key-value, window and session stores on RocksDB whose
 Kafka Streams.
 """
 
+from importlib.metadata import version as _distribution_version
+
 from kstate import errors, rebalance, serdes
 from kstate.key_value_store import KeyValue, KeyValueIterator, KeyValueStore, ReadOnlyKeyValueStore
 from kstate.session_store import ReadOnlySessionStore, SessionStore
@@ -21,7 +23,11 @@ from kstate.value_and_timestamp import NO_TIMESTAMP, ValueAndTimestamp
 from kstate.window_store import ReadOnlyWindowStore, WindowStore
 from kstate.windowed import Window, Windowed, WindowedIterator
 
+# The installed distribution's version, set in one place: [workspace.package] version in Cargo.toml.
+__version__: str = _distribution_version("kstate")
+
 __all__ = [
+    "__version__",
     "errors",
     "rebalance",
     "serdes",

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from kstate import __version__
 from kstate.errors import KStateError
 from kstate.log import Partition, decode, shallow_entries
 from kstate.upgrade import find_stores, upgrade_store
@@ -98,6 +99,7 @@ def upgrade(path: Path, dry_run: bool, out=sys.stdout) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kstate", description="kstate's tools for Kafka-format logs.")
+    parser.add_argument("--version", action="version", version=f"kstate {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     log_parser = commands.add_parser("log", help="Kafka log partitions on disk")
     log_commands = log_parser.add_subparsers(dest="log_command", required=True)
