@@ -23,6 +23,7 @@ pub mod rocks;
 pub mod segmented;
 pub mod segments;
 pub mod session_store;
+pub mod spark_hash;
 pub mod spill;
 pub mod store;
 pub mod timestamped;
