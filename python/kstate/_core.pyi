@@ -202,6 +202,15 @@ def compact_changelog_objects(
     progress: Callable[[int, int], Any] | None = None,
 ) -> tuple[list[tuple[int, int, str, int]], dict[str, int]]: ...
 
+# spark_hash.rs (kstate.spark.hashing): Spark's hash() of `count` rows as little-endian i32s, or
+# pmod(hash, num_partitions). A column is (kind, offsets, data, validity, offset): kind one of null,
+# bool, int8, int16, int32, int64, float32, float64, date32, timestamp_us, binary, large_binary;
+# offsets for the binary kinds only; offset is the array's element offset into every buffer.
+
+HashColumn = tuple[str, bytes | None, bytes, bytes | None, int]
+
+def spark_hash(count: int, columns: list[HashColumn], num_partitions: int | None = None) -> bytes: ...
+
 # rebalance.rs (kstate.rebalance)
 
 def encode_subscription(

@@ -11,6 +11,7 @@ mod rebalance;
 mod records;
 mod remote;
 mod session_store;
+mod spark_hash;
 mod upgrade;
 mod value_and_timestamp;
 mod window_store;
@@ -58,6 +59,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     ] {
         m.add_function(function)?;
     }
+    m.add_function(wrap_pyfunction!(spark_hash::spark_hash, m)?)?;
     m.add_function(wrap_pyfunction!(upgrade::inspect_store, m)?)?;
     m.add_function(wrap_pyfunction!(upgrade::upgrade_store_to_timestamped, m)?)?;
     Ok(())
