@@ -201,12 +201,20 @@ fn update_fixed<const W: usize>(
         .data
         .get(begin..end)
         .ok_or_else(|| malformed(column.kind, "data buffer shorter than the array"))?;
-    let validity = column.validity;
-    for (i, (h, value)) in hashes.iter_mut().zip(values.chunks_exact(W)).enumerate() {
-        if is_valid(validity, start + i) {
-            let mut bytes = [0u8; W];
-            bytes.copy_from_slice(value);
-            *h = hash(bytes, *h);
+    let pairs = hashes.iter_mut().zip(values.chunks_exact(W));
+    let bytes = |value: &[u8]| {
+        let mut bytes = [0u8; W];
+        bytes.copy_from_slice(value);
+        bytes
+    };
+    match column.validity {
+        None => pairs.for_each(|(h, value)| *h = hash(bytes(value), *h)),
+        validity => {
+            for (i, (h, value)) in pairs.enumerate() {
+                if is_valid(validity, start + i) {
+                    *h = hash(bytes(value), *h);
+                }
+            }
         }
     }
     Ok(())

@@ -47,10 +47,11 @@ pub fn spark_hash<'py>(
             if let Some(n) = num_partitions {
                 to_partition_ids(&mut hashes, n)?;
             }
-            Ok(hashes
-                .iter()
-                .flat_map(|h| h.to_le_bytes())
-                .collect::<Vec<u8>>())
+            let mut out = vec![0u8; hashes.len() * 4];
+            for (bytes, h) in out.chunks_exact_mut(4).zip(&hashes) {
+                bytes.copy_from_slice(&h.to_le_bytes());
+            }
+            Ok(out)
         })
     })?;
     Ok(PyBytes::new(py, &out))
