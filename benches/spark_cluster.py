@@ -33,7 +33,7 @@ def kstate_backend(work: Path):
     from kstate.spark import StateBackend
 
     counts = Stores.key_value_store_builder(Stores.persistent_key_value_store("counts"), "string", "int64")
-    return StateBackend([counts], None, work / "changelog", "bench-cluster")
+    return StateBackend([counts], None, work / "changelog", "bench-cluster", keys=["key"], num_partitions=2)
 
 
 def kstate_udf():
@@ -85,7 +85,7 @@ def run_mode(mode: str, files: int, rows: int, keys: int) -> dict:
         if mode == "kstate":
             backend = kstate_backend(work)
             progress = backend.report_progress(spark)
-            query = df.repartition(2, "key").mapInArrow(backend.map_in_arrow(kstate_udf()), "key string, count long")
+            query = backend.partition(df).mapInArrow(backend.map_in_arrow(kstate_udf()), "key string, count long")
         else:
             query = rocksdict_query(df, work)
         first = run_query(spark, query, work)

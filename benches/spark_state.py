@@ -59,7 +59,7 @@ def kstate_query(df, work: Path):
     from kstate.spark import StateBackend
 
     counts = Stores.key_value_store_builder(Stores.persistent_key_value_store("counts"), "string", "int64")
-    state = StateBackend([counts], work / "state", work / "changelog", "bench")
+    state = StateBackend([counts], work / "state", work / "changelog", "bench", keys=["key"], num_partitions=2)
     timings = work / "timings"
 
     def running_count(batches, stores):
@@ -89,7 +89,7 @@ def kstate_query(df, work: Path):
         path.write_text(json.dumps(line))
 
     state.on_task = on_task
-    return df.repartition(2, "key").mapInArrow(state.map_in_arrow(running_count), "key string, count long")
+    return state.partition(df).mapInArrow(state.map_in_arrow(running_count), "key string, count long")
 
 
 def rocksdict_query(df, work: Path):

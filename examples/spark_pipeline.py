@@ -96,7 +96,9 @@ def state_backend(work: Path) -> StateBackend:
         "string",
         "int64",
     )
-    return StateBackend([totals, per_minute], work / "state", work / "changelog", "sensors")
+    return StateBackend(
+        [totals, per_minute], work / "state", work / "changelog", "sensors", keys=["sensor"], num_partitions=PARTITIONS
+    )
 
 
 def update_state(batches, stores):  # noqa: ANN001, ANN201
@@ -153,7 +155,7 @@ def run_query(spark, work: Path, state: StateBackend) -> list[dict]:  # noqa: AN
             "unix_millis(timestamp) AS event_ms",
         )
     )
-    updates = readings.repartition(PARTITIONS, "sensor").mapInArrow(
+    updates = state.partition(readings).mapInArrow(
         state.map_in_arrow(update_state), "sensor string, readings long, last_event_ms long"
     )
 

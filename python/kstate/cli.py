@@ -97,6 +97,24 @@ def upgrade(path: Path, dry_run: bool, out=sys.stdout) -> None:
             print(f"{store}: {found.format}, {verb} {found.legacy_entries} values to the timestamped format", file=out)
 
 
+def rescale(args: argparse.Namespace, out=sys.stdout) -> None:
+    import logging
+
+    from kstate.spark.rescale import rescale as rescale_state
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    options = dict(option.split("=", 1) for option in args.storage_option)
+    report = rescale_state(args.changelog_dir, args.application_id, args.partitions, storage_options=options)
+    if report.from_partitions == report.to_partitions:
+        print(f"{args.application_id}: already {report.to_partitions} partitions, nothing to do", file=out)
+        return
+    print(
+        f"{args.application_id}: {report.from_partitions} -> {report.to_partitions} partitions "
+        f"(generation {report.generation}, {report.records} changelog records read, state at batch {report.batch})",
+        file=out,
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kstate", description="kstate's tools for Kafka-format logs.")
     parser.add_argument("--version", action="version", version=f"kstate {__version__}")
@@ -115,8 +133,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         "path", type=Path, help="a store directory, or a state or task directory holding stores"
     )
     upgrade_parser.add_argument("--dry-run", action="store_true", help="only say what would be converted")
+    rescale_parser = commands.add_parser(
+        "rescale", help="rebuild a kstate.spark application's state for another partition count (query stopped)"
+    )
+    rescale_parser.add_argument("changelog_dir", help="the backend changelog_dir (directory or URL)")
+    rescale_parser.add_argument("--application-id", required=True)
+    rescale_parser.add_argument("--partitions", type=int, required=True, help="the new partition count")
+    rescale_parser.add_argument(
+        "--storage-option", action="append", default=[], metavar="KEY=VALUE", help="fsspec option of a URL"
+    )
     args = parser.parse_args(argv)
     try:
+        if args.command == "rescale":
+            rescale(args)
+            return 0
         if args.command == "upgrade":
             upgrade(args.path, args.dry_run)
             return 0

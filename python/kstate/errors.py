@@ -73,6 +73,21 @@ class SerializationError(KStateError, ValueError):
     """A key or value could not be serialized or deserialized by its serde."""
 
 
+class PartitioningError(KStateError):
+    """kstate.spark: rows or a query do not fit how the application's state is partitioned."""
+
+
+class MisroutedRowsError(PartitioningError):
+    """A task got rows whose keys hash to another partition than the one it runs (adaptive query
+    execution coalescing partitions, a repartition on other columns or with another count, or
+    none): their state is elsewhere. The task commits nothing."""
+
+
+class PartitioningChangedError(PartitioningError):
+    """A query's partition count or key columns differ from those the state was written with;
+    keep them, or rescale the state (``kstate rescale``)."""
+
+
 class JavaNotFoundError(KStateError):
     """Spark cannot start: this machine has no Java runtime (``kstate.spark.local_session``)."""
 
@@ -92,5 +107,8 @@ __all__ = [
     "InvalidTimestampError",
     "SerializationError",
     "JavaNotFoundError",
+    "PartitioningError",
+    "MisroutedRowsError",
+    "PartitioningChangedError",
     "StoreBehindChangelogError",
 ]

@@ -58,6 +58,8 @@ def backend_of(work, changelog=None, storage_options=None):
         f"cluster-{work.name}",
         lock_timeout=60,
         changelog_storage_options=storage_options,
+        keys=["key"],
+        num_partitions=2,
     )
 
 

@@ -49,9 +49,12 @@ def spark():
     session.stop()
 
 
-def backend_of(work, state="state"):
+def backend_of(work, state="state", num_partitions=2):
     counts = Stores.key_value_store_builder(Stores.persistent_key_value_store("counts"), "string", "int64")
-    return StateBackend([counts], work / state, work / "changelog", "counts-app", lock_timeout=60)
+    return StateBackend(
+        [counts], work / state, work / "changelog", "counts-app", lock_timeout=60, keys=["key"],
+        num_partitions=num_partitions,
+    )  # fmt: skip
 
 
 def run_query(spark, work, udf, outputs):
@@ -147,7 +150,9 @@ def windowed_reference(files):
 def windowed_backend(work):
     supplier = Stores.persistent_window_store("windows", retention_ms=3_600_000, window_size_ms=WINDOW_MS)
     windows = Stores.window_store_builder(supplier, "string", "int64")
-    return StateBackend([windows], work / "state", work / "changelog", "windows-app", lock_timeout=60)
+    return StateBackend(
+        [windows], work / "state", work / "changelog", "windows-app", lock_timeout=60, keys=["key"], num_partitions=2
+    )
 
 
 def count_windows(batches, stores):
@@ -186,11 +191,11 @@ def test_two_concurrent_attempts_of_one_batch_publish_it_once(spark, work):
     """Two jobs run partition 0 of batch 7 at once, as two executors would (their own state
     dirs, one changelog). Whatever order they reach the locks in, the batch counts once."""
     add_files(work, [0])
-    source = spark.read.parquet(str(work / "in")).repartition(1)
+    source = spark.read.parquet(str(work / "in")).repartition(1, "key")
     results, errors = {}, []
 
     def attempt(name):
-        backend = backend_of(work, state=f"state-{name}")
+        backend = backend_of(work, state=f"state-{name}", num_partitions=1)
         backend.batch_id = 7
 
         def slow_count(batches, stores):
@@ -212,7 +217,7 @@ def test_two_concurrent_attempts_of_one_batch_publish_it_once(spark, work):
         thread.join()
     once = collections.Counter(file_keys(0))
     assert all(r == once for r in results.values()) and results, (results, errors)
-    check = backend_of(work, state="state-check")
+    check = backend_of(work, state="state-check", num_partitions=1)
     check.batch_id = 8
 
     def read_all(batches, stores):
@@ -223,7 +228,10 @@ def test_two_concurrent_attempts_of_one_batch_publish_it_once(spark, work):
         yield pa.RecordBatch.from_arrays([pa.array(keys), pa.array(counts, pa.int64())], names=["key", "count"])
 
     rows = (
-        spark.read.parquet(str(work / "in")).repartition(1).mapInArrow(check.map_in_arrow(read_all), SCHEMA).collect()
+        spark.read.parquet(str(work / "in"))
+        .repartition(1, "key")
+        .mapInArrow(check.map_in_arrow(read_all), SCHEMA)
+        .collect()
     )
     seen = {r["key"]: r["count"] for r in rows}
     assert seen == dict(once), "batch 7 counted once in the published state"
@@ -382,6 +390,7 @@ def test_an_in_place_upgrade_switches_a_running_query_to_the_timestamped_format(
         "counts-app",
         lock_timeout=60,
         upgrade={"upgrade.from": "2.2", "upgrade.mode": "in_place"},
+        keys=["key"],
     )
     upgrading.coordinate_upgrade(spark, num_partitions=2)
 

@@ -123,6 +123,25 @@ class ObjectStore:
         finally:
             os.close(descriptor)
 
+    def directories(self) -> list[str]:
+        """Names of the directories (prefixes) at the top of this location."""
+        with _storage_errors(f"listing {self.url}"):
+            self._fs.invalidate_cache(self._root)
+            try:
+                entries = self._fs.ls(self._root, detail=True, refresh=True)
+            except FileNotFoundError:
+                return []
+        return [e["name"].rstrip("/").rsplit("/", 1)[-1] for e in entries if e.get("type") == "directory"]
+
+    def delete_directory(self, directory: str) -> None:
+        """Deletes every object under ``directory``; one already gone is fine."""
+        with _storage_errors(f"deleting {self.url}/{directory}"):
+            try:
+                self._fs.rm(self._path(directory), recursive=True)
+            except FileNotFoundError:
+                pass
+            self._fs.invalidate_cache(self._path(directory))
+
     def delete(self, key: str) -> None:
         """Deletes ``key``; an object already gone is fine."""
         with _storage_errors(f"deleting {self.url}/{key}"):

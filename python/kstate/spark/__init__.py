@@ -5,13 +5,14 @@ from kstate import Stores
 from kstate.spark import StateBackend
 
 counts = Stores.key_value_store_builder(Stores.persistent_key_value_store("counts"), "string", "int64")
-state = StateBackend([counts], state_dir="/tmp/state", changelog_dir="/data/changelog", application_id="clicks")
+state = StateBackend([counts], state_dir="/tmp/state", changelog_dir="/data/changelog", application_id="clicks",
+                     keys=["key"])
 
 @state.map_in_arrow
 def running_count(batches, stores):
     ...  # read and write stores["counts"], yield pyarrow.RecordBatch
 
-df.repartition(2, "key").mapInArrow(running_count, "key string, count long")
+state.partition(df).mapInArrow(running_count, "key string, count long")  # routed by kstate, checked per row
 ```
 
 ``transform_with_state(df, ["key"], processor, schema, state_dir=...)`` runs a Spark

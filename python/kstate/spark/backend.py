@@ -17,27 +17,42 @@ returned: exactly once per micro-batch (see ``kstate.spark.exactly_once``).
 
 from __future__ import annotations
 
+import itertools
+import json
 import logging
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import asdict, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
-from kstate.errors import InvalidArgumentError
+from kstate.config import CHANGELOG_DIR, CHANGELOG_STORAGE_OPTIONS
+from kstate.errors import InvalidArgumentError, MisroutedRowsError, PartitioningChangedError
 from kstate.log.object_store import is_url
 from kstate.rebalance import UpgradeConfig
 from kstate.spark.exactly_once import TASK_LOCK, PartitionState, StateLayout, TaskStores, Timings
 from kstate.spark.idle import RELEASE_REQUEST
 from kstate.spark.locking import FileLock
+from kstate.spark.partitioning import (
+    Partitioning,
+    PartitioningLog,
+    check_compatible,
+    checked_batches,
+    generation_application_id,
+    key_kind,
+    keys_of_schema,
+    verify_batch,
+)
 from kstate.spark.progress import BatchProgress, TaskMetrics, progress_listener
 from kstate.spark.task import TaskInfo
 from kstate.spark.upgrade import InPlaceUpgrade, upgrade_listener
-from kstate.stores import StoreBuilder
+from kstate.stores import SessionBytesStoreSupplier, StoreBuilder, WindowBytesStoreSupplier
 
 log = logging.getLogger("kstate.spark")
 
 BatchFunction = Callable[[Iterator[Any], TaskStores], Iterable[Any]]
+_SERDE_KEY_CODECS = {"StringSerde": "serde:string", "LongSerde": "serde:int64", "BytesSerde": "serde:bytes"}
 GroupFunction = Callable[[tuple, Any, TaskStores], Any]
 
 
@@ -57,6 +72,13 @@ def _every_entry(store: Any, timestamped: bool, sessions: bool) -> Any:
     if sessions:
         return store.fetch_with_timestamp(None, None) if timestamped else store.fetch(None, None)
     return store.all_with_timestamp() if timestamped else store.all()
+
+
+def _arrow_schema_of(batch: Any) -> Any:
+    """The Arrow schema of a record batch, or of a pandas frame as Arrow would convert it."""
+    import pyarrow as pa
+
+    return batch.schema if isinstance(batch, (pa.RecordBatch, pa.Table)) else pa.Schema.from_pandas(batch)
 
 
 def _epoch_ms(when: Any) -> int:
@@ -90,6 +112,11 @@ class StateBackend:
     partition. ``undo_retained_batches``: how many published batches can be rolled back.
     ``on_task(task, timings)``: called in the worker after each task commits, with the seconds
     kstate spent opening and committing (metrics).
+
+    ``keys``: the columns the state is partitioned by, and ``num_partitions`` how many
+    partitions (default: what the state was first written with, else Spark's default
+    parallelism). Route rows with ``partition(df)``; every task checks that each row's keys hash
+    to its partition (``kstate.spark.partitioning``) before its function sees them.
     """
 
     def __init__(
@@ -105,6 +132,9 @@ class StateBackend:
         on_task: Callable[[TaskInfo, Timings], None] | None = None,
         changelog_storage_options: dict[str, Any] | None = None,
         upgrade: Mapping[str, Any] | None = None,
+        keys: Sequence[str] | None = None,
+        num_partitions: int | None = None,
+        key_codecs: Mapping[str, str] | None = None,
     ):
         builders = list(stores)
         if not builders or not all(isinstance(b, StoreBuilder) for b in builders):
@@ -137,19 +167,159 @@ class StateBackend:
                 raise InvalidArgumentError("an in-place upgrade builds standbys from a changelog_dir on a file system")
             self.upgrade = InPlaceUpgrade(UpgradeConfig.parse(upgrade), builders, changelogs, application_id)
         self.on_task = on_task
+        if isinstance(keys, str):
+            keys = [keys]
+        self.keys = None if keys is None else list(keys)
+        if self.keys is not None and (not self.keys or not all(isinstance(k, str) and k for k in self.keys)):
+            raise InvalidArgumentError(f"keys must be a non-empty list of column names, got {keys!r}")
+        if num_partitions is not None and (isinstance(num_partitions, bool) or int(num_partitions) < 1):
+            raise InvalidArgumentError(f"num_partitions must be a positive int, got {num_partitions!r}")
+        self.num_partitions = None if num_partitions is None else int(num_partitions)
+        self.key_codecs = dict(key_codecs or {})
+        self.partitioning: Partitioning | None = None
+        """Set on the driver by ``partition(df)``: what tasks check the record against."""
         self._metrics: TaskMetrics | None = None
         self.progress: list[BatchProgress] = []
 
-    def partition_state(self, task: TaskInfo | None = None) -> PartitionState:
+    def partition_state(self, task: TaskInfo | None = None, layout: StateLayout | None = None) -> PartitionState:
         """The state of the current task's partition (or of ``task``), not yet opened."""
         return PartitionState(
             self.builders,
-            self.layout,
+            layout or self.current_layout(),
             task or TaskInfo.current(self.batch_id),
             self.lock_timeout,
             self.undo_retained_batches,
             self.upgrade,
         )
+
+    # -- partitioning ----------------------------------------------------------------------------
+
+    def partitioning_log(self) -> PartitioningLog:
+        """The records of how this application's state is partitioned."""
+        layout = self.layout
+        return PartitioningLog(
+            layout.changelog_dir, layout.application_id, layout.changelog_url, layout.storage_options
+        )
+
+    def current_layout(self) -> StateLayout:
+        """Where the state of the current generation lives (a rescale starts a new one)."""
+        record = self.partitioning_log().current()
+        return self._layout_of(record)
+
+    def _layout_of(self, record: Partitioning | None) -> StateLayout:
+        generation = 0 if record is None else record.generation
+        return replace(self.layout, application_id=generation_application_id(self.layout.application_id, generation))
+
+    def _require_keys(self, what: str) -> list[str]:
+        if self.keys is None:
+            raise InvalidArgumentError(
+                f"{what} needs the key columns the state is partitioned by: StateBackend(..., keys=['user']), "
+                "with rows routed by state.partition(df). kstate checks every row against them: without them a "
+                "repartition that differs between batches (adaptive query execution, another count or column) "
+                "would silently read and write other partitions' state"
+            )
+        return self.keys
+
+    def store_descriptions(self) -> dict[str, dict[str, Any]]:
+        """What a rescale needs to know of each store: its supplier, and how its keys give the
+        key columns (``key``: ``serde:<name>`` for a single key column, ``pickle...`` for
+        ``transform_with_state``'s stores, ``opaque`` when kstate cannot tell)."""
+        out = {}
+        for builder in self.builders:
+            supplier = builder.supplier
+            kind = (
+                "session"
+                if isinstance(supplier, SessionBytesStoreSupplier)
+                else "window"
+                if isinstance(supplier, WindowBytesStoreSupplier)
+                else "key_value"
+            )
+            codec = self.key_codecs.get(builder.name)
+            if codec is None:
+                codec = _SERDE_KEY_CODECS.get(type(builder.build()._key_serde).__name__, "opaque")
+                codec = codec if self.keys is not None and len(self.keys) == 1 else "opaque"
+            logging_config = {
+                k: v for k, v in (builder.logging or {}).items() if k not in (CHANGELOG_DIR, CHANGELOG_STORAGE_OPTIONS)
+            }
+            out[builder.name] = json.loads(
+                json.dumps(
+                    {
+                        "kind": kind,
+                        "supplier": asdict(supplier),
+                        "timestamped": builder.timestamped,
+                        "config": dict(builder.config),
+                        "logging": logging_config,
+                        "key": codec,
+                    },
+                    default=str,
+                )
+            )
+        return out
+
+    def partition(self, df: Any, num_partitions: int | None = None) -> Any:
+        """``df`` routed as the state is partitioned: ``df.repartition(n, *keys)``, with ``n``
+        fixed (recorded with the state on first use: ``num_partitions``, the backend's, or
+        Spark's default parallelism), which adaptive query execution does not coalesce. Raises
+        ``PartitioningChangedError`` if the state was written with another count or keys."""
+        keys = self._require_keys("StateBackend.partition")
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        wanted_keys = keys_of_schema(to_arrow_schema(df.schema), keys)
+        wanted = num_partitions if num_partitions is not None else self.num_partitions
+        records = self.partitioning_log()
+        current = records.current()
+        if current is not None:
+            check_compatible(current, wanted, wanted_keys, records.location)
+        n = wanted or (current.num_partitions if current else df.sparkSession.sparkContext.defaultParallelism)
+        record = records.establish(Partitioning(n, wanted_keys, stores=self.store_descriptions()))
+        log.info(
+            "state of %s: %d partitions by (%s), generation %d",
+            self.layout.application_id,
+            record.num_partitions,
+            record.describe_keys(),
+            record.generation,
+        )
+        self.partitioning, self.num_partitions = record, record.num_partitions
+        return df.repartition(record.num_partitions, *keys)
+
+    def _task_partitioning(self, task: TaskInfo, first_batch: Any) -> Partitioning | None:
+        """The record this task's rows are checked against (``None``: no record yet and nothing
+        to check), after checking it still is what the driver planned with."""
+        keys = self._require_keys("a kstate task")
+        records = self.partitioning_log()
+        current = records.current()
+        planned = self.partitioning
+        if planned is not None:
+            if current is None or (current.generation, current.num_partitions) != (
+                planned.generation,
+                planned.num_partitions,
+            ):
+                raise PartitioningChangedError(
+                    f"the state at {records.location} was repartitioned (now "
+                    f"{'no record' if current is None else f'{current.num_partitions} partitions'}) since this "
+                    f"query was planned with {planned.num_partitions}: restart the query"
+                )
+            return current
+        kinds: list[tuple[str, str | None]] = [(k, None) for k in keys]
+        if first_batch is not None:
+            schema = _arrow_schema_of(first_batch)
+            missing = [k for k in keys if k not in schema.names]
+            if missing:
+                raise MisroutedRowsError(
+                    f"the rows lack the key columns {missing} the state is partitioned by; they have {schema.names}"
+                )
+            kinds = [(k, key_kind(schema.field(k).type)) for k in keys]
+        if current is not None:
+            check_compatible(current, self.num_partitions, kinds, records.location)
+            return current
+        if first_batch is None:
+            return None
+        if self.num_partitions is None:
+            raise InvalidArgumentError(
+                "the state has no partition count yet: route rows with state.partition(df), or give "
+                "StateBackend(..., num_partitions=n) to match your own df.repartition(n, *keys)"
+            )
+        return records.establish(Partitioning(self.num_partitions, tuple(kinds), stores=self.store_descriptions()))
 
     def coordinate_upgrade(self, spark: Any, num_partitions: int) -> None:
         """The driver's half of an in-place upgrade (``upgrade=``): after each micro-batch of
@@ -159,10 +329,37 @@ class StateBackend:
             raise InvalidArgumentError("the backend has no in-place upgrade (upgrade=...)")
         spark.streams.addListener(upgrade_listener(self.upgrade, num_partitions))
 
-    def run(self, fn: Callable[[TaskStores], Iterable[Any]], task: TaskInfo | None = None) -> Iterator[Any]:
+    def process(self, fn: BatchFunction, batches: Iterable[Any], task: TaskInfo | None = None) -> Iterator[Any]:
+        """Checks that every row of ``batches`` belongs to the task's partition (the first batch
+        before the stores open, each later one before ``fn`` sees it), then ``run``s
+        ``fn(batches, stores)``; misrouted rows fail the task with ``MisroutedRowsError``."""
+        task = task or TaskInfo.current(self.batch_id)
+        rows = iter(batches)
+        first = next(rows, None)
+        partitioning = self._task_partitioning(task, first)
+        failures: list[BaseException] = []
+        if first is not None:
+            assert partitioning is not None
+            verify_batch(first, partitioning, task.partition, task.batch_id)
+            later = checked_batches(rows, partitioning, task.partition, task.batch_id, failures)
+            rows = itertools.chain([first], later)
+
+        def checked(stores: TaskStores) -> Iterator[Any]:
+            yield from fn(rows, stores)
+            if failures:
+                raise failures[0]  # the function swallowed it: still nothing may commit
+
+        yield from self.run(checked, task, self._layout_of(partitioning))
+
+    def run(
+        self,
+        fn: Callable[[TaskStores], Iterable[Any]],
+        task: TaskInfo | None = None,
+        layout: StateLayout | None = None,
+    ) -> Iterator[Any]:
         """Opens the partition's stores, yields what ``fn(stores)`` yields, and commits when it is
         done; on any error (or if the caller stops early) nothing is committed."""
-        state = self.partition_state(task)
+        state = self.partition_state(task, layout)
         stores = state.open()
         try:
             yield from fn(stores)
@@ -201,10 +398,13 @@ class StateBackend:
 
     def map_in_arrow(self, fn: BatchFunction) -> Callable[[Iterator[Any]], Iterator[Any]]:
         """Wraps ``fn(batches, stores)`` for ``df.mapInArrow``: it gets an iterator of
-        ``pyarrow.RecordBatch`` and the partition's stores, and yields record batches."""
+        ``pyarrow.RecordBatch`` and the partition's stores, and yields record batches. Route the
+        rows with ``state.partition(df)``: each task checks every row's keys first."""
+
+        self._require_keys("StateBackend.map_in_arrow")
 
         def task(batches: Iterator[Any]) -> Iterator[Any]:
-            return self.run(lambda stores: fn(batches, stores))
+            return self.process(fn, batches)
 
         task.__name__ = getattr(fn, "__name__", "task")
         return task
@@ -218,8 +418,9 @@ class StateBackend:
         """Asks the Python workers of this machine that keep stores of ``partitions`` open
         between tasks to close them, and waits until they did: afterwards nothing writes into
         those task directories (for instance before deleting the local state)."""
+        layout = self.current_layout()
         for partition in partitions:
-            task_dir = self.layout.task_dir(partition)
+            task_dir = layout.task_dir(partition)
             if not task_dir.exists():
                 continue
             request = task_dir / RELEASE_REQUEST
@@ -235,7 +436,7 @@ class StateBackend:
         self,
         spark: Any,
         store: str,
-        num_partitions: int,
+        num_partitions: int | None = None,
         as_of_batch: int | None = None,
         as_of_time: int | datetime | None = None,
     ) -> Any:
@@ -266,6 +467,12 @@ class StateBackend:
         if as_of_batch is not None and as_of_time is not None:
             raise InvalidArgumentError("give as_of_batch or as_of_time, not both")
         as_of_ms = _epoch_ms(as_of_time) if as_of_time is not None else None
+        record = self.partitioning_log().current()
+        layout = self._layout_of(record)
+        if num_partitions is None:
+            if record is None:
+                raise InvalidArgumentError("the state has no partitioning record yet: give num_partitions")
+            num_partitions = record.num_partitions
         fields = [("partition", pa.int32()), ("batch", pa.int64()), ("key", key_type)]
         fields += [("start", pa.int64()), ("end", pa.int64())] if windowed else []
         fields += [("value", value_type)] + ([("timestamp", pa.int64())] if timestamped else [])
@@ -275,7 +482,7 @@ class StateBackend:
             for _ in batches:
                 pass
             current = TaskInfo.current(self.batch_id)
-            state = self.partition_state(current)
+            state = self.partition_state(current, layout)
             opened = state.open(read_only=True)[store]
             try:
                 batch = state.show_as_of(as_of_batch, as_of_ms)
@@ -314,8 +521,9 @@ class StateBackend:
         if self.layout.changelog_url is not None:
             raise InvalidArgumentError("format('kstate') reads changelogs on a file system, not at a URL")
         register_data_source(spark)
-        topic = f"{self.layout.application_id}-{store}-changelog"
-        return spark.read.format("kstate").option("path", str(self.layout.changelog_dir)).option("topic", topic).load()
+        layout = self.current_layout()
+        topic = f"{layout.application_id}-{store}-changelog"
+        return spark.read.format("kstate").option("path", str(layout.changelog_dir)).option("topic", topic).load()
 
     # -- grouped ---------------------------------------------------------------------------------
 
@@ -324,8 +532,8 @@ class StateBackend:
     ) -> Any:
         """``df`` grouped by ``keys``, ``fn(key, table, stores)`` called once per group with the
         key tuple and a ``pyarrow.Table``; it returns a table or record batch (or ``None``)
-        of ``schema``. ``num_partitions`` defaults to ``spark.sql.shuffle.partitions``; keep it
-        fixed across restarts of a query, as the state of a key lives in its partition."""
+        of ``schema``. ``num_partitions``: as in ``partition`` (recorded with the state on first
+        use; a different count later raises ``PartitioningChangedError`` until a rescale)."""
         return self._grouped(df, keys, fn, schema, num_partitions, pandas=False)
 
     def apply_in_pandas(
@@ -340,14 +548,16 @@ class StateBackend:
         from pyspark.sql.pandas.types import to_arrow_schema
         from pyspark.sql.types import StructType
 
-        keys = list(keys)
+        keys = [keys] if isinstance(keys, str) else list(keys)
         if not keys:
             raise InvalidArgumentError("grouping needs at least one key column")
+        if self.keys is not None and self.keys != keys:
+            raise InvalidArgumentError(f"the backend's state is keyed by {self.keys}, not {keys}")
+        self.keys = keys
         if isinstance(schema, str):
             schema = StructType.fromDDL(schema)
         arrow_schema = to_arrow_schema(schema)
         from kstate.spark.groups import grouped_task
 
-        task = grouped_task(self, keys, fn, arrow_schema, pandas)
-        partitioned = df.repartition(num_partitions, *keys) if num_partitions else df.repartition(*keys)
-        return partitioned.mapInArrow(task, schema)
+        partitioned = self.partition(df, num_partitions)
+        return partitioned.mapInArrow(grouped_task(self, keys, fn, arrow_schema, pandas), schema)

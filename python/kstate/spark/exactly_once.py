@@ -117,9 +117,11 @@ class TaskStores(Mapping[str, Any]):
     """The open stores of one partition, by name, handed to the user's function: key-value,
     window and session stores, as the backend's builders say."""
 
-    def __init__(self, stores: dict[str, Any], task: TaskInfo):
+    def __init__(self, stores: dict[str, Any], task: TaskInfo, layout: StateLayout | None = None):
         self._stores = stores
         self.task = task
+        self.layout = layout
+        """Where the partition's state lives."""
 
     @property
     def partition(self) -> int:
@@ -250,7 +252,7 @@ class PartitionState:
             self.timings.rolled_back_batches,
             self.timings.open,
         )
-        return TaskStores(self._stores, self.task)
+        return TaskStores(self._stores, self.task, self.layout)
 
     def _take_parked(self) -> Parked | None:
         """This process's stores of the partition from an earlier task, if they still fit."""
@@ -471,6 +473,30 @@ class PartitionState:
         finally:
             self.timings.commit = time.perf_counter() - started
         self._park()
+        return entry
+
+    def install(self, history: list[tuple[int, dict[str, Any]]], floor: int | None = None) -> BatchEntry | None:
+        """Writes the batch log of a partition opened without one (a rescale's new generation):
+        an entry per ``(batch id, undo per store)`` of ``history``, oldest first, the last one
+        publishing what is staged. ``floor``: a first entry for the state before them, whose undo
+        is missing, so rolling back further than the history reaches fails as it did before.
+        Closes the partition."""
+        assert self._log is not None and self._head is None
+        previous = None
+        if floor is not None:
+            missing = {b.name: f"{b.name}/before-rescale.arrow" for b in self.builders}
+            previous = self._log.append(BatchEntry(batch_id=floor, offsets={}, undo=missing, time_ms=now_ms())).position
+        entry = None
+        for i, (batch_id, undo) in enumerate(history):
+            position = self._log.next_position
+            files = {name: self._undo.write(name, position, self.task.attempt, rows) for name, rows in undo.items()}
+            entry = BatchEntry(batch_id=batch_id, offsets={}, undo=files, previous=previous)
+            if i < len(history) - 1:
+                entry = self._log.append(replace(entry, attempt=self.task.attempt, time_ms=now_ms()))
+            else:
+                entry = self._publish(entry)
+            previous = entry.position
+        self.close()
         return entry
 
     def _switch_due(self) -> bool:

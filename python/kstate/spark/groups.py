@@ -2,7 +2,7 @@
 
 Spark's ``groupBy(...).applyInPandas`` calls its function once per group and offers no hook at
 the end of a task, where a micro-batch must commit. So the helpers run the same plan themselves:
-``repartition`` by the keys (Spark's hash partitioning), then, in one ``mapInArrow`` task, the
+``StateBackend.partition`` by the keys (Spark's hash partitioning, a fixed count), then, in one ``mapInArrow`` task, the
 partition's rows sorted by key (in Arrow) and cut where the key changes. A partition's rows of
 one micro-batch are held in memory at once.
 """
@@ -110,7 +110,7 @@ def grouped_task(
         yield from output.flush()
 
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        return backend.run(lambda stores: each_group(batches, stores))
+        return backend.process(each_group, batches)
 
     task.__name__ = getattr(fn, "__name__", "grouped")
     return task

@@ -35,7 +35,7 @@ from typing import Any
 
 from kstate.errors import InvalidArgumentError
 from kstate.spark.backend import StateBackend
-from kstate.spark.exactly_once import TaskStores
+from kstate.spark.exactly_once import StateLayout, TaskStores
 from kstate.spark.groups import OutputBatcher, iter_groups
 from kstate.store_lifecycle import now_ms
 from kstate.stores import Stores
@@ -52,6 +52,8 @@ EVENT_TIME = "tws.event-time"
 """Stores of the timers (``<expiry><key>`` and ``<key length><key><expiry>``, empty values) and of
 the largest event time seen (one entry), next to the processor's own state variables."""
 _MAX_EVENT_TIME = b"max"
+_KEY_CODECS = {"value": "pickle", "list": "pickle", "map": "pickle-prefixed"}
+"""How each kind of state variable's store keys hold the pickled grouping key (for a rescale)."""
 _BATCH_AND_TIME = struct.Struct(">qq")
 _EXPIRY = struct.Struct(">Q")
 
@@ -310,6 +312,9 @@ def transform_with_state(
     ``df.groupBy(*keys).transformWithStateInPandas(processor, output_schema, "Update",
     time_mode)`` computes. ``time_mode`` ``"EventTime"`` needs ``event_time_column`` (epoch ms,
     or a timestamp) and takes ``watermark_delay_ms`` (see the module docstring).
+    ``num_partitions``: how many partitions the state has, recorded with it on the first run
+    (default: Spark's default parallelism); later runs keep it unless ``kstate rescale`` changed
+    it, and kstate routes the rows itself (``StateBackend.partition``), checked in every task.
     ``backend_options`` go to ``StateBackend`` (``batch_id``, ``lock_timeout``, ...)."""
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import StructType
@@ -328,20 +333,24 @@ def transform_with_state(
     builders = [
         Stores.key_value_store_builder(Stores.persistent_key_value_store(name), "bytes", "bytes") for name in names
     ]
-    backend = StateBackend(builders, state_dir, changelog_dir, application_id, **backend_options)
+    keys = [keys] if isinstance(keys, str) else list(keys)
+    codecs = {name: _KEY_CODECS[kind] for name, kind in declaring.declared.items()}
+    codecs.update({TIMERS_BY_TIME: "pickle-after-expiry", TIMERS_BY_KEY: "pickle-prefixed", EVENT_TIME: "event-time"})
+    backend = StateBackend(
+        builders, state_dir, changelog_dir, application_id, keys=keys, key_codecs=codecs, **backend_options
+    )
     if time_mode == "EventTime" and backend.layout.changelog_url is not None:
         raise InvalidArgumentError("event-time timers read every partition's changelog from a file system path")
     if isinstance(output_schema, str):
         output_schema = StructType.fromDDL(output_schema)
     arrow_schema = to_arrow_schema(output_schema)
-    keys = list(keys)
 
     def process(batches: Iterator[Any], stores: TaskStores) -> Iterator[Any]:
         handle = StatefulProcessorHandle(stores, time_mode)
         processor.init(handle)
         watermark = -1
         if time_mode == "EventTime":
-            largest = _query_event_time(backend, stores.batch_id)
+            largest = _query_event_time(stores.layout, stores.batch_id)
             watermark = -1 if largest is None else largest - watermark_delay_ms
             batches = _tracking_event_time(batches, event_time_column, stores[EVENT_TIME], stores.batch_id)
         timer_values = TimerValues(handle._now_ms, watermark)
@@ -364,10 +373,9 @@ def transform_with_state(
             processor.close()
 
     def task(batches: Iterator[Any]) -> Iterator[Any]:
-        return backend.run(lambda stores: process(batches, stores))
+        return backend.process(process, batches)
 
-    partitioned = df.repartition(num_partitions, *keys) if num_partitions else df.repartition(*keys)
-    return partitioned.mapInArrow(task, output_schema)
+    return backend.partition(df, num_partitions).mapInArrow(task, output_schema)
 
 
 def _tracking_event_time(batches: Iterator[Any], column: str, store: Any, batch_id: int) -> Iterator[Any]:
@@ -391,12 +399,11 @@ def _tracking_event_time(batches: Iterator[Any], column: str, store: Any, batch_
         yield batch
 
 
-def _query_event_time(backend: StateBackend, batch_id: int) -> int | None:
+def _query_event_time(layout: StateLayout, batch_id: int) -> int | None:
     """The largest event time of every partition's batches before ``batch_id``, read from the
-    partitions' event-time changelogs (published records only)."""
+    partitions' event-time changelogs (published records only; every key's records count)."""
     from kstate.log.files import read_log
 
-    layout = backend.layout
     largest = None
     for directory in layout.changelog_dir.glob(f"{layout.application_id}-{EVENT_TIME}-changelog-*"):
         for batch in read_log(directory):

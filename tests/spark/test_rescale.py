@@ -1,0 +1,227 @@
+"""Routing checks and rescaling, at the protocol level (no Spark session): tasks get Arrow
+batches routed the way Spark's ``repartition(n, "key")`` routes them (``partition_ids``, checked
+against Spark itself in test_hashing.py), through key-value, window and session stores; a
+rescale re-routes the state and the undo of the last batches; a real SIGKILL inside a rescale."""
+
+import collections
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from kstate import Stores, Windowed
+from kstate.errors import InvalidArgumentError, MisroutedRowsError, PartitioningChangedError
+from kstate.spark import StateBackend, TaskInfo
+from kstate.spark.hashing import partition_ids
+from kstate.spark.rescale import rescale
+
+DAY = 86_400_000
+MINUTE = 60_000
+NOW_DAY = time.time_ns() // 1_000_000 // DAY * DAY
+"""Event times are today's: window changelogs delete records older than retention by wall clock."""
+
+
+def builders():
+    return [
+        Stores.key_value_store_builder(Stores.persistent_key_value_store("counts"), "string", "int64"),
+        Stores.window_store_builder(
+            Stores.persistent_window_store("per_minute", retention_ms=10 * DAY, window_size_ms=MINUTE),
+            "string",
+            "int64",
+        ),
+        Stores.session_store_builder(Stores.persistent_session_store("visits", 10 * DAY), "string", "int64"),
+        Stores.timestamped_key_value_store_builder(
+            Stores.persistent_timestamped_key_value_store("latest"), "string", "int64"
+        ),
+    ]
+
+
+def backend_of(tmp_path, num_partitions=None):
+    return StateBackend(
+        builders(), tmp_path / "state", tmp_path / "changelog", "app", keys=["key"], num_partitions=num_partitions
+    )
+
+
+def batch_rows(batch):
+    """The rows of micro-batch ``batch``: 120 keys, uneven counts, timestamps a few minutes apart."""
+    keys = [f"user-{(batch * 37 + i * i) % 120}" for i in range(400 + 300 * batch)]
+    times = [NOW_DAY + batch * 5 * MINUTE + (i % 7) * 17_000 for i in range(len(keys))]
+    return pa.table({"key": keys, "ts": pa.array(times, pa.int64())})
+
+
+def count_everything(batches, stores):
+    counts, windows, sessions, latest = stores["counts"], stores["per_minute"], stores["visits"], stores["latest"]
+    for batch in batches:
+        for key, ts in zip(batch.column("key").to_pylist(), batch.column("ts").to_pylist()):
+            counts.put(key, (counts.get(key) or 0) + 1)
+            latest.put(key, ts % 1000, timestamp=ts)
+            start = ts // MINUTE * MINUTE
+            windows.put(key, (windows.fetch(key, start) or 0) + 1, window_start=start)
+            sessions.put(Windowed(key, ts, ts), 1)
+        yield batch.num_rows
+
+
+def run_batch(backend, batch, n, fn=count_everything, route_by="key"):
+    """Micro-batch ``batch`` as Spark runs it after ``repartition(n, route_by)``: one task per partition."""
+    table = batch_rows(batch)
+    ids = partition_ids([table.column(route_by)], n)
+    for p in range(n):
+        rows = table.filter(pa.array(ids == p)).to_batches(max_chunksize=150)
+        list(backend.process(fn, rows, TaskInfo(p, batch)))
+
+
+def reference(batches):
+    counts, windows, sessions, latest = collections.Counter(), collections.Counter(), set(), {}
+    for batch in batches:
+        table = batch_rows(batch)
+        for key, ts in zip(table.column("key").to_pylist(), table.column("ts").to_pylist()):
+            counts[key] += 1
+            latest[key] = (ts % 1000, ts)
+            windows[(key, ts // MINUTE * MINUTE)] += 1
+            sessions.add((key, ts))
+    return dict(counts), dict(windows), sessions, latest
+
+
+def state_of(backend, n):
+    """Every partition's committed state; checks each key sits in the partition Spark routes it to."""
+    counts, windows, sessions, latest = {}, {}, set(), {}
+    for p in range(n):
+        state = backend.partition_state(TaskInfo(p, 1_000_000))
+        stores = state.open(read_only=True)
+        try:
+            with stores["counts"].all() as it:
+                mine = dict(it)
+            with stores["per_minute"].all() as it:
+                my_windows = {(kv.key.key, kv.key.start): kv.value for kv in it}
+            with stores["visits"].fetch(None, None) as it:
+                my_sessions = {(kv.key.key, kv.key.start) for kv in it}
+            with stores["latest"].all_with_timestamp() as it:
+                latest.update({k: (v.value, v.timestamp) for k, v in it})
+        finally:
+            state.abort()
+        keys = list(mine) + [k for k, _ in my_windows] + [k for k, _ in my_sessions]
+        if keys:
+            assert set(partition_ids([pa.array(keys, pa.string())], n).tolist()) == {p}
+        counts.update(mine)
+        windows.update(my_windows)
+        sessions |= my_sessions
+    return counts, windows, sessions, latest
+
+
+def test_misrouted_rows_fail_the_task_before_anything_is_staged(tmp_path):
+    backend = backend_of(tmp_path, num_partitions=2)
+    run_batch(backend, 0, 2)
+    before = state_of(backend, 2)
+    with pytest.raises(MisroutedRowsError, match=r"state\.partition\(df\)"):
+        run_batch(backend, 1, 2, route_by="ts")  # a repartition on another column
+    with pytest.raises(MisroutedRowsError):
+        list(backend.process(count_everything, batch_rows(1).to_batches(), TaskInfo(0, 1)))  # no repartition
+    assert state_of(backend, 2) == before
+    run_batch(backend, 1, 2)
+    assert state_of(backend, 2) == reference([0, 1])
+
+
+def test_a_function_that_swallows_the_error_still_commits_nothing(tmp_path):
+    backend = backend_of(tmp_path, num_partitions=2)
+    run_batch(backend, 0, 2)
+    before = state_of(backend, 2)
+    table = batch_rows(1)
+    ids = partition_ids([table.column("key")], 2)
+    good, bad = table.filter(pa.array(ids == 0)), table.filter(pa.array(ids == 1))
+
+    def swallowing(batches, stores):
+        try:
+            yield from count_everything(batches, stores)
+        except MisroutedRowsError:
+            yield 0
+
+    with pytest.raises(MisroutedRowsError):
+        list(backend.process(swallowing, [*good.to_batches(), *bad.to_batches()], TaskInfo(0, 1)))
+    assert state_of(backend, 2) == before
+
+
+def test_a_different_count_or_key_type_is_refused(tmp_path):
+    run_batch(backend_of(tmp_path, num_partitions=2), 0, 2)
+    with pytest.raises(PartitioningChangedError, match="kstate rescale"):
+        run_batch(backend_of(tmp_path, num_partitions=3), 1, 3)
+    typed = pa.table({"key": pa.array([1, 2], pa.int64()), "ts": pa.array([0, 0], pa.int64())})
+    with pytest.raises(PartitioningChangedError, match="bigint"):
+        list(backend_of(tmp_path).process(count_everything, typed.to_batches(), TaskInfo(0, 1)))
+    with pytest.raises(InvalidArgumentError, match="keys="):
+        StateBackend(builders(), tmp_path / "s", tmp_path / "changelog", "other").map_in_arrow(count_everything)
+
+
+@pytest.mark.parametrize(("before", "after"), [(2, 3), (4, 2)])
+def test_rescaled_state_continues_exactly_and_replays_roll_back(tmp_path, before, after):
+    backend = backend_of(tmp_path, num_partitions=before)
+    for batch in range(3):
+        run_batch(backend, batch, before)
+    report = rescale(tmp_path / "changelog", "app", after)
+    assert (report.from_partitions, report.to_partitions, report.generation, report.batch) == (before, after, 1, 2)
+    rescaled = backend_of(tmp_path)
+    assert rescaled.partitioning_log().current().num_partitions == after
+    assert state_of(rescaled, after) == reference(range(3))
+    run_batch(rescaled, 2, after)  # Spark replays the last batch after the restart: rolled back, redone
+    assert state_of(rescaled, after) == reference(range(3))
+    run_batch(rescaled, 3, after)
+    assert state_of(rescaled, after) == reference(range(4))
+    names = os.listdir(tmp_path / "changelog")
+    assert f"app-gen1-counts-changelog-{after - 1}" in names
+    assert not [n for n in names if n.startswith("app-counts-") or n.startswith("app-kstate-batches")]
+
+
+def test_rolling_back_further_than_the_kept_undo_still_fails_after_a_rescale(tmp_path):
+    backend = backend_of(tmp_path, num_partitions=2)
+    for batch in range(4):
+        run_batch(backend, batch, 2)
+    rescale(tmp_path / "changelog", "app", 3)
+    rescaled = backend_of(tmp_path)
+    run_batch(rescaled, 2, 3)  # batches 2 and 3 have undo (undo_retained_batches=2)
+    assert state_of(rescaled, 3) == reference(range(3))
+    with pytest.raises(Exception, match="undo file"):
+        run_batch(rescaled, 1, 3)
+
+
+KILLED_RESCALE = """
+import os, signal, sys
+from kstate.spark import exactly_once
+from kstate.spark.rescale import rescale
+original = exactly_once.PartitionState.install
+def install_then_die(self, history, floor=None):
+    original(self, history, floor)
+    os.kill(os.getpid(), signal.SIGKILL)  # after the first new partition is complete
+exactly_once.PartitionState.install = install_then_die
+rescale(sys.argv[1], "app", 3)
+"""
+
+
+def test_a_killed_rescale_leaves_the_old_state_and_runs_again(tmp_path):
+    backend = backend_of(tmp_path, num_partitions=2)
+    for batch in range(2):
+        run_batch(backend, batch, 2)
+    killed = subprocess.run([sys.executable, "-c", KILLED_RESCALE, str(tmp_path / "changelog")], check=False)
+    assert killed.returncode == -signal.SIGKILL
+    assert "app-gen1-kstate-batches-0" in os.listdir(tmp_path / "changelog")
+    assert backend_of(tmp_path).partitioning_log().current().num_partitions == 2
+    assert state_of(backend_of(tmp_path), 2) == reference(range(2)), "the old state is intact"
+    done = subprocess.run(
+        [sys.executable, "-m", "kstate.cli", "rescale", str(tmp_path / "changelog"), "--application-id", "app",
+         "--partitions", "3"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert "2 -> 3 partitions" in done.stdout
+    rescaled = backend_of(tmp_path)
+    assert state_of(rescaled, 3) == reference(range(2))
+    run_batch(rescaled, 2, 3)
+    assert state_of(rescaled, 3) == reference(range(3))
+
+
+def test_partition_ids_spread_keys(tmp_path):
+    """A sanity check of the test's own routing: every partition gets keys."""
+    ids = partition_ids([batch_rows(0).column("key")], 3)
+    assert set(np.unique(ids).tolist()) == {0, 1, 2}
