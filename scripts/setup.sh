@@ -38,5 +38,9 @@ rm -rf "$ROOT/dist"
 (cd "$ROOT" && "$VENV/bin/maturin" build --release --quiet -o "$ROOT/dist")
 WHEEL="$(ls "$ROOT"/dist/kstate-*.whl)"
 "$PY" -m pip install -q --force-reinstall --no-deps "$WHEEL"
-"$PY" -m pip install -q "${WHEEL}[test,bench]"
-say "installed $(basename "$WHEEL") into $VENV"
+# The extras accept every supported PySpark (>=4.0); tests and benches run on the newest release
+# unless KSTATE_PYSPARK names another, e.g. the oldest supported one, in a venv of its own:
+#   scripts/test-pyspark.sh 4.0.5      (KSTATE_PYSPARK=4.0.5 with KSTATE_VENV=<its own venv>)
+PYSPARK="${KSTATE_PYSPARK:-4.3.*}"
+"$PY" -m pip install -q "${WHEEL}[test,bench]" "pyspark==$PYSPARK"
+say "installed $(basename "$WHEEL") into $VENV (pyspark $("$PY" -c 'import pyspark; print(pyspark.__version__)'))"
