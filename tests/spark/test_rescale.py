@@ -200,7 +200,7 @@ rescale(sys.argv[1], "app", 3)
 """
 
 
-def test_a_killed_rescale_leaves_the_old_state_and_runs_again(tmp_path):
+def test_a_killed_rescale_leaves_the_old_state_and_runs_again(tmp_path, rescale_cli):
     backend = backend_of(tmp_path, num_partitions=2)
     for batch in range(2):
         run_batch(backend, batch, 2)
@@ -209,12 +209,7 @@ def test_a_killed_rescale_leaves_the_old_state_and_runs_again(tmp_path):
     assert "app-gen1-kstate-batches-0" in os.listdir(tmp_path / "changelog")
     assert backend_of(tmp_path).partitioning_log().current().num_partitions == 2
     assert state_of(backend_of(tmp_path), 2) == reference(range(2)), "the old state is intact"
-    done = subprocess.run(
-        [sys.executable, "-m", "kstate.cli", "rescale", str(tmp_path / "changelog"), "--application-id", "app",
-         "--partitions", "3"],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    assert "2 -> 3 partitions" in done.stdout
+    assert "2 -> 3 partitions" in rescale_cli(tmp_path / "changelog", "app", 3)
     rescaled = backend_of(tmp_path)
     assert state_of(rescaled, 3) == reference(range(2))
     run_batch(rescaled, 2, 3)

@@ -5,10 +5,8 @@ The processor keeps value, map and timer state per user, so a key whose rows or 
 another partition shows in its output (count, evens, timers)."""
 
 import collections
-import subprocess
 import sys
 
-import pyarrow as pa
 import pytest
 
 pytest.importorskip("pyspark")
@@ -18,7 +16,7 @@ from pyspark import cloudpickle  # noqa: E402
 from kstate import Stores  # noqa: E402
 from kstate.spark import StateBackend, StatefulProcessor, transform_with_state  # noqa: E402
 
-from .workload import input_stream, run_to_end, spark_for_tests, write_file  # noqa: E402
+from .workload import input_stream, run_to_end, running_count, spark_for_tests, write_file  # noqa: E402
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -124,16 +122,8 @@ def _counts():
     return Stores.key_value_store_builder(Stores.persistent_key_value_store("counts"), "string", "int64")
 
 
-def running_count(batches, stores):
-    import pyarrow.compute as pc
-
-    store = stores["counts"]
-    for batch in batches:
-        counted = pc.value_counts(batch.column("user"))
-        keys, n = counted.field("values"), counted.field("counts")
-        new = pc.add(pc.fill_null(store.get_many(keys), 0), n)
-        store.put_all(keys, new)
-        yield pa.RecordBatch.from_arrays([keys, new], names=["user", "count"])
+def count_users(batches, stores):
+    return running_count(batches, stores, key="user")
 
 
 def changelog_files(work):
@@ -152,12 +142,12 @@ def test_a_repartition_kstate_did_not_make_fails_and_touches_nothing(spark_defau
     add_files(work, range(2))
     outputs = {}
     frames = input_stream(spark_defaults, work, "user string, v long")
-    good = state.partition(frames).mapInArrow(state.map_in_arrow(running_count), "user string, count long")
+    good = state.partition(frames).mapInArrow(state.map_in_arrow(count_users), "user string, count long")
     run_to_end(good, work, counts_into_users(outputs))
     before = changelog_files(work)
     add_files(work, [2])
     for wrong in (frames.repartition("user"), frames.repartition(2, "v")):
-        query = wrong.mapInArrow(state.map_in_arrow(running_count), "user string, count long")
+        query = wrong.mapInArrow(state.map_in_arrow(count_users), "user string, count long")
         with pytest.raises(Exception, match="MisroutedRowsError"):
             run_to_end(query, work, counts_into_users(outputs))
         assert changelog_files(work) == before
@@ -173,7 +163,7 @@ def counts_into_users(outputs):
     return sink
 
 
-def test_a_changed_count_fails_fast_then_rescale_continues_exactly(spark, work):
+def test_a_changed_count_fails_fast_then_rescale_continues_exactly(spark, work, rescale_cli):
     from kstate.errors import PartitioningChangedError
 
     add_files(work, range(2))
@@ -182,12 +172,7 @@ def test_a_changed_count_fails_fast_then_rescale_continues_exactly(spark, work):
     add_files(work, range(2, 4))
     with pytest.raises(PartitioningChangedError, match="kstate rescale"):
         run_processor(spark, work, outputs, num_partitions=3)
-    done = subprocess.run(
-        [sys.executable, "-m", "kstate.cli", "rescale", str(work / "changelog"), "--application-id", "users",
-         "--partitions", "3"],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    assert "2 -> 3 partitions" in done.stdout
+    assert "2 -> 3 partitions" in rescale_cli(work / "changelog", "users", 3)
     run_processor(spark, work, outputs, num_partitions=3)
     assert outputs == reference(range(4))
 

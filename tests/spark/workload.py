@@ -46,15 +46,15 @@ def add_files(work, indexes):
         write_file(work, i, {"key": file_keys(i), "v": list(range(ROWS))})
 
 
-def running_count(batches, stores):
-    """The UDF: one get_many and one put_all per Arrow batch."""
+def running_count(batches, stores, key="key"):
+    """The UDF: one get_many and one put_all per Arrow batch (rows counted by column ``key``)."""
     store = stores["counts"]
     for batch in batches:
-        counted = pc.value_counts(batch.column("key"))
+        counted = pc.value_counts(batch.column(key))
         keys, n = counted.field("values"), counted.field("counts")
         new = pc.add(pc.fill_null(store.get_many(keys), 0), n)
         store.put_all(keys, new)
-        yield pa.RecordBatch.from_arrays([keys, new], names=["key", "count"])
+        yield pa.RecordBatch.from_arrays([keys, new], names=[key, "count"])
 
 
 def spark_for_tests(name, master):
