@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Installs the portable wheel on Debian 11 (bullseye: glibc 2.31, Python 3.9, no libstdc++ newer
+# than GLIBCXX_3.4.28) as a user would, and runs the smoke test and the store and log tests there.
+#
+#   scripts/build-wheel.sh && scripts/check-debian11.sh [wheel] [-- pytest args]
+#
+# The Debian root is made once with debootstrap from this machine's Debian mirror (about 2 minutes,
+# ~400 MB under KSTATE_BULLSEYE_ROOT, default /var/tmp/kstate-bullseye) and reused; its venv is
+# made anew on every run, so each run installs the wheel from scratch with pip (dependencies from
+# PyPI). Needs root (debootstrap, chroot, mounting /proc). Not run by CI (a few minutes; run it for
+# each release).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CHROOT="${KSTATE_BULLSEYE_ROOT:-/var/tmp/kstate-bullseye}"
+WHEEL=""
+if [ $# -gt 0 ] && [ "$1" != "--" ]; then WHEEL="$1"; shift; fi
+[ "${1:-}" = "--" ] && shift
+WHEEL="${WHEEL:-$(ls "$ROOT"/wheelhouse/kstate-*.whl 2>/dev/null | head -1)}"
+[ -f "$WHEEL" ] || { echo "no wheel: run scripts/build-wheel.sh first, or pass one" >&2; exit 1; }
+# The store, transaction and log tests: they need pyarrow, rocksdict and the Kafka codec oracles,
+# which all install on Python 3.9; Spark (4.1+ needs Python 3.10+) and fuzzing are left out.
+TESTS=(tests/stores tests/txn tests/log tests/cli)
+TEST_DEPS=(pytest hypothesis pyarrow rocksdict kafka-python aiokafka python-snappy lz4 xxhash cramjam)
+
+say() { printf '[debian11] %s\n' "$*"; }
+
+# The machine's Debian mirror (deb822 or one-line sources), for debootstrap.
+mirror() {
+    local uri
+    uri="$(grep -hE '^URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '{print $2}' | grep -E '/debian/?$' | head -1 || true)"
+    if [ -z "$uri" ]; then
+        uri="$(grep -hE '^deb ' /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null \
+            | awk '{print $2}' | grep -E '/debian/?$' | head -1 || true)"
+    fi
+    echo "${uri:-http://deb.debian.org/debian}"
+}
+
+if ! command -v debootstrap >/dev/null 2>&1; then
+    say "installing debootstrap"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
+fi
+if [ ! -x "$CHROOT/usr/bin/python3" ]; then
+    say "debootstrap bullseye into $CHROOT from $(mirror)"
+    rm -rf "$CHROOT"
+    debootstrap --variant=minbase --include=python3,python3-venv,python3-pip,ca-certificates \
+        bullseye "$CHROOT" "$(mirror)" > /var/tmp/kstate-debootstrap.log 2>&1 \
+        || { tail -20 /var/tmp/kstate-debootstrap.log; exit 1; }
+fi
+
+cleanup() { umount "$CHROOT/proc" 2>/dev/null || true; umount "$CHROOT/dev" 2>/dev/null || true; }
+trap cleanup EXIT
+mountpoint -q "$CHROOT/proc" || mount -t proc proc "$CHROOT/proc"
+mountpoint -q "$CHROOT/dev" || mount --bind /dev "$CHROOT/dev"
+cp /etc/resolv.conf "$CHROOT/etc/resolv.conf"
+# pip in the root trusts what this machine's pip trusts (a proxy's CA, if there is one).
+CERT="${PIP_CERT:-}"
+if [ -n "$CERT" ] && [ -f "$CERT" ]; then cp "$CERT" "$CHROOT/etc/ssl/certs/host-ca.crt"; CERT=/etc/ssl/certs/host-ca.crt; fi
+
+WORK="$CHROOT/opt/kstate-check"
+rm -rf "$WORK"
+mkdir -p "$WORK"
+cp "$WHEEL" "$WORK/"
+cp -r "$ROOT/tests" "$ROOT/scripts" "$WORK/"
+cp "$ROOT/pyproject.toml" "$WORK/"
+W="/opt/kstate-check/$(basename "$WHEEL")"
+
+in_root() {
+    chroot "$CHROOT" /usr/bin/env -i PATH=/opt/venv/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
+        ${CERT:+PIP_CERT=$CERT} PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_DEFAULT_TIMEOUT=180 "$@"
+}
+
+say "system: $(in_root sh -c '. /etc/os-release; echo "$PRETTY_NAME"'), $(in_root ldd --version | head -1), $(in_root python3 --version)"
+say "newest libstdc++ symbol version there: $(in_root sh -c 'strings /usr/lib/x86_64-linux-gnu/libstdc++.so.6 2>/dev/null | grep -E "^GLIBCXX_[0-9.]+$" | sort -V | tail -1 || echo none')"
+rm -rf "$CHROOT/opt/venv"
+in_root python3 -m venv /opt/venv
+in_root python -m pip install -q --upgrade pip
+say "pip install $(basename "$WHEEL")"
+in_root python -m pip install "$W" 2>&1 | tail -2
+in_root python -m pip show kstate | head -2
+say "smoke test"
+in_root sh -c "cd /tmp && python /opt/kstate-check/scripts/smoke_test.py"
+say "pip install the tests' dependencies: ${TEST_DEPS[*]}"
+in_root python -m pip install -q "${TEST_DEPS[@]}"
+say "pytest ${TESTS[*]} $*"
+# The tests run from a copy (no python/ beside them), so they import the installed wheel.
+in_root sh -c "cd /opt/kstate-check && python -m pytest -q -p no:cacheprovider ${TESTS[*]} $*"
