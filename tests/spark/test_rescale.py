@@ -220,3 +220,38 @@ def test_partition_ids_spread_keys(tmp_path):
     """A sanity check of the test's own routing: every partition gets keys."""
     ids = partition_ids([batch_rows(0).column("key")], 3)
     assert set(np.unique(ids).tolist()) == {0, 1, 2}
+
+
+def test_the_event_time_watermark_reads_the_same_after_a_rescale(tmp_path):
+    """transform_with_state's event-time store is per partition, not per key: a rescale keeps its
+    history so the query-wide watermark of every batch (replays included) stays what it was."""
+    from kstate.spark.processor import EVENT_TIME, _query_event_time, _tracking_event_time
+
+    def backend(num_partitions=None):
+        stores = [
+            builders()[0],
+            Stores.key_value_store_builder(Stores.persistent_key_value_store(EVENT_TIME), "bytes", "bytes"),
+        ]
+        return StateBackend(
+            stores, tmp_path / "state", tmp_path / "changelog", "app", keys=["key"], num_partitions=num_partitions,
+            key_codecs={EVENT_TIME: "event-time"},
+        )  # fmt: skip
+
+    def track(batches, stores):
+        tracked = _tracking_event_time(iter(batches), "ts", stores[EVENT_TIME], stores.batch_id)
+        for batch in tracked:
+            counts = stores["counts"]
+            for key in batch.column("key").to_pylist():
+                counts.put(key, (counts.get(key) or 0) + 1)
+            yield batch.num_rows
+
+    for batch in range(3):
+        run_batch(backend(2), batch, 2, fn=track)
+    layout = backend().current_layout()
+    before = [_query_event_time(layout, b) for b in range(4)]
+    assert before[0] is None and before[3] == max(batch_rows(2).column("ts").to_pylist())
+    rescale(tmp_path / "changelog", "app", 3)
+    after = [_query_event_time(backend().current_layout(), b) for b in range(4)]
+    assert after == before
+    run_batch(backend(), 3, 3, fn=track)
+    assert _query_event_time(backend().current_layout(), 4) == max(batch_rows(3).column("ts").to_pylist())
