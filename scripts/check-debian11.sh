@@ -18,9 +18,10 @@ if [ $# -gt 0 ] && [ "$1" != "--" ]; then WHEEL="$1"; shift; fi
 [ "${1:-}" = "--" ] && shift
 WHEEL="${WHEEL:-$(ls "$ROOT"/wheelhouse/kstate-*.whl 2>/dev/null | head -1)}"
 [ -f "$WHEEL" ] || { echo "no wheel: run scripts/build-wheel.sh first, or pass one" >&2; exit 1; }
-# The store, transaction and log tests: they need pyarrow, rocksdict and the Kafka codec oracles,
-# which all install on Python 3.9; Spark (4.1+ needs Python 3.10+) and fuzzing are left out.
-TESTS=(tests/stores tests/txn tests/log tests/cli)
+# The store, transaction, log, CLI and release tests: they need pyarrow, rocksdict and the Kafka
+# codec oracles, which all install on Python 3.9; Spark and fuzzing are left out (mypy too: the
+# release tests' type checks skip).
+TESTS=(tests/stores tests/txn tests/log tests/cli tests/release)
 TEST_DEPS=(pytest hypothesis pyarrow rocksdict kafka-python aiokafka python-snappy lz4 xxhash cramjam)
 
 say() { printf '[debian11] %s\n' "$*"; }
@@ -63,7 +64,8 @@ rm -rf "$WORK"
 mkdir -p "$WORK"
 cp "$WHEEL" "$WORK/"
 cp -r "$ROOT/tests" "$ROOT/scripts" "$WORK/"
-cp "$ROOT/pyproject.toml" "$WORK/"
+cp "$ROOT/pyproject.toml" "$ROOT/Cargo.toml" "$ROOT/CHANGELOG.md" "$WORK/"
+cp -r "$ROOT/examples" "$WORK/"
 W="/opt/kstate-check/$(basename "$WHEEL")"
 
 in_root() {
@@ -71,14 +73,14 @@ in_root() {
         ${CERT:+PIP_CERT=$CERT} PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_DEFAULT_TIMEOUT=180 "$@"
 }
 
-say "system: $(in_root sh -c '. /etc/os-release; echo "$PRETTY_NAME"'), $(in_root ldd --version | head -1), $(in_root python3 --version)"
+say "system: $(in_root sh -c '. /etc/os-release; echo "$PRETTY_NAME"'), $(in_root ldd --version | sed -n 1p), $(in_root python3 --version)"
 say "newest libstdc++ symbol version there: $(in_root sh -c 'strings /usr/lib/x86_64-linux-gnu/libstdc++.so.6 2>/dev/null | grep -E "^GLIBCXX_[0-9.]+$" | sort -V | tail -1 || echo none')"
 rm -rf "$CHROOT/opt/venv"
 in_root python3 -m venv /opt/venv
 in_root python -m pip install -q --upgrade pip
 say "pip install $(basename "$WHEEL")"
 in_root python -m pip install "$W" 2>&1 | tail -2
-in_root python -m pip show kstate | head -2
+in_root python -m pip show kstate | sed -n 1,2p
 say "smoke test"
 in_root sh -c "cd /tmp && python /opt/kstate-check/scripts/smoke_test.py"
 say "pip install the tests' dependencies: ${TEST_DEPS[*]}"
