@@ -74,7 +74,7 @@ in_root() {
 }
 
 say "system: $(in_root sh -c '. /etc/os-release; echo "$PRETTY_NAME"'), $(in_root ldd --version | sed -n 1p), $(in_root python3 --version)"
-say "newest libstdc++ symbol version there: $(in_root sh -c 'strings /usr/lib/x86_64-linux-gnu/libstdc++.so.6 2>/dev/null | grep -E "^GLIBCXX_[0-9.]+$" | sort -V | tail -1 || echo none')"
+say "newest libstdc++ symbol version there: $(in_root sh -c 'grep -aoE "GLIBCXX_[0-9]+\.[0-9.]+[0-9]" /usr/lib/x86_64-linux-gnu/libstdc++.so.6 | sort -uV | tail -1')"
 rm -rf "$CHROOT/opt/venv"
 in_root python3 -m venv /opt/venv
 in_root python -m pip install -q --upgrade pip
@@ -83,8 +83,8 @@ in_root python -m pip install "$W" 2>&1 | tail -2
 in_root python -m pip show kstate | sed -n 1,2p
 say "smoke test"
 in_root sh -c "cd /tmp && python /opt/kstate-check/scripts/smoke_test.py"
-say "pip install the tests' dependencies: ${TEST_DEPS[*]}"
-in_root python -m pip install -q "${TEST_DEPS[@]}"
+say "pip install the wheel's arrow extra and the tests' dependencies: ${TEST_DEPS[*]}"
+in_root python -m pip install -q "${W}[arrow]" "${TEST_DEPS[@]}"
 say "pytest ${TESTS[*]} $*"
 # The tests run from a copy (no python/ beside them), so they import the installed wheel.
 in_root sh -c "cd /opt/kstate-check && python -m pytest -q -p no:cacheprovider ${TESTS[*]} $*"
