@@ -2,7 +2,11 @@
 each in a virtualenv of its own with the same dependencies, alternating A, B, A, B, ... so both
 see the same machine; prints the median ops/s of each and B / A per bench.
 
-    python scripts/compare_wheels.py dist/kstate-*.whl wheelhouse/kstate-*.whl [--runs 2]
+    python scripts/compare_wheels.py dist/kstate-*.whl wheelhouse/kstate-*.whl [--runs 5]
+
+Per row: the median ops/s of each wheel, B / A, and B / A of the kstate / rocksdict ratio of
+each run (the peer ran in the same venv a few seconds apart: this cancels the machine's drift
+between runs, which on a shared 2-core VM moves even rocksdict by 10-25%).
 
 Used for releases: the portable wheel (scripts/build-wheel.sh) against the local build
 (scripts/setup.sh) must stay within 5% on every row.
@@ -19,6 +23,9 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benches"))
+from report import STORE_ROWS  # noqa: E402  (operation, kstate test, peer test, target)
+
 BENCH = ROOT / "benches" / "test_key_value_store.py"
 DEPS = ["pytest>=8", "pytest-benchmark>=4", "rocksdict>=0.3.23", "pyarrow>=14"]
 N = 100_000  # keys per round (benches/conftest.py)
@@ -46,7 +53,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("wheel_a", type=Path)
     parser.add_argument("wheel_b", type=Path)
-    parser.add_argument("--runs", type=int, default=2, help="runs of the bench file per wheel (default 2)")
+    parser.add_argument("--runs", type=int, default=5, help="runs of the bench file per wheel (default 5)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="kstate-compare-") as tmp:
         pythons = [make_venv(Path(tmp) / name, wheel) for name, wheel in (("a", args.wheel_a), ("b", args.wheel_b))]
@@ -57,14 +64,15 @@ def main() -> None:
                     means[side].setdefault(name, []).append(mean)
                 print(f"run {run_no + 1}/{args.runs} of {'AB'[side]} done", file=sys.stderr, flush=True)
     print(f"A: {args.wheel_a.name}\nB: {args.wheel_b.name}\n{args.runs} runs each, alternating; median of the runs")
-    print("\n| bench | A ops/s | B ops/s | B / A |\n|---|---:|---:|---:|")
+    print("\n| operation | A ops/s | B ops/s | B / A | B / A of kstate / peer |\n|---|---:|---:|---:|---:|")
     worst = 1.0
-    for name in means[0]:
-        a, b = (N / statistics.median(side[name]) for side in means)
-        print(f"| {name} | {a:,.0f} | {b:,.0f} | {b / a:.3f} |")
-        if "kstate" in name:
-            worst = min(worst, b / a)
-    print(f"\nslowest kstate row of B relative to A: {worst:.3f}")
+    for operation, test, peer, _ in STORE_ROWS:
+        a, b = (N / statistics.median(side[test]) for side in means)
+        relative = [statistics.median(p / k for k, p in zip(side[test], side[peer])) for side in means]
+        normalized = relative[1] / relative[0]
+        print(f"| {operation} | {a:,.0f} | {b:,.0f} | {b / a:.3f} | {normalized:.3f} |")
+        worst = min(worst, normalized)
+    print(f"\nslowest row of B relative to A (peer-normalized): {worst:.3f}")
 
 
 if __name__ == "__main__":
