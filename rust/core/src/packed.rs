@@ -141,11 +141,53 @@ impl BinaryBuilder {
         self.len += 1;
         Ok(())
     }
+
+    /// Builds `len` values that `fill` visits once each, in any order (a lookup answers cached
+    /// keys first), copying each value once into a scratch buffer instead of allocating per value.
+    pub fn from_visits(
+        len: usize,
+        large: bool,
+        fill: impl FnOnce(&mut dyn FnMut(usize, Option<&[u8]>)) -> Result<()>,
+    ) -> Result<Self> {
+        let mut scratch = Vec::new();
+        let mut spans: Vec<Option<(usize, usize)>> = vec![None; len];
+        fill(&mut |i, value| {
+            if let Some(v) = value {
+                spans[i] = Some((scratch.len(), v.len()));
+                scratch.extend_from_slice(v);
+            }
+        })?;
+        let mut builder = Self::new(len, large);
+        builder.reserve(0, scratch.len());
+        for span in spans {
+            builder.push(span.map(|(start, n)| &scratch[start..start + n]))?;
+        }
+        Ok(builder)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn from_visits_orders_values_by_index() {
+        let b = BinaryBuilder::from_visits(4, false, |visit| {
+            visit(2, Some(b"cc"));
+            visit(0, Some(b"a"));
+            visit(3, None);
+            visit(1, Some(b""));
+            Ok(())
+        })
+        .unwrap();
+        let col = BinaryColumn::parse(&b.offsets, &b.data, Some(&b.validity), 0, 4, false).unwrap();
+        let got: Vec<Option<&[u8]>> = (0..4).map(|i| col.get(i)).collect();
+        assert_eq!(
+            got,
+            vec![Some(&b"a"[..]), Some(&b""[..]), Some(&b"cc"[..]), None]
+        );
+        assert_eq!(b.null_count, 1);
+    }
 
     #[test]
     fn build_then_parse_with_nulls_and_slice_offset() {

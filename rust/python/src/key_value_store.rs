@@ -108,19 +108,13 @@ fn optional_bytes<'py>(py: Python<'py>, value: Option<Vec<u8>>) -> Option<Bound<
     value.map(|v| PyBytes::new(py, &v))
 }
 
-fn packed_result<'py>(
-    py: Python<'py>,
-    values: Vec<Option<Vec<u8>>>,
-    large: bool,
-) -> PyResult<PackedArray<'py>> {
-    let mut builder = BinaryBuilder::new(values.len(), large);
-    guard(|| values.iter().try_for_each(|v| builder.push(v.as_deref())))?;
-    Ok((
+fn packed<'py>(py: Python<'py>, builder: BinaryBuilder) -> PackedArray<'py> {
+    (
         PyBytes::new(py, &builder.validity),
         PyBytes::new(py, &builder.offsets),
         PyBytes::new(py, &builder.data),
         builder.null_count,
-    ))
+    )
 }
 
 fn inclusive_range(from_key: Option<&[u8]>, to_key: Option<&[u8]>) -> KeyRange {
@@ -298,7 +292,8 @@ impl NativeKeyValueStore {
         count: usize,
         large: bool,
     ) -> PyResult<PackedArray<'py>> {
-        let values = guard(|| {
+        let store = &mut self.logged.inner.store;
+        let builder = guard(|| {
             let column = BinaryColumn::parse(offsets, data, validity, start, count, large)?;
             let keys: Vec<&[u8]> = (0..column.len())
                 .map(|i| {
@@ -307,9 +302,9 @@ impl NativeKeyValueStore {
                         .ok_or_else(|| kstate_core::Error::InvalidArgument("null key".into()))
                 })
                 .collect::<kstate_core::Result<_>>()?;
-            self.logged.inner.store.get_many(&keys)
+            BinaryBuilder::from_visits(keys.len(), large, |visit| store.get_many_with(&keys, visit))
         })?;
-        packed_result(py, values, large)
+        Ok(packed(py, builder))
     }
 
     fn put(&mut self, key: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) -> PyResult<()> {
