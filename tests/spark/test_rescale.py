@@ -126,6 +126,31 @@ def test_misrouted_rows_fail_the_task_before_anything_is_staged(tmp_path):
     assert state_of(backend, 2) == reference([0, 1])
 
 
+def test_a_stage_with_more_partitions_than_the_state_fails_in_every_extra_task(tmp_path):
+    """repartition("user") without a count: 200 tasks, most of them empty. A task whose partition id
+    is not one of the state's fails before it opens anything, rows or not; tasks 0 and 1 get only
+    rows that belong to them (pmod(h, 200) == 0 implies pmod(h, 2) == 0) and commit them, as a
+    Spark state store's task commits its own version; the batch's retry rolls them back."""
+    backend = backend_of(tmp_path, num_partitions=2)
+    run_batch(backend, 0, 2)
+    before = state_of(backend, 2)
+    partitions_before = sorted(p.name for p in (tmp_path / "changelog").iterdir())
+    for p in (2, 103, 199):
+        with pytest.raises(MisroutedRowsError, match=f"task of partition {p} in batch 1, but the state has 2"):
+            list(backend.process(count_everything, [], TaskInfo(p, 1)))
+    with pytest.raises(MisroutedRowsError, match="task of partition 7"):
+        list(backend.process(count_everything, batch_rows(1).slice(0, 0).to_batches(), TaskInfo(7, 1)))
+    assert sorted(p.name for p in (tmp_path / "changelog").iterdir()) == partitions_before
+    assert {p.name for p in (tmp_path / "state").rglob("0_*") if p.is_dir()} == {"0_0", "0_1"}
+    assert state_of(backend, 2) == before
+    table = batch_rows(1)
+    ids = partition_ids([table.column("key")], 200)
+    for p in (0, 1):  # correctly routed subsets: committed
+        list(backend.process(count_everything, table.filter(pa.array(ids == p)).to_batches(), TaskInfo(p, 1)))
+    run_batch(backend, 1, 2)  # the retry with the right plan
+    assert state_of(backend, 2) == reference([0, 1])
+
+
 def test_a_function_that_swallows_the_error_still_commits_nothing(tmp_path):
     backend = backend_of(tmp_path, num_partitions=2)
     run_batch(backend, 0, 2)

@@ -43,6 +43,7 @@ from kstate.spark.partitioning import (
     key_kind,
     keys_of_schema,
     verify_batch,
+    verify_task_partition,
 )
 from kstate.spark.progress import BatchProgress, TaskMetrics, progress_listener
 from kstate.spark.task import TaskInfo
@@ -337,6 +338,8 @@ class StateBackend:
         rows = iter(batches)
         first = next(rows, None)
         partitioning = self._task_partitioning(task, first)
+        if partitioning is not None:
+            verify_task_partition(partitioning, task.partition, task.batch_id)
         failures: list[BaseException] = []
         if first is not None:
             assert partitioning is not None

@@ -244,6 +244,21 @@ def check_compatible(
         )
 
 
+def verify_task_partition(partitioning: Partitioning, partition: int, batch_id: int) -> None:
+    """Raises ``MisroutedRowsError`` if the task's partition id cannot be one of the state's
+    partitions: the stage has more partitions than the state (a repartition without a count, or
+    with another), whether or not this task got rows. Checked before anything opens."""
+    n = partitioning.num_partitions
+    if partition >= n:
+        keys = ", ".join(partitioning.key_names)
+        raise MisroutedRowsError(
+            f"task of partition {partition} in batch {batch_id}, but the state has {n} partitions: rows must "
+            f"reach kstate through state.partition(df), which is df.repartition({n}, {keys!r}). Causes: a "
+            "repartition without a count (200 shuffle partitions, or what adaptive query execution makes of "
+            "them) or with another count. Nothing of this task was opened or committed"
+        )
+
+
 def verify_batch(batch: Any, partitioning: Partitioning, partition: int, batch_id: int) -> None:
     """Raises ``MisroutedRowsError`` unless every row of ``batch`` (a ``pyarrow.RecordBatch`` or
     a ``pandas.DataFrame``) hashes to ``partition``: one native hash and one compare per batch."""
