@@ -44,13 +44,16 @@ from kstate.errors import InvalidArgumentError
 from kstate.spark.backend import StateBackend
 from kstate.spark.exactly_once import StateLayout, TaskStores
 from kstate.spark.groups import OutputBatcher, iter_groups
+from kstate.spark.state_schemas import SchemaLog, VariableSchemas, reconcile
 from kstate.spark.state_variables import (
     TIMERS_BY_KEY,
     TIMERS_BY_TIME,
     TTL_INDEX,
+    Declared,
     ListState,
     MapState,
     StatefulProcessorHandle,
+    TypedSchemas,
     ValueState,
 )
 from kstate.stores import Stores
@@ -203,6 +206,7 @@ def transform_with_state(
     if not declaring.declared:
         raise InvalidArgumentError("the processor's init declares no state variable")
     names = state_store_names(declaring.declared, time_mode)
+    wanted = {name: _parsed_schemas(name, d) for name, d in declaring.declared.items()}
     builders = [
         Stores.key_value_store_builder(Stores.persistent_key_value_store(name), "bytes", "bytes") for name in names
     ]
@@ -212,6 +216,15 @@ def transform_with_state(
     backend = StateBackend(
         builders, state_dir, changelog_dir, application_id, keys=keys, key_codecs=codecs, **backend_options
     )
+    record = backend.partitioning_log().current()
+    layout = backend.layout
+    schema_log = SchemaLog(layout.changelog_dir, layout.application_id, layout.changelog_url, layout.storage_options)
+    stored = reconcile(schema_log, wanted, record is not None and any(n in record.stores for n in names))
+    typed = {
+        name: TypedSchemas(stored[name].values, schemas.values[0], stored[name].key)
+        for name, schemas in wanted.items()
+        if schemas.values
+    }
     if time_mode == "EventTime" and backend.layout.changelog_url is not None:
         raise InvalidArgumentError("event-time timers read every partition's changelog from a file system path")
     if isinstance(output_schema, str):
@@ -226,7 +239,7 @@ def transform_with_state(
     pandas = api == "pandas"
 
     def process(batches: Iterator[Any], stores: TaskStores) -> Iterator[Any]:
-        handle = StatefulProcessorHandle(stores, time_mode)
+        handle = StatefulProcessorHandle(stores, time_mode, schemas=typed)
         processor.init(handle)
         watermark = -1
         if time_mode == "EventTime":
@@ -267,6 +280,27 @@ def transform_with_state(
         return backend.process(process, batches)
 
     return routed.mapInArrow(task, output_schema)
+
+
+def _parsed_schemas(name: str, declared: Declared) -> VariableSchemas:
+    """A declared variable's schemas as ``StructType``s (DDL strings parsed by Spark, so on the
+    driver). A map needs both or neither."""
+    from pyspark.sql.types import StructType
+
+    def struct(schema: Any, what: str) -> Any:
+        if schema is None:
+            return None
+        parsed = StructType.fromDDL(schema) if isinstance(schema, str) else schema
+        if not isinstance(parsed, StructType):
+            raise InvalidArgumentError(
+                f"state variable {name!r}: the {what} must be a StructType or a DDL string of fields, got {schema!r}"
+            )
+        return parsed
+
+    value, key = struct(declared.schema, "schema"), struct(declared.key_schema, "userKeySchema")
+    if declared.kind == "map" and (value is None) != (key is None):
+        raise InvalidArgumentError(f"map state {name!r}: give both userKeySchema and valueSchema, or neither")
+    return VariableSchemas(declared.kind, () if value is None else (value,), key)
 
 
 def _apply_initial_state(

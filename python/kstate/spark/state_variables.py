@@ -97,6 +97,59 @@ def _plain(value: Any) -> Any:
     return value
 
 
+@dataclass(frozen=True)
+class TypedSchemas:
+    """How a typed variable's values are read and written: every schema its stored values were
+    written with (``kstate.spark.state_schemas``), the one it writes with now, a map's key schema."""
+
+    versions: tuple[Any, ...]
+    current: Any
+    key: Any = None
+
+
+class TypedCodec:
+    """Values of a ``StructType``: one byte naming the writer schema's index, then the row in
+    ``kstate.spark.row_codec``'s encoding (``versioned=False``: the row alone, for map keys).
+    Checked on write with Spark's type verifier; read back as tuples, any older schema's values
+    as the current schema."""
+
+    def __init__(self, variable: str, schema: Any, versions: tuple[Any, ...] = (), versioned: bool = True):
+        from pyspark.sql.types import _make_type_verifier
+
+        from kstate.spark.row_codec import row_decoder, row_encoder
+
+        self._variable = variable
+        self._schema = schema
+        self._names = schema.names
+        self._prefix = bytes([versions.index(schema)]) if versioned else b""
+        self._encode = row_encoder(schema)
+        self._verify = _make_type_verifier(schema, name=variable)
+        self._decoders = [row_decoder(v, schema) for v in versions] if versioned else [row_decoder(schema, schema)]
+        self._versioned = versioned
+
+    def encode(self, value: Any) -> bytes:
+        fields = getattr(value, "__fields__", None)
+        if fields is not None and list(fields) != self._names and set(fields) == set(self._names):
+            value = value.asDict()
+            value = tuple(value[n] for n in self._names)
+        value = _plain(value)
+        try:
+            self._verify(value)
+        except (TypeError, ValueError) as error:
+            raise InvalidArgumentError(
+                f"state variable {self._variable!r}: {value!r} does not fit {self._schema.simpleString()}: {error}"
+            ) from None
+        out = bytearray(self._prefix)
+        self._encode(out, value)
+        return bytes(out)
+
+    def decode(self, raw: bytes, offset: int = 0) -> Any:
+        view = memoryview(raw)
+        if not self._versioned:
+            return self._decoders[0](view, offset)[0]
+        return self._decoders[raw[offset]](view, offset + 1)[0]
+
+
 class PickleCodec:
     """Values as pickles; with a schema, normalized first as Spark stores them (``_plain``)."""
 
@@ -117,6 +170,9 @@ class Declared:
     kind: str
     """``value``, ``list``, ``map``, or ``deleted`` (named only by ``deleteIfExists``)."""
     ttl_ms: int | None = None
+    schema: Any = None
+    """The value schema as given (``StructType``, DDL string or ``None``)."""
+    key_schema: Any = None
 
 
 def _require_value(value: Any, name: str) -> None:
@@ -158,9 +214,9 @@ class _Variable:
 class ValueState(_Variable):
     """One value per grouping key (Spark's ``ValueState``)."""
 
-    def __init__(self, handle: StatefulProcessorHandle, name: str, schema: Any, ttl_ms: int | None):
+    def __init__(self, handle: StatefulProcessorHandle, name: str, codec: Any, ttl_ms: int | None):
         super().__init__(handle, name, ttl_ms)
-        self._codec = PickleCodec(schema)
+        self._codec = codec
 
     def exists(self) -> bool:
         return self._live(self._store.get(self._handle._current_key))
@@ -186,9 +242,9 @@ class ListState(_Variable):
     """A list per grouping key (Spark's ``ListState``): one store entry per element, so
     ``appendValue`` costs one put whatever the list's length."""
 
-    def __init__(self, handle: StatefulProcessorHandle, name: str, schema: Any, ttl_ms: int | None):
+    def __init__(self, handle: StatefulProcessorHandle, name: str, codec: Any, ttl_ms: int | None):
         super().__init__(handle, name, ttl_ms)
-        self._codec = PickleCodec(schema)
+        self._codec = codec
         self._next_for: bytes | None = None
         self._next = 0
 
@@ -259,12 +315,10 @@ class MapState(_Variable):
     """A map per grouping key (Spark's ``MapState``): one store entry per map key, found by a
     prefix scan of the grouping key; a TTL applies per entry."""
 
-    def __init__(
-        self, handle: StatefulProcessorHandle, name: str, key_schema: Any, value_schema: Any, ttl_ms: int | None
-    ):
+    def __init__(self, handle: StatefulProcessorHandle, name: str, key_codec: Any, codec: Any, ttl_ms: int | None):
         super().__init__(handle, name, ttl_ms)
-        self._key_codec = PickleCodec(key_schema)
-        self._codec = PickleCodec(value_schema)
+        self._key_codec = key_codec
+        self._codec = codec
 
     def _user_key(self, key: Any) -> bytes:
         _require_value(key, self._name)
@@ -311,8 +365,15 @@ class StatefulProcessorHandle:
     (``getValueState``, ``getListState``, ``getMapState``), drops old ones
     (``deleteIfExists``) and manages the current key's timers."""
 
-    def __init__(self, stores: TaskStores | None, time_mode: str = "None", now: int | None = None):
+    def __init__(
+        self,
+        stores: TaskStores | None,
+        time_mode: str = "None",
+        now: int | None = None,
+        schemas: dict[str, TypedSchemas] | None = None,
+    ):
         self._stores = stores
+        self._schemas = schemas or {}
         self._time_mode = time_mode
         self._now_ms = now_ms() if now is None else now
         self.declared: dict[str, Declared] = {}
@@ -325,13 +386,13 @@ class StatefulProcessorHandle:
         self._current_key = pickled_key
         self._current_prefix = key_prefix(pickled_key)
 
-    def _declare(self, name: Any, kind: str, ttl: Any) -> tuple[str, int | None]:
+    def _declare(self, name: Any, kind: str, ttl: Any, schema: Any, key_schema: Any = None) -> tuple[str, int | None]:
         name = _check_name(name)
         ttl_ms = _check_ttl(ttl)
         known = self.declared.get(name)
         if known is not None and known.kind not in (kind, "deleted"):
             raise InvalidArgumentError(f"state variable {name!r} is declared twice, as {known.kind} and {kind}")
-        self.declared[name] = Declared(kind, ttl_ms)
+        self.declared[name] = Declared(kind, ttl_ms, schema, key_schema)
         if ttl_ms is not None:
             encoded = name.encode()
             if len(encoded) > 255:
@@ -341,17 +402,29 @@ class StatefulProcessorHandle:
                 self._ttl_store = self._stores[TTL_INDEX]
         return name, ttl_ms
 
+    def _value_codec(self, name: str, schema: Any) -> Any:
+        typed = self._schemas.get(name)
+        if typed is not None:
+            return TypedCodec(name, typed.current, typed.versions)
+        return PickleCodec(schema)
+
+    def _key_codec(self, name: str, schema: Any) -> Any:
+        typed = self._schemas.get(name)
+        if typed is not None and typed.key is not None:
+            return TypedCodec(name, typed.key, versioned=False)
+        return PickleCodec(schema)
+
     def getValueState(self, stateName: str, schema: Any = None, ttlDurationMs: int | None = None) -> ValueState:  # noqa: N802, N803
         """A value per grouping key. ``schema`` (a ``StructType`` or DDL string): values are stored
-        as Spark stores them (tuples); ``ttlDurationMs``: each update lives that long in processing
-        time."""
-        name, ttl_ms = self._declare(stateName, "value", ttlDurationMs)
-        return ValueState(self, name, schema, ttl_ms)
+        typed (``kstate.spark.row_codec``), checked on write, read back as tuples;
+        ``ttlDurationMs``: each update lives that long in processing time."""
+        name, ttl_ms = self._declare(stateName, "value", ttlDurationMs, schema)
+        return ValueState(self, name, self._value_codec(name, schema), ttl_ms)
 
     def getListState(self, stateName: str, schema: Any = None, ttlDurationMs: int | None = None) -> ListState:  # noqa: N802, N803
         """A list per grouping key; a TTL applies to each element from when it was written."""
-        name, ttl_ms = self._declare(stateName, "list", ttlDurationMs)
-        return ListState(self, name, schema, ttl_ms)
+        name, ttl_ms = self._declare(stateName, "list", ttlDurationMs, schema)
+        return ListState(self, name, self._value_codec(name, schema), ttl_ms)
 
     def getMapState(  # noqa: N802
         self,
@@ -361,8 +434,9 @@ class StatefulProcessorHandle:
         ttlDurationMs: int | None = None,  # noqa: N803
     ) -> MapState:
         """A map per grouping key; a TTL applies to each entry from its last update."""
-        name, ttl_ms = self._declare(stateName, "map", ttlDurationMs)
-        return MapState(self, name, userKeySchema, valueSchema, ttl_ms)
+        name, ttl_ms = self._declare(stateName, "map", ttlDurationMs, valueSchema, userKeySchema)
+        codecs = self._key_codec(name, userKeySchema), self._value_codec(name, valueSchema)
+        return MapState(self, name, *codecs, ttl_ms)
 
     def deleteIfExists(self, stateName: str) -> None:  # noqa: N802, N803
         """Deletes every key's value of state variable ``stateName`` in this partition (a variable
