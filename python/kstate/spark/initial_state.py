@@ -79,7 +79,9 @@ def stage_initial_state(initial_state: Any, keys: list[str], backend: Any) -> Pa
                 for batch in collected:
                     writer.write_batch(batch)
             os.replace(path + ".tmp", path)
-        yield pa.RecordBatch.from_pydict({"partition": [partition], "rows": [rows]})
+        yield pa.RecordBatch.from_arrays(
+            [pa.array([partition], pa.int32()), pa.array([rows], pa.int64())], names=["partition", "rows"]
+        )
 
     routed = initial_state.repartition(record.num_partitions, *keys)
     written = routed.mapInArrow(write, "partition int, rows long").collect()
