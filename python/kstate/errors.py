@@ -92,6 +92,11 @@ class JavaNotFoundError(KStateError):
     """Spark cannot start: this machine has no Java runtime (``kstate.spark.local_session``)."""
 
 
+class StateSchemaError(KStateError):
+    """kstate.spark: a processor's state schemas cannot read the state stored with other schemas
+    (an incompatible change), raised before the query starts; the state is untouched."""
+
+
 __all__ = [
     "KStateError",
     "InvalidStateStoreError",
@@ -110,5 +115,6 @@ __all__ = [
     "PartitioningError",
     "MisroutedRowsError",
     "PartitioningChangedError",
+    "StateSchemaError",
     "StoreBehindChangelogError",
 ]

@@ -1,45 +1,57 @@
-"""The StatefulProcessor-style state variables on kstate stores, without Spark."""
+"""The StatefulProcessor state variables on kstate stores, without Spark: Spark's names and
+arguments, TTL per value / list element / map entry, list appends, deleteIfExists, timers."""
+
+import pickle
 
 import pytest
 
 from kstate.errors import InvalidArgumentError
 from kstate.spark import StateBackend, StatefulProcessorHandle, TaskInfo
+from kstate.spark.processor import TIMERS_BY_KEY, TIMERS_BY_TIME, TTL_INDEX
 from kstate.stores import Stores
+
+NOW = 1_700_000_000_000
 
 
 @pytest.fixture
 def open_handle(tmp_path):
     states = []
 
-    def make(batch, names=("v", "l", "m")):
+    def make(batch, names=("v", "l", "m"), time_mode="None", now=NOW):
         builders = [
             Stores.key_value_store_builder(Stores.persistent_key_value_store(n), "bytes", "bytes") for n in names
         ]
         state = StateBackend(builders, tmp_path / "state", tmp_path / "log", "app").partition_state(TaskInfo(0, batch))
         states.append(state)
-        return state, StatefulProcessorHandle(state.open())
+        return state, StatefulProcessorHandle(state.open(), time_mode, now=now)
 
     yield make
     for state in states:
         state.abort()
 
 
+def key(handle, value):
+    handle._set_key(pickle.dumps((value,), protocol=4))
+
+
 def test_value_list_and_map_state_per_key_survive_commits(open_handle):
     state, handle = open_handle(0)
     value, items, mapping = handle.getValueState("v"), handle.getListState("l"), handle.getMapState("m")
-    for key in ("a", "b"):
-        handle._current_key = key.encode()
+    for k in ("a", "b"):
+        key(handle, k)
         assert not value.exists() and list(items.get()) == [] and not mapping.exists()
-        value.update((1, key))
-        items.appendValue(key)
+        value.update((1, k))
+        items.appendValue(k)
         items.appendList([1, 2])
         mapping.updateValue("x", 10)
-        mapping.updateValue(("y", 2), {"deep": key})
+        mapping.updateValue(("y", 2), {"deep": k})
     state.commit()
     state, handle = open_handle(1)
     value, items, mapping = handle.getValueState("v"), handle.getListState("l"), handle.getMapState("m")
-    handle._current_key = b"a"
+    key(handle, "a")
     assert value.get() == (1, "a") and list(items.get()) == ["a", 1, 2]
+    items.appendValue(3)
+    assert list(items.get()) == ["a", 1, 2, 3], "an append after a reopen goes after the stored elements"
     assert dict(mapping.iterator()) == {"x": 10, ("y", 2): {"deep": "a"}}
     assert mapping.containsKey("x") and mapping.getValue("nope") is None
     mapping.removeKey("x")
@@ -48,17 +60,157 @@ def test_value_list_and_map_state_per_key_survive_commits(open_handle):
     value.clear()
     items.clear()
     assert not mapping.exists() and not value.exists() and not items.exists()
-    handle._current_key = b"b"
-    assert value.get() == (1, "b") and mapping.getValue("x") == 10, "other keys untouched"
+    key(handle, "b")
+    assert value.get() == (1, "b") and mapping.getValue("x") == 10 and list(items.get()) == ["b", 1, 2]
 
 
-def test_value_state_ttl_expires(open_handle):
-    state, handle = open_handle(0, names=("v",))
-    value = handle.getValueState("v", "c long", ttl_duration_ms=1000)
-    value.update((5,))
-    assert value.get() == (5,)
-    handle._now_ms += 1000
-    assert value.get() is None and not value.exists()
+def test_spark_keyword_arguments(open_handle):
+    names = ("v", "l", "m", TTL_INDEX, TIMERS_BY_TIME, TIMERS_BY_KEY)
+    _, handle = open_handle(0, names=names, time_mode="ProcessingTime")
+    value = handle.getValueState(stateName="v", schema="c long", ttlDurationMs=1000)
+    items = handle.getListState(stateName="l", schema="c long", ttlDurationMs=1000)
+    mapping = handle.getMapState(stateName="m", userKeySchema="k string", valueSchema="c long", ttlDurationMs=1000)
+    key(handle, "a")
+    value.update(newValue=(1,))
+    items.put(newState=[(1,)])
+    items.appendValue(newState=(2,))
+    items.appendList(newState=[(3,)])
+    mapping.updateValue(key=("k",), value=(4,))
+    handle.registerTimer(expiryTimestampMs=5)
+    assert list(handle.listTimers()) == [5]
+    handle.deleteTimer(expiryTimestampMs=5)
+    assert value.get() == (1,) and list(items.get()) == [(1,), (2,), (3,)] and mapping.getValue(("k",)) == (4,)
+
+
+def test_a_schema_stores_values_as_spark_does(open_handle):
+    """With a schema, a Row and a tuple are the same map key and values come back as tuples with
+    Python numbers (Spark normalizes numpy scalars)."""
+    np = pytest.importorskip("numpy")
+    from pyspark.sql import Row
+
+    _, handle = open_handle(0)
+    value, mapping = handle.getValueState("v", "c long, name string"), handle.getMapState("m", "k string", "n long")
+    key(handle, "a")
+    value.update(Row(c=np.int64(3), name="x"))
+    stored = value.get()
+    assert stored == (3, "x") and type(stored) is tuple and type(stored[0]) is int
+    mapping.updateValue(Row(k="p"), (np.int64(1),))
+    mapping.updateValue(("p",), (2,))
+    assert list(mapping.iterator()) == [(("p",), (2,))]
+
+
+def test_values_spark_refuses_are_refused(open_handle):
+    _, handle = open_handle(0)
+    value, items, mapping = handle.getValueState("v"), handle.getListState("l"), handle.getMapState("m")
+    key(handle, "a")
+    for bad in (
+        lambda: value.update(None),
+        lambda: items.put([]),
+        lambda: items.appendList([]),
+        lambda: items.appendList([(1,), None]),
+        lambda: items.appendValue(None),
+        lambda: mapping.updateValue("k", None),
+        lambda: mapping.updateValue(None, (1,)),
+        lambda: handle.getValueState("v2", ttlDurationMs=0),
+        lambda: handle.getValueState("tws.x"),
+    ):
+        with pytest.raises(InvalidArgumentError):
+            bad()
+    assert not value.exists() and not items.exists() and not mapping.exists()
+
+
+def test_ttl_expires_values_list_elements_and_map_entries_by_processing_time(open_handle):
+    names = ("v", "l", "m", TTL_INDEX)
+    state, handle = open_handle(0, names=names, now=NOW)
+    value = handle.getValueState("v", ttlDurationMs=1000)
+    items = handle.getListState("l", ttlDurationMs=1000)
+    mapping = handle.getMapState("m", ttlDurationMs=1000)
+    key(handle, "a")
+    value.update(1)
+    items.appendValue("old")
+    mapping.updateValue("old", 1)
+    assert value.get() == 1, "visible for the rest of the batch"
+    state.commit()
+
+    # Half a TTL later: new elements and entries get their own expiry; the value is rewritten.
+    state, handle = open_handle(1, names=names, now=NOW + 500)
+    value = handle.getValueState("v", ttlDurationMs=1000)
+    items = handle.getListState("l", ttlDurationMs=1000)
+    mapping = handle.getMapState("m", ttlDurationMs=1000)
+    key(handle, "a")
+    value.update(2)
+    items.appendValue("new")
+    mapping.updateValue("new", 2)
+    state.commit()
+
+    # At the first expiry (now >= expiry, as Spark): the old element and entry are gone.
+    state, handle = open_handle(2, names=names, now=NOW + 1000)
+    value = handle.getValueState("v", ttlDurationMs=1000)
+    items = handle.getListState("l", ttlDurationMs=1000)
+    mapping = handle.getMapState("m", ttlDurationMs=1000)
+    key(handle, "a")
+    assert value.get() == 2 and list(items.get()) == ["new"] and dict(mapping.iterator()) == {"new": 2}
+    assert not mapping.containsKey("old") and mapping.getValue("old") is None
+    assert handle._remove_expired() == 2, "the old list element and map entry leave the stores"
+    state.commit()
+
+    state, handle = open_handle(3, names=names, now=NOW + 1500)
+    value = handle.getValueState("v", ttlDurationMs=1000)
+    items = handle.getListState("l", ttlDurationMs=1000)
+    mapping = handle.getMapState("m", ttlDurationMs=1000)
+    key(handle, "a")
+    assert not value.exists() and not items.exists() and not mapping.exists()
+    assert handle._remove_expired() == 3
+    stores = state._stores
+    for name in names:
+        with stores[name].all() as entries:
+            assert list(entries) == [], f"{name} still holds entries"
+
+
+def test_rewritten_values_outlive_their_first_expiry(open_handle):
+    names = ("v", TTL_INDEX)
+    state, handle = open_handle(0, names=names, now=NOW)
+    value = handle.getValueState("v", ttlDurationMs=100)
+    key(handle, "a")
+    value.update(1)
+    state.commit()
+    state, handle = open_handle(1, names=names, now=NOW + 50)
+    value = handle.getValueState("v", ttlDurationMs=100)
+    key(handle, "a")
+    value.update(2)
+    state.commit()
+    state, handle = open_handle(2, names=names, now=NOW + 120)
+    value = handle.getValueState("v", ttlDurationMs=100)
+    assert handle._remove_expired() == 0, "the first index entry is stale: the value was updated since"
+    key(handle, "a")
+    assert value.get() == 2
+
+
+def test_delete_if_exists_drops_every_key_of_a_variable(open_handle):
+    state, handle = open_handle(0, names=("v", "old"))
+    old = handle.getMapState("old")
+    for k in ("a", "b"):
+        key(handle, k)
+        old.updateValue("x", 1)
+    state.commit()
+    state, handle = open_handle(1, names=("v", "old"))
+    handle.deleteIfExists("old")
+    assert handle.declared["old"].kind == "deleted"
+    with state._stores["old"].all() as entries:
+        assert list(entries) == []
+
+
+def test_list_appends_write_one_entry_each(open_handle):
+    """An append is one put of one element: the store holds one entry per element, and reading
+    the list back is one prefix scan."""
+    state, handle = open_handle(0, names=("l",))
+    items = handle.getListState("l")
+    key(handle, "a")
+    for i in range(1000):
+        items.appendValue(i)
+    with state._stores["l"].all() as entries:
+        assert len(list(entries)) == 1000
+    assert list(items.get()) == list(range(1000))
 
 
 def test_a_name_declared_as_two_kinds_is_an_error(open_handle):
@@ -68,26 +220,18 @@ def test_a_name_declared_as_two_kinds_is_an_error(open_handle):
         handle.getMapState("v")
 
 
-def test_timers_per_key_are_listed_deleted_and_found_due_in_expiry_order(tmp_path):
-    from kstate.spark.processor import TIMERS_BY_KEY, TIMERS_BY_TIME
-
-    names = ("v", TIMERS_BY_TIME, TIMERS_BY_KEY)
-    builders = [Stores.key_value_store_builder(Stores.persistent_key_value_store(n), "bytes", "bytes") for n in names]
-    state = StateBackend(builders, tmp_path / "state", tmp_path / "log", "app").partition_state(TaskInfo(0, 0))
-    handle = StatefulProcessorHandle(state.open(), "ProcessingTime")
-    try:
-        for key, expiries in ((b"a", [300, -5, 100]), (b"b", [100, 2**40])):
-            handle._current_key = key
-            for expiry in expiries:
-                handle.registerTimer(expiry)
-        handle._current_key = b"a"
-        assert list(handle.listTimers()) == [-5, 100, 300]
-        handle.deleteTimer(300)
-        assert list(handle.listTimers()) == [-5, 100]
-        assert handle._due_timers(100) == [(-5, b"a"), (100, b"a"), (100, b"b")]
-        assert handle._due_timers(99) == [(-5, b"a")]
-    finally:
-        state.abort()
+def test_timers_per_key_are_listed_deleted_and_found_due_in_expiry_order(open_handle):
+    _, handle = open_handle(0, names=("v", TIMERS_BY_TIME, TIMERS_BY_KEY), time_mode="ProcessingTime")
+    for k, expiries in ((b"a", [300, -5, 100]), (b"b", [100, 2**40])):
+        handle._set_key(k)
+        for expiry in expiries:
+            handle.registerTimer(expiry)
+    handle._set_key(b"a")
+    assert list(handle.listTimers()) == [-5, 100, 300]
+    handle.deleteTimer(300)
+    assert list(handle.listTimers()) == [-5, 100]
+    assert handle._due_timers(100) == [(-5, b"a"), (100, b"a"), (100, b"b")]
+    assert handle._due_timers(99) == [(-5, b"a")]
 
 
 def test_timers_need_a_time_mode(open_handle):

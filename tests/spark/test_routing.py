@@ -53,17 +53,17 @@ class UserActivity(StatefulProcessor):
     def handleInputRows(self, key, rows, timerValues):  # noqa: N802
         import pandas as pd
 
-        total = self.count.get() or 0
+        (total,) = self.count.get() or (0,)
         for frame in rows:
             total += len(frame)
             evens = int((frame["v"] % 2 == 0).sum())
-            self.parity.updateValue(True, (self.parity.getValue(True) or 0) + evens)
-        self.count.update(total)
+            (before,) = self.parity.getValue((True,)) or (0,)
+            self.parity.updateValue((True,), (before + evens,))
+        self.count.update((total,))
         self.handle.registerTimer(FAR_FUTURE_MS)  # never fires; must move with its key
         timers = len(list(self.handle.listTimers()))
-        yield pd.DataFrame(
-            {"user": [key[0]], "count": [total], "evens": [self.parity.getValue(True)], "timers": [timers]}
-        )
+        (evens,) = self.parity.getValue((True,))
+        yield pd.DataFrame({"user": [key[0]], "count": [total], "evens": [evens], "timers": [timers]})
 
 
 SIZES = [300, 30_000, 50, 8_000, 2_000, 12_000]

@@ -15,8 +15,9 @@ def running_count(batches, stores):
 state.partition(df).mapInArrow(running_count, "key string, count long")  # routed by kstate, checked per row
 ```
 
-``transform_with_state(df, ["key"], processor, schema, state_dir=...)`` runs a Spark
-``StatefulProcessor``-style processor (value, list and map state) on kstate stores.
+``transform_with_state(df, ["key"], processor, schema, state_dir=..., api="pandas" | "row")`` runs
+a processor written for Spark's ``transformWithStateInPandas`` / ``transformWithState`` on kstate
+stores (``docs/stateful-processor.md``); ``kstate.spark.testing.TwsTester`` tests one without Spark.
 """
 
 from kstate.spark.backend import StateBackend

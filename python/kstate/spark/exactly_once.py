@@ -137,6 +137,9 @@ class TaskStores(Mapping[str, Any]):
         except KeyError:
             raise InvalidArgumentError(f"no store named {name!r}; the backend has {sorted(self._stores)}") from None
 
+    def __contains__(self, name: object) -> bool:
+        return name in self._stores
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._stores)
 

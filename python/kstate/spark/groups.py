@@ -38,11 +38,12 @@ def group_bounds(table: pa.Table, keys: Sequence[str]) -> list[tuple[int, int]]:
 
 
 def iter_groups(
-    batches: Iterator[pa.RecordBatch], keys: Sequence[str], pandas: bool = False
+    batches: Iterator[pa.RecordBatch], keys: Sequence[str], pandas: bool = False, rows: bool = False
 ) -> Iterator[tuple[tuple, Any]]:
     """``(key tuple, rows)`` of every group in a partition's batches, in key order: an Arrow table
-    per group, or with ``pandas`` a ``pandas.DataFrame`` (index 0..n-1). The partition converts to
-    pandas once, and groups are slices of it."""
+    per group, with ``pandas`` a ``pandas.DataFrame`` (index 0..n-1), with ``rows`` a list of
+    ``pyspark.sql.Row``. The partition converts to pandas (or Python rows) once, and groups are
+    slices of it."""
     collected = list(batches)
     if not collected:
         return  # a partition without input (Spark still runs its task)
@@ -52,9 +53,12 @@ def iter_groups(
     table = table.sort_by([(k, "ascending") for k in keys])
     key_columns = [table.column(k) for k in keys]
     frame = table.to_pandas() if pandas else None
+    every_row = python_rows(table) if rows else None
     for start, length in group_bounds(table, keys):
         key = tuple(column[start].as_py() for column in key_columns)
-        if frame is None:
+        if every_row is not None:
+            yield key, every_row[start : start + length]
+        elif frame is None:
             yield key, table.slice(start, length)
         else:
             group = frame.iloc[start : start + length]
@@ -62,15 +66,25 @@ def iter_groups(
             yield key, group
 
 
-class OutputBatcher:
-    """Collects what a function returns per group (pandas frames, Arrow tables or batches) and
-    hands it to Spark in record batches of ``schema`` of about ``rows`` rows: one conversion per
-    batch, not per group."""
+def python_rows(table: pa.Table) -> list[Any]:
+    """Every row of ``table`` as a ``pyspark.sql.Row`` with its column names, built column-wise."""
+    from pyspark.sql import Row
 
-    def __init__(self, schema: pa.Schema, pandas: bool, rows: int = 10_000):
+    make = Row(*table.column_names)
+    columns = [table.column(i).to_pylist() for i in range(table.num_columns)]
+    return [make(*values) for values in zip(*columns)]
+
+
+class OutputBatcher:
+    """Collects what a function returns per group (pandas frames, Arrow tables or batches, or with
+    ``rows`` single ``Row``s or tuples) and hands it to Spark in record batches of ``schema`` of
+    about ``size`` rows: one conversion per batch, not per group."""
+
+    def __init__(self, schema: pa.Schema, pandas: bool, size: int = 10_000, rows: bool = False):
         self.schema = schema
         self.pandas = pandas
         self.rows = rows
+        self.size = size
         self._pending: list[Any] = []
         self._count = 0
 
@@ -79,14 +93,16 @@ class OutputBatcher:
         if result is None:
             return []
         self._pending.append(result)
-        self._count += len(result)
-        return self.flush() if self._count >= self.rows else []
+        self._count += 1 if self.rows else len(result)
+        return self.flush() if self._count >= self.size else []
 
     def flush(self) -> list[pa.RecordBatch]:
         if not self._pending:
             return []
         pending, self._pending, self._count = self._pending, [], 0
-        if self.pandas:
+        if self.rows:
+            table = _rows_table(pending, self.schema)
+        elif self.pandas:
             import pandas as pd
 
             table = pa.Table.from_pandas(
@@ -96,6 +112,31 @@ class OutputBatcher:
             tables = [pa.Table.from_batches([r]) if isinstance(r, pa.RecordBatch) else r for r in pending]
             table = pa.concat_tables([t.select(self.schema.names).cast(self.schema) for t in tables])
         return table.select(self.schema.names).cast(self.schema).to_batches()
+
+
+def _rows_table(rows: list[Any], schema: pa.Schema) -> pa.Table:
+    """Output rows as ``schema``: a ``Row`` with field names by name (as Spark matches them),
+    a plain tuple by position."""
+    from kstate.errors import InvalidArgumentError
+
+    names = schema.names
+    width = len(names)
+    ordered = []
+    for row in rows:
+        fields = getattr(row, "__fields__", None)
+        if fields is not None and list(fields) != names:
+            as_dict = row.asDict()
+            missing = [n for n in names if n not in as_dict]
+            if missing:
+                raise InvalidArgumentError(f"an output Row lacks the fields {missing} of the output schema: {row!r}")
+            row = tuple(as_dict[n] for n in names)
+        elif not isinstance(row, tuple) or len(row) != width:
+            raise InvalidArgumentError(
+                f"handleInputRows must yield Rows (or tuples) of the {width} output columns {names}, got {row!r}"
+            )
+        ordered.append(row)
+    columns = list(zip(*ordered))
+    return pa.table([pa.array(list(c), type=f.type) for c, f in zip(columns, schema)], schema=schema)
 
 
 def grouped_task(

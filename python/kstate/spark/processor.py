@@ -1,12 +1,15 @@
-"""``transform_with_state``: Spark's ``transformWithStateInPandas`` shape on kstate stores.
+"""``transform_with_state``: Spark's ``transformWithStateInPandas`` and ``transformWithState``
+(Row) on kstate stores, with the same ``StatefulProcessor`` class for both.
 
 A ``StatefulProcessor`` (``init(handle)``, ``handleInputRows(key, rows, timerValues)``,
-``handleExpiredTimer(key, timerValues, expiredTimerInfo)``, ``close()``) declares its state
-variables in ``init`` with the handle's ``getValueState``, ``getListState`` and ``getMapState``,
-as with Spark, so a processor written for Spark runs here with its imports changed. Differences:
-every state call is an in-process call into RocksDB (no socket round trip), state is exactly once
-per micro-batch as the rest of kstate.spark, and values are any picklable Python objects (Spark's
-schemas are accepted and not enforced).
+``handleExpiredTimer(key, timerValues, expiredTimerInfo)``, ``handleInitialState(key,
+initialState, timerValues)``, ``close()``) declares its state variables in ``init`` with the
+handle's ``getValueState``, ``getListState`` and ``getMapState`` (``kstate.spark.state_variables``),
+with Spark's names and arguments, so a processor written for Spark runs here with its imports
+changed. ``api="pandas"`` passes each key's rows as ``pandas.DataFrame``s and takes frames back
+(``transformWithStateInPandas``); ``api="row"`` passes ``pyspark.sql.Row``s and takes ``Row``s (or
+tuples) back (``transformWithState``). Every state call is an in-process call into RocksDB (no
+socket round trip), and state is exactly once per micro-batch as the rest of kstate.spark.
 
 Timers (``time_mode="ProcessingTime"`` or ``"EventTime"``): ``handle.registerTimer(ms)``,
 ``deleteTimer``, ``listTimers`` for the current key. Each micro-batch, after the keys with input,
@@ -16,12 +19,17 @@ Spark's: the largest ``event_time_column`` value of the earlier batches of every
 ``watermark_delay_ms``. Each partition records ``(batch id, largest event time so far)`` in a
 store of its own every batch, and a task reads the others' from their changelogs, taking only
 records of earlier batches, so a replayed batch sees the watermark it saw before. Timers fire in
-batches Spark runs, so a query with no new input fires none until input arrives.
+batches Spark runs, so a query with no new input fires none until input arrives. After the
+timers, values whose TTL ran out are deleted (``kstate.spark.state_variables``).
 
-Each state variable is a kstate store named after it: keys are the pickled grouping key (a map
-state adds the map key after a length prefix), values are pickled. A value state with a TTL keeps
-its expiry with the value and reads as absent once it passed. Timers live in two more stores,
-one ordered by expiry (to find the due ones) and one by key (``listTimers``).
+``initial_state`` (a DataFrame, or Spark's ``df.groupBy(...)`` of one, with the key columns):
+before the query starts, its rows are routed as the state is (``repartition(n, *keys)``) and
+kept per partition beside the changelogs (``<application_id>-kstate-initial-state/``); in batch 0
+each partition calls ``handleInitialState`` for its keys' rows (pandas: one frame per key; Row:
+once per row) before their input, as Spark does in the first batch.
+
+Timers live in two stores, one ordered by expiry (to find the due ones) and one by key
+(``listTimers``).
 """
 
 from __future__ import annotations
@@ -30,268 +38,131 @@ import os
 import pickle
 import struct
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from kstate.errors import InvalidArgumentError
 from kstate.spark.backend import StateBackend
 from kstate.spark.exactly_once import StateLayout, TaskStores
 from kstate.spark.groups import OutputBatcher, iter_groups
-from kstate.store_lifecycle import now_ms
+from kstate.spark.state_schemas import SchemaLog, VariableSchemas, reconcile
+from kstate.spark.state_variables import (
+    TIMERS_BY_KEY,
+    TIMERS_BY_TIME,
+    TTL_INDEX,
+    Declared,
+    ListState,
+    MapState,
+    StatefulProcessorHandle,
+    TypedSchemas,
+    ValueState,
+)
 from kstate.stores import Stores
+
+__all__ = [
+    "StatefulProcessor",
+    "StatefulProcessorHandle",
+    "ValueState",
+    "ListState",
+    "MapState",
+    "TimerValues",
+    "ExpiredTimerInfo",
+    "transform_with_state",
+    "TIMERS_BY_TIME",
+    "TIMERS_BY_KEY",
+    "TTL_INDEX",
+    "EVENT_TIME",
+]
+
+TIME_MODES = ("None", "ProcessingTime", "EventTime")
+APIS = ("pandas", "row")
+EVENT_TIME = "tws.event-time"
+"""The store of the largest event time seen (one entry), next to the processor's state variables."""
+_MAX_EVENT_TIME = b"max"
+_KEY_CODECS = {
+    "value": "pickle",
+    "list": "pickle-prefixed",
+    "map": "pickle-prefixed",
+    "deleted": "opaque",
+    TIMERS_BY_TIME: "pickle-after-expiry",
+    TIMERS_BY_KEY: "pickle-prefixed",
+    TTL_INDEX: "ttl-index",
+    EVENT_TIME: "event-time",
+}
+"""How each store's keys hold the pickled grouping key (for a rescale)."""
+_BATCH_AND_TIME = struct.Struct(">qq")
 
 
 def _pickled(obj: Any) -> bytes:
     return pickle.dumps(obj, protocol=4)
 
 
-TIME_MODES = ("None", "ProcessingTime", "EventTime")
-TIMERS_BY_TIME = "tws.timers-by-time"
-TIMERS_BY_KEY = "tws.timers-by-key"
-EVENT_TIME = "tws.event-time"
-"""Stores of the timers (``<expiry><key>`` and ``<key length><key><expiry>``, empty values) and of
-the largest event time seen (one entry), next to the processor's own state variables."""
-_MAX_EVENT_TIME = b"max"
-_KEY_CODECS = {"value": "pickle", "list": "pickle", "map": "pickle-prefixed"}
-"""How each kind of state variable's store keys hold the pickled grouping key (for a rescale)."""
-_BATCH_AND_TIME = struct.Struct(">qq")
-_EXPIRY = struct.Struct(">Q")
-
-
-def _expiry_bytes(ms: int) -> bytes:
-    """Big-endian with the sign bit flipped: sorts as the signed value."""
-    return _EXPIRY.pack(ms + (1 << 63))
-
-
-def _expiry_of(raw: bytes) -> int:
-    return _EXPIRY.unpack(raw)[0] - (1 << 63)
-
-
-def _key_prefix(key: bytes) -> bytes:
-    return struct.pack(">I", len(key)) + key
-
-
 class StatefulProcessor:
-    """Base class of a processor; override ``init``, ``handleInputRows`` and, if needed, ``close``."""
+    """Base class of a processor (Spark's ``StatefulProcessor``); override ``init``,
+    ``handleInputRows`` and, if needed, ``handleExpiredTimer``, ``handleInitialState`` and
+    ``close``."""
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         raise NotImplementedError
 
-    def handleInputRows(self, key: tuple, rows: Iterator[Any], timerValues: TimerValues) -> Iterator[Any]:  # noqa: N802
+    def handleInputRows(self, key: tuple, rows: Iterator[Any], timerValues: TimerValues) -> Iterator[Any]:  # noqa: N802, N803
         raise NotImplementedError
 
-    def handleExpiredTimer(
-        self, key: tuple, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
-    ) -> Iterator[Any]:  # noqa: N802
+    def handleExpiredTimer(  # noqa: N802
+        self,
+        key: tuple,
+        timerValues: TimerValues,  # noqa: N803
+        expiredTimerInfo: ExpiredTimerInfo,  # noqa: N803
+    ) -> Iterator[Any]:
         """Called for each timer of ``key`` that came due; yields output like ``handleInputRows``."""
         return iter(())
+
+    def handleInitialState(self, key: tuple, initialState: Any, timerValues: TimerValues) -> None:  # noqa: N802, N803
+        """Called in batch 0 with the initial state of ``key``: a ``pandas.DataFrame`` (pandas API)
+        or each ``Row`` (Row API)."""
 
     def close(self) -> None:
         """Called once a task's groups are done."""
 
 
-@dataclass(frozen=True)
 class TimerValues:
     """What Spark passes as ``timerValues``: the batch's processing time and the event-time
-    watermark (-1 without event time)."""
+    watermark (-1 where the time mode has none)."""
 
-    current_processing_time_ms: int
-    current_watermark_ms: int = -1
+    def __init__(self, currentProcessingTimeInMs: int = -1, currentWatermarkInMs: int = -1) -> None:  # noqa: N803
+        self._current_processing_time_ms = currentProcessingTimeInMs
+        self._current_watermark_ms = currentWatermarkInMs
 
     def getCurrentProcessingTimeInMs(self) -> int:  # noqa: N802
-        return self.current_processing_time_ms
+        return self._current_processing_time_ms
 
     def getCurrentWatermarkInMs(self) -> int:  # noqa: N802
-        return self.current_watermark_ms
+        return self._current_watermark_ms
+
+    def __repr__(self) -> str:
+        return f"TimerValues({self._current_processing_time_ms}, {self._current_watermark_ms})"
 
 
-@dataclass(frozen=True)
 class ExpiredTimerInfo:
     """Which timer fired (Spark's ``ExpiredTimerInfo``)."""
 
-    expiry_time_ms: int
+    def __init__(self, expiryTimeInMs: int = -1) -> None:  # noqa: N803
+        self._expiry_time_ms = expiryTimeInMs
 
     def getExpiryTimeInMs(self) -> int:  # noqa: N802
-        return self.expiry_time_ms
+        return self._expiry_time_ms
+
+    def __repr__(self) -> str:
+        return f"ExpiredTimerInfo({self._expiry_time_ms})"
 
 
-class _Variable:
-    def __init__(self, handle: StatefulProcessorHandle, name: str):
-        self._handle = handle
-        self._name = name
-
-    @property
-    def _store(self) -> Any:
-        return self._handle._stores[self._name]
-
-    @property
-    def _key(self) -> bytes:
-        return self._handle._current_key
-
-
-class ValueState(_Variable):
-    """One value per grouping key (Spark's ``ValueState``)."""
-
-    def __init__(self, handle: StatefulProcessorHandle, name: str, ttl_ms: int | None):
-        super().__init__(handle, name)
-        self._ttl_ms = ttl_ms
-
-    def exists(self) -> bool:
-        return self.get() is not None
-
-    def get(self) -> Any:
-        stored = self._store.get(self._key)
-        if stored is None:
-            return None
-        expires, value = pickle.loads(stored)
-        if expires is not None and expires <= self._handle._now_ms:
-            return None
-        return value
-
-    def update(self, value: Any) -> None:
-        expires = None if self._ttl_ms is None else self._handle._now_ms + self._ttl_ms
-        self._store.put(self._key, _pickled((expires, value)))
-
-    def clear(self) -> None:
-        self._store.delete(self._key)
-
-
-class ListState(_Variable):
-    """A list per grouping key (Spark's ``ListState``), stored as one value."""
-
-    def exists(self) -> bool:
-        return self._store.get(self._key) is not None
-
-    def get(self) -> Iterator[Any]:
-        stored = self._store.get(self._key)
-        return iter(() if stored is None else pickle.loads(stored))
-
-    def put(self, values: Sequence[Any]) -> None:
-        self._store.put(self._key, _pickled(list(values)))
-
-    def appendValue(self, value: Any) -> None:  # noqa: N802
-        self.put([*self.get(), value])
-
-    def appendList(self, values: Sequence[Any]) -> None:  # noqa: N802
-        self.put([*self.get(), *values])
-
-    def clear(self) -> None:
-        self._store.delete(self._key)
-
-
-class MapState(_Variable):
-    """A map per grouping key (Spark's ``MapState``): one store entry per map key, found by a
-    prefix scan of the grouping key."""
-
-    def _prefix(self) -> bytes:
-        return struct.pack(">I", len(self._key)) + self._key
-
-    def _entry_key(self, user_key: Any) -> bytes:
-        return self._prefix() + _pickled(user_key)
-
-    def exists(self) -> bool:
-        with self._store.prefix_scan(self._prefix()) as entries:
-            return next(entries, None) is not None
-
-    def getValue(self, key: Any) -> Any:  # noqa: N802
-        stored = self._store.get(self._entry_key(key))
-        return None if stored is None else pickle.loads(stored)
-
-    def containsKey(self, key: Any) -> bool:  # noqa: N802
-        return self._store.get(self._entry_key(key)) is not None
-
-    def updateValue(self, key: Any, value: Any) -> None:  # noqa: N802
-        self._store.put(self._entry_key(key), _pickled(value))
-
-    def iterator(self) -> Iterator[tuple[Any, Any]]:
-        skip = len(self._prefix())
-        with self._store.prefix_scan(self._prefix()) as entries:
-            items = [(pickle.loads(k[skip:]), pickle.loads(v)) for k, v in entries]
-        return iter(items)
-
-    def keys(self) -> Iterator[Any]:
-        return (k for k, _ in self.iterator())
-
-    def values(self) -> Iterator[Any]:
-        return (v for _, v in self.iterator())
-
-    def removeKey(self, key: Any) -> None:  # noqa: N802
-        self._store.delete(self._entry_key(key))
-
-    def clear(self) -> None:
-        entry_keys = [self._entry_key(k) for k in self.keys()]
-        self._store.put_all(entry_keys, [None] * len(entry_keys))
-
-
-class StatefulProcessorHandle:
-    """What ``init`` gets: declares state variables (``getValueState``, ``getListState``,
-    ``getMapState``); Spark's schema arguments are accepted and not enforced."""
-
-    def __init__(self, stores: TaskStores | None, time_mode: str = "None"):
-        self._stores = stores
-        self._current_key = b""
-        self._now_ms = now_ms()
-        self._time_mode = time_mode
-        self.declared: dict[str, str] = {}
-
-    def _declare(self, name: str, kind: str) -> None:
-        if not isinstance(name, str) or not name:
-            raise InvalidArgumentError(f"a state variable needs a name, got {name!r}")
-        if self.declared.get(name, kind) != kind:
-            raise InvalidArgumentError(
-                f"state variable {name!r} is declared twice, as {self.declared[name]} and {kind}"
-            )
-        self.declared[name] = kind
-
-    def getValueState(self, name: str, schema: Any = None, ttl_duration_ms: int | None = None) -> ValueState:  # noqa: N802
-        self._declare(name, "value")
-        return ValueState(self, name, ttl_duration_ms)
-
-    def getListState(self, name: str, schema: Any = None, ttl_duration_ms: int | None = None) -> ListState:  # noqa: N802
-        self._declare(name, "list")
-        return ListState(self, name)
-
-    def getMapState(  # noqa: N802
-        self, name: str, user_key_schema: Any = None, value_schema: Any = None, ttl_duration_ms: int | None = None
-    ) -> MapState:
-        self._declare(name, "map")
-        return MapState(self, name)
-
-    # -- timers ----------------------------------------------------------------------------------
-
-    def _timer_stores(self) -> tuple[Any, Any]:
-        if self._time_mode == "None":
-            raise InvalidArgumentError('timers need time_mode "ProcessingTime" or "EventTime"')
-        assert self._stores is not None, "timers are registered while processing, not in init"
-        return self._stores[TIMERS_BY_TIME], self._stores[TIMERS_BY_KEY]
-
-    def registerTimer(self, expiry_time_ms: int) -> None:  # noqa: N802
-        """Fire ``handleExpiredTimer`` for the current key once ``expiry_time_ms`` has passed."""
-        by_time, by_key = self._timer_stores()
-        expiry = _expiry_bytes(int(expiry_time_ms))
-        by_time.put(expiry + self._current_key, b"")
-        by_key.put(_key_prefix(self._current_key) + expiry, b"")
-
-    def deleteTimer(self, expiry_time_ms: int) -> None:  # noqa: N802
-        by_time, by_key = self._timer_stores()
-        expiry = _expiry_bytes(int(expiry_time_ms))
-        by_time.delete(expiry + self._current_key)
-        by_key.delete(_key_prefix(self._current_key) + expiry)
-
-    def listTimers(self) -> Iterator[int]:  # noqa: N802
-        """The current key's timers, earliest first."""
-        _, by_key = self._timer_stores()
-        prefix = _key_prefix(self._current_key)
-        with by_key.prefix_scan(prefix) as entries:
-            expiries = [_expiry_of(k[len(prefix) :]) for k, _ in entries]
-        return iter(expiries)
-
-    def _due_timers(self, until_ms: int) -> list[tuple[int, bytes]]:
-        """``(expiry, pickled key)`` of every timer due at ``until_ms``, earliest first."""
-        by_time, _ = self._timer_stores()
-        # Every key is <expiry><pickled key>: those below <until + 1> are due.
-        with by_time.range(None, _expiry_bytes(until_ms + 1)) as entries:
-            return [(_expiry_of(k[:8]), k[8:]) for k, _ in entries]
+def state_store_names(declared: dict[str, Any], time_mode: str) -> list[str]:
+    """The stores a processor's state lives in: one per declared (or deleted) variable, the TTL
+    index if any variable has a TTL, the timers' and the event time's."""
+    names = list(declared)
+    names += [TTL_INDEX] if any(d.ttl_ms is not None for d in declared.values()) else []
+    names += [] if time_mode == "None" else [TIMERS_BY_TIME, TIMERS_BY_KEY]
+    names += [EVENT_TIME] if time_mode == "EventTime" else []
+    return names
 
 
 def transform_with_state(
@@ -306,12 +177,17 @@ def transform_with_state(
     time_mode: str = "None",
     event_time_column: str | None = None,
     watermark_delay_ms: int = 0,
+    api: str = "pandas",
+    initial_state: Any = None,
     **backend_options: Any,
 ) -> Any:
     """``df`` grouped by ``keys`` through ``processor``, its state in kstate stores: what
     ``df.groupBy(*keys).transformWithStateInPandas(processor, output_schema, "Update",
-    time_mode)`` computes. ``time_mode`` ``"EventTime"`` needs ``event_time_column`` (epoch ms,
-    or a timestamp) and takes ``watermark_delay_ms`` (see the module docstring).
+    time_mode, initial_state)`` computes (``api="pandas"``), or with ``api="row"`` Spark 4.1's
+    Row-based ``transformWithState``. ``time_mode`` ``"EventTime"`` needs ``event_time_column``
+    (epoch ms, or a timestamp) and takes ``watermark_delay_ms`` (see the module docstring).
+    ``initial_state``: a DataFrame (or ``groupBy(*keys)`` of one) holding the key columns, handed
+    to ``handleInitialState`` in batch 0.
     ``num_partitions``: how many partitions the state has, recorded with it on the first run
     (default: Spark's default parallelism); later runs keep it unless ``kstate rescale`` changed
     it, and kstate routes the rows itself (``StateBackend.partition``), checked in every task.
@@ -321,53 +197,81 @@ def transform_with_state(
 
     if time_mode not in TIME_MODES:
         raise InvalidArgumentError(f"time_mode must be one of {TIME_MODES}, got {time_mode!r}")
+    if api not in APIS:
+        raise InvalidArgumentError(f"api must be one of {APIS}, got {api!r}")
     if (time_mode == "EventTime") != (event_time_column is not None):
         raise InvalidArgumentError('event_time_column goes with time_mode "EventTime", and only with it')
     declaring = StatefulProcessorHandle(None, time_mode)
     processor.init(declaring)
     if not declaring.declared:
         raise InvalidArgumentError("the processor's init declares no state variable")
-    names = list(declaring.declared)
-    names += [] if time_mode == "None" else [TIMERS_BY_TIME, TIMERS_BY_KEY]
-    names += [EVENT_TIME] if time_mode == "EventTime" else []
+    names = state_store_names(declaring.declared, time_mode)
+    wanted = {name: _parsed_schemas(name, d) for name, d in declaring.declared.items()}
     builders = [
         Stores.key_value_store_builder(Stores.persistent_key_value_store(name), "bytes", "bytes") for name in names
     ]
     keys = [keys] if isinstance(keys, str) else list(keys)
-    codecs = {name: _KEY_CODECS[kind] for name, kind in declaring.declared.items()}
-    codecs.update({TIMERS_BY_TIME: "pickle-after-expiry", TIMERS_BY_KEY: "pickle-prefixed", EVENT_TIME: "event-time"})
+    codecs = {name: _KEY_CODECS[d.kind] for name, d in declaring.declared.items()}
+    codecs.update({name: _KEY_CODECS[name] for name in names if name in _KEY_CODECS})
     backend = StateBackend(
         builders, state_dir, changelog_dir, application_id, keys=keys, key_codecs=codecs, **backend_options
     )
+    record = backend.partitioning_log().current()
+    layout = backend.layout
+    schema_log = SchemaLog(layout.changelog_dir, layout.application_id, layout.changelog_url, layout.storage_options)
+    stored = reconcile(schema_log, wanted, record is not None and any(n in record.stores for n in names))
+    typed = {
+        name: TypedSchemas(stored[name].values, schemas.values[0], stored[name].key)
+        for name, schemas in wanted.items()
+        if schemas.values
+    }
     if time_mode == "EventTime" and backend.layout.changelog_url is not None:
         raise InvalidArgumentError("event-time timers read every partition's changelog from a file system path")
     if isinstance(output_schema, str):
         output_schema = StructType.fromDDL(output_schema)
     arrow_schema = to_arrow_schema(output_schema)
+    routed = backend.partition(df, num_partitions)
+    initial_dir = None
+    if initial_state is not None:
+        from kstate.spark.initial_state import stage_initial_state
+
+        initial_dir = stage_initial_state(initial_state, keys, backend)
+    pandas = api == "pandas"
 
     def process(batches: Iterator[Any], stores: TaskStores) -> Iterator[Any]:
-        handle = StatefulProcessorHandle(stores, time_mode)
+        handle = StatefulProcessorHandle(stores, time_mode, schemas=typed)
         processor.init(handle)
         watermark = -1
         if time_mode == "EventTime":
             largest = _query_event_time(stores.layout, stores.batch_id)
             watermark = -1 if largest is None else largest - watermark_delay_ms
             batches = _tracking_event_time(batches, event_time_column, stores[EVENT_TIME], stores.batch_id)
-        timer_values = TimerValues(handle._now_ms, watermark)
-        output = OutputBatcher(arrow_schema, pandas=True)
+        timer_values = TimerValues(-1 if time_mode == "None" else handle._now_ms, watermark)
+        output = OutputBatcher(arrow_schema, pandas=pandas, rows=not pandas)
+        initial = {}
+        if initial_dir is not None and stores.batch_id == 0:
+            from kstate.spark.initial_state import read_initial_state
+
+            initial = read_initial_state(initial_dir, stores.partition, keys, pandas)
         try:
-            for key, group in iter_groups(batches, keys, pandas=True):
-                handle._current_key = _pickled(key)
-                for frame in processor.handleInputRows(key, iter([group]), timer_values):
-                    yield from output.add(frame)
+            for key, group in iter_groups(batches, keys, pandas=pandas, rows=not pandas):
+                handle._set_key(_pickled(key))
+                if initial:
+                    _apply_initial_state(processor, key, initial.pop(key, None), timer_values, pandas)
+                for result in processor.handleInputRows(key, iter(group if not pandas else [group]), timer_values):
+                    yield from output.add(result)
+            for key, rows in initial.items():
+                handle._set_key(_pickled(key))
+                _apply_initial_state(processor, key, rows, timer_values, pandas)
             if time_mode != "None":
                 due_by = handle._now_ms if time_mode == "ProcessingTime" else watermark
                 for expiry, pickled_key in handle._due_timers(due_by):
-                    handle._current_key = pickled_key
+                    handle._set_key(pickled_key)
                     handle.deleteTimer(expiry)
                     expired = ExpiredTimerInfo(expiry)
-                    for frame in processor.handleExpiredTimer(pickle.loads(pickled_key), timer_values, expired):
-                        yield from output.add(frame)
+                    for result in processor.handleExpiredTimer(pickle.loads(pickled_key), timer_values, expired):
+                        yield from output.add(result)
+            handle._remove_expired()
             yield from output.flush()
         finally:
             processor.close()
@@ -375,7 +279,40 @@ def transform_with_state(
     def task(batches: Iterator[Any]) -> Iterator[Any]:
         return backend.process(process, batches)
 
-    return backend.partition(df, num_partitions).mapInArrow(task, output_schema)
+    return routed.mapInArrow(task, output_schema)
+
+
+def _parsed_schemas(name: str, declared: Declared) -> VariableSchemas:
+    """A declared variable's schemas as ``StructType``s (DDL strings parsed by Spark, so on the
+    driver). A map needs both or neither."""
+    from pyspark.sql.types import StructType
+
+    def struct(schema: Any, what: str) -> Any:
+        if schema is None:
+            return None
+        parsed = StructType.fromDDL(schema) if isinstance(schema, str) else schema
+        if not isinstance(parsed, StructType):
+            raise InvalidArgumentError(
+                f"state variable {name!r}: the {what} must be a StructType or a DDL string of fields, got {schema!r}"
+            )
+        return parsed
+
+    value, key = struct(declared.schema, "schema"), struct(declared.key_schema, "userKeySchema")
+    if declared.kind == "map" and (value is None) != (key is None):
+        raise InvalidArgumentError(f"map state {name!r}: give both userKeySchema and valueSchema, or neither")
+    return VariableSchemas(declared.kind, () if value is None else (value,), key)
+
+
+def _apply_initial_state(
+    processor: StatefulProcessor, key: tuple, rows: Any, timer_values: TimerValues, pandas: bool
+) -> None:
+    if rows is None:
+        return
+    if pandas:
+        processor.handleInitialState(key, rows, timer_values)
+        return
+    for row in rows:
+        processor.handleInitialState(key, row, timer_values)
 
 
 def _tracking_event_time(batches: Iterator[Any], column: str, store: Any, batch_id: int) -> Iterator[Any]:

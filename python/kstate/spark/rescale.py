@@ -115,6 +115,10 @@ class _Router:
             return [pickle.loads(k[4 : 4 + struct.unpack(">I", k[:4])[0]]) for k in keys]
         if codec == "pickle-after-expiry":
             return [pickle.loads(k[8:]) for k in keys]
+        if codec == "ttl-index":
+            from kstate.spark.state_variables import ttl_index_grouping_key
+
+            return [pickle.loads(ttl_index_grouping_key(k)) for k in keys]
         raise InvalidArgumentError(
             f"store {store!r}: kstate cannot tell its key columns from its keys ({codec}); pass "
             f"key_functions={{{store!r}: fn}} with fn(key bytes) -> tuple of key column values"

@@ -1,0 +1,103 @@
+"""Per-call latency of a processor's state calls on kstate: value-state get / update and map-state
+getValue / updateValue, each timed alone (``perf_counter_ns`` around the call) over KEYS keys, as a
+processor makes them inside ``handleInputRows`` (the key set once per key, stores opened as a task
+opens them, a committed state underneath: half the keys were written in an earlier batch).
+
+  .venv/bin/python benches/processor_calls.py              # typed (schema) and pickled values
+  .venv/bin/python benches/processor_calls.py --keys 20000
+
+Prints p50 / p99 in microseconds per call kind. Spark's own Python state calls go over a socket
+to the JVM: 65-78 us p50 per call (SPARK-52333); the target here is p50 <= 2 us.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pickle
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+
+def measure(keys: int, typed: bool, work: Path) -> dict[str, list[int]]:
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from kstate.spark import StateBackend, StatefulProcessorHandle, TaskInfo
+    from kstate.spark.state_variables import TypedSchemas
+    from kstate.stores import Stores
+
+    value_schema = StructType([StructField("count", LongType()), StructField("total", LongType())])
+    key_schema = StructType([StructField("category", StringType())])
+    n_schema = StructType([StructField("n", LongType())])
+    schemas = {
+        "totals": TypedSchemas((value_schema,), value_schema),
+        "categories": TypedSchemas((n_schema,), n_schema, key_schema),
+    }
+    builders = [
+        Stores.key_value_store_builder(Stores.persistent_key_value_store(n), "bytes", "bytes")
+        for n in ("totals", "categories")
+    ]
+    backend = StateBackend(builders, work / "state", work / "log", "bench")
+    pickled_keys = [pickle.dumps((f"u{i}",), protocol=4) for i in range(keys)]
+
+    def open_batch(batch: int) -> tuple:
+        state = backend.partition_state(TaskInfo(0, batch))
+        handle = StatefulProcessorHandle(state.open(), schemas=schemas if typed else None)
+        totals = handle.getValueState("totals", value_schema if typed else None)
+        categories = handle.getMapState("categories", key_schema if typed else None, n_schema if typed else None)
+        return state, handle, totals, categories
+
+    state, handle, totals, categories = open_batch(0)
+    for key in pickled_keys[::2]:
+        handle._set_key(key)
+        totals.update((1, 10))
+        categories.updateValue(("c1",), (1,))
+    state.commit()
+
+    state, handle, totals, categories = open_batch(1)
+    timings: dict[str, list[int]] = {"value get": [], "value update": [], "map getValue": [], "map updateValue": []}
+    clock = time.perf_counter_ns
+    for key in pickled_keys:
+        handle._set_key(key)
+        t0 = clock()
+        current = totals.get()
+        t1 = clock()
+        totals.update((1, 10) if current is None else (current[0] + 1, current[1] + 10))
+        t2 = clock()
+        n = categories.getValue(("c1",))
+        t3 = clock()
+        categories.updateValue(("c1",), (1 if n is None else n[0] + 1,))
+        t4 = clock()
+        timings["value get"].append(t1 - t0)
+        timings["value update"].append(t2 - t1)
+        timings["map getValue"].append(t3 - t2)
+        timings["map updateValue"].append(t4 - t3)
+    state.commit()
+    return timings
+
+
+def percentile(values: list[int], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] / 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--keys", type=int, default=20_000)
+    args = parser.parse_args()
+    print("| values | call | p50 us | p99 us | mean us | target p50 <= 2 us |")
+    print("|---|---|---:|---:|---:|---|")
+    for typed in (True, False):
+        with tempfile.TemporaryDirectory(prefix="kstate-calls-") as work:
+            timings = measure(args.keys, typed, Path(work))
+        for call, values in timings.items():
+            p50 = percentile(values, 0.5)
+            print(
+                f"| {'typed' if typed else 'pickled'} | {call} | {p50:.2f} | {percentile(values, 0.99):.2f} | "
+                f"{statistics.fmean(values) / 1000:.2f} | {'met' if p50 <= 2 else 'missed'} |"
+            )
+
+
+if __name__ == "__main__":
+    main()

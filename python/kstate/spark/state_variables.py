@@ -1,0 +1,524 @@
+"""The state variables of a ``StatefulProcessor`` on kstate stores, with Spark's method and
+argument names (``pyspark.sql.streaming.stateful_processor``, 4.1+).
+
+Each state variable is a kstate store named after it; every entry's key starts with the grouping
+key (pickled), every value with its expiry (8 bytes, big-endian; ``NO_EXPIRY`` without a TTL):
+
+- value state: ``<grouping key>`` -> ``<expiry><value>``;
+- list state: one entry per element, ``<u32 length><grouping key><u64 sequence>`` ->
+  ``<expiry><element>``, so ``appendValue`` is one put (the next sequence number is found once
+  per key and task, by one reverse seek);
+- map state: ``<u32 length><grouping key><map key>`` -> ``<expiry><value>``.
+
+Values and map keys are pickled (protocol 4). A pickle runs code when it is read: keep changelogs
+where only this application writes. With a schema (Spark's ``schema``, ``userKeySchema``,
+``valueSchema``) values and map keys are normalized as Spark stores them (a ``Row`` or a tuple
+becomes a tuple, numpy scalars Python numbers), so ``get`` returns tuples as Spark does and
+``Row(a=1)`` and ``(1,)`` are the same map key.
+
+TTL (``ttlDurationMs``) is in processing time, as Spark's: each write stamps its value (list: its
+element; map: its entry) with the batch's processing time + TTL; reads hide values whose expiry
+is at or before the batch's processing time, and after each batch a task deletes them from the
+store, found through a TTL index (store ``tws.ttl``: ``<expiry><u8 length><name><u32 length>
+<grouping key><suffix>``, empty values), as Spark's secondary TTL index does.
+"""
+
+from __future__ import annotations
+
+import pickle
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kstate.errors import InvalidArgumentError
+from kstate.spark.exactly_once import TaskStores
+from kstate.store_lifecycle import now_ms
+
+TTL_INDEX = "tws.ttl"
+TIMERS_BY_TIME = "tws.timers-by-time"
+TIMERS_BY_KEY = "tws.timers-by-key"
+NO_EXPIRY = (1 << 63) - 1
+_EXPIRY = struct.Struct(">q")
+_ORDERED_TIME = struct.Struct(">Q")
+_LENGTH = struct.Struct(">I")
+_SEQUENCE = struct.Struct(">Q")
+_LAST_SEQUENCE = (1 << 64) - 1
+
+
+def ordered_time(ms: int) -> bytes:
+    """Big-endian with the sign bit flipped: sorts as the signed value."""
+    return _ORDERED_TIME.pack(ms + (1 << 63))
+
+
+def time_of(raw: bytes) -> int:
+    return _ORDERED_TIME.unpack_from(raw)[0] - (1 << 63)
+
+
+def key_prefix(key: bytes) -> bytes:
+    return _LENGTH.pack(len(key)) + key
+
+
+def expiry_of(stored: bytes) -> int:
+    return _EXPIRY.unpack_from(stored)[0]
+
+
+def _check_name(name: Any) -> str:
+    if not isinstance(name, str) or not name:
+        raise InvalidArgumentError(f"a state variable needs a name (stateName), got {name!r}")
+    if name.startswith("tws."):
+        raise InvalidArgumentError(f"state variable names starting with 'tws.' are kstate's own, got {name!r}")
+    return name
+
+
+def _check_ttl(ttl: Any) -> int | None:
+    if ttl is None:
+        return None
+    if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl <= 0:
+        raise InvalidArgumentError(f"ttlDurationMs must be an int > 0 (ms) or None, got {ttl!r}")
+    return ttl
+
+
+def _plain(value: Any) -> Any:
+    """A value as Spark stores it through a schema: rows and tuples as tuples, numpy scalars and
+    pandas timestamps as Python values."""
+    if isinstance(value, tuple):
+        return tuple(_plain(v) for v in value)
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {_plain(k): _plain(v) for k, v in value.items()}
+    if hasattr(value, "item") and type(value).__module__ == "numpy":
+        return value.item()
+    if hasattr(value, "to_pydatetime"):
+        return value.to_pydatetime()
+    if hasattr(value, "to_pytimedelta"):
+        return value.to_pytimedelta()
+    return value
+
+
+@dataclass(frozen=True)
+class TypedSchemas:
+    """How a typed variable's values are read and written: every schema its stored values were
+    written with (``kstate.spark.state_schemas``), the one it writes with now, a map's key schema."""
+
+    versions: tuple[Any, ...]
+    current: Any
+    key: Any = None
+
+
+class TypedCodec:
+    """Values of a ``StructType``: one byte naming the writer schema's index, then the row in
+    ``kstate.spark.row_codec``'s encoding (``versioned=False``: the row alone, for map keys).
+    Checked on write with Spark's type verifier; read back as tuples, any older schema's values
+    as the current schema."""
+
+    def __init__(self, variable: str, schema: Any, versions: tuple[Any, ...] = (), versioned: bool = True):
+        from pyspark.sql.types import _make_type_verifier
+
+        from kstate.spark.row_codec import row_decoder, row_encoder
+
+        self._variable = variable
+        self._schema = schema
+        self._names = schema.names
+        self._prefix = bytes([versions.index(schema)]) if versioned else b""
+        self._encode = row_encoder(schema)
+        self._verify = _make_type_verifier(schema, name=variable)
+        self._decoders = [row_decoder(v, schema) for v in versions] if versioned else [row_decoder(schema, schema)]
+        self._versioned = versioned
+
+    def encode(self, value: Any) -> bytes:
+        fields = getattr(value, "__fields__", None)
+        if fields is not None and list(fields) != self._names and set(fields) == set(self._names):
+            value = value.asDict()
+            value = tuple(value[n] for n in self._names)
+        value = _plain(value)
+        try:
+            self._verify(value)
+        except (TypeError, ValueError) as error:
+            raise InvalidArgumentError(
+                f"state variable {self._variable!r}: {value!r} does not fit {self._schema.simpleString()}: {error}"
+            ) from None
+        out = bytearray(self._prefix)
+        self._encode(out, value)
+        return bytes(out)
+
+    def decode(self, raw: bytes, offset: int = 0) -> Any:
+        view = memoryview(raw)
+        if not self._versioned:
+            return self._decoders[0](view, offset)[0]
+        return self._decoders[raw[offset]](view, offset + 1)[0]
+
+
+class PickleCodec:
+    """Values as pickles; with a schema, normalized first as Spark stores them (``_plain``)."""
+
+    def __init__(self, schema: Any):
+        self.schema = schema
+
+    def encode(self, value: Any) -> bytes:
+        return pickle.dumps(value if self.schema is None else _plain(value), protocol=4)
+
+    def decode(self, raw: bytes, offset: int = 0) -> Any:
+        return pickle.loads(memoryview(raw)[offset:] if offset else raw)
+
+
+@dataclass(frozen=True)
+class Declared:
+    """What ``init`` declared of one state variable."""
+
+    kind: str
+    """``value``, ``list``, ``map``, or ``deleted`` (named only by ``deleteIfExists``)."""
+    ttl_ms: int | None = None
+    schema: Any = None
+    """The value schema as given (``StructType``, DDL string or ``None``)."""
+    key_schema: Any = None
+
+
+def _require_value(value: Any, name: str) -> None:
+    if value is None:
+        raise InvalidArgumentError(f"state variable {name!r}: a state value cannot be None (use clear())")
+
+
+class _Variable:
+    def __init__(self, handle: StatefulProcessorHandle, name: str, ttl_ms: int | None):
+        self._handle = handle
+        self._name = name
+        self._ttl_ms = ttl_ms
+        self._store: Any = None if handle._stores is None else handle._stores[name]
+
+    def _expiry(self) -> int:
+        return NO_EXPIRY if self._ttl_ms is None else self._handle._now_ms + self._ttl_ms
+
+    def _index(self, expiry: int, suffix: bytes) -> None:
+        """Records ``expiry`` of the current key's entry ``suffix`` in the TTL index."""
+        if expiry != NO_EXPIRY:
+            handle = self._handle
+            entry = ordered_time(expiry) + handle._ttl_names[self._name] + handle._current_prefix + suffix
+            handle._ttl_store.put(entry, b"")
+
+    def _live(self, stored: bytes | None) -> bool:
+        return stored is not None and _EXPIRY.unpack_from(stored)[0] > self._handle._now_ms
+
+    def _prefixed_entries(self) -> list[tuple[bytes, bytes]]:
+        """The current key's entries (list and map state), expired ones included, in key order."""
+        with self._store.prefix_scan(self._handle._current_prefix) as entries:
+            return list(entries)
+
+    def _delete_prefixed(self) -> None:
+        keys = [k for k, _ in self._prefixed_entries()]
+        if keys:
+            self._store.put_all(keys, [None] * len(keys))
+
+
+class ValueState(_Variable):
+    """One value per grouping key (Spark's ``ValueState``)."""
+
+    def __init__(self, handle: StatefulProcessorHandle, name: str, codec: Any, ttl_ms: int | None):
+        super().__init__(handle, name, ttl_ms)
+        self._codec = codec
+
+    def exists(self) -> bool:
+        return self._live(self._store.get(self._handle._current_key))
+
+    def get(self) -> Any:
+        """The value, or ``None`` if there is none (or it expired)."""
+        stored = self._store.get(self._handle._current_key)
+        if stored is None or _EXPIRY.unpack_from(stored)[0] <= self._handle._now_ms:
+            return None
+        return self._codec.decode(stored, 8)
+
+    def update(self, newValue: Any) -> None:  # noqa: N803
+        _require_value(newValue, self._name)
+        expiry = self._expiry()
+        self._store.put(self._handle._current_key, _EXPIRY.pack(expiry) + self._codec.encode(newValue))
+        self._index(expiry, b"")
+
+    def clear(self) -> None:
+        self._store.delete(self._handle._current_key)
+
+
+class ListState(_Variable):
+    """A list per grouping key (Spark's ``ListState``): one store entry per element, so
+    ``appendValue`` costs one put whatever the list's length."""
+
+    def __init__(self, handle: StatefulProcessorHandle, name: str, codec: Any, ttl_ms: int | None):
+        super().__init__(handle, name, ttl_ms)
+        self._codec = codec
+        self._next_for: bytes | None = None
+        self._next = 0
+
+    def _next_sequence(self) -> int:
+        prefix = self._handle._current_prefix
+        if self._next_for != prefix:
+            last = prefix + _SEQUENCE.pack(_LAST_SEQUENCE)
+            with self._store.reverse_range(prefix + _SEQUENCE.pack(0), last) as entries:
+                newest = next(entries, None)
+            self._next = 0 if newest is None else _SEQUENCE.unpack_from(newest[0], len(prefix))[0] + 1
+            self._next_for = prefix
+        return self._next
+
+    def exists(self) -> bool:
+        return any(self._live(v) for _, v in self._prefixed_entries())
+
+    def get(self) -> Iterator[Any]:
+        now, decode = self._handle._now_ms, self._codec.decode
+        entries = self._prefixed_entries()
+        return iter([decode(v, 8) for _, v in entries if _EXPIRY.unpack_from(v)[0] > now])
+
+    def put(self, newState: Sequence[Any]) -> None:  # noqa: N803
+        """Replaces the list with ``newState`` (non-empty, as Spark requires)."""
+        values = self._checked(newState)
+        self._delete_prefixed()
+        self._next, self._next_for = 0, self._handle._current_prefix
+        self._append(values)
+
+    def appendValue(self, newState: Any) -> None:  # noqa: N802, N803
+        _require_value(newState, self._name)
+        sequence = self._next_sequence()
+        expiry = self._expiry()
+        suffix = _SEQUENCE.pack(sequence)
+        self._store.put(self._handle._current_prefix + suffix, _EXPIRY.pack(expiry) + self._codec.encode(newState))
+        self._next = sequence + 1
+        self._index(expiry, suffix)
+
+    def appendList(self, newState: Sequence[Any]) -> None:  # noqa: N802, N803
+        self._append(self._checked(newState))
+
+    def clear(self) -> None:
+        self._delete_prefixed()
+        self._next, self._next_for = 0, self._handle._current_prefix
+
+    def _checked(self, values: Any) -> list[Any]:
+        if values is None or isinstance(values, (str, bytes)):
+            raise InvalidArgumentError(f"list state {self._name!r}: expected a list of values, got {values!r}")
+        values = list(values)
+        if not values:
+            raise InvalidArgumentError(f"list state {self._name!r}: the list must not be empty (use clear())")
+        for value in values:
+            _require_value(value, self._name)
+        return values
+
+    def _append(self, values: list[Any]) -> None:
+        first = self._next_sequence()
+        expiry = self._expiry()
+        prefix, head, encode = self._handle._current_prefix, _EXPIRY.pack(expiry), self._codec.encode
+        suffixes = [_SEQUENCE.pack(first + i) for i in range(len(values))]
+        self._store.put_all([prefix + s for s in suffixes], [head + encode(v) for v in values])
+        self._next = first + len(values)
+        if expiry != NO_EXPIRY:
+            for suffix in suffixes:
+                self._index(expiry, suffix)
+
+
+class MapState(_Variable):
+    """A map per grouping key (Spark's ``MapState``): one store entry per map key, found by a
+    prefix scan of the grouping key; a TTL applies per entry."""
+
+    def __init__(self, handle: StatefulProcessorHandle, name: str, key_codec: Any, codec: Any, ttl_ms: int | None):
+        super().__init__(handle, name, ttl_ms)
+        self._key_codec = key_codec
+        self._codec = codec
+
+    def _user_key(self, key: Any) -> bytes:
+        _require_value(key, self._name)
+        return self._key_codec.encode(key)
+
+    def exists(self) -> bool:
+        return any(self._live(v) for _, v in self._prefixed_entries())
+
+    def getValue(self, key: Any) -> Any:  # noqa: N802
+        stored = self._store.get(self._handle._current_prefix + self._user_key(key))
+        return self._codec.decode(stored, 8) if self._live(stored) else None
+
+    def containsKey(self, key: Any) -> bool:  # noqa: N802
+        return self._live(self._store.get(self._handle._current_prefix + self._user_key(key)))
+
+    def updateValue(self, key: Any, value: Any) -> None:  # noqa: N802
+        _require_value(value, self._name)
+        user_key = self._user_key(key)
+        expiry = self._expiry()
+        self._store.put(self._handle._current_prefix + user_key, _EXPIRY.pack(expiry) + self._codec.encode(value))
+        self._index(expiry, user_key)
+
+    def iterator(self) -> Iterator[tuple[Any, Any]]:
+        skip, now = len(self._handle._current_prefix), self._handle._now_ms
+        decode_key, decode = self._key_codec.decode, self._codec.decode
+        entries = self._prefixed_entries()
+        return iter([(decode_key(k, skip), decode(v, 8)) for k, v in entries if _EXPIRY.unpack_from(v)[0] > now])
+
+    def keys(self) -> Iterator[Any]:
+        return (k for k, _ in self.iterator())
+
+    def values(self) -> Iterator[Any]:
+        return (v for _, v in self.iterator())
+
+    def removeKey(self, key: Any) -> None:  # noqa: N802
+        self._store.delete(self._handle._current_prefix + self._user_key(key))
+
+    def clear(self) -> None:
+        self._delete_prefixed()
+
+
+class StatefulProcessorHandle:
+    """What ``init`` gets (Spark's ``StatefulProcessorHandle``): declares state variables
+    (``getValueState``, ``getListState``, ``getMapState``), drops old ones
+    (``deleteIfExists``) and manages the current key's timers."""
+
+    def __init__(
+        self,
+        stores: TaskStores | None,
+        time_mode: str = "None",
+        now: int | None = None,
+        schemas: dict[str, TypedSchemas] | None = None,
+    ):
+        self._stores = stores
+        self._schemas = schemas or {}
+        self._time_mode = time_mode
+        self._now_ms = now_ms() if now is None else now
+        self.declared: dict[str, Declared] = {}
+        self._ttl_names: dict[str, bytes] = {}
+        self._ttl_store: Any = None
+        self._current_key = b""
+        self._current_prefix = key_prefix(b"")
+
+    def _set_key(self, pickled_key: bytes) -> None:
+        self._current_key = pickled_key
+        self._current_prefix = key_prefix(pickled_key)
+
+    def _declare(self, name: Any, kind: str, ttl: Any, schema: Any, key_schema: Any = None) -> tuple[str, int | None]:
+        name = _check_name(name)
+        ttl_ms = _check_ttl(ttl)
+        known = self.declared.get(name)
+        if known is not None and known.kind not in (kind, "deleted"):
+            raise InvalidArgumentError(f"state variable {name!r} is declared twice, as {known.kind} and {kind}")
+        self.declared[name] = Declared(kind, ttl_ms, schema, key_schema)
+        if ttl_ms is not None:
+            encoded = name.encode()
+            if len(encoded) > 255:
+                raise InvalidArgumentError(f"a state variable with a TTL needs a name under 256 bytes, got {name!r}")
+            self._ttl_names[name] = bytes([len(encoded)]) + encoded
+            if self._stores is not None:
+                self._ttl_store = self._stores[TTL_INDEX]
+        return name, ttl_ms
+
+    def _value_codec(self, name: str, schema: Any) -> Any:
+        typed = self._schemas.get(name)
+        if typed is not None:
+            return TypedCodec(name, typed.current, typed.versions)
+        return PickleCodec(schema)
+
+    def _key_codec(self, name: str, schema: Any) -> Any:
+        typed = self._schemas.get(name)
+        if typed is not None and typed.key is not None:
+            return TypedCodec(name, typed.key, versioned=False)
+        return PickleCodec(schema)
+
+    def getValueState(self, stateName: str, schema: Any = None, ttlDurationMs: int | None = None) -> ValueState:  # noqa: N802, N803
+        """A value per grouping key. ``schema`` (a ``StructType`` or DDL string): values are stored
+        typed (``kstate.spark.row_codec``), checked on write, read back as tuples;
+        ``ttlDurationMs``: each update lives that long in processing time."""
+        name, ttl_ms = self._declare(stateName, "value", ttlDurationMs, schema)
+        return ValueState(self, name, self._value_codec(name, schema), ttl_ms)
+
+    def getListState(self, stateName: str, schema: Any = None, ttlDurationMs: int | None = None) -> ListState:  # noqa: N802, N803
+        """A list per grouping key; a TTL applies to each element from when it was written."""
+        name, ttl_ms = self._declare(stateName, "list", ttlDurationMs, schema)
+        return ListState(self, name, self._value_codec(name, schema), ttl_ms)
+
+    def getMapState(  # noqa: N802
+        self,
+        stateName: str,  # noqa: N803
+        userKeySchema: Any = None,  # noqa: N803
+        valueSchema: Any = None,  # noqa: N803
+        ttlDurationMs: int | None = None,  # noqa: N803
+    ) -> MapState:
+        """A map per grouping key; a TTL applies to each entry from its last update."""
+        name, ttl_ms = self._declare(stateName, "map", ttlDurationMs, valueSchema, userKeySchema)
+        codecs = self._key_codec(name, userKeySchema), self._value_codec(name, valueSchema)
+        return MapState(self, name, *codecs, ttl_ms)
+
+    def deleteIfExists(self, stateName: str) -> None:  # noqa: N802, N803
+        """Deletes every key's value of state variable ``stateName`` in this partition (a variable
+        a previous version of the processor used), as Spark does."""
+        name = _check_name(stateName)
+        if name not in self.declared:
+            self.declared[name] = Declared("deleted")
+        if self._stores is None:
+            return
+        store = self._stores[name]
+        with store.all() as entries:
+            keys = [k for k, _ in entries]
+        if keys:
+            store.put_all(keys, [None] * len(keys))
+
+    # -- timers ----------------------------------------------------------------------------------
+
+    def _timer_stores(self) -> tuple[Any, Any]:
+        if self._time_mode == "None":
+            raise InvalidArgumentError('timers need time_mode "ProcessingTime" or "EventTime"')
+        if self._stores is None:
+            raise InvalidArgumentError("timers are registered while processing a key, not in init")
+        return self._stores[TIMERS_BY_TIME], self._stores[TIMERS_BY_KEY]
+
+    def registerTimer(self, expiryTimestampMs: int) -> None:  # noqa: N802, N803
+        """Fire ``handleExpiredTimer`` for the current key once ``expiryTimestampMs`` has passed."""
+        by_time, by_key = self._timer_stores()
+        expiry = ordered_time(int(expiryTimestampMs))
+        by_time.put(expiry + self._current_key, b"")
+        by_key.put(self._current_prefix + expiry, b"")
+
+    def deleteTimer(self, expiryTimestampMs: int) -> None:  # noqa: N802, N803
+        by_time, by_key = self._timer_stores()
+        expiry = ordered_time(int(expiryTimestampMs))
+        by_time.delete(expiry + self._current_key)
+        by_key.delete(self._current_prefix + expiry)
+
+    def listTimers(self) -> Iterator[int]:  # noqa: N802
+        """The current key's timers, earliest first."""
+        _, by_key = self._timer_stores()
+        prefix = self._current_prefix
+        with by_key.prefix_scan(prefix) as entries:
+            expiries = [time_of(k[len(prefix) :]) for k, _ in entries]
+        return iter(expiries)
+
+    def _due_timers(self, until_ms: int) -> list[tuple[int, bytes]]:
+        """``(expiry, pickled key)`` of every timer due at ``until_ms``, earliest first."""
+        by_time, _ = self._timer_stores()
+        # Every key is <expiry><pickled key>: those below <until + 1> are due.
+        with by_time.range(None, ordered_time(until_ms + 1)) as entries:
+            return [(time_of(k), k[8:]) for k, _ in entries]
+
+    # -- TTL -------------------------------------------------------------------------------------
+
+    def _remove_expired(self) -> int:
+        """Deletes every entry whose TTL ran out by this batch's processing time (entries written
+        again since keep their newer expiry); returns how many."""
+        index = self._ttl_store
+        if index is None:
+            return 0
+        with index.range(None, ordered_time(self._now_ms + 1)) as entries:
+            due = [k for k, _ in entries]
+        removed = 0
+        for raw in due:
+            name_end = 9 + raw[8]
+            name = raw[9:name_end].decode()
+            (length,) = _LENGTH.unpack_from(raw, name_end)
+            key_start = name_end + 4
+            declared = self.declared.get(name)
+            if declared is not None and declared.kind != "deleted":
+                store = self._stores[name]
+                state_key = raw[key_start : key_start + length] if declared.kind == "value" else raw[name_end:]
+                stored = store.get(state_key)
+                if stored is not None and expiry_of(stored) <= self._now_ms:
+                    store.delete(state_key)
+                    removed += 1
+            index.delete(raw)
+        return removed
+
+
+def ttl_index_grouping_key(raw: bytes) -> bytes:
+    """The pickled grouping key of a TTL index entry (for a rescale)."""
+    name_end = 9 + raw[8]
+    (length,) = _LENGTH.unpack_from(raw, name_end)
+    return raw[name_end + 4 : name_end + 4 + length]

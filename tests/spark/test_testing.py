@@ -1,0 +1,72 @@
+"""kstate.spark.testing.TwsTester: a processor written against Spark's API, run key by key without
+Spark, with controlled processing time and watermark."""
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+from pyspark.sql import Row  # noqa: E402
+from pyspark.sql.streaming import StatefulProcessor  # noqa: E402
+from pyspark.sql.types import LongType, StructField, StructType  # noqa: E402
+
+from kstate.errors import InvalidArgumentError  # noqa: E402
+from kstate.spark.testing import TwsTester  # noqa: E402
+
+COUNT = StructType([StructField("count", LongType())])
+
+
+class Sessions(StatefulProcessor):
+    """Counts a user's events; a timer 1 s after the last one emits the session; amounts are kept
+    for 10 s each (TTL per list element)."""
+
+    def init(self, handle):
+        self.handle = handle
+        self.count = handle.getValueState("count", COUNT)
+        self.amounts = handle.getListState("amounts", "amount long", ttlDurationMs=10_000)
+
+    def handleInputRows(self, key, rows, timerValues):  # noqa: N802, N803
+        (count,) = self.count.get() or (0,)
+        for row in rows:
+            count += 1
+            self.amounts.appendValue((row.amount,))
+        self.count.update((count,))
+        for timer in self.handle.listTimers():
+            self.handle.deleteTimer(timer)
+        self.handle.registerTimer(timerValues.getCurrentProcessingTimeInMs() + 1000)
+        yield Row(user=key[0], count=count)
+
+    def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):  # noqa: N802, N803
+        total = sum(a for (a,) in self.amounts.get())
+        yield Row(user=key[0], session=self.count.get()[0], total=total, at=expiredTimerInfo.getExpiryTimeInMs())
+        self.count.clear()
+
+    def handleInitialState(self, key, initialState, timerValues):  # noqa: N802, N803
+        self.count.update((initialState["count"],))
+
+    def close(self):
+        pass
+
+
+def test_rows_state_timers_and_ttl():
+    tester = TwsTester(Sessions(), initialStateRow=[("a", Row(count=10))], timeMode="ProcessingTime")
+    assert tester.test("a", [Row(amount=1), Row(amount=2)]) == [Row(user="a", count=12)]
+    assert tester.test("b", [Row(amount=5)]) == [Row(user="b", count=1)]
+    assert tester.peekValueState("count", "a") == (12,)
+    assert tester.listTimers("a") == [1000]
+    assert tester.setProcessingTime(999) == []
+    fired = tester.setProcessingTime(1000)
+    assert fired == [Row(user="a", session=12, total=3, at=1000), Row(user="b", session=1, total=5, at=1000)]
+    assert tester.peekValueState("count", "a") is None
+    assert tester.peekListState("amounts", "a") == [(1,), (2,)]
+    tester.setProcessingTime(10_000)
+    assert tester.peekListState("amounts", "a") == [], "each amount lives 10 s"
+
+
+def test_state_can_be_set_and_is_typed():
+    tester = TwsTester(Sessions(), timeMode="ProcessingTime")
+    tester.updateValueState("count", "a", (41,))
+    assert tester.test("a", [Row(amount=1)]) == [Row(user="a", count=42)]
+    with pytest.raises(InvalidArgumentError, match="does not fit"):
+        tester.updateValueState("count", "a", ("many",))
+    with pytest.raises(InvalidArgumentError, match="forward"):
+        tester.setProcessingTime(0)
