@@ -25,9 +25,6 @@ record naming it is the switch.
 from __future__ import annotations
 
 import json
-import os
-import re
-import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -35,10 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from kstate.errors import InvalidArgumentError, MisroutedRowsError, PartitioningChangedError
-from kstate.log.object_store import ObjectStore
+from kstate.spark.record_log import RecordLog
 
 FORMAT_VERSION = 1
-_RECORD_NAME = re.compile(r"^(\d{20})\.json$")
 
 # Spark SQL type names of the key column types kstate routes by, from their Arrow types.
 _KINDS = {
@@ -141,9 +137,8 @@ class Partitioning:
 
 
 class PartitioningLog:
-    """The records of one application's partitioning: ``<seq>.json`` files created exclusively
-    in ``<changelog location>/<application_id>-kstate-partitioning`` (a directory, or objects
-    at an object store URL). The highest ``seq`` is current."""
+    """The records of one application's partitioning, in ``<application_id>-kstate-partitioning``
+    beside its changelogs (a ``RecordLog``). The highest ``seq`` is current."""
 
     def __init__(
         self,
@@ -152,46 +147,21 @@ class PartitioningLog:
         changelog_url: str | None = None,
         storage_options: Mapping[str, Any] | None = None,
     ):
-        self.name = f"{application_id}-kstate-partitioning"
-        self._store = None if changelog_url is None else ObjectStore(changelog_url, storage_options)
-        self._directory = changelog_dir / self.name
-        self.location = f"{changelog_url}/{self.name}" if changelog_url else str(self._directory)
-
-    def _names(self) -> list[str]:
-        if self._store is not None:
-            return list(self._store.list(self.name))
-        try:
-            return os.listdir(self._directory)
-        except FileNotFoundError:
-            return []
+        name = f"{application_id}-kstate-partitioning"
+        self._records = RecordLog(name, changelog_dir, changelog_url, storage_options)
+        self.location = self._records.location
 
     def current(self) -> Partitioning | None:
         """The current record; ``None`` before the application's first one."""
-        found = [int(m.group(1)) for m in map(_RECORD_NAME.match, self._names()) if m]
-        if not found:
-            return None
-        seq = max(found)
-        name = f"{seq:020d}.json"
-        if self._store is None:
-            return Partitioning.from_bytes((self._directory / name).read_bytes(), seq)
-        with tempfile.TemporaryDirectory(prefix="kstate-partitioning-") as scratch:
-            path = Path(scratch) / name
-            self._store.fetch(f"{self.name}/{name}", str(path))
-            return Partitioning.from_bytes(path.read_bytes(), seq)
+        latest = self._records.latest()
+        return None if latest is None else Partitioning.from_bytes(latest[1], latest[0])
 
     def append(self, record: Partitioning) -> Partitioning:
         """Writes ``record`` as the one after the current (``seq`` of the current + 1, exclusive
         create: of two writers one wins, the other gets ``FileExistsError``)."""
         current = self.current()
         record = replace(record, seq=0 if current is None else current.seq + 1, time_ms=time.time_ns() // 1_000_000)
-        name = f"{record.seq:020d}.json"
-        with tempfile.TemporaryDirectory(prefix="kstate-partitioning-") as scratch:
-            path = Path(scratch) / name
-            path.write_bytes(record.to_bytes())
-            if self._store is not None:
-                self._store.create(f"{self.name}/{name}", str(path))
-            else:
-                ObjectStore._create_local(str(self._directory / name), str(path))
+        self._records.create(record.seq, record.to_bytes())
         return record
 
     def establish(self, wanted: Partitioning) -> Partitioning:

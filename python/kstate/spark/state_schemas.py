@@ -16,19 +16,15 @@ format: state ``transform_with_state`` wrote before kstate recorded schemas is r
 from __future__ import annotations
 
 import json
-import os
-import re
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kstate.errors import StateSchemaError
-from kstate.log.object_store import ObjectStore
+from kstate.spark.record_log import RecordLog
 
 FORMAT_VERSION = 1
-_RECORD_NAME = re.compile(r"^(\d{20})\.json$")
 MAX_VERSIONS = 128
 """A typed value starts with its writer schema's index, one byte below 0x80 (a pickle starts with 0x80)."""
 
@@ -64,7 +60,8 @@ class SchemaRecord:
 
 
 class SchemaLog:
-    """The schema records of one application (a directory, or objects at an object store URL)."""
+    """The schema records of one application, in ``<application_id>-kstate-state-schemas`` beside
+    its changelogs (a ``RecordLog``)."""
 
     def __init__(
         self,
@@ -73,35 +70,18 @@ class SchemaLog:
         changelog_url: str | None = None,
         storage_options: Mapping[str, Any] | None = None,
     ):
-        self.name = f"{application_id}-kstate-state-schemas"
-        self._store = None if changelog_url is None else ObjectStore(changelog_url, storage_options)
-        self._directory = changelog_dir / self.name
-        self.location = f"{changelog_url}/{self.name}" if changelog_url else str(self._directory)
-
-    def _names(self) -> list[str]:
-        if self._store is not None:
-            return list(self._store.list(self.name))
-        try:
-            return os.listdir(self._directory)
-        except FileNotFoundError:
-            return []
+        name = f"{application_id}-kstate-state-schemas"
+        self._records = RecordLog(name, changelog_dir, changelog_url, storage_options)
+        self.location = self._records.location
 
     def current(self) -> SchemaRecord | None:
-        found = [int(m.group(1)) for m in map(_RECORD_NAME.match, self._names()) if m]
-        if not found:
+        latest = self._records.latest()
+        if latest is None:
             return None
-        seq = max(found)
-        name = f"{seq:020d}.json"
-        if self._store is None:
-            raw = (self._directory / name).read_bytes()
-        else:
-            with tempfile.TemporaryDirectory(prefix="kstate-schemas-") as scratch:
-                path = Path(scratch) / name
-                self._store.fetch(f"{self.name}/{name}", str(path))
-                raw = path.read_bytes()
+        seq, raw = latest
         fields = json.loads(raw)
         if fields.get("format") != FORMAT_VERSION:
-            raise StateSchemaError(f"{self.location}/{name}: unknown format {fields.get('format')!r}")
+            raise StateSchemaError(f"{self.location}/{seq:020d}.json: unknown format {fields.get('format')!r}")
         variables = {n: VariableSchemas.from_json(v) for n, v in fields["variables"].items()}
         return SchemaRecord(variables, seq)
 
@@ -110,15 +90,7 @@ class SchemaLog:
         makes this raise ``FileExistsError``)."""
         record = SchemaRecord(dict(variables), 0 if after is None else after.seq + 1)
         body = {"format": FORMAT_VERSION, "variables": {n: v.to_json() for n, v in record.variables.items()}}
-        name = f"{record.seq:020d}.json"
-        with tempfile.TemporaryDirectory(prefix="kstate-schemas-") as scratch:
-            path = Path(scratch) / name
-            path.write_text(json.dumps(body, sort_keys=True, indent=1))
-            if self._store is not None:
-                self._store.create(f"{self.name}/{name}", str(path))
-            else:
-                self._directory.mkdir(parents=True, exist_ok=True)
-                ObjectStore._create_local(str(self._directory / name), str(path))
+        self._records.create(record.seq, json.dumps(body, sort_keys=True, indent=1).encode())
         return record
 
 
