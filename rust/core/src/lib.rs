@@ -6,6 +6,7 @@ pub mod checkpoint;
 pub mod commit_intent;
 pub mod committed;
 pub mod error;
+pub mod inspect;
 pub mod key_range;
 pub mod key_schema;
 pub mod log;

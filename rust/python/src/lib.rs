@@ -66,5 +66,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(memory::process_memory, m)?)?;
     m.add_function(wrap_pyfunction!(upgrade::inspect_store, m)?)?;
     m.add_function(wrap_pyfunction!(upgrade::upgrade_store_to_timestamped, m)?)?;
+    m.add_function(wrap_pyfunction!(upgrade::summarize_store, m)?)?;
     Ok(())
 }

@@ -54,14 +54,19 @@ pub(crate) fn store_memory_dict<'py>(
 }
 
 /// The process's memory as its budget counts it, with one entry per open store (a window or
-/// session store's segments each count as one); `None` while no store is open.
+/// session store's segments each count as one, listed if `stores`); `None` while no store is open.
 #[pyfunction]
-pub fn process_memory(py: Python<'_>) -> PyResult<Option<Bound<'_, PyDict>>> {
+#[pyo3(signature = (stores=true))]
+pub fn process_memory(py: Python<'_>, stores: bool) -> PyResult<Option<Bound<'_, PyDict>>> {
     let Some(budget) = MemoryBudget::current() else {
         return Ok(None);
     };
     let usage = budget.usage();
-    let stores = py.detach(|| guard(|| budget.stores()))?;
+    let stores = if stores {
+        py.detach(|| guard(|| budget.stores()))?
+    } else {
+        Vec::new()
+    };
     let out = PyDict::new(py);
     out.set_item("limit", usage.limit)?;
     out.set_item("block_cache_capacity", usage.block_cache_capacity)?;
