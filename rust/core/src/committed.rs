@@ -88,4 +88,9 @@ pub trait CommittedState: Send + Sync {
     fn memory(&self) -> Result<StoreMemory> {
         Ok(StoreMemory::default())
     }
+
+    /// Bytes of the memtables taking writes (RocksDB).
+    fn active_memtable_bytes(&self) -> usize {
+        0
+    }
 }

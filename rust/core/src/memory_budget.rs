@@ -84,9 +84,13 @@ pub struct StoreUsage {
     pub memory: StoreMemory,
 }
 
-/// What a store reports about its committed state (RocksDB properties).
+/// What the budget asks of a store's committed state (RocksDB).
 pub trait MemoryProbe: Send + Sync {
     fn probe(&self) -> Result<StoreMemory>;
+    /// Bytes in the memtables that take writes (not those already being flushed).
+    fn active_memtable_bytes(&self) -> usize;
+    /// Flushes the memtables to disk and waits.
+    fn flush(&self) -> Result<()>;
 }
 
 pub struct MemoryBudget {
@@ -100,6 +104,8 @@ pub struct MemoryBudget {
     /// kstate bytes currently taken out of the block cache's capacity; the mutex orders resizes.
     reserved: AtomicUsize,
     resizing: Mutex<()>,
+    /// Held by the one thread that flushes other stores' memtables.
+    relieving: Mutex<()>,
     open: AtomicUsize,
     accounts: Mutex<Vec<Weak<StoreAccount>>>,
 }
@@ -145,6 +151,7 @@ impl MemoryBudget {
             read_cache: AtomicUsize::new(0),
             reserved: AtomicUsize::new(0),
             resizing: Mutex::new(()),
+            relieving: Mutex::new(()),
             open: AtomicUsize::new(0),
             accounts: Mutex::new(Vec::new()),
         }))
@@ -311,6 +318,37 @@ impl MemoryBudget {
         self.rebalance();
     }
 
+    /// After a store wrote to RocksDB: past the memtable share, flushes the largest memtables of
+    /// any open store until half the share is left, and waits for the flushes: the writer slows
+    /// to what the disk takes instead of memtables piling up. RocksDB's write buffer manager
+    /// flushes only the database being written, so many stores written once per commit would
+    /// each keep a memtable and together pass any bound.
+    pub fn relieve_memtables(&self) -> Result<()> {
+        let limit = self.write_buffers.get_buffer_size();
+        let mut usage = self.write_buffers.get_usage();
+        if usage <= limit {
+            return Ok(());
+        }
+        let Ok(_relieving) = self.relieving.try_lock() else {
+            return Ok(()); // another thread is at it
+        };
+        let mut candidates: Vec<(usize, Arc<StoreAccount>)> = self
+            .live_accounts()
+            .into_iter()
+            .map(|account| (account.probe.active_memtable_bytes(), account))
+            .filter(|(bytes, _)| *bytes > 0)
+            .collect();
+        candidates.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+        for (bytes, account) in candidates {
+            if usage <= limit / 2 {
+                break;
+            }
+            account.probe.flush()?;
+            usage = usage.saturating_sub(bytes);
+        }
+        Ok(())
+    }
+
     /// Gives the block cache what kstate does not use, in steps of `limit / 64`.
     fn rebalance(&self) {
         let limit = self.limit();
@@ -386,6 +424,11 @@ impl StoreAccount {
         }
     }
 
+    /// See `MemoryBudget::relieve_memtables`.
+    pub fn relieve_memtables(&self) -> Result<()> {
+        self.budget.relieve_memtables()
+    }
+
     pub fn memory(&self) -> Result<StoreMemory> {
         let mut memory = self.probe.probe()?;
         memory.staged = self.staged.load(Ordering::Relaxed);
@@ -418,6 +461,12 @@ mod tests {
     impl MemoryProbe for NoProbe {
         fn probe(&self) -> Result<StoreMemory> {
             Ok(StoreMemory::default())
+        }
+        fn active_memtable_bytes(&self) -> usize {
+            0
+        }
+        fn flush(&self) -> Result<()> {
+            Ok(())
         }
     }
 

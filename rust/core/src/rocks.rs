@@ -140,6 +140,14 @@ impl RocksState {
         })
     }
 
+    /// The column families the store opened.
+    fn families(&self) -> impl Iterator<Item = &'static str> {
+        let data = (self.data_cf != DEFAULT_COLUMN_FAMILY_NAME).then_some(self.data_cf);
+        [DEFAULT_COLUMN_FAMILY_NAME, OFFSETS_CF]
+            .into_iter()
+            .chain(data)
+    }
+
     /// True while a timestamped store still reads legacy values from `default`.
     pub fn upgrade_mode(&self) -> bool {
         self.legacy_cf.is_some()
@@ -458,17 +466,26 @@ impl CommittedState for RocksState {
         self.swap_status(Some(status)).map(|_| ())
     }
 
+    fn active_memtable_bytes(&self) -> usize {
+        self.families()
+            .filter_map(|name| self.cf(name).ok())
+            .filter_map(|cf| {
+                self.db
+                    .property_int_value_cf(cf, c"rocksdb.cur-size-active-mem-table")
+                    .ok()
+                    .flatten()
+            })
+            .map(|bytes| usize::try_from(bytes).unwrap_or(usize::MAX))
+            .sum()
+    }
+
     fn memory(&self) -> Result<StoreMemory> {
         let mut memory = StoreMemory::default();
-        let mut families = vec![DEFAULT_COLUMN_FAMILY_NAME, OFFSETS_CF];
-        if self.data_cf != DEFAULT_COLUMN_FAMILY_NAME {
-            families.push(self.data_cf);
-        }
         let property = |cf: &ColumnFamily, name: &std::ffi::CStr| -> Result<usize> {
             let value = self.db.property_int_value_cf(cf, name)?.unwrap_or(0);
             Ok(usize::try_from(value).unwrap_or(usize::MAX))
         };
-        for name in families {
+        for name in self.families() {
             let cf = self.cf(name)?;
             memory.memtables += property(cf, c"rocksdb.cur-size-all-mem-tables")?;
             memory.table_readers += property(cf, c"rocksdb.estimate-table-readers-mem")?;

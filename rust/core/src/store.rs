@@ -120,6 +120,17 @@ impl MemoryProbe for SharedState {
     fn probe(&self) -> Result<StoreMemory> {
         self.with(|c| c.memory())
     }
+
+    fn active_memtable_bytes(&self) -> usize {
+        self.with(|c| Ok(c.active_memtable_bytes())).unwrap_or(0)
+    }
+
+    fn flush(&self) -> Result<()> {
+        match self.with(|c| c.flush()) {
+            Err(Error::Closed(_)) => Ok(()),
+            other => other,
+        }
+    }
 }
 
 /// Reads only what is committed; safe to use from another thread while the writer works.
@@ -460,14 +471,15 @@ impl KeyValueStore {
             }
         });
         if !options.transactional {
-            return state.with(|c| {
+            state.with(|c| {
                 let mut writes = writes.inspect(|(key, _)| {
                     if let Some(cache) = cache.as_ref() {
                         cache.remove(key);
                     }
                 });
                 c.apply(&mut writes, None)
-            });
+            })?;
+            return self.relieve_memtables();
         }
         let batch = batch.get_mut().unwrap_or_else(PoisonError::into_inner);
         state.with(|c| {
@@ -680,6 +692,15 @@ impl KeyValueStore {
         writes: &mut dyn Iterator<Item = Write<'_>>,
         offset: i64,
     ) -> Result<()> {
+        self.restore_writes(writes, offset)?;
+        self.relieve_memtables()
+    }
+
+    fn restore_writes(
+        &mut self,
+        writes: &mut dyn Iterator<Item = Write<'_>>,
+        offset: i64,
+    ) -> Result<()> {
         if !self.overlay.is_empty() || self.spill.is_some() {
             return Err(Error::InvalidState(
                 "a store with uncommitted writes cannot restore; recover first".into(),
@@ -709,6 +730,23 @@ impl KeyValueStore {
     /// Applies every uncommitted write and `offset` atomically. On error nothing is lost: the
     /// staged writes stay staged and the committed state is the previous one.
     pub fn commit(
+        &mut self,
+        offset: Option<i64>,
+        progress: &mut dyn FnMut(CommitProgress),
+    ) -> Result<()> {
+        self.commit_writes(offset, progress)?;
+        self.relieve_memtables()
+    }
+
+    /// Past the process's memtable share, flushes the largest memtables of any store.
+    fn relieve_memtables(&self) -> Result<()> {
+        match &self.account {
+            Some(account) => account.relieve_memtables(),
+            None => Ok(()),
+        }
+    }
+
+    fn commit_writes(
         &mut self,
         offset: Option<i64>,
         progress: &mut dyn FnMut(CommitProgress),
@@ -836,7 +874,7 @@ impl KeyValueStore {
             (None, Some(cache)) => cache.refresh(committed),
             (None, None) => {}
         }
-        Ok(())
+        self.relieve_memtables()
     }
 
     /// Discards uncommitted writes. Returns whether the committed state is at `offset` or later
