@@ -31,6 +31,10 @@ use crate::read_cache::Generations;
 pub const DEFAULT_MEMORY_MAX_BYTES: usize = 256 << 20;
 /// Below this a handful of stores' memtables and index blocks do not fit.
 pub const MIN_MEMORY_MAX_BYTES: usize = 32 << 20;
+/// Table files (SSTs) the stores of a process keep open, divided among the stores open when
+/// one opens (RocksDB's `max_open_files` is per database and fixed when it opens).
+pub const PROCESS_TABLE_FILES: usize = 4096;
+const STORE_TABLE_FILES: std::ops::RangeInclusive<usize> = 16..=1024;
 /// Kafka Streams' default write buffer per column family (RocksDBStore.WRITE_BUFFER_SIZE).
 const STORE_WRITE_BUFFER_BYTES: usize = 16 << 20;
 
@@ -235,6 +239,14 @@ impl MemoryBudget {
         STORE_WRITE_BUFFER_BYTES.min(self.limit() / 8)
     }
 
+    /// `max_open_files` of a store opening now: the process's table files shared with the
+    /// stores already open (RocksDB keeps 10 of them for other files).
+    pub(crate) fn table_files_per_store(&self) -> i32 {
+        let share = PROCESS_TABLE_FILES / (self.open_stores() + 1);
+        let files = share.clamp(*STORE_TABLE_FILES.start(), *STORE_TABLE_FILES.end());
+        i32::try_from(files).unwrap_or(i32::MAX)
+    }
+
     pub fn open_stores(&self) -> usize {
         self.open.load(Ordering::Relaxed)
     }
@@ -338,7 +350,7 @@ impl MemoryBudget {
             .map(|account| (account.probe.active_memtable_bytes(), account))
             .filter(|(bytes, _)| *bytes > 0)
             .collect();
-        candidates.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+        candidates.sort_unstable_by_key(|(bytes, _)| std::cmp::Reverse(*bytes));
         for (bytes, account) in candidates {
             if usage <= limit / 2 {
                 break;

@@ -12,7 +12,8 @@
 //! - no compression (Kafka's default), SST format 5 (readable by Kafka Streams 3.x's RocksDB);
 //! - level compaction with dynamic level sizes (RocksDB's default): Kafka picks universal
 //!   compaction, which can need twice the store's size on disk while it compacts;
-//! - at most `MAX_OPEN_FILES_PER_STORE` table files open per store, and RocksDB's info log at
+//! - a process-wide bound on open table files (`memory_budget::PROCESS_TABLE_FILES`, shared by
+//!   the stores open when one opens: 16 to 1,024 per store), and RocksDB's info log at
 //!   error level (Kafka's log level) to stderr instead of a LOG file per store, so many stores
 //!   do not exhaust descriptors; memtable arena blocks of 64 KiB, so a store written a little
 //!   holds a little.
@@ -24,8 +25,6 @@ use rocksdb::{BlockBasedOptions, DBCompressionType, InfoLogger, LogLevel, Option
 use crate::error::{Error, Result};
 use crate::memory_budget::MemoryBudget;
 
-/// Table files (SSTs) a store keeps open; more are opened and closed as reads need them.
-pub const MAX_OPEN_FILES_PER_STORE: i32 = 128;
 const BLOCK_BYTES: usize = 4 << 10;
 const BLOOM_BITS_PER_KEY: f64 = 10.0;
 const MAX_WRITE_BUFFERS: i32 = 3;
@@ -111,7 +110,7 @@ impl RocksConfig {
         options.set_write_buffer_manager(self.budget.write_buffer_manager());
         options.set_write_buffer_size(self.budget.store_write_buffer_bytes());
         options.set_max_write_buffer_number(MAX_WRITE_BUFFERS);
-        options.set_max_open_files(MAX_OPEN_FILES_PER_STORE);
+        options.set_max_open_files(self.budget.table_files_per_store());
         // Errors to stderr rather than a LOG file per store: one descriptor less each.
         options.set_info_logger(InfoLogger::new_stderr_logger(
             LogLevel::Error,
