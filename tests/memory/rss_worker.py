@@ -76,7 +76,7 @@ def main() -> None:
     report("opened", started)
     written = 0
     for round_no in range(args.rounds):
-        for offset, store in enumerate(stores):
+        for store in stores:
             write_round(args.kind, store, round_no, records_per_store_round, value)
             store.commit(changelog_offset=round_no)
             written += records_per_store_round * (VALUE_BYTES + 16)
