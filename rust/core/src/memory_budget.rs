@@ -35,6 +35,8 @@ pub const MIN_MEMORY_MAX_BYTES: usize = 32 << 20;
 /// one opens (RocksDB's `max_open_files` is per database and fixed when it opens).
 pub const PROCESS_TABLE_FILES: usize = 4096;
 const STORE_TABLE_FILES: std::ops::RangeInclusive<usize> = 16..=1024;
+/// Staged bytes a store's count moves by before the budget hears of it.
+const STAGED_REPORT_STEP: usize = 64 << 10;
 /// Kafka Streams' default write buffer per column family (RocksDBStore.WRITE_BUFFER_SIZE).
 const STORE_WRITE_BUFFER_BYTES: usize = 16 << 20;
 
@@ -428,12 +430,16 @@ impl StoreAccount {
         &self.budget
     }
 
-    /// Records that the store now holds `bytes` staged in memory.
+    /// Records that the store now holds `bytes` staged in memory. Changes under
+    /// `STAGED_REPORT_STEP` are not passed on (a put costs no shared-counter update), except
+    /// down to 0.
     pub fn set_staged(&self, bytes: usize) {
-        let previous = self.staged.swap(bytes, Ordering::Relaxed);
-        if previous != bytes {
-            self.budget.charge_staged(previous, bytes);
+        let previous = self.staged.load(Ordering::Relaxed);
+        if previous == bytes || (bytes != 0 && bytes.abs_diff(previous) < STAGED_REPORT_STEP) {
+            return;
         }
+        self.staged.store(bytes, Ordering::Relaxed);
+        self.budget.charge_staged(previous, bytes);
     }
 
     /// See `MemoryBudget::relieve_memtables`.

@@ -155,15 +155,11 @@ impl ReadCache {
         self.generations.clone()
     }
 
-    fn lock(&self) -> MutexGuard<'_, Generations> {
+    /// The generations, locked: for a batch of lookups under one lock.
+    pub fn lock(&self) -> MutexGuard<'_, Generations> {
         self.generations
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Passes what the cache knows of `key` to `f` (see `Generations::get`).
-    pub fn with<R>(&self, key: &[u8], f: impl FnOnce(Option<Option<&[u8]>>) -> R) -> R {
-        f(self.lock().get(key))
     }
 
     pub fn get(&self, key: &[u8]) -> Option<Option<Vec<u8>>> {
@@ -172,6 +168,19 @@ impl ReadCache {
 
     pub fn insert(&self, key: Vec<u8>, value: Option<Vec<u8>>) {
         self.lock().insert(key, value, &self.budget);
+        self.budget.after_read_cache_insert();
+    }
+
+    pub fn insert_many(&self, entries: Vec<(Vec<u8>, Option<Vec<u8>>)>) {
+        if entries.is_empty() {
+            return;
+        }
+        {
+            let mut generations = self.lock();
+            for (key, value) in entries {
+                generations.insert(key, value, &self.budget);
+            }
+        }
         self.budget.after_read_cache_insert();
     }
 

@@ -14,7 +14,7 @@ use crate::memory_budget::{MemoryProbe, StoreAccount, StoreMemory};
 use crate::merge::{merge_into, IterSource, SortedSource};
 use crate::offsets::{self, STATUS_CLOSED, STATUS_OPEN};
 use crate::overlay::Overlay;
-use crate::read_cache::ReadCache;
+use crate::read_cache::{Generations, ReadCache};
 use crate::rocks::{RocksState, ValueFormat};
 use crate::rocks_options::RocksConfig;
 use crate::spill::Spill;
@@ -381,9 +381,12 @@ impl KeyValueStore {
         let f = |v: Option<&[u8]>| f(live(ttl, v));
         state.with(|c| {
             let mut f = Some(f);
-            let known = with_known(overlay, spill, cache, key, |known| {
-                known.map(|v| f.take().map(|f| f(v)))
-            })?;
+            let known = {
+                let cached = cache.as_ref().map(ReadCache::lock);
+                with_known(overlay, spill, cached.as_deref(), key, |known| {
+                    known.map(|v| f.take().map(|f| f(v)))
+                })?
+            };
             let Some(f) = f else {
                 return known
                     .flatten()
@@ -425,19 +428,34 @@ impl KeyValueStore {
                 return c.read_many(keys, visit);
             }
             let mut missing = Vec::new();
-            for (i, key) in keys.iter().enumerate() {
-                with_known(overlay, spill, cache, key, |known| match known {
-                    Some(v) => visit(i, v),
-                    None => missing.push(i),
-                })?;
+            {
+                // One lock of the read cache for the whole batch.
+                let cached = cache.as_ref().map(ReadCache::lock);
+                for (i, key) in keys.iter().enumerate() {
+                    with_known(
+                        overlay,
+                        spill,
+                        cached.as_deref(),
+                        key,
+                        |known| match known {
+                            Some(v) => visit(i, v),
+                            None => missing.push(i),
+                        },
+                    )?;
+                }
             }
             let lookup: Vec<&[u8]> = missing.iter().map(|&i| keys[i]).collect();
+            let mut fetched = Vec::with_capacity(if cache.is_some() { lookup.len() } else { 0 });
             c.read_many(&lookup, &mut |j, v| {
-                if let Some(cache) = cache.as_ref() {
-                    cache.insert(lookup[j].to_vec(), v.map(<[u8]>::to_vec));
+                if cache.is_some() {
+                    fetched.push((lookup[j].to_vec(), v.map(<[u8]>::to_vec)));
                 }
                 visit(missing[j], v)
-            })
+            })?;
+            if let Some(cache) = cache.as_ref() {
+                cache.insert_many(fetched);
+            }
+            Ok(())
         })
     }
 
@@ -504,8 +522,15 @@ impl KeyValueStore {
     }
 
     /// Tells the memory budget how many bytes this store stages in memory now; returns them.
-    fn settle_staged(&self) -> usize {
-        let staged = self.uncommitted().0;
+    fn settle_staged(&mut self) -> usize {
+        let batch = self
+            .batch
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .filter(|batch| !batch.is_empty())
+            .map_or(0, WriteBatch::size_in_bytes);
+        let staged = self.overlay.bytes() + batch;
         if let Some(account) = &self.account {
             account.set_staged(staged);
         }
@@ -919,7 +944,7 @@ impl KeyValueStore {
 fn with_known<R>(
     overlay: &Overlay,
     spill: &Option<Spill>,
-    cache: &Option<ReadCache>,
+    cache: Option<&Generations>,
     key: &[u8],
     f: impl FnOnce(Option<Option<&[u8]>>) -> R,
 ) -> Result<R> {
@@ -931,10 +956,7 @@ fn with_known<R>(
             return Ok(f(Some(v.as_deref())));
         }
     }
-    Ok(match cache {
-        Some(cache) => cache.with(key, f),
-        None => f(None),
-    })
+    Ok(f(cache.and_then(|c| c.get(key))))
 }
 
 /// `value` unless the TTL says it expired.
