@@ -7,7 +7,8 @@ of its own (RSS is the process's). Prints one markdown row per (library, N); ben
 Workload: puts (keys in order, values cycling through 4,096 random ones) in batches of 100k
 keys (kstate: ``put_all``, then a commit every 1M keys;
 rocksdict: a ``WriteBatch`` of 100k per write, which is its fastest write path), then 200k
-random point gets of present keys (kstate: ``get``, read cache on as by default) and a forward
+random point gets of present keys (kstate: ``get``, read cache on as by default), 200k of absent
+keys (where a Bloom filter counts) and a forward
 scan of 1M keys from a random start. Disk is the store directory once closed, RSS the peak
 (``VmHWM``).
 """
@@ -56,11 +57,12 @@ def _values(start: int, end: int) -> list[bytes]:
     return [VALUES[i % 4096] for i in range(start, end)]
 
 
-def run_kstate(n: int, where: str) -> dict:
+def run_kstate(n: int, where: str, rocksdb_options: dict | None = None) -> dict:
     from kstate import Stores
 
     builder = Stores.key_value_store_builder(Stores.persistent_key_value_store("scale"), "bytes", "bytes")
-    store = builder.with_config({"statestore.memory.max.bytes": BUDGET}).build().init(f"{where}/app/0_0")
+    config = {"statestore.memory.max.bytes": BUDGET, "rocksdb.config.setter": rocksdb_options}
+    store = builder.with_config(config).build().init(f"{where}/app/0_0")
     commits = []
     started = time.perf_counter()
     for start in range(0, n, BATCH):
@@ -78,6 +80,11 @@ def run_kstate(n: int, where: str) -> dict:
         if store.get(key) is None:
             raise SystemExit(f"{key!r} missing")
     get_seconds = time.perf_counter() - started
+    absent = [b"key-%012dx" % rng.randrange(n) for _ in range(GETS)]
+    started = time.perf_counter()
+    if any(store.get(key) is not None for key in absent):
+        raise SystemExit("an absent key was found")
+    miss_seconds = time.perf_counter() - started
     start = b"key-%012d" % rng.randrange(max(1, n - SCAN))
     started = time.perf_counter()
     with store.range(start, b"key-\xff") as rows:
@@ -87,6 +94,7 @@ def run_kstate(n: int, where: str) -> dict:
     return {
         "put_rate": n / put_seconds,
         "get_rate": GETS / get_seconds,
+        "miss_rate": GETS / miss_seconds,
         "scan_rate": scanned / scan_seconds,
         "commit_seconds": sum(commits) / len(commits),
         "disk": _disk(f"{where}/app"),
@@ -115,6 +123,11 @@ def run_rocksdict(n: int, where: str) -> dict:
         if db.get(key) is None:
             raise SystemExit(f"{key!r} missing")
     get_seconds = time.perf_counter() - started
+    absent = [b"key-%012dx" % rng.randrange(n) for _ in range(GETS)]
+    started = time.perf_counter()
+    if any(db.get(key) is not None for key in absent):
+        raise SystemExit("an absent key was found")
+    miss_seconds = time.perf_counter() - started
     start = b"key-%012d" % rng.randrange(max(1, n - SCAN))
     started = time.perf_counter()
     scanned = 0
@@ -127,6 +140,7 @@ def run_rocksdict(n: int, where: str) -> dict:
     return {
         "put_rate": n / put_seconds,
         "get_rate": GETS / get_seconds,
+        "miss_rate": GETS / miss_seconds,
         "scan_rate": scanned / scan_seconds,
         # rocksdict has no commit; its per-write of a 100k batch, scaled to the 1M keys of a kstate commit
         "commit_seconds": sum(commits) / len(commits) * (COMMIT_EVERY / BATCH),
@@ -134,8 +148,11 @@ def run_rocksdict(n: int, where: str) -> dict:
     }
 
 
-def child(library: str, n: int, where: str) -> None:
-    result = (run_kstate if library == "kstate" else run_rocksdict)(n, where)
+def child(library: str, n: int, where: str, options: str) -> None:
+    if library == "kstate":
+        result = run_kstate(n, where, json.loads(options) or None)
+    else:
+        result = run_rocksdict(n, where)
     result["rss"] = _peak_rss()
     print(json.dumps(result), flush=True)
 
@@ -145,19 +162,28 @@ def main() -> None:
     parser.add_argument("sizes", type=int, nargs="*")
     parser.add_argument("--dir", default=None, help="where the stores go (default: a temporary directory)")
     parser.add_argument("--library", choices=["kstate", "rocksdict"], action="append")
-    parser.add_argument("--child", nargs=3, metavar=("LIBRARY", "N", "DIR"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--kstate-options",
+        default="{}",
+        help='rocksdb.config.setter as JSON, e.g. \'{"block_based_table_factory": '
+        '{"filter_policy": "nullptr"}}\' (no Bloom filter)',
+    )
+    parser.add_argument("--child", nargs=4, metavar=("LIBRARY", "N", "DIR", "OPTIONS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.child[0], int(args.child[1]), args.child[2])
+        child(args.child[0], int(args.child[1]), args.child[2], args.child[3])
         return
-    print("| library | keys | put keys/s | random get/s | scan rows/s | commit s (1M keys) | disk GiB | peak RSS MiB |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print(
+        "| library | keys | put keys/s | random get/s | absent get/s | scan rows/s | commit s (1M keys) "
+        "| disk GiB | peak RSS MiB |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n in args.sizes:
         for library in args.library or ["kstate", "rocksdict"]:
             where = tempfile.mkdtemp(prefix=f"kstate-scale-{library}-", dir=args.dir)
             try:
                 out = subprocess.run(
-                    [sys.executable, __file__, "--child", library, str(n), where],
+                    [sys.executable, __file__, "--child", library, str(n), where, args.kstate_options],
                     check=True,
                     capture_output=True,
                     text=True,
@@ -165,8 +191,11 @@ def main() -> None:
             finally:
                 shutil.rmtree(where, ignore_errors=True)
             r = json.loads(out.strip().splitlines()[-1])
+            plain = library == "rocksdict" or args.kstate_options == "{}"
+            label = library if plain else f"kstate {args.kstate_options}"
             print(
-                f"| {library} | {n:,} | {r['put_rate']:,.0f} | {r['get_rate']:,.0f} | {r['scan_rate']:,.0f} "
+                f"| {label} | {n:,} | {r['put_rate']:,.0f} | {r['get_rate']:,.0f} | {r['miss_rate']:,.0f} "
+                f"| {r['scan_rate']:,.0f} "
                 f"| {r['commit_seconds']:.2f} | {r['disk'] / 2**30:.2f} | {r['rss'] / 2**20:,.0f} |",
                 flush=True,
             )

@@ -6,8 +6,9 @@
 //! - staged writes across stores: `B / 4`. Past it, a store that writes spills its own staged
 //!   writes once they are at least its even share (`B / 4 / (2 * open stores)`), so the process
 //!   never holds more than `1.5 * B / 4` staged (stores below their share add at most half);
-//! - kstate read caches across stores: `B / 4`. Past it, every cache drops its older generation
-//!   (caches of idle stores too), until the total is under three quarters of the share;
+//! - kstate read caches across stores: `B / 4`. Past it, caches drop their older generation, the
+//!   least recently used first (idle stores' too), until the total is under three quarters of
+//!   the share;
 //! - RocksDB: the block cache gets what kstate does not use (`B` minus kstate's bytes, rounded
 //!   up to `B / 64`, at least `B / 2`); memtables are charged to it by the write buffer manager
 //!   (flushes start when they reach `B / 4`), and index and filter blocks live in it.
@@ -18,7 +19,7 @@
 
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use rocksdb::{Cache, WriteBufferManager};
@@ -107,6 +108,8 @@ pub struct MemoryBudget {
     write_buffers: WriteBufferManager,
     staged: AtomicUsize,
     read_cache: AtomicUsize,
+    /// Counts read cache uses, so the least recently used caches shrink first.
+    clock: AtomicU64,
     /// kstate bytes currently taken out of the block cache's capacity; the mutex orders resizes.
     reserved: AtomicUsize,
     resizing: Mutex<()>,
@@ -155,6 +158,7 @@ impl MemoryBudget {
             write_buffers,
             staged: AtomicUsize::new(0),
             read_cache: AtomicUsize::new(0),
+            clock: AtomicU64::new(0),
             reserved: AtomicUsize::new(0),
             resizing: Mutex::new(()),
             relieving: Mutex::new(()),
@@ -310,22 +314,35 @@ impl MemoryBudget {
         }
     }
 
-    /// After a read cache grew: past the read cache share, every registered cache drops its
-    /// older generation (twice at most) until the total is under three quarters of the share.
+    pub(crate) fn tick(&self) -> u64 {
+        self.clock.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// After a read cache grew: past the read cache share, caches drop their older generation,
+    /// least recently used first (a second round empties them), until the total is under three
+    /// quarters of the share.
     pub(crate) fn after_read_cache_insert(&self) {
         let limit = self.read_cache_limit();
         if self.read_cache.load(Ordering::Relaxed) > limit {
-            for _ in 0..2 {
-                for account in self.live_accounts() {
-                    if let Some(cache) = &account.read_cache {
-                        // A cache busy in another thread is skipped; its owner trims it next.
-                        if let Ok(mut generations) = cache.try_lock() {
-                            generations.rotate(self);
-                        }
+            let mut caches: Vec<(u64, Arc<Mutex<Generations>>)> = self
+                .live_accounts()
+                .iter()
+                .filter_map(|account| account.read_cache.clone())
+                .filter_map(|cache| {
+                    let last_used = cache.try_lock().ok()?.last_used();
+                    Some((last_used, cache))
+                })
+                .collect();
+            caches.sort_unstable_by_key(|(last_used, _)| *last_used);
+            'rounds: for _ in 0..2 {
+                for (_, cache) in &caches {
+                    if self.read_cache.load(Ordering::Relaxed) <= limit / 4 * 3 {
+                        break 'rounds;
                     }
-                }
-                if self.read_cache.load(Ordering::Relaxed) <= limit / 4 * 3 {
-                    break;
+                    // A cache busy in another thread is skipped; its owner trims it next.
+                    if let Ok(mut generations) = cache.try_lock() {
+                        generations.rotate(self);
+                    }
                 }
             }
         }

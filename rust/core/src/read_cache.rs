@@ -28,6 +28,8 @@ pub struct Generations {
     capacity: usize,
     /// Bytes last charged to the budget.
     charged: usize,
+    /// The budget's clock when the cache was last locked: which caches shrink first.
+    last_used: u64,
 }
 
 fn cost(key_len: usize, value: &Option<Vec<u8>>) -> usize {
@@ -44,6 +46,10 @@ impl Generations {
 
     pub fn bytes(&self) -> usize {
         self.young_bytes + self.old_bytes
+    }
+
+    pub fn last_used(&self) -> u64 {
+        self.last_used
     }
 
     fn settle(&mut self, budget: &MemoryBudget) {
@@ -155,11 +161,14 @@ impl ReadCache {
         self.generations.clone()
     }
 
-    /// The generations, locked: for a batch of lookups under one lock.
+    /// The generations, locked (and marked used): for a batch of lookups under one lock.
     pub fn lock(&self) -> MutexGuard<'_, Generations> {
-        self.generations
+        let mut generations = self
+            .generations
             .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+            .unwrap_or_else(PoisonError::into_inner);
+        generations.last_used = self.budget.tick();
+        generations
     }
 
     pub fn get(&self, key: &[u8]) -> Option<Option<Vec<u8>>> {
