@@ -5,7 +5,7 @@ of its own (RSS is the process's). Prints one markdown row per (library, N); ben
     .venv/bin/python benches/scale.py 1000000 10000000 50000000 [--dir /work/tmp]
 
 Workload: puts (keys in order, values cycling through 4,096 random ones) in batches of 100k
-keys (kstate: ``put_all``, then a commit every 1M keys;
+keys (kstate: ``put_all``, then a commit every 100k keys, a micro-batch;
 rocksdict: a ``WriteBatch`` of 100k per write, which is its fastest write path), then 200k
 random point gets of present keys (kstate: ``get``, read cache on as by default), 200k of absent
 keys (where a Bloom filter counts) and a forward
@@ -26,7 +26,7 @@ import tempfile
 import time
 
 BATCH = 100_000
-COMMIT_EVERY = 1_000_000
+COMMIT_EVERY = 100_000
 GETS = 200_000
 SCAN = 1_000_000
 BUDGET = 256 << 20
@@ -142,7 +142,7 @@ def run_rocksdict(n: int, where: str) -> dict:
         "get_rate": GETS / get_seconds,
         "miss_rate": GETS / miss_seconds,
         "scan_rate": scanned / scan_seconds,
-        # rocksdict has no commit; its per-write of a 100k batch, scaled to the 1M keys of a kstate commit
+        # rocksdict has no commit; its per-write of a 100k batch, scaled to the keys of a kstate commit
         "commit_seconds": sum(commits) / len(commits) * (COMMIT_EVERY / BATCH),
         "disk": _disk(f"{where}/rocksdict"),
     }
@@ -174,7 +174,7 @@ def main() -> None:
         child(args.child[0], int(args.child[1]), args.child[2], args.child[3])
         return
     print(
-        "| library | keys | put keys/s | random get/s | absent get/s | scan rows/s | commit s (1M keys) "
+        "| library | keys | put keys/s | random get/s | absent get/s | scan rows/s | commit s (100k keys) "
         "| disk GiB | peak RSS MiB |"
     )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
