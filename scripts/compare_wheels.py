@@ -27,6 +27,8 @@ sys.path.insert(0, str(ROOT / "benches"))
 from report import STORE_ROWS  # noqa: E402  (operation, kstate test, peer test, target)
 
 BENCH = ROOT / "benches" / "test_key_value_store.py"
+RESTORE_BENCH = ROOT / "benches" / "test_restore.py"
+RESTORED = 1_000_000  # records per restore (benches/test_restore.py)
 DEPS = ["pytest>=8", "pytest-benchmark>=4", "rocksdict>=0.3.23", "pyarrow>=14"]
 N = 100_000  # keys per round (benches/conftest.py)
 
@@ -38,10 +40,10 @@ def make_venv(where: Path, wheel: Path) -> Path:
     return python
 
 
-def run(python: Path, out: Path) -> dict[str, float]:
+def run(python: Path, out: Path, bench: Path = BENCH) -> dict[str, float]:
     """Mean seconds per round of each bench."""
     subprocess.run(
-        [str(python), "-m", "pytest", str(BENCH), "-q", "-p", "no:cacheprovider", f"--benchmark-json={out}"],
+        [str(python), "-m", "pytest", str(bench), "-q", "-p", "no:cacheprovider", f"--benchmark-json={out}"],
         cwd=ROOT / "benches",
         check=True,
         stdout=subprocess.DEVNULL,
@@ -54,6 +56,7 @@ def main() -> None:
     parser.add_argument("wheel_a", type=Path)
     parser.add_argument("wheel_b", type=Path)
     parser.add_argument("--runs", type=int, default=5, help="runs of the bench file per wheel (default 5)")
+    parser.add_argument("--restore", action="store_true", help="also the restore bench (test_restore.py) each run")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="kstate-compare-") as tmp:
         pythons = [make_venv(Path(tmp) / name, wheel) for name, wheel in (("a", args.wheel_a), ("b", args.wheel_b))]
@@ -62,6 +65,10 @@ def main() -> None:
             for side, python in enumerate(pythons):
                 for name, mean in run(python, Path(tmp) / f"{side}-{run_no}.json").items():
                     means[side].setdefault(name, []).append(mean)
+                if args.restore:
+                    restored = run(python, Path(tmp) / f"{side}-{run_no}-restore.json", RESTORE_BENCH)
+                    for name, mean in restored.items():
+                        means[side].setdefault(name, []).append(mean)
                 print(f"run {run_no + 1}/{args.runs} of {'AB'[side]} done", file=sys.stderr, flush=True)
     print(f"A: {args.wheel_a.name}\nB: {args.wheel_b.name}\n{args.runs} runs each, alternating; median of the runs")
     print("\n| operation | A ops/s | B ops/s | B / A | B / A of kstate / peer |\n|---|---:|---:|---:|---:|")
@@ -72,6 +79,10 @@ def main() -> None:
         normalized = relative[1] / relative[0]
         print(f"| {operation} | {a:,.0f} | {b:,.0f} | {b / a:.3f} | {normalized:.3f} |")
         worst = min(worst, normalized)
+    restores = sorted(name for name in means[0] if name.startswith("test_restore"))
+    for name in restores:
+        a, b = (RESTORED / statistics.median(side[name]) for side in means)
+        print(f"| {name} (records/s, no peer) | {a:,.0f} | {b:,.0f} | {b / a:.3f} | - |")
     print(f"\nslowest row of B relative to A (peer-normalized): {worst:.3f}")
 
 

@@ -2,11 +2,13 @@
 
 kstate log dump <partition dir> [--deep] [--no-data]   entries of every segment, like kafka-dump-log
 kstate log offsets-for-times <partition dir> <ms>      first offset with a timestamp >= ms
+kstate inspect <state dir> [--json]                     stores, partitions, committed offsets, sizes
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import struct
 import sys
 from collections.abc import Iterator, Sequence
@@ -14,6 +16,7 @@ from pathlib import Path
 
 from kstate import __version__
 from kstate.errors import KStateError
+from kstate.inspection import inspect_state
 from kstate.log import Partition, decode, shallow_entries
 from kstate.upgrade import find_stores, upgrade_store
 
@@ -97,6 +100,57 @@ def upgrade(path: Path, dry_run: bool, out=sys.stdout) -> None:
             print(f"{store}: {found.format}, {verb} {found.legacy_entries} values to the timestamped format", file=out)
 
 
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def inspect(path: Path, as_json: bool, out=sys.stdout) -> None:
+    reports = inspect_state(path)
+    if as_json:
+        rows = [
+            {
+                "application_id": r.application_id,
+                "task_dir": str(r.task_dir),
+                "partition": r.partition,
+                "store": r.name,
+                "kind": r.kind,
+                "segments": r.segments,
+                "approximate_entries": r.approximate_entries,
+                "disk_bytes": r.disk_bytes,
+                "offsets": r.offsets,
+            }
+            for r in reports
+        ]
+        print(json.dumps(rows, indent=2), file=out)
+        return
+    if not reports:
+        print(f"no store under {path}", file=out)
+        return
+    header = ("application", "partition", "store", "kind", "entries~", "disk", "committed offsets")
+    rows = [
+        (
+            r.application_id,
+            "-" if r.partition is None else str(r.partition),
+            r.name,
+            r.kind if r.kind == "key-value" else f"{r.segments} segments",
+            str(r.approximate_entries),
+            _size(r.disk_bytes),
+            " ".join(f"{k}={v}" for k, v in sorted(r.offsets.items())) or "-",
+        )
+        for r in reports
+    ]
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
+    for row in [header, *rows]:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1], file=out)
+    total = sum(r.disk_bytes for r in reports)
+    partitions = {(r.application_id, r.partition) for r in reports}
+    print(f"{len(reports)} stores, {len(partitions)} partitions, {_size(total)} on disk", file=out)
+
+
 def rescale(args: argparse.Namespace, out=sys.stdout) -> None:
     import logging
 
@@ -133,6 +187,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "path", type=Path, help="a store directory, or a state or task directory holding stores"
     )
     upgrade_parser.add_argument("--dry-run", action="store_true", help="only say what would be converted")
+    inspect_parser = commands.add_parser(
+        "inspect", help="list the stores of a state directory: partitions, committed offsets, sizes (read-only)"
+    )
+    inspect_parser.add_argument("path", type=Path, help="a state directory, or an application's or task's")
+    inspect_parser.add_argument("--json", action="store_true", help="one JSON object per store")
     rescale_parser = commands.add_parser(
         "rescale", help="rebuild a kstate.spark application's state for another partition count (query stopped)"
     )
@@ -149,6 +208,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command == "upgrade":
             upgrade(args.path, args.dry_run)
+            return 0
+        if args.command == "inspect":
+            if not args.path.is_dir():
+                parser.error(f"{args.path} is not a directory")
+            inspect(args.path, args.json)
             return 0
         if not args.partition_dir.is_dir():
             parser.error(f"{args.partition_dir} is not a directory")

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Union
 
+from kstate import _core
 from kstate.errors import InvalidArgumentError
 
 ENABLE_TRANSACTIONAL_STATESTORES = "enable.transactional.statestores"
 STATESTORE_UNCOMMITTED_MAX_BYTES = "statestore.uncommitted.max.bytes"
 STATESTORE_CACHE_MAX_BYTES = "statestore.cache.max.bytes"
 APPLICATION_ID = "application.id"
+STATESTORE_MEMORY_MAX_BYTES = "statestore.memory.max.bytes"
+ROCKSDB_CONFIG_SETTER = "rocksdb.config.setter"
 
 DEFAULT_UNCOMMITTED_MAX_BYTES = 64 * 1024 * 1024
 """The KIP-892 proposal's default: 64 MiB of staged writes per store before they spill to disk."""
@@ -22,10 +25,24 @@ DEFAULT_CACHE_MAX_BYTES = 64 * 1024 * 1024
 read-modify-write loop skips RocksDB (the role of Kafka Streams' caching store; Kafka gives each
 RocksDB store a 50 MB block cache besides). 0 turns the cache off."""
 
+DEFAULT_MEMORY_MAX_BYTES, MIN_MEMORY_MAX_BYTES = _core.memory_budget_bounds()
+"""``statestore.memory.max.bytes``: one budget per process for every store it opens (256 MiB by
+default, a Spark Python worker's share of an executor's memory overhead; at least 32 MiB): RocksDB's
+block cache and memtables, kstate's read caches (a quarter) and staged writes (a quarter)."""
+
+RocksDBOptions = Mapping[str, Any]
+RocksDBConfigSetter = Union[RocksDBOptions, Callable[[str, dict], Any]]
+"""``rocksdb.config.setter``: RocksDB options applied to every store after kstate's own, as a dict
+(``{"max_open_files": 64, "block_based_table_factory": {"block_size": 16384}}``: RocksDB's option
+names) or a callable ``setter(store_name, options)`` that fills the dict it is given (or returns
+one): Kafka Streams' ``rocksdb.config.setter``. An unknown name or bad value fails at open."""
+
 _KNOWN = {
     ENABLE_TRANSACTIONAL_STATESTORES,
     STATESTORE_UNCOMMITTED_MAX_BYTES,
     STATESTORE_CACHE_MAX_BYTES,
+    STATESTORE_MEMORY_MAX_BYTES,
+    ROCKSDB_CONFIG_SETTER,
     APPLICATION_ID,
 }
 
@@ -45,6 +62,55 @@ def _byte_count(config: Mapping[str, Any], name: str, default: int) -> int:
     return value
 
 
+def _memory_max_bytes(config: Mapping[str, Any]) -> int | None:
+    value = config.get(STATESTORE_MEMORY_MAX_BYTES)
+    if value is None:
+        return None
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value.strip())
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgumentError(f"{STATESTORE_MEMORY_MAX_BYTES} must be a number of bytes, got {value!r}")
+    if value < MIN_MEMORY_MAX_BYTES:
+        raise InvalidArgumentError(
+            f"{STATESTORE_MEMORY_MAX_BYTES} must be at least {MIN_MEMORY_MAX_BYTES} "
+            f"({MIN_MEMORY_MAX_BYTES >> 20} MiB), got {value}"
+        )
+    return value
+
+
+def _option_value(name: str, value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, Mapping):
+        return "{" + rocksdb_options_string(value) + "}"
+    if isinstance(value, (int, float, str)):
+        text = str(value)
+        if any(c in text for c in ";{}="):
+            raise InvalidArgumentError(f"{ROCKSDB_CONFIG_SETTER}: the value of {name} must not contain ; {{ }} =")
+        return text
+    raise InvalidArgumentError(f"{ROCKSDB_CONFIG_SETTER}: {name} must be a number, string, bool or dict, got {value!r}")
+
+
+def rocksdb_options_string(options: Mapping[str, Any]) -> str:
+    """A dict of RocksDB options in RocksDB's option string syntax (``name=value;...``, nested
+    dicts as ``name={...}``)."""
+    parts = []
+    for name, value in options.items():
+        if not isinstance(name, str) or not name or any(c in name for c in ";{}= "):
+            raise InvalidArgumentError(f"{ROCKSDB_CONFIG_SETTER}: bad option name {name!r}")
+        parts.append(f"{name}={_option_value(name, value)}")
+    return ";".join(parts)
+
+
+def _rocksdb_config_setter(config: Mapping[str, Any]) -> RocksDBConfigSetter | None:
+    setter = config.get(ROCKSDB_CONFIG_SETTER)
+    if setter is None or callable(setter):
+        return setter
+    if not isinstance(setter, Mapping):
+        raise InvalidArgumentError(f"{ROCKSDB_CONFIG_SETTER} must be a dict or a callable, got {setter!r}")
+    return dict(setter)
+
+
 @dataclass(frozen=True)
 class StoreConfig:
     """Parsed store configuration. Unknown keys are rejected so a typo does not pass silently."""
@@ -53,6 +119,8 @@ class StoreConfig:
     uncommitted_max_bytes: int = DEFAULT_UNCOMMITTED_MAX_BYTES
     cache_max_bytes: int = DEFAULT_CACHE_MAX_BYTES
     application_id: str | None = None
+    memory_max_bytes: int | None = None
+    rocksdb_config_setter: RocksDBConfigSetter | None = None
 
     @classmethod
     def parse(cls, config: Mapping[str, Any] | None) -> StoreConfig:
@@ -63,14 +131,36 @@ class StoreConfig:
         app = config.get(APPLICATION_ID)
         if app is not None and (not isinstance(app, str) or not app):
             raise InvalidArgumentError(f"{APPLICATION_ID} must be a non-empty string, got {app!r}")
-        return cls(
+        parsed = cls(
             transactional=_as_bool(
                 ENABLE_TRANSACTIONAL_STATESTORES, config.get(ENABLE_TRANSACTIONAL_STATESTORES, True)
             ),
             uncommitted_max_bytes=_byte_count(config, STATESTORE_UNCOMMITTED_MAX_BYTES, DEFAULT_UNCOMMITTED_MAX_BYTES),
             cache_max_bytes=_byte_count(config, STATESTORE_CACHE_MAX_BYTES, DEFAULT_CACHE_MAX_BYTES),
             application_id=app,
+            memory_max_bytes=_memory_max_bytes(config),
+            rocksdb_config_setter=_rocksdb_config_setter(config),
         )
+        if not callable(parsed.rocksdb_config_setter):
+            parsed.rocksdb_options(None)  # a dict is checked now; a callable when a store opens
+        return parsed
+
+    def rocksdb_options(self, store_name: str | None) -> str | None:
+        """``rocksdb.config.setter`` for ``store_name`` as RocksDB's option string, checked
+        (with the memory budget) by RocksDB itself: an unknown option fails here."""
+        setter = self.rocksdb_config_setter
+        options: Mapping[str, Any] | None
+        if callable(setter):
+            given: dict[str, Any] = {}
+            returned = setter(store_name or "", given)
+            options = given if returned is None else returned
+            if not isinstance(options, Mapping):
+                raise InvalidArgumentError(f"{ROCKSDB_CONFIG_SETTER} must return a dict or None, got {returned!r}")
+        else:
+            options = setter
+        text = rocksdb_options_string(options) if options else None
+        _core.check_memory_config(self.memory_max_bytes, text)
+        return text
 
 
 CHANGELOG_DIR = "changelog.dir"

@@ -290,6 +290,8 @@ class KeyValueStore(StoreLifecycle, _Reads):
             progress_logger(f"finishing commit of {self.name}"),
             self._supplier.ttl_ms,
             self._supplier.ttl_clock == "wall_clock",
+            memory_max_bytes=self._config.memory_max_bytes,
+            rocksdb_config=self._config.rocksdb_options(self.name),
         )
         self._reader = native
         self._bind_raw_calls()

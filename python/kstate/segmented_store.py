@@ -156,6 +156,8 @@ class SegmentedStore(StoreLifecycle, _SegmentedReads):
             "offset_key": self._offset_key,
             "ttl_ms": supplier.ttl_ms,
             "ttl_wall_clock": supplier.ttl_clock == "wall_clock",
+            "memory_max_bytes": self._config.memory_max_bytes,
+            "rocksdb_config": self._config.rocksdb_options(self.name) if self.persistent else None,
         }
         directory = str(self.task_dir / self.name) if self.persistent else None
         native, found = self._open_segments(directory, config, progress_logger(f"finishing commit of {self.name}"))

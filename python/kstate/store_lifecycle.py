@@ -18,6 +18,7 @@ from typing import Any, Callable, TypeVar
 from kstate.config import ChangelogConfig, StoreConfig
 from kstate.errors import InvalidArgumentError, StoreBehindChangelogError, StoreClosedError
 from kstate.log.remote import CompactionReport, RemoteChangelog, StoreBehindCompaction
+from kstate.memory import disk_bytes
 
 log = logging.getLogger("kstate.store")
 
@@ -288,6 +289,15 @@ class StoreLifecycle:
     def uncommitted_bytes(self) -> int:
         """Bytes of staged writes held in memory (spilled writes not included)."""
         return self._reader.uncommitted()[0]
+
+    def metrics(self) -> dict[str, int]:
+        """The store's memory and disk, in bytes: ``memtables`` and ``table_readers`` (RocksDB),
+        ``staged`` (uncommitted writes in memory), ``read_cache``, ``sst_bytes`` / ``sst_files``
+        (its tables), ``disk_bytes`` (every file of its local state). Window and session stores
+        add up their segments. The process's budget: ``kstate.memory.memory_usage()``."""
+        metrics: dict[str, int] = dict(self._open_native().memory())
+        metrics["disk_bytes"] = disk_bytes(self._local_paths()) if self.persistent else 0
+        return metrics
 
     # -- closing ---------------------------------------------------------------------------------
 

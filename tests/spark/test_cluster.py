@@ -83,6 +83,9 @@ def test_executors_keep_their_own_state_and_results_equal_plain_python(cluster, 
     assert {d.name for d in task_dirs} == {"0_0", "0_1"}, "task dirs live in the executors' own directories"
     assert [r.batch_id for r in backend.progress] == [0, 1, 2]
     assert all(r.tasks >= 2 for r in backend.progress)
+    # Memory and disk per batch: the executors' Python workers' budgets, RSS and state on disk.
+    assert all(r.state_disk_bytes > 0 and r.max_rss > r.max_memory_in_use > 0 for r in backend.progress)
+    assert all(r.max_open_files > 0 for r in backend.progress)
 
 
 def test_an_executor_killed_mid_query_ends_with_the_reference_result(cluster, work):

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -43,6 +43,7 @@ from kstate.config import CHANGELOG_DIR, CHANGELOG_STORAGE_OPTIONS, ChangelogCon
 from kstate.errors import BatchConflictError, CommitConflictError, InvalidArgumentError, ProcessorStateError
 from kstate.key_value_store import KeyValueStore
 from kstate.log.remote import RemoteChangelog
+from kstate.memory import memory_usage
 from kstate.spark.batch_log import EMPTY_STATE, BatchEntry, BatchLog, RemoteBatchLog, peek_head
 from kstate.spark.idle import IDLE, RELEASE_REQUEST, Parked, release
 from kstate.spark.locking import FileLock, NoLock
@@ -111,6 +112,18 @@ class Timings:
     restore: float = 0.0
     restored_records: int = 0
     rolled_back_batches: int = 0
+    state_disk_bytes: int = 0
+    """Files of the partition's stores after the commit."""
+    memory_in_use: int = 0
+    """The worker process's memory budget in use after the commit (``kstate.memory``)."""
+    rss: int = 0
+    open_files: int = 0
+
+    def sample_memory(self, stores: Iterable[StoreLifecycle]) -> None:
+        """Records the stores' disk and the process's memory, as the commit left them."""
+        self.state_disk_bytes = sum(store.metrics()["disk_bytes"] for store in stores if store.is_open)
+        usage = memory_usage(stores=False)
+        self.memory_in_use, self.rss, self.open_files = usage["in_use"], usage["rss"], usage["open_files"]
 
 
 class TaskStores(Mapping[str, Any]):
@@ -475,6 +488,7 @@ class PartitionState:
             raise
         finally:
             self.timings.commit = time.perf_counter() - started
+        self.timings.sample_memory(self._stores.values())
         self._park()
         return entry
 

@@ -5,6 +5,7 @@ use rocksdb::WriteBatch;
 
 use crate::error::Result;
 use crate::key_range::{Direction, KeyRange};
+use crate::memory_budget::StoreMemory;
 use crate::merge::SortedSource;
 
 /// A changelog offset write that goes into the same atomic batch as the data.
@@ -81,5 +82,15 @@ pub trait CommittedState: Send + Sync {
     /// Records the KIP-1035 OPEN/CLOSED marker where the state is persistent.
     fn set_status(&self, _status: i64) -> Result<()> {
         Ok(())
+    }
+
+    /// RocksDB's memory and files (nothing for state without them).
+    fn memory(&self) -> Result<StoreMemory> {
+        Ok(StoreMemory::default())
+    }
+
+    /// Bytes of the memtables taking writes (RocksDB).
+    fn active_memtable_bytes(&self) -> usize {
+        0
     }
 }

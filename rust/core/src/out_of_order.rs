@@ -41,6 +41,7 @@ mod tests {
             max_uncommitted_bytes: usize::MAX,
             offset_key: "t-0".into(),
             cache_max_bytes: 0,
+            rocks: None,
         };
         let mut store = KeyValueStore::open_in_memory("s", options);
         assert!(store

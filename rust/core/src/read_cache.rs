@@ -6,31 +6,57 @@
 //! half the capacity it becomes the old one and the previous old one is dropped.
 
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use foldhash::fast::RandomState;
+
+use crate::memory_budget::MemoryBudget;
 
 /// Bytes charged per entry besides key and value (hash table slot and two vector headers).
 const ENTRY_OVERHEAD: usize = 64;
 
 type Generation = HashMap<Vec<u8>, Option<Vec<u8>>, RandomState>;
 
+/// A store's cached values. The process's memory budget reaches every store's generations
+/// (through its `StoreAccount`) to shrink them all when the caches together pass their share.
 #[derive(Default)]
-pub struct ReadCache {
+pub struct Generations {
     young: Generation,
     old: Generation,
     young_bytes: usize,
+    old_bytes: usize,
     capacity: usize,
+    /// Bytes last charged to the budget.
+    charged: usize,
+    /// The budget's clock when the cache was last locked: which caches shrink first.
+    last_used: u64,
 }
 
 fn cost(key_len: usize, value: &Option<Vec<u8>>) -> usize {
     key_len + value.as_ref().map_or(0, Vec::len) + ENTRY_OVERHEAD
 }
 
-impl ReadCache {
+impl Generations {
     pub fn new(capacity: usize) -> Self {
         Self {
             capacity,
             ..Self::default()
+        }
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.young_bytes + self.old_bytes
+    }
+
+    pub fn last_used(&self) -> u64 {
+        self.last_used
+    }
+
+    fn settle(&mut self, budget: &MemoryBudget) {
+        let now = self.bytes();
+        if now != self.charged {
+            budget.charge_read_cache(self.charged, now);
+            self.charged = now;
         }
     }
 
@@ -42,51 +68,146 @@ impl ReadCache {
             .map(Option::as_deref)
     }
 
+    fn remove_old(&mut self, key: &[u8]) {
+        if let Some(value) = self.old.remove(key) {
+            self.old_bytes -= cost(key.len(), &value);
+        }
+    }
+
     /// Records the committed value of `key` (`None`: deleted).
-    pub fn insert(&mut self, key: Vec<u8>, value: Option<Vec<u8>>) {
+    pub fn insert(&mut self, key: Vec<u8>, value: Option<Vec<u8>>, budget: &MemoryBudget) {
         let key_len = key.len();
         let charge = cost(key_len, &value);
         if charge > self.capacity / 2 {
-            self.remove(&key);
+            self.remove(&key, budget);
             return;
         }
         if !self.old.is_empty() {
-            self.old.remove(&key);
+            self.remove_old(&key);
         }
         self.young_bytes += charge;
         if let Some(previous) = self.young.insert(key, value) {
             self.young_bytes -= cost(key_len, &previous);
         }
         if self.young_bytes > self.capacity / 2 {
-            self.old = std::mem::take(&mut self.young);
-            self.young_bytes = 0;
+            self.rotate_young();
         }
+        self.settle(budget);
+    }
+
+    fn rotate_young(&mut self) {
+        self.old = std::mem::take(&mut self.young);
+        self.old_bytes = std::mem::take(&mut self.young_bytes);
+    }
+
+    /// Drops the older generation; the younger becomes the older.
+    pub fn rotate(&mut self, budget: &MemoryBudget) {
+        self.rotate_young();
+        self.settle(budget);
     }
 
     /// Brings the keys it holds up to date with a commit; keys it does not hold stay out, so a
     /// commit of keys nobody reads costs nothing here.
-    pub fn refresh(&mut self, committed: impl Iterator<Item = (Vec<u8>, Option<Vec<u8>>)>) {
+    pub fn refresh(
+        &mut self,
+        committed: impl Iterator<Item = (Vec<u8>, Option<Vec<u8>>)>,
+        budget: &MemoryBudget,
+    ) {
         if self.young.is_empty() && self.old.is_empty() {
             return;
         }
         for (key, value) in committed {
             if self.young.contains_key(&key) || self.old.contains_key(&key) {
-                self.insert(key, value);
+                self.insert(key, value, budget);
             }
         }
     }
 
-    pub fn remove(&mut self, key: &[u8]) {
+    pub fn remove(&mut self, key: &[u8], budget: &MemoryBudget) {
         if let Some(value) = self.young.remove(key) {
             self.young_bytes -= cost(key.len(), &value);
         }
-        self.old.remove(key);
+        self.remove_old(key);
+        self.settle(budget);
     }
 
-    pub fn clear(&mut self) {
+    pub fn clear(&mut self, budget: &MemoryBudget) {
         self.young.clear();
         self.old.clear();
         self.young_bytes = 0;
+        self.old_bytes = 0;
+        self.settle(budget);
+    }
+}
+
+/// A store's read cache, charged to the process's memory budget.
+pub struct ReadCache {
+    generations: Arc<Mutex<Generations>>,
+    budget: Arc<MemoryBudget>,
+}
+
+impl ReadCache {
+    /// At most `capacity` bytes, and never more than the budget's read cache share.
+    pub fn new(capacity: usize, budget: Arc<MemoryBudget>) -> Self {
+        let capacity = capacity.min(budget.read_cache_limit());
+        Self {
+            generations: Arc::new(Mutex::new(Generations::new(capacity))),
+            budget,
+        }
+    }
+
+    /// What the budget holds to shrink this cache.
+    pub fn generations(&self) -> Arc<Mutex<Generations>> {
+        self.generations.clone()
+    }
+
+    /// The generations, locked (and marked used): for a batch of lookups under one lock.
+    pub fn lock(&self) -> MutexGuard<'_, Generations> {
+        let mut generations = self
+            .generations
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        generations.last_used = self.budget.tick();
+        generations
+    }
+
+    pub fn get(&self, key: &[u8]) -> Option<Option<Vec<u8>>> {
+        self.lock().get(key).map(|v| v.map(<[u8]>::to_vec))
+    }
+
+    pub fn insert(&self, key: Vec<u8>, value: Option<Vec<u8>>) {
+        self.lock().insert(key, value, &self.budget);
+        self.budget.after_read_cache_insert();
+    }
+
+    pub fn insert_many(&self, entries: Vec<(Vec<u8>, Option<Vec<u8>>)>) {
+        if entries.is_empty() {
+            return;
+        }
+        {
+            let mut generations = self.lock();
+            for (key, value) in entries {
+                generations.insert(key, value, &self.budget);
+            }
+        }
+        self.budget.after_read_cache_insert();
+    }
+
+    pub fn refresh(&self, committed: impl Iterator<Item = (Vec<u8>, Option<Vec<u8>>)>) {
+        self.lock().refresh(committed, &self.budget);
+        self.budget.after_read_cache_insert();
+    }
+
+    pub fn remove(&self, key: &[u8]) {
+        self.lock().remove(key, &self.budget);
+    }
+
+    pub fn clear(&self) {
+        self.lock().clear(&self.budget);
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.lock().bytes()
     }
 }
 
@@ -94,18 +215,23 @@ impl ReadCache {
 mod tests {
     use super::*;
 
+    fn cache(capacity: usize) -> ReadCache {
+        let budget = MemoryBudget::new(crate::memory_budget::MIN_MEMORY_MAX_BYTES).unwrap();
+        ReadCache::new(capacity, budget)
+    }
+
     #[test]
     fn keeps_the_latest_value_and_forgets_the_oldest_generation() {
-        let mut cache = ReadCache::new(2 * (3 * (2 + 1 + ENTRY_OVERHEAD)));
+        let cache = cache(2 * (3 * (2 + 1 + ENTRY_OVERHEAD)));
         cache.insert(b"k1".to_vec(), Some(b"a".to_vec()));
         cache.insert(b"k1".to_vec(), None);
         assert_eq!(cache.get(b"k1"), Some(None));
         cache.insert(b"k2".to_vec(), Some(b"b".to_vec()));
         cache.insert(b"k3".to_vec(), Some(b"c".to_vec()));
         cache.insert(b"k4".to_vec(), Some(b"d".to_vec())); // young over half: k1..k4 become old
-        assert_eq!(cache.get(b"k2"), Some(Some(&b"b"[..])));
+        assert_eq!(cache.get(b"k2"), Some(Some(b"b".to_vec())));
         cache.insert(b"k2".to_vec(), Some(b"B".to_vec())); // moves k2 to the young generation
-        assert_eq!(cache.get(b"k2"), Some(Some(&b"B"[..])));
+        assert_eq!(cache.get(b"k2"), Some(Some(b"B".to_vec())));
         for k in [b"k5", b"k6", b"k7"] {
             cache.insert(k.to_vec(), Some(b"e".to_vec()));
         }
@@ -114,12 +240,12 @@ mod tests {
             None,
             "two rotations drop the first generation"
         );
-        assert_eq!(cache.get(b"k7"), Some(Some(&b"e"[..])));
+        assert_eq!(cache.get(b"k7"), Some(Some(b"e".to_vec())));
     }
 
     #[test]
     fn an_entry_larger_than_a_generation_is_not_cached_and_evicts_its_stale_copy() {
-        let mut cache = ReadCache::new(2 * (2 + 1 + ENTRY_OVERHEAD));
+        let cache = cache(2 * (2 + 1 + ENTRY_OVERHEAD));
         cache.insert(b"k1".to_vec(), Some(b"a".to_vec()));
         cache.insert(b"k1".to_vec(), Some(vec![0; 1000]));
         assert_eq!(cache.get(b"k1"), None);
@@ -127,7 +253,7 @@ mod tests {
 
     #[test]
     fn zero_capacity_caches_nothing() {
-        let mut cache = ReadCache::new(0);
+        let cache = cache(0);
         cache.insert(b"k".to_vec(), Some(b"v".to_vec()));
         assert_eq!(cache.get(b"k"), None);
     }

@@ -7,15 +7,17 @@ use std::borrow::Cow;
 use std::path::Path;
 
 use rocksdb::{
-    BlockBasedOptions, ColumnFamily, ColumnFamilyDescriptor, DBCompressionType, DBRawIterator,
-    FlushOptions, Options, ReadOptions, WriteBatch, WriteOptions, DB, DEFAULT_COLUMN_FAMILY_NAME,
+    ColumnFamily, ColumnFamilyDescriptor, DBRawIterator, FlushOptions, ReadOptions, WriteBatch,
+    WriteOptions, DB, DEFAULT_COLUMN_FAMILY_NAME,
 };
 
 use crate::committed::{CommittedState, OffsetWrite, Write};
 use crate::error::{Error, Result};
 use crate::key_range::{Direction, KeyRange};
+use crate::memory_budget::StoreMemory;
 use crate::merge::SortedSource;
 use crate::offsets::{self, OFFSETS_CF, STATUS_KEY};
+use crate::rocks_options::RocksConfig;
 use crate::timestamped;
 use crate::ttl::Ttl;
 
@@ -40,20 +42,6 @@ pub struct RocksState {
     read_options: ReadOptions,
 }
 
-fn db_options() -> Options {
-    let mut opts = Options::default();
-    opts.create_if_missing(true);
-    opts.create_missing_column_families(true);
-    // Kafka Streams' RocksDBStore stores values uncompressed; so do we, for speed and parity.
-    opts.set_compression_type(DBCompressionType::None);
-    // SST format 5, readable by the RocksDB of Kafka Streams 3.x (rocksdbjni 7.x) and of other
-    // bindings; the bundled RocksDB's default (7) is not.
-    let mut table = BlockBasedOptions::default();
-    table.set_format_version(5);
-    opts.set_block_based_table_factory(&table);
-    opts
-}
-
 fn is_empty(db: &DB, cf: &ColumnFamily) -> Result<bool> {
     let mut it = db.raw_iterator_cf(cf);
     it.seek_to_first();
@@ -62,19 +50,26 @@ fn is_empty(db: &DB, cf: &ColumnFamily) -> Result<bool> {
 }
 
 impl RocksState {
+    /// Opens with the process's memory budget and no user options (offline tools).
     pub fn open(path: &Path, format: ValueFormat) -> Result<Self> {
-        Self::open_with_ttl(path, format, None)
+        let config = RocksConfig::process_default()?;
+        Self::open_with_ttl(path, format, None, &config)
     }
 
     /// Opens with a TTL: the timestamped column family gets the TTL's compaction filter, which
     /// drops expired values when RocksDB compacts (only timestamped values carry a timestamp).
-    pub fn open_with_ttl(path: &Path, format: ValueFormat, ttl: Option<&Ttl>) -> Result<Self> {
+    pub fn open_with_ttl(
+        path: &Path,
+        format: ValueFormat,
+        ttl: Option<&Ttl>,
+        config: &RocksConfig,
+    ) -> Result<Self> {
         if ttl.is_some() && format == ValueFormat::Plain {
             return Err(Error::InvalidArgument(
                 "a TTL needs a timestamped store: plain values carry no timestamp".into(),
             ));
         }
-        let opts = db_options();
+        let opts = config.store_options()?;
         let existing = if path.join("CURRENT").exists() {
             DB::list_cf(&opts, path)?
         } else {
@@ -92,13 +87,14 @@ impl RocksState {
                 families.push(name.to_string());
             }
         }
-        let descriptors = families.iter().map(|f| {
-            let mut cf_options = db_options();
+        let mut descriptors = Vec::with_capacity(families.len());
+        for f in &families {
+            let mut cf_options = config.store_options()?;
             if let (Some(ttl), TIMESTAMPED_CF) = (ttl, f.as_str()) {
                 cf_options.set_compaction_filter("kstate-ttl", ttl.compaction_filter());
             }
-            ColumnFamilyDescriptor::new(f, cf_options)
-        });
+            descriptors.push(ColumnFamilyDescriptor::new(f, cf_options));
+        }
         let db = DB::open_cf_descriptors(&opts, path, descriptors).map_err(|e| {
             Error::Storage(format!(
                 "error opening store at {}: {}",
@@ -142,6 +138,14 @@ impl RocksState {
             write_options: WriteOptions::default(),
             read_options: ReadOptions::default(),
         })
+    }
+
+    /// The column families the store opened.
+    fn families(&self) -> impl Iterator<Item = &'static str> {
+        let data = (self.data_cf != DEFAULT_COLUMN_FAMILY_NAME).then_some(self.data_cf);
+        [DEFAULT_COLUMN_FAMILY_NAME, OFFSETS_CF]
+            .into_iter()
+            .chain(data)
     }
 
     /// True while a timestamped store still reads legacy values from `default`.
@@ -460,6 +464,35 @@ impl CommittedState for RocksState {
 
     fn set_status(&self, status: i64) -> Result<()> {
         self.swap_status(Some(status)).map(|_| ())
+    }
+
+    fn active_memtable_bytes(&self) -> usize {
+        self.families()
+            .filter_map(|name| self.cf(name).ok())
+            .filter_map(|cf| {
+                self.db
+                    .property_int_value_cf(cf, c"rocksdb.cur-size-active-mem-table")
+                    .ok()
+                    .flatten()
+            })
+            .map(|bytes| usize::try_from(bytes).unwrap_or(usize::MAX))
+            .sum()
+    }
+
+    fn memory(&self) -> Result<StoreMemory> {
+        let mut memory = StoreMemory::default();
+        let property = |cf: &ColumnFamily, name: &std::ffi::CStr| -> Result<usize> {
+            let value = self.db.property_int_value_cf(cf, name)?.unwrap_or(0);
+            Ok(usize::try_from(value).unwrap_or(usize::MAX))
+        };
+        for name in self.families() {
+            let cf = self.cf(name)?;
+            memory.memtables += property(cf, c"rocksdb.cur-size-all-mem-tables")?;
+            memory.table_readers += property(cf, c"rocksdb.estimate-table-readers-mem")?;
+            memory.sst_bytes += property(cf, c"rocksdb.total-sst-files-size")? as u64;
+        }
+        memory.sst_files = self.db.live_files()?.len();
+        Ok(memory)
     }
 
     fn compact(&self) -> Result<()> {

@@ -24,6 +24,7 @@ use crate::commit_intent::{self, IntentWriter};
 use crate::committed::Write;
 use crate::error::{Error, Result};
 use crate::key_range::{Direction, KeyRange};
+use crate::memory_budget::StoreMemory;
 use crate::rocks::ValueFormat;
 use crate::segments::{parse_segment_name, segment_id, segment_name};
 use crate::store::{CommitProgress, KeyValueStore, ReadCommittedView, StoreOptions, VisitWrite};
@@ -482,6 +483,16 @@ impl SegmentedStore {
                 let (b, sp) = s.uncommitted();
                 (bytes + b, spilled || sp)
             })
+    }
+
+    /// Memory and files of every open segment together.
+    pub fn memory(&self) -> Result<StoreMemory> {
+        self.check_open()?;
+        let mut total = StoreMemory::default();
+        for segment in self.segments.values() {
+            total.add(&segment.memory()?);
+        }
+        Ok(total)
     }
 
     /// Writes `value` (`None` deletes) under store key `key`, in the segment of `timestamp`.

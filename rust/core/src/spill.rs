@@ -16,6 +16,7 @@ use crate::key_range::{Direction, KeyRange};
 use crate::merge::SortedSource;
 use crate::overlay::Overlay;
 use crate::rocks::{range_iterator, step};
+use crate::rocks_options::RocksConfig;
 
 const WRITES_CF: &str = "writes";
 const MARKER_CF: &str = "commit";
@@ -26,13 +27,6 @@ const TAG_PUT: u8 = 1;
 pub struct Spill {
     db: DB,
     path: PathBuf,
-}
-
-fn options() -> Options {
-    let mut opts = Options::default();
-    opts.create_if_missing(true);
-    opts.create_missing_column_families(true);
-    opts
 }
 
 fn decode_tagged(bytes: &[u8]) -> Result<Option<&[u8]>> {
@@ -53,10 +47,11 @@ impl Spill {
         path.join("CURRENT").exists()
     }
 
-    pub fn open(path: &Path) -> Result<Self> {
+    /// Opens (creating if needed) with the process's memory budget (`config`).
+    pub fn open(path: &Path, config: &RocksConfig) -> Result<Self> {
         let families =
-            [WRITES_CF, MARKER_CF].map(|f| ColumnFamilyDescriptor::new(f, Options::default()));
-        let db = DB::open_cf_descriptors(&options(), path, families)?;
+            [WRITES_CF, MARKER_CF].map(|f| ColumnFamilyDescriptor::new(f, config.spill_options()));
+        let db = DB::open_cf_descriptors(&config.spill_options(), path, families)?;
         Ok(Self {
             db,
             path: path.to_path_buf(),

@@ -10,11 +10,13 @@ use crate::committed::{CommittedState, OffsetWrite, Write};
 use crate::error::{Error, Result};
 use crate::key_range::{Direction, KeyRange};
 use crate::memory::MemoryState;
+use crate::memory_budget::{MemoryProbe, StoreAccount, StoreMemory};
 use crate::merge::{merge_into, IterSource, SortedSource};
 use crate::offsets::{self, STATUS_CLOSED, STATUS_OPEN};
 use crate::overlay::Overlay;
-use crate::read_cache::ReadCache;
+use crate::read_cache::{Generations, ReadCache};
 use crate::rocks::{RocksState, ValueFormat};
+use crate::rocks_options::RocksConfig;
 use crate::spill::Spill;
 use crate::ttl::{self, Ttl};
 
@@ -38,6 +40,21 @@ pub struct StoreOptions {
     pub offset_key: String,
     /// Bytes of recently committed values kept in memory for reads (0 disables the cache).
     pub cache_max_bytes: usize,
+    /// The process's memory budget and the user's RocksDB options (`None`: the process's
+    /// budget as it is, no user options). In-memory stores ignore it.
+    pub rocks: Option<Arc<RocksConfig>>,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            transactional: true,
+            max_uncommitted_bytes: DEFAULT_MAX_UNCOMMITTED_BYTES,
+            offset_key: String::new(),
+            cache_max_bytes: 0,
+            rocks: None,
+        }
+    }
 }
 
 /// What opening a store found, for the caller to log.
@@ -96,6 +113,23 @@ impl SharedState {
 
     pub fn is_open(&self) -> bool {
         self.state.read().map(|g| g.is_some()).unwrap_or(false)
+    }
+}
+
+impl MemoryProbe for SharedState {
+    fn probe(&self) -> Result<StoreMemory> {
+        self.with(|c| c.memory())
+    }
+
+    fn active_memtable_bytes(&self) -> usize {
+        self.with(|c| Ok(c.active_memtable_bytes())).unwrap_or(0)
+    }
+
+    fn flush(&self) -> Result<()> {
+        match self.with(|c| c.flush()) {
+            Err(Error::Closed(_)) => Ok(()),
+            other => other,
+        }
     }
 }
 
@@ -174,6 +208,10 @@ pub struct KeyValueStore {
     cache: Option<ReadCache>,
     /// Expired values are hidden from every read (and dropped by RocksDB compactions).
     ttl: Option<Ttl>,
+    /// The store's share of the process's memory budget; `None` in memory and once closed.
+    account: Option<Arc<StoreAccount>>,
+    /// How spills open RocksDB; `None` for in-memory stores.
+    rocks: Option<Arc<RocksConfig>>,
 }
 
 impl KeyValueStore {
@@ -200,8 +238,12 @@ impl KeyValueStore {
         ttl: Option<Ttl>,
         progress: &mut dyn FnMut(CommitProgress),
     ) -> Result<(Self, OpenReport)> {
+        let config = match &options.rocks {
+            Some(config) => config.clone(),
+            None => RocksConfig::process_default()?,
+        };
         std::fs::create_dir_all(path)?;
-        let rocks = RocksState::open_with_ttl(path, format, ttl.as_ref())?;
+        let rocks = RocksState::open_with_ttl(path, format, ttl.as_ref(), &config)?;
         if let Some(ttl) = &ttl {
             if let Some(time) = rocks.committed_offset(offsets::TTL_STREAM_TIME_KEY)? {
                 ttl.advance_to(time);
@@ -227,7 +269,7 @@ impl KeyValueStore {
             }
         }
         if Spill::exists(spill_path) {
-            let spill = Spill::open(spill_path)?;
+            let spill = Spill::open(spill_path, &config)?;
             match spill.commit_marker()? {
                 Some(offset) => {
                     let copied = copy_spill(&spill, &rocks, &options.offset_key, offset, progress)?;
@@ -237,15 +279,27 @@ impl KeyValueStore {
             }
             spill.destroy()?;
         }
+        let budget = config.budget().clone();
+        let cache = (options.cache_max_bytes > 0)
+            .then(|| ReadCache::new(options.cache_max_bytes, budget.clone()));
+        let state = SharedState::new(name, Box::new(rocks));
+        let account = budget.open_account(
+            name,
+            Some(path.to_path_buf()),
+            Arc::new(state.clone()),
+            cache.as_ref().map(ReadCache::generations),
+        );
         let store = Self {
-            state: SharedState::new(name, Box::new(rocks)),
-            cache: (options.cache_max_bytes > 0).then(|| ReadCache::new(options.cache_max_bytes)),
+            state,
+            cache,
             options,
             overlay: Overlay::default(),
             batch: Mutex::new(Some(WriteBatch::default())),
             spill_path: Some(spill_path.to_path_buf()),
             spill: None,
             ttl,
+            account: Some(account),
+            rocks: Some(config),
         };
         Ok((store, report))
     }
@@ -265,6 +319,8 @@ impl KeyValueStore {
             spill: None,
             cache: None,
             ttl,
+            account: None,
+            rocks: None,
         }
     }
 
@@ -325,9 +381,12 @@ impl KeyValueStore {
         let f = |v: Option<&[u8]>| f(live(ttl, v));
         state.with(|c| {
             let mut f = Some(f);
-            let known = with_known(overlay, spill, cache, key, |known| {
-                known.map(|v| f.take().map(|f| f(v)))
-            })?;
+            let known = {
+                let cached = cache.as_ref().map(ReadCache::lock);
+                with_known(overlay, spill, cached.as_deref(), key, |known| {
+                    known.map(|v| f.take().map(|f| f(v)))
+                })?
+            };
             let Some(f) = f else {
                 return known
                     .flatten()
@@ -369,19 +428,34 @@ impl KeyValueStore {
                 return c.read_many(keys, visit);
             }
             let mut missing = Vec::new();
-            for (i, key) in keys.iter().enumerate() {
-                with_known(overlay, spill, cache, key, |known| match known {
-                    Some(v) => visit(i, v),
-                    None => missing.push(i),
-                })?;
+            {
+                // One lock of the read cache for the whole batch.
+                let cached = cache.as_ref().map(ReadCache::lock);
+                for (i, key) in keys.iter().enumerate() {
+                    with_known(
+                        overlay,
+                        spill,
+                        cached.as_deref(),
+                        key,
+                        |known| match known {
+                            Some(v) => visit(i, v),
+                            None => missing.push(i),
+                        },
+                    )?;
+                }
             }
             let lookup: Vec<&[u8]> = missing.iter().map(|&i| keys[i]).collect();
+            let mut fetched = Vec::with_capacity(if cache.is_some() { lookup.len() } else { 0 });
             c.read_many(&lookup, &mut |j, v| {
-                if let Some(cache) = cache.as_mut() {
-                    cache.insert(lookup[j].to_vec(), v.map(<[u8]>::to_vec));
+                if cache.is_some() {
+                    fetched.push((lookup[j].to_vec(), v.map(<[u8]>::to_vec)));
                 }
                 visit(missing[j], v)
-            })
+            })?;
+            if let Some(cache) = cache.as_ref() {
+                cache.insert_many(fetched);
+            }
+            Ok(())
         })
     }
 
@@ -415,14 +489,15 @@ impl KeyValueStore {
             }
         });
         if !options.transactional {
-            return state.with(|c| {
+            state.with(|c| {
                 let mut writes = writes.inspect(|(key, _)| {
-                    if let Some(cache) = cache.as_mut() {
+                    if let Some(cache) = cache.as_ref() {
                         cache.remove(key);
                     }
                 });
                 c.apply(&mut writes, None)
-            });
+            })?;
+            return self.relieve_memtables();
         }
         let batch = batch.get_mut().unwrap_or_else(PoisonError::into_inner);
         state.with(|c| {
@@ -435,10 +510,45 @@ impl KeyValueStore {
             }
             Ok(())
         })?;
-        if self.uncommitted().0 > self.options.max_uncommitted_bytes {
+        let staged = self.settle_staged();
+        let over_budget = self
+            .account
+            .as_ref()
+            .is_some_and(|account| account.budget().should_spill(staged));
+        if staged > self.options.max_uncommitted_bytes || over_budget {
             self.spill_overlay()?;
         }
         Ok(())
+    }
+
+    /// Tells the memory budget how many bytes this store stages in memory now; returns them.
+    fn settle_staged(&mut self) -> usize {
+        let batch = self
+            .batch
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .filter(|batch| !batch.is_empty())
+            .map_or(0, WriteBatch::size_in_bytes);
+        let staged = self.overlay.bytes() + batch;
+        if let Some(account) = &self.account {
+            account.set_staged(staged);
+        }
+        staged
+    }
+
+    /// This store's memory (RocksDB's, staged writes, read cache) and files.
+    pub fn memory(&self) -> Result<StoreMemory> {
+        match &self.account {
+            Some(account) => account.memory(),
+            None => {
+                self.state.with(|_| Ok(()))?;
+                Ok(StoreMemory {
+                    staged: self.uncommitted().0,
+                    ..StoreMemory::default()
+                })
+            }
+        }
     }
 
     fn spill_overlay(&mut self) -> Result<()> {
@@ -446,7 +556,11 @@ impl KeyValueStore {
             return Ok(());
         };
         if self.spill.is_none() {
-            self.spill = Some(Spill::open(path)?);
+            let config = match &self.rocks {
+                Some(config) => config.clone(),
+                None => RocksConfig::process_default()?,
+            };
+            self.spill = Some(Spill::open(path, &config)?);
         }
         if let Some(spill) = &self.spill {
             spill.absorb(&self.overlay)?;
@@ -459,6 +573,7 @@ impl KeyValueStore {
     fn discard_staged(&mut self) {
         self.overlay.clear();
         *self.batch.get_mut().unwrap_or_else(PoisonError::into_inner) = Some(WriteBatch::default());
+        self.settle_staged();
     }
 
     /// Writes `value` unless `key` has one; returns the existing value.
@@ -580,7 +695,7 @@ impl KeyValueStore {
             let mut found: Vec<Option<Option<Vec<u8>>>> = vec![None; keys.len()];
             for (i, key) in keys.iter().enumerate() {
                 match cache.as_ref().and_then(|c| c.get(key)) {
-                    Some(v) => found[i] = Some(v.map(<[u8]>::to_vec)),
+                    Some(v) => found[i] = Some(v),
                     None => missing.push(i),
                 }
             }
@@ -602,12 +717,21 @@ impl KeyValueStore {
         writes: &mut dyn Iterator<Item = Write<'_>>,
         offset: i64,
     ) -> Result<()> {
+        self.restore_writes(writes, offset)?;
+        self.relieve_memtables()
+    }
+
+    fn restore_writes(
+        &mut self,
+        writes: &mut dyn Iterator<Item = Write<'_>>,
+        offset: i64,
+    ) -> Result<()> {
         if !self.overlay.is_empty() || self.spill.is_some() {
             return Err(Error::InvalidState(
                 "a store with uncommitted writes cannot restore; recover first".into(),
             ));
         }
-        if let Some(cache) = &mut self.cache {
+        if let Some(cache) = &self.cache {
             cache.clear();
         }
         let mut offset_write = OffsetWrite {
@@ -631,6 +755,23 @@ impl KeyValueStore {
     /// Applies every uncommitted write and `offset` atomically. On error nothing is lost: the
     /// staged writes stay staged and the committed state is the previous one.
     pub fn commit(
+        &mut self,
+        offset: Option<i64>,
+        progress: &mut dyn FnMut(CommitProgress),
+    ) -> Result<()> {
+        self.commit_writes(offset, progress)?;
+        self.relieve_memtables()
+    }
+
+    /// Past the process's memtable share, flushes the largest memtables of any store.
+    fn relieve_memtables(&self) -> Result<()> {
+        match &self.account {
+            Some(account) => account.relieve_memtables(),
+            None => Ok(()),
+        }
+    }
+
+    fn commit_writes(
         &mut self,
         offset: Option<i64>,
         progress: &mut dyn FnMut(CommitProgress),
@@ -664,9 +805,10 @@ impl KeyValueStore {
             })?;
             *batch = Some(WriteBatch::default());
             let committed = self.overlay.take();
-            if let Some(cache) = &mut self.cache {
+            if let Some(cache) = &self.cache {
                 cache.refresh(committed);
             }
+            self.settle_staged();
             return Ok(());
         }
         self.spill_overlay()?;
@@ -677,7 +819,7 @@ impl KeyValueStore {
         spill.mark_commit(offset)?;
         // A spilled commit may overwrite any cached key; dropping the cache is cheaper than
         // finding them.
-        if let Some(cache) = &mut self.cache {
+        if let Some(cache) = &self.cache {
             cache.clear();
         }
         self.state
@@ -746,7 +888,8 @@ impl KeyValueStore {
             .with(|c| c.apply(&mut std::iter::empty(), Some(offset_write)))?;
         let committed = self.overlay.take();
         *self.batch.get_mut().unwrap_or_else(PoisonError::into_inner) = Some(WriteBatch::default());
-        match (self.spill.take(), &mut self.cache) {
+        self.settle_staged();
+        match (self.spill.take(), &self.cache) {
             (Some(spill), cache) => {
                 spill.destroy()?;
                 if let Some(cache) = cache {
@@ -756,7 +899,7 @@ impl KeyValueStore {
             (None, Some(cache)) => cache.refresh(committed),
             (None, None) => {}
         }
-        Ok(())
+        self.relieve_memtables()
     }
 
     /// Discards uncommitted writes. Returns whether the committed state is at `offset` or later
@@ -781,6 +924,8 @@ impl KeyValueStore {
     /// Discards uncommitted writes and closes; the next open sees the last commit.
     pub fn close(&mut self) -> Result<()> {
         self.discard_staged();
+        // Gives the budget back the staged bytes and the read cache.
+        self.account = None;
         if let Some(spill) = self.spill.take() {
             spill.destroy()?;
         }
@@ -799,7 +944,7 @@ impl KeyValueStore {
 fn with_known<R>(
     overlay: &Overlay,
     spill: &Option<Spill>,
-    cache: &Option<ReadCache>,
+    cache: Option<&Generations>,
     key: &[u8],
     f: impl FnOnce(Option<Option<&[u8]>>) -> R,
 ) -> Result<R> {
@@ -811,7 +956,7 @@ fn with_known<R>(
             return Ok(f(Some(v.as_deref())));
         }
     }
-    Ok(f(cache.as_ref().and_then(|c| c.get(key))))
+    Ok(f(cache.and_then(|c| c.get(key))))
 }
 
 /// `value` unless the TTL says it expired.

@@ -24,6 +24,7 @@ fn open(task: &Path, log_dir: &Path, max_uncommitted_bytes: usize) -> (LoggedSto
         max_uncommitted_bytes,
         offset_key: format!("{TOPIC}-0"),
         cache_max_bytes: 1 << 20,
+        rocks: None,
     };
     let (store, _) = KeyValueStore::open_rocksdb(
         "s",

@@ -27,6 +27,7 @@ fn options(retention_ms: i64, format: ValueFormat, ttl: Option<Ttl>) -> Segmente
             max_uncommitted_bytes: 1 << 20,
             offset_key: "app-w-changelog-0".into(),
             cache_max_bytes: 1 << 20,
+            rocks: None,
         },
         ttl,
     }

@@ -12,6 +12,7 @@ fn options(max_uncommitted_bytes: usize) -> StoreOptions {
         max_uncommitted_bytes,
         offset_key: OFFSET_KEY.into(),
         cache_max_bytes: 1 << 20,
+        rocks: None,
     }
 }
 

@@ -16,6 +16,7 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyTuple, PyType};
 
 use crate::errors::{guard, raise};
 use crate::logged::{log_config, logged_store_methods, Logged};
+use crate::memory::{rocks_config, store_memory_dict};
 use crate::progress::Progress;
 
 /// `(validity, offsets, data, null_count)` of an Arrow binary array built here.
@@ -159,7 +160,7 @@ logged_store_methods!(NativeKeyValueStore);
 impl NativeKeyValueStore {
     /// Opens a RocksDB store; returns the store and a dict of what opening found.
     #[staticmethod]
-    #[pyo3(signature = (name, path, spill_path, timestamped, transactional, max_uncommitted_bytes, cache_max_bytes, offset_key, progress=None, ttl_ms=None, ttl_wall_clock=false))]
+    #[pyo3(signature = (name, path, spill_path, timestamped, transactional, max_uncommitted_bytes, cache_max_bytes, offset_key, progress=None, ttl_ms=None, ttl_wall_clock=false, memory_max_bytes=None, rocksdb_config=None))]
     #[allow(clippy::too_many_arguments)]
     fn open_rocksdb<'py>(
         py: Python<'py>,
@@ -174,8 +175,11 @@ impl NativeKeyValueStore {
         progress: Option<Py<PyAny>>,
         ttl_ms: Option<i64>,
         ttl_wall_clock: bool,
+        memory_max_bytes: Option<usize>,
+        rocksdb_config: Option<String>,
     ) -> PyResult<(Self, Bound<'py, PyDict>)> {
         let ttl = ttl_of(ttl_ms, ttl_wall_clock)?;
+        let rocks = guard(|| rocks_config(memory_max_bytes, rocksdb_config.as_deref()))?;
         let format = if timestamped {
             ValueFormat::Timestamped
         } else {
@@ -186,6 +190,7 @@ impl NativeKeyValueStore {
             max_uncommitted_bytes,
             offset_key,
             cache_max_bytes,
+            rocks: Some(rocks),
         };
         let mut reporter = Progress::new(progress);
         let (inner, report) = py.detach(|| {
@@ -229,6 +234,7 @@ impl NativeKeyValueStore {
             max_uncommitted_bytes: usize::MAX,
             offset_key,
             cache_max_bytes: 0,
+            rocks: None,
         };
         let ttl = ttl_of(ttl_ms, ttl_wall_clock)?;
         Ok(Self {
@@ -254,6 +260,12 @@ impl NativeKeyValueStore {
     /// `(bytes staged in memory, whether staged writes spilled to disk)`.
     fn uncommitted(&self) -> (usize, bool) {
         self.logged.inner.store.uncommitted()
+    }
+
+    /// The store's memory and table files (`kstate.memory`).
+    fn memory<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let memory = guard(|| self.logged.inner.store.memory())?;
+        store_memory_dict(py, &memory)
     }
 
     fn get<'py>(

@@ -5,6 +5,7 @@ use pyo3::prelude::*;
 mod errors;
 mod key_value_store;
 mod logged;
+mod memory;
 mod partition;
 mod progress;
 mod rebalance;
@@ -60,7 +61,11 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add_function(function)?;
     }
     m.add_function(wrap_pyfunction!(spark_hash::spark_hash, m)?)?;
+    m.add_function(wrap_pyfunction!(memory::check_memory_config, m)?)?;
+    m.add_function(wrap_pyfunction!(memory::memory_budget_bounds, m)?)?;
+    m.add_function(wrap_pyfunction!(memory::process_memory, m)?)?;
     m.add_function(wrap_pyfunction!(upgrade::inspect_store, m)?)?;
     m.add_function(wrap_pyfunction!(upgrade::upgrade_store_to_timestamped, m)?)?;
+    m.add_function(wrap_pyfunction!(upgrade::summarize_store, m)?)?;
     Ok(())
 }

@@ -1,8 +1,10 @@
-//! Binds `kstate_core::upgrade` for `kstate.upgrade`: offline store-format upgrades.
+//! Binds `kstate_core::upgrade` and `inspect` for `kstate.upgrade` and `kstate inspect`: offline
+//! store-format upgrades, and what a store directory holds, read-only.
 
+use std::collections::HashMap;
 use std::path::Path;
 
-use kstate_core::upgrade;
+use kstate_core::{inspect, upgrade};
 use pyo3::prelude::*;
 
 use crate::errors::guard;
@@ -38,4 +40,14 @@ pub fn upgrade_store_to_timestamped(
     })?;
     reporter.finish()?;
     Ok(converted)
+}
+
+/// `(offsets as {name: value}, approximate entries)` of the store at `path`, read-only.
+#[pyfunction]
+pub fn summarize_store(py: Python<'_>, path: &str) -> PyResult<(HashMap<String, i64>, u64)> {
+    let found = py.detach(|| guard(|| inspect::summarize(Path::new(path))))?;
+    Ok((
+        found.offsets.into_iter().collect(),
+        found.approximate_entries,
+    ))
 }

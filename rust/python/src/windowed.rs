@@ -49,10 +49,22 @@ pub struct SegmentedConfig {
     pub offset_key: String,
     pub ttl_ms: Option<i64>,
     pub ttl_wall_clock: bool,
+    pub memory_max_bytes: Option<usize>,
+    pub rocksdb_config: Option<String>,
 }
 
 impl SegmentedConfig {
-    fn options(self) -> PyResult<SegmentedOptions> {
+    fn options(self, persistent: bool) -> PyResult<SegmentedOptions> {
+        let rocks = persistent
+            .then(|| {
+                guard(|| {
+                    crate::memory::rocks_config(
+                        self.memory_max_bytes,
+                        self.rocksdb_config.as_deref(),
+                    )
+                })
+            })
+            .transpose()?;
         Ok(SegmentedOptions {
             retention_ms: self.retention_ms,
             segment_interval: self.segment_interval,
@@ -66,6 +78,7 @@ impl SegmentedConfig {
                 max_uncommitted_bytes: self.max_uncommitted_bytes,
                 offset_key: self.offset_key,
                 cache_max_bytes: self.cache_max_bytes,
+                rocks,
             },
             ttl: ttl_of(self.ttl_ms, self.ttl_wall_clock)?,
         })
@@ -80,7 +93,7 @@ pub fn open_segmented<'py>(
     config: SegmentedConfig,
     progress: Option<Py<PyAny>>,
 ) -> PyResult<(SegmentedStore, Bound<'py, PyDict>)> {
-    let options = config.options()?;
+    let options = config.options(dir.is_some())?;
     let found = PyDict::new(py);
     let Some(dir) = dir else {
         return Ok((
@@ -259,6 +272,15 @@ macro_rules! segmented_store_methods {
 
             fn uncommitted(&self) -> (usize, bool) {
                 self.segments().uncommitted()
+            }
+
+            /// Memory and table files of every open segment together (`kstate.memory`).
+            fn memory<'py>(
+                &self,
+                py: pyo3::Python<'py>,
+            ) -> pyo3::PyResult<pyo3::Bound<'py, pyo3::types::PyDict>> {
+                let memory = crate::errors::guard(|| self.segments().memory())?;
+                crate::memory::store_memory_dict(py, &memory)
             }
 
             fn approximate_num_entries(&self) -> pyo3::PyResult<u64> {

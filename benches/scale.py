@@ -1,0 +1,205 @@
+"""State far larger than memory: one store of N keys (16-byte keys, 100-byte random values) under
+a 256 MiB memory budget, and the same workload on rocksdict with its defaults, each in a process
+of its own (RSS is the process's). Prints one markdown row per (library, N); benches/README.md.
+
+    .venv/bin/python benches/scale.py 1000000 10000000 50000000 [--dir /work/tmp]
+
+Workload: puts (keys in order, values cycling through 4,096 random ones) in batches of 100k
+keys (kstate: ``put_all``, then a commit every 100k keys, a micro-batch;
+rocksdict: a ``WriteBatch`` of 100k per write, which is its fastest write path), then 200k
+random point gets of present keys (kstate: ``get``, read cache on as by default), 200k of absent
+keys (where a Bloom filter counts) and a forward
+scan of 1M keys from a random start. Disk is the store directory once closed, RSS the peak
+(``VmHWM``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+BATCH = 100_000
+COMMIT_EVERY = 100_000
+GETS = 200_000
+SCAN = 1_000_000
+BUDGET = 256 << 20
+
+
+def _peak_rss() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _disk(path: str) -> int:
+    return sum(os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(path) for f in files)
+
+
+def _keys(start: int, end: int) -> list[bytes]:
+    return [b"key-%012d" % i for i in range(start, end)]
+
+
+# Values cycle through 4,096 random ones (400 KiB, more than a 4 KiB block): incompressible to
+# rocksdict's default compression without a value per key in memory.
+VALUES = [os.urandom(100) for _ in range(4096)]
+
+
+def _values(start: int, end: int) -> list[bytes]:
+    return [VALUES[i % 4096] for i in range(start, end)]
+
+
+def run_kstate(n: int, where: str, rocksdb_options: dict | None = None) -> dict:
+    from kstate import Stores
+
+    builder = Stores.key_value_store_builder(Stores.persistent_key_value_store("scale"), "bytes", "bytes")
+    config = {"statestore.memory.max.bytes": BUDGET, "rocksdb.config.setter": rocksdb_options}
+    store = builder.with_config(config).build().init(f"{where}/app/0_0")
+    commits = []
+    started = time.perf_counter()
+    for start in range(0, n, BATCH):
+        end = min(n, start + BATCH)
+        store.put_all(_keys(start, end), _values(start, end))
+        if (start + BATCH) % COMMIT_EVERY == 0 or start + BATCH >= n:
+            began = time.perf_counter()
+            store.commit(changelog_offset=start)
+            commits.append(time.perf_counter() - began)
+    put_seconds = time.perf_counter() - started
+    rng = random.Random(1)
+    probes = [b"key-%012d" % rng.randrange(n) for _ in range(GETS)]
+    started = time.perf_counter()
+    for key in probes:
+        if store.get(key) is None:
+            raise SystemExit(f"{key!r} missing")
+    get_seconds = time.perf_counter() - started
+    absent = [b"key-%012dx" % rng.randrange(n) for _ in range(GETS)]
+    started = time.perf_counter()
+    if any(store.get(key) is not None for key in absent):
+        raise SystemExit("an absent key was found")
+    miss_seconds = time.perf_counter() - started
+    start = b"key-%012d" % rng.randrange(max(1, n - SCAN))
+    started = time.perf_counter()
+    with store.range(start, b"key-\xff") as rows:
+        scanned = sum(1 for _, _row in zip(range(SCAN), rows))
+    scan_seconds = time.perf_counter() - started
+    store.close()
+    return {
+        "put_rate": n / put_seconds,
+        "get_rate": GETS / get_seconds,
+        "miss_rate": GETS / miss_seconds,
+        "scan_rate": scanned / scan_seconds,
+        "commit_seconds": sum(commits) / len(commits),
+        "disk": _disk(f"{where}/app"),
+    }
+
+
+def run_rocksdict(n: int, where: str) -> dict:
+    from rocksdict import Options, Rdict, WriteBatch
+
+    db = Rdict(f"{where}/rocksdict", options=Options(raw_mode=True))
+    commits = []
+    started = time.perf_counter()
+    for start in range(0, n, BATCH):
+        batch = WriteBatch(raw_mode=True)
+        end = min(n, start + BATCH)
+        for key, value in zip(_keys(start, end), _values(start, end)):
+            batch.put(key, value)
+        began = time.perf_counter()
+        db.write(batch)
+        commits.append(time.perf_counter() - began)
+    put_seconds = time.perf_counter() - started
+    rng = random.Random(1)
+    probes = [b"key-%012d" % rng.randrange(n) for _ in range(GETS)]
+    started = time.perf_counter()
+    for key in probes:
+        if db.get(key) is None:
+            raise SystemExit(f"{key!r} missing")
+    get_seconds = time.perf_counter() - started
+    absent = [b"key-%012dx" % rng.randrange(n) for _ in range(GETS)]
+    started = time.perf_counter()
+    if any(db.get(key) is not None for key in absent):
+        raise SystemExit("an absent key was found")
+    miss_seconds = time.perf_counter() - started
+    start = b"key-%012d" % rng.randrange(max(1, n - SCAN))
+    started = time.perf_counter()
+    scanned = 0
+    for _ in db.items(from_key=start):
+        scanned += 1
+        if scanned == SCAN:
+            break
+    scan_seconds = time.perf_counter() - started
+    db.close()
+    return {
+        "put_rate": n / put_seconds,
+        "get_rate": GETS / get_seconds,
+        "miss_rate": GETS / miss_seconds,
+        "scan_rate": scanned / scan_seconds,
+        # rocksdict has no commit; its per-write of a 100k batch, scaled to the keys of a kstate commit
+        "commit_seconds": sum(commits) / len(commits) * (COMMIT_EVERY / BATCH),
+        "disk": _disk(f"{where}/rocksdict"),
+    }
+
+
+def child(library: str, n: int, where: str, options: str) -> None:
+    if library == "kstate":
+        result = run_kstate(n, where, json.loads(options) or None)
+    else:
+        result = run_rocksdict(n, where)
+    result["rss"] = _peak_rss()
+    print(json.dumps(result), flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("sizes", type=int, nargs="*")
+    parser.add_argument("--dir", default=None, help="where the stores go (default: a temporary directory)")
+    parser.add_argument("--library", choices=["kstate", "rocksdict"], action="append")
+    parser.add_argument(
+        "--kstate-options",
+        default="{}",
+        help='rocksdb.config.setter as JSON, e.g. \'{"block_based_table_factory": '
+        '{"filter_policy": "nullptr"}}\' (no Bloom filter)',
+    )
+    parser.add_argument("--child", nargs=4, metavar=("LIBRARY", "N", "DIR", "OPTIONS"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child[0], int(args.child[1]), args.child[2], args.child[3])
+        return
+    print(
+        "| library | keys | put keys/s | random get/s | absent get/s | scan rows/s | commit s (100k keys) "
+        "| disk GiB | peak RSS MiB |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for n in args.sizes:
+        for library in args.library or ["kstate", "rocksdict"]:
+            where = tempfile.mkdtemp(prefix=f"kstate-scale-{library}-", dir=args.dir)
+            try:
+                out = subprocess.run(
+                    [sys.executable, __file__, "--child", library, str(n), where, args.kstate_options],
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                ).stdout
+            finally:
+                shutil.rmtree(where, ignore_errors=True)
+            r = json.loads(out.strip().splitlines()[-1])
+            plain = library == "rocksdict" or args.kstate_options == "{}"
+            label = library if plain else f"kstate {args.kstate_options}"
+            print(
+                f"| {label} | {n:,} | {r['put_rate']:,.0f} | {r['get_rate']:,.0f} | {r['miss_rate']:,.0f} "
+                f"| {r['scan_rate']:,.0f} "
+                f"| {r['commit_seconds']:.2f} | {r['disk'] / 2**30:.2f} | {r['rss'] / 2**20:,.0f} |",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()

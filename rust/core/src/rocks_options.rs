@@ -1,0 +1,158 @@
+//! The RocksDB options of every store a process opens: tuned for state as Kafka Streams tunes
+//! its stores, bound to the process's memory budget, then the user's own options
+//! (`rocksdb.config.setter`, RocksDB's option string syntax) on top.
+//!
+//! Choices (Kafka Streams' `RocksDBStore` where it has one; `benches/README.md` measures them):
+//! - block cache and memtables: the budget's one LRU cache and write buffer manager; index and
+//!   filter blocks are kept in that cache (high priority, L0's pinned) so they count too;
+//! - a full Bloom filter of 10 bits per key (Kafka's `BloomFilter()`): a point read of an absent
+//!   key (the first read of every new key) skips the table's data blocks. Unlike Kafka, filters
+//!   stay on the last level too (no `optimize_filters_for_hits`), since misses are common;
+//! - 4 KiB blocks (Kafka's, RocksDB's default) and 16 MiB write buffers, at most 3 (Kafka's);
+//! - no compression (Kafka's default), SST format 5 (readable by Kafka Streams 3.x's RocksDB);
+//! - level compaction with dynamic level sizes (RocksDB's default): Kafka picks universal
+//!   compaction, which can need twice the store's size on disk while it compacts;
+//! - a process-wide bound on open table files (`memory_budget::PROCESS_TABLE_FILES`, shared by
+//!   the stores open when one opens: 16 to 1,024 per store), and RocksDB's info log at
+//!   error level (Kafka's log level) to stderr instead of a LOG file per store, so many stores
+//!   do not exhaust descriptors; memtable arena blocks of 64 KiB, so a store written a little
+//!   holds a little.
+
+use std::sync::Arc;
+
+use rocksdb::{BlockBasedOptions, DBCompressionType, InfoLogger, LogLevel, Options};
+
+use crate::error::{Error, Result};
+use crate::memory_budget::MemoryBudget;
+
+const BLOCK_BYTES: usize = 4 << 10;
+const BLOOM_BITS_PER_KEY: f64 = 10.0;
+const MAX_WRITE_BUFFERS: i32 = 3;
+const ARENA_BLOCK_BYTES: usize = 64 << 10;
+/// SST format 5, readable by the RocksDB of Kafka Streams 3.x (rocksdbjni 7.x) and of other
+/// bindings; the bundled RocksDB's default (7) is not.
+const FORMAT_VERSION: i32 = 5;
+
+/// How a process's stores configure RocksDB: its memory budget and the user's options.
+#[derive(Debug)]
+pub struct RocksConfig {
+    budget: Arc<MemoryBudget>,
+    /// `name=value;...` as RocksDB's `GetOptionsFromString` reads it.
+    user: Option<String>,
+}
+
+impl RocksConfig {
+    /// Checks `user` now (an unknown option or a bad value is `InvalidArgument`), so a store
+    /// fails before it writes anything.
+    pub fn new(budget: Arc<MemoryBudget>, user: Option<&str>) -> Result<Arc<Self>> {
+        let config = Self {
+            budget,
+            user: user
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned),
+        };
+        config.store_options()?;
+        Ok(Arc::new(config))
+    }
+
+    /// The process's budget at its current (or default) size, no user options.
+    pub fn process_default() -> Result<Arc<Self>> {
+        Self::new(MemoryBudget::process(None)?, None)
+    }
+
+    pub fn budget(&self) -> &Arc<MemoryBudget> {
+        &self.budget
+    }
+
+    /// Options of a store's database and of each of its column families.
+    pub fn store_options(&self) -> Result<Options> {
+        let mut options = self.shared_options();
+        let mut table = self.table_options();
+        table.set_bloom_filter(BLOOM_BITS_PER_KEY, false);
+        options.set_block_based_table_factory(&table);
+        match &self.user {
+            None => Ok(options),
+            Some(user) => options.get_options_from_string(user).map_err(|e| {
+                Error::InvalidArgument(format!(
+                    "rocksdb.config.setter: {} (options: {user:?})",
+                    e.into_string()
+                ))
+            }),
+        }
+    }
+
+    /// Options of a spill database (staged writes past the memory bound): the budget's cache
+    /// and write buffers, no filters (spills are read back in order, once).
+    pub fn spill_options(&self) -> Options {
+        let mut options = self.shared_options();
+        options.set_block_based_table_factory(&self.table_options());
+        options
+    }
+
+    fn table_options(&self) -> BlockBasedOptions {
+        let mut table = BlockBasedOptions::default();
+        table.set_format_version(FORMAT_VERSION);
+        table.set_block_size(BLOCK_BYTES);
+        table.set_block_cache(self.budget.block_cache());
+        table.set_cache_index_and_filter_blocks(true);
+        table.set_cache_index_and_filter_blocks_with_high_priority(true);
+        table.set_pin_l0_filter_and_index_blocks_in_cache(true);
+        table
+    }
+
+    fn shared_options(&self) -> Options {
+        let mut options = Options::default();
+        options.create_if_missing(true);
+        options.create_missing_column_families(true);
+        // Kafka Streams' RocksDBStore stores values uncompressed; so do we, for speed and parity.
+        options.set_compression_type(DBCompressionType::None);
+        options.set_write_buffer_manager(self.budget.write_buffer_manager());
+        options.set_write_buffer_size(self.budget.store_write_buffer_bytes());
+        options.set_max_write_buffer_number(MAX_WRITE_BUFFERS);
+        options.set_max_open_files(self.budget.table_files_per_store());
+        // Errors to stderr rather than a LOG file per store: one descriptor less each.
+        options.set_info_logger(InfoLogger::new_stderr_logger(
+            LogLevel::Error,
+            Some("kstate rocksdb: "),
+        ));
+        // Memtables grow in blocks of this much (RocksDB: up to 1 MiB): each column family
+        // written (the offsets family at every commit) holds a block, which with many stores
+        // is most of the memtable share.
+        options.set_arena_block_size(ARENA_BLOCK_BYTES);
+        options
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn budget() -> Arc<MemoryBudget> {
+        MemoryBudget::new(64 << 20).unwrap()
+    }
+
+    #[test]
+    fn user_options_are_checked_when_the_config_is_made() {
+        assert!(RocksConfig::new(
+            budget(),
+            Some("max_open_files=64;write_buffer_size=8388608")
+        )
+        .is_ok());
+        assert!(RocksConfig::new(
+            budget(),
+            Some("block_based_table_factory={block_size=16384}")
+        )
+        .is_ok());
+        let unknown = RocksConfig::new(budget(), Some("no_such_option=1")).unwrap_err();
+        assert!(
+            matches!(&unknown, Error::InvalidArgument(m) if m.contains("no_such_option")),
+            "{unknown:?}"
+        );
+        let bad_value = RocksConfig::new(budget(), Some("max_open_files=many")).unwrap_err();
+        assert!(
+            matches!(bad_value, Error::InvalidArgument(_)),
+            "{bad_value:?}"
+        );
+    }
+}
