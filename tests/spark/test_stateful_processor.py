@@ -252,7 +252,9 @@ def changelog_files(root):
 def test_schema_evolution_reads_old_state_and_an_incompatible_change_fails_at_start(spark, work):
     from kstate.errors import StateSchemaError
 
-    for i in range(FILES):
+    # Files arrive as each query needs them: a query stopped after its batches cannot have run
+    # a file meant for the next one.
+    for i in range(2):
         write_file(work, i, file_rows(i))
     schema = "user string, category string, amount long"
     output = "user string, count long, categories long"
@@ -273,6 +275,7 @@ def test_schema_evolution_reads_old_state_and_an_incompatible_change_fails_at_st
     first = query(Counts("count int", "n int"), batches=2)
     assert first == out[:2]
     # Compatible: a nullable field added in front, int widened to long (values and map values).
+    write_file(work, 2, file_rows(2))
     second = query(Counts("note string, count long", "n long"), batches=1)
     assert second == out[2:]
     before = changelog_files(work / "changelog")
