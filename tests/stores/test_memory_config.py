@@ -3,6 +3,7 @@ store.metrics() / kstate.memory.memory_usage() report."""
 
 from __future__ import annotations
 
+import multiprocessing
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,13 @@ import pytest
 from kstate import Stores
 from kstate.errors import InvalidArgumentError
 from kstate.memory import memory_usage
+
+
+def in_fresh_process(fn, *args) -> None:
+    """Runs ``fn`` in a new interpreter, where the process's budget and its count of open stores
+    start from nothing (in this one, other tests' stores may still wait for the garbage collector)."""
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        pool.apply(fn, args)
 
 
 def kv(name: str = "s", config: dict | None = None):
@@ -59,6 +67,10 @@ def test_a_callable_naming_an_unknown_option_fails_at_open_with_nothing_written(
 
 
 def test_budget_numbers_as_strings_are_read_and_differing_values_refused(tmp_path: Path) -> None:
+    in_fresh_process(budget_numbers_as_strings_are_read_and_differing_values_refused, tmp_path)
+
+
+def budget_numbers_as_strings_are_read_and_differing_values_refused(tmp_path: Path) -> None:
     with kv("a", {"statestore.memory.max.bytes": str(512 << 20)}).build().init(tmp_path / "app" / "0_0"):
         assert memory_usage()["limit"] == 512 << 20
         with pytest.raises(InvalidArgumentError, match="one budget per process"):
@@ -70,6 +82,10 @@ def test_budget_numbers_as_strings_are_read_and_differing_values_refused(tmp_pat
 
 
 def test_metrics_count_staged_writes_read_cache_and_disk(tmp_path: Path) -> None:
+    in_fresh_process(metrics_count_staged_writes_read_cache_and_disk, tmp_path)
+
+
+def metrics_count_staged_writes_read_cache_and_disk(tmp_path: Path) -> None:
     with kv().build().init(tmp_path / "app" / "0_0") as store:
         store.put_all([f"k{i}" for i in range(10_000)], ["v" * 100] * 10_000)
         staged = store.metrics()["staged"]
