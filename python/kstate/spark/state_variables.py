@@ -79,9 +79,15 @@ def _check_ttl(ttl: Any) -> int | None:
     return ttl
 
 
+_ALREADY_PLAIN = frozenset({int, float, str, bool, bytes, type(None)})
+"""Exact types ``_plain`` returns as they are (the common case, checked first)."""
+
+
 def _plain(value: Any) -> Any:
     """A value as Spark stores it through a schema: rows and tuples as tuples, numpy scalars and
     pandas timestamps as Python values."""
+    if type(value) in _ALREADY_PLAIN:
+        return value
     if isinstance(value, tuple):
         return tuple(_plain(v) for v in value)
     if isinstance(value, list):
@@ -128,7 +134,7 @@ class TypedCodec:
         self._versioned = versioned
 
     def encode(self, value: Any) -> bytes:
-        fields = getattr(value, "__fields__", None)
+        fields = None if type(value) is tuple else getattr(value, "__fields__", None)
         if fields is not None and list(fields) != self._names and set(fields) == set(self._names):
             value = value.asDict()
             value = tuple(value[n] for n in self._names)
