@@ -181,9 +181,16 @@ def run(frame, checkpoint, batches=FILES, timeout=300):
         .trigger(processingTime="200 milliseconds")
         .start()
     )
+
+    def committed():
+        """Every output's batch is in the commit log (Spark reports a batch's progress after it), so
+        a query started again on the checkpoint does not replay the last one."""
+        progress = query.lastProgress
+        return len(outputs) >= batches and progress is not None and progress["batchId"] >= max(outputs)
+
     deadline = time.monotonic() + timeout
     try:
-        while len(outputs) < batches and query.exception() is None and time.monotonic() < deadline:
+        while not committed() and query.exception() is None and time.monotonic() < deadline:
             time.sleep(0.2)
     finally:
         query.stop()
