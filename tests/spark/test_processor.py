@@ -186,6 +186,42 @@ def test_rewritten_values_outlive_their_first_expiry(open_handle):
     assert value.get() == 2
 
 
+def test_values_read_ahead_for_many_keys_give_way_to_later_writes(open_handle):
+    state, handle = open_handle(0, names=("v", "w", TTL_INDEX))
+    value = handle.getValueState("v", ttlDurationMs=10)
+    for k in ("a", "b", "c"):
+        key(handle, k)
+        value.update(k)
+    state.commit()
+    state, handle = open_handle(1, names=("v", "w", TTL_INDEX), now=NOW + 5)
+    value, same = handle.getValueState("v", ttlDurationMs=10), handle.getValueState("v", ttlDurationMs=10)
+    other = handle.getValueState("w")
+    keys = [pickle.dumps((k,), protocol=4) for k in ("a", "b", "c", "new")]
+    handle._read_ahead_values(keys)
+    key(handle, "a")
+    assert value.get() == "a" and same.exists()
+    same.update("a2")
+    assert value.get() == "a2", "a write through any handle of the variable replaces the read-ahead value"
+    key(handle, "b")
+    value.clear()
+    assert not same.exists() and same.get() is None
+    key(handle, "new")
+    assert value.get() is None and other.get() is None
+    other.update(1)
+    assert other.get() == 1
+    handle._read_ahead_values([])
+    key(handle, "a")
+    assert value.get() == "a2"
+    state.commit()
+    state, handle = open_handle(2, names=("v", "w", TTL_INDEX), now=NOW + 10)
+    value = handle.getValueState("v", ttlDurationMs=10)
+    handle._read_ahead_values(keys)
+    key(handle, "c")
+    assert value.get() is None and not value.exists(), "a read-ahead value expires as a stored one"
+    key(handle, "a")
+    assert value.get() == "a2"
+
+
 def test_delete_if_exists_drops_every_key_of_a_variable(open_handle):
     state, handle = open_handle(0, names=("v", "old"))
     old = handle.getMapState("old")

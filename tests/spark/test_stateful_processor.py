@@ -181,9 +181,16 @@ def run(frame, checkpoint, batches=FILES, timeout=300):
         .trigger(processingTime="200 milliseconds")
         .start()
     )
+
+    def committed():
+        """Every output's batch is in the commit log (Spark reports a batch's progress after it), so
+        a query started again on the checkpoint does not replay the last one."""
+        progress = query.lastProgress
+        return len(outputs) >= batches and progress is not None and progress["batchId"] >= max(outputs)
+
     deadline = time.monotonic() + timeout
     try:
-        while len(outputs) < batches and query.exception() is None and time.monotonic() < deadline:
+        while not committed() and query.exception() is None and time.monotonic() < deadline:
             time.sleep(0.2)
     finally:
         query.stop()
@@ -221,6 +228,29 @@ def test_spark_processors_give_spark_results_on_kstate(spark, work):
         results[f"kstate {api}"] = run(frame, work / f"cp-kstate-{api}")
     for name, outputs in results.items():
         assert outputs == expected, name
+
+
+def test_a_query_restarted_on_its_checkpoint_continues_exactly(spark, work):
+    """Stopped after two batches and started again (a new processor, the same checkpoint and
+    state): the value, list and map state continue, TTL state stays expired, timers fire, the
+    initial state is not applied again."""
+    expected = reference(range(FILES))
+    schema = "user string, category string, amount long"
+    initial = initial_state(spark)
+
+    def query(batches):
+        frame = transform_with_state(
+            input_stream(spark, work, schema), ["user"], RowActivity(), OUTPUT, work / "state", work / "changelog",
+            "restarted", num_partitions=2, time_mode="ProcessingTime", api="row",
+            initial_state=initial.groupBy("user"), lock_timeout=60,
+        )  # fmt: skip
+        return run(frame, work / "cp", batches=batches)
+
+    for i in range(FILES - 1):
+        write_file(work, i, file_rows(i))
+    assert query(FILES - 1) == expected[: FILES - 1]
+    write_file(work, FILES - 1, file_rows(FILES - 1))
+    assert query(1) == expected[FILES - 1 :]
 
 
 class Counts(StatefulProcessor):

@@ -38,12 +38,17 @@ def group_bounds(table: pa.Table, keys: Sequence[str]) -> list[tuple[int, int]]:
 
 
 def iter_groups(
-    batches: Iterator[pa.RecordBatch], keys: Sequence[str], pandas: bool = False, rows: bool = False
+    batches: Iterator[pa.RecordBatch],
+    keys: Sequence[str],
+    pandas: bool = False,
+    rows: bool = False,
+    before: Callable[[list[tuple]], None] | None = None,
 ) -> Iterator[tuple[tuple, Any]]:
     """``(key tuple, rows)`` of every group in a partition's batches, in key order: an Arrow table
     per group, with ``pandas`` a ``pandas.DataFrame`` (index 0..n-1), with ``rows`` a list of
     ``pyspark.sql.Row``. The partition converts to pandas (or Python rows) once, and groups are
-    slices of it."""
+    slices of it. ``before(every key)`` is called once before the first group (to read state
+    for all of them at once)."""
     collected = list(batches)
     if not collected:
         return  # a partition without input (Spark still runs its task)
@@ -54,8 +59,12 @@ def iter_groups(
     key_columns = [table.column(k) for k in keys]
     frame = table.to_pandas() if pandas else None
     every_row = python_rows(table) if rows else None
-    for start, length in group_bounds(table, keys):
-        key = tuple(column[start].as_py() for column in key_columns)
+    bounds = group_bounds(table, keys)
+    starts = pa.array([start for start, _ in bounds], pa.int64())
+    group_keys = list(zip(*(column.take(starts).to_pylist() for column in key_columns)))
+    if before is not None:
+        before(group_keys)
+    for key, (start, length) in zip(group_keys, bounds):
         if every_row is not None:
             yield key, every_row[start : start + length]
         elif frame is None:

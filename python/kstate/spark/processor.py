@@ -253,13 +253,21 @@ def transform_with_state(
             from kstate.spark.initial_state import read_initial_state
 
             initial = read_initial_state(initial_dir, stores.partition, keys, pandas)
+        pickled_keys: list[bytes] = []
+
+        def read_ahead(group_keys: list[tuple]) -> None:
+            pickled_keys.extend(_pickled(key) for key in group_keys)
+            handle._read_ahead_values(pickled_keys)
+
         try:
-            for key, group in iter_groups(batches, keys, pandas=pandas, rows=not pandas):
-                handle._set_key(_pickled(key))
+            groups = iter_groups(batches, keys, pandas=pandas, rows=not pandas, before=read_ahead)
+            for index, (key, group) in enumerate(groups):
+                handle._set_key(pickled_keys[index])  # read_ahead has pickled every key by now
                 if initial:
                     _apply_initial_state(processor, key, initial.pop(key, None), timer_values, pandas)
                 for result in processor.handleInputRows(key, iter(group if not pandas else [group]), timer_values):
                     yield from output.add(result)
+            handle._read_ahead_values([])
             for key, rows in initial.items():
                 handle._set_key(_pickled(key))
                 _apply_initial_state(processor, key, rows, timer_values, pandas)

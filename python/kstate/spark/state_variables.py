@@ -79,9 +79,15 @@ def _check_ttl(ttl: Any) -> int | None:
     return ttl
 
 
+_ALREADY_PLAIN = frozenset({int, float, str, bool, bytes, type(None)})
+"""Exact types ``_plain`` returns as they are (the common case, checked first)."""
+
+
 def _plain(value: Any) -> Any:
     """A value as Spark stores it through a schema: rows and tuples as tuples, numpy scalars and
     pandas timestamps as Python values."""
+    if type(value) in _ALREADY_PLAIN:
+        return value
     if isinstance(value, tuple):
         return tuple(_plain(v) for v in value)
     if isinstance(value, list):
@@ -128,7 +134,7 @@ class TypedCodec:
         self._versioned = versioned
 
     def encode(self, value: Any) -> bytes:
-        fields = getattr(value, "__fields__", None)
+        fields = None if type(value) is tuple else getattr(value, "__fields__", None)
         if fields is not None and list(fields) != self._names and set(fields) == set(self._names):
             value = value.asDict()
             value = tuple(value[n] for n in self._names)
@@ -218,12 +224,21 @@ class ValueState(_Variable):
         super().__init__(handle, name, ttl_ms)
         self._codec = codec
 
+    def _stored(self) -> bytes | None:
+        """The current key's stored value: read ahead for every key of the input
+        (``StatefulProcessorHandle._read_ahead``) until the key's first write, else from the store."""
+        key = self._handle._current_key
+        read_ahead = self._handle._read_ahead.get(self._name)
+        if read_ahead is not None and key in read_ahead:
+            return read_ahead[key]
+        return self._store.get(key)
+
     def exists(self) -> bool:
-        return self._live(self._store.get(self._handle._current_key))
+        return self._live(self._stored())
 
     def get(self) -> Any:
         """The value, or ``None`` if there is none (or it expired)."""
-        stored = self._store.get(self._handle._current_key)
+        stored = self._stored()
         if stored is None or _EXPIRY.unpack_from(stored)[0] <= self._handle._now_ms:
             return None
         return self._codec.decode(stored, 8)
@@ -231,11 +246,18 @@ class ValueState(_Variable):
     def update(self, newValue: Any) -> None:  # noqa: N803
         _require_value(newValue, self._name)
         expiry = self._expiry()
+        self._forget_read_ahead()
         self._store.put(self._handle._current_key, _EXPIRY.pack(expiry) + self._codec.encode(newValue))
         self._index(expiry, b"")
 
     def clear(self) -> None:
+        self._forget_read_ahead()
         self._store.delete(self._handle._current_key)
+
+    def _forget_read_ahead(self) -> None:
+        read_ahead = self._handle._read_ahead.get(self._name)
+        if read_ahead is not None:
+            read_ahead.pop(self._handle._current_key, None)
 
 
 class ListState(_Variable):
@@ -379,12 +401,25 @@ class StatefulProcessorHandle:
         self.declared: dict[str, Declared] = {}
         self._ttl_names: dict[str, bytes] = {}
         self._ttl_store: Any = None
+        self._read_ahead: dict[str, dict[bytes, bytes | None]] = {}
+        """Per value-state variable, stored values read for many keys at once (``_read_ahead``)."""
         self._current_key = b""
         self._current_prefix = key_prefix(b"")
 
     def _set_key(self, pickled_key: bytes) -> None:
         self._current_key = pickled_key
         self._current_prefix = key_prefix(pickled_key)
+
+    def _read_ahead_values(self, pickled_keys: list[bytes]) -> None:
+        """Reads every value-state variable's values of ``pickled_keys`` with one ``get_many``
+        each, for ``get`` / ``exists`` to take instead of one store read per call; a key's
+        update or clear drops its read-ahead value. An empty list drops them all."""
+        self._read_ahead = {}
+        if not pickled_keys or self._stores is None:
+            return
+        for name, declared in self.declared.items():
+            if declared.kind == "value":
+                self._read_ahead[name] = dict(zip(pickled_keys, self._stores[name].get_many(pickled_keys)))
 
     def _declare(self, name: Any, kind: str, ttl: Any, schema: Any, key_schema: Any = None) -> tuple[str, int | None]:
         name = _check_name(name)
@@ -444,6 +479,7 @@ class StatefulProcessorHandle:
         name = _check_name(stateName)
         if name not in self.declared:
             self.declared[name] = Declared("deleted")
+        self._read_ahead.pop(name, None)
         if self._stores is None:
             return
         store = self._stores[name]
