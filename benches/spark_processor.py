@@ -24,18 +24,18 @@ parent prints the markdown tables of benches/README.md.
 
 from __future__ import annotations
 
-import argparse
 import collections
 import hashlib
 import json
 import os
 import random
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from spark_modes import run_modes
 
 MODES = ("kstate_row", "kstate_pandas", "spark_row", "spark_pandas")
 CATEGORIES = 5
@@ -296,53 +296,11 @@ def table(results: list[dict]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--modes", default=",".join(MODES))
-    parser.add_argument("--files", type=int, default=4)
-    parser.add_argument("--rows", type=int, default=100_000)
-    parser.add_argument("--keys", type=int, default=20_000)
-    parser.add_argument("--repeat", type=int, default=3, help="runs of each mode under a minute; the median counts")
-    parser.add_argument("--one", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.one:
-        print(json.dumps(run_mode(args.one, args.files, args.rows, args.keys)))
-        return
-    runs: dict[str, list[dict]] = {}
-    modes = args.modes.split(",")
-    for round_ in range(args.repeat):
-        for mode in modes:
-            if round_ and (mode not in runs or runs[mode][0]["seconds"] > 60):
-                continue  # the slow modes are many times off; one run tells
-            result = run_one(mode, args)
-            if result is not None:
-                runs.setdefault(mode, []).append(result)
-    medians = [sorted(runs[m], key=lambda r: r["seconds"])[len(runs[m]) // 2] for m in modes if m in runs]
-    print(table(medians))
-    print()
-    print("runs (seconds): " + "; ".join(f"{m} " + ", ".join(f"{r['seconds']:.1f}" for r in runs[m]) for m in runs))
+    runs = run_modes(__file__, __doc__, MODES, 20_000, run_mode, table)
     digests = {r["digest"] for rs in runs.values() for r in rs}
     wrong = [m for m, rs in runs.items() for r in rs if not r["matches_reference"]]
-    if len(digests) != 1 or wrong or len(runs) != len(modes):
-        sys.exit(f"results differ or a mode failed: digests {sorted(digests)}, not the reference: {wrong}")
-
-
-def run_one(mode: str, args: argparse.Namespace) -> dict | None:
-    command = [sys.executable, __file__, "--one", mode, "--files", str(args.files), "--rows", str(args.rows)]
-    command += ["--keys", str(args.keys)]
-    print(f"[bench] {mode} ...", file=sys.stderr, flush=True)
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        print(f"[bench] {mode} failed:\n{done.stderr[-3000:]}", file=sys.stderr)
-        return None
-    result = json.loads(lines[-1])
-    print(
-        f"[bench] {mode}: {result['seconds']:.1f} s, {result['rows_per_s']:,.0f} rows/s, "
-        f"equals reference: {result['matches_reference']}",
-        file=sys.stderr,
-        flush=True,
-    )
-    return result
+    if len(digests) != 1 or wrong:
+        sys.exit(f"results differ: digests {sorted(digests)}, not the reference: {wrong}")
 
 
 if __name__ == "__main__":
