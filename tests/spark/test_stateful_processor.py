@@ -212,13 +212,14 @@ def test_spark_processors_give_spark_results_on_kstate(spark, work):
             ),
             work / "cp-spark-pandas",
         ),
-        "spark row": run(
+    }
+    if hasattr(grouped, "transformWithState"):  # Spark's Row API is new in PySpark 4.1; kstate's runs on 4.0
+        results["spark row"] = run(
             grouped.transformWithState(
                 RowActivity(), OUTPUT, "Update", "ProcessingTime", initialState=initial.groupBy("user")
             ),
             work / "cp-spark-row",
-        ),
-    }
+        )
     for api, processor in (("pandas", PandasActivity()), ("row", RowActivity())):
         frame = transform_with_state(
             input_stream(spark, work, schema), ["user"], processor, OUTPUT, work / f"state-{api}",
