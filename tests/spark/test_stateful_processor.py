@@ -314,3 +314,26 @@ def test_schema_evolution_reads_old_state_and_an_incompatible_change_fails_at_st
         with pytest.raises(StateSchemaError, match="changed type"):
             query(incompatible, batches=1, checkpoint="cp-bad")
     assert changelog_files(work / "changelog") == before, "a refused query touches nothing"
+
+
+def test_spark_defaults_aqe_and_200_shuffle_partitions_give_the_reference(spark, work):
+    """Spark's defaults (AQE on, 200 shuffle partitions) with an advisory size far below a batch,
+    num_partitions unset: kstate picks and records the count, routes the initial state and every
+    batch with it, and the Row API's output (TTL, timers, initial state) is exactly the reference."""
+    for i in range(FILES):
+        write_file(work, i, file_rows(i))
+    saved = {k: spark.conf.get(k) for k in ("spark.sql.shuffle.partitions", "spark.sql.adaptive.enabled")}
+    spark.conf.set("spark.sql.shuffle.partitions", "200")
+    spark.conf.set("spark.sql.adaptive.enabled", "true")
+    spark.conf.set("spark.sql.adaptive.advisoryPartitionSizeInBytes", "1k")
+    try:
+        frame = transform_with_state(
+            input_stream(spark, work, "user string, category string, amount long"), ["user"], RowActivity(),
+            OUTPUT, work / "state", work / "changelog", "defaults", time_mode="ProcessingTime", api="row",
+            initial_state=initial_state(spark).groupBy("user"), lock_timeout=60,
+        )  # fmt: skip
+        assert run(frame, work / "cp") == reference(range(FILES))
+    finally:
+        for key, value in saved.items():
+            spark.conf.set(key, value)
+        spark.conf.unset("spark.sql.adaptive.advisoryPartitionSizeInBytes")
