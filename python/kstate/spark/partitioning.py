@@ -26,9 +26,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from kstate.errors import InvalidArgumentError, MisroutedRowsError, PartitioningChangedError
@@ -136,24 +135,15 @@ class Partitioning:
             raise CorruptedDataError(f"partitioning record {seq} is not a record: {error}") from None
 
 
-class PartitioningLog:
-    """The records of one application's partitioning, in ``<application_id>-kstate-partitioning``
-    beside its changelogs (a ``RecordLog``). The highest ``seq`` is current."""
+class PartitioningLog(RecordLog):
+    """The records of one application's partitioning, beside its changelogs. The highest ``seq``
+    is current."""
 
-    def __init__(
-        self,
-        changelog_dir: Path,
-        application_id: str,
-        changelog_url: str | None = None,
-        storage_options: Mapping[str, Any] | None = None,
-    ):
-        name = f"{application_id}-kstate-partitioning"
-        self._records = RecordLog(name, changelog_dir, changelog_url, storage_options)
-        self.location = self._records.location
+    suffix = "kstate-partitioning"
 
     def current(self) -> Partitioning | None:
         """The current record; ``None`` before the application's first one."""
-        latest = self._records.latest()
+        latest = self.latest()
         return None if latest is None else Partitioning.from_bytes(latest[1], latest[0])
 
     def append(self, record: Partitioning) -> Partitioning:
@@ -161,7 +151,7 @@ class PartitioningLog:
         create: of two writers one wins, the other gets ``FileExistsError``)."""
         current = self.current()
         record = replace(record, seq=0 if current is None else current.seq + 1, time_ms=time.time_ns() // 1_000_000)
-        self._records.create(record.seq, record.to_bytes())
+        self.create(record.seq, record.to_bytes())
         return record
 
     def establish(self, wanted: Partitioning) -> Partitioning:

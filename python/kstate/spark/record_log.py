@@ -21,17 +21,22 @@ _RECORD_NAME = re.compile(r"^(\d{20})\.json$")
 
 
 class RecordLog:
+    """An application's log named ``<application_id>-<suffix>``; subclasses name the suffix and
+    read and write their records through ``latest`` and ``create``."""
+
+    suffix: str
+
     def __init__(
         self,
-        name: str,
         changelog_dir: Path,
+        application_id: str,
         changelog_url: str | None = None,
         storage_options: Mapping[str, Any] | None = None,
     ):
-        self.name = name
+        self.name = f"{application_id}-{self.suffix}"
         self._store = None if changelog_url is None else ObjectStore(changelog_url, storage_options)
-        self._directory = changelog_dir / name
-        self.location = f"{changelog_url}/{name}" if changelog_url else str(self._directory)
+        self._directory = changelog_dir / self.name
+        self.location = f"{changelog_url}/{self.name}" if changelog_url else str(self._directory)
 
     def _names(self) -> list[str]:
         if self._store is not None:

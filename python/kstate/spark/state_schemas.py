@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from kstate.errors import StateSchemaError
@@ -59,23 +58,13 @@ class SchemaRecord:
     seq: int = -1
 
 
-class SchemaLog:
-    """The schema records of one application, in ``<application_id>-kstate-state-schemas`` beside
-    its changelogs (a ``RecordLog``)."""
+class SchemaLog(RecordLog):
+    """The schema records of one application, beside its changelogs."""
 
-    def __init__(
-        self,
-        changelog_dir: Path,
-        application_id: str,
-        changelog_url: str | None = None,
-        storage_options: Mapping[str, Any] | None = None,
-    ):
-        name = f"{application_id}-kstate-state-schemas"
-        self._records = RecordLog(name, changelog_dir, changelog_url, storage_options)
-        self.location = self._records.location
+    suffix = "kstate-state-schemas"
 
     def current(self) -> SchemaRecord | None:
-        latest = self._records.latest()
+        latest = self.latest()
         if latest is None:
             return None
         seq, raw = latest
@@ -90,7 +79,7 @@ class SchemaLog:
         makes this raise ``FileExistsError``)."""
         record = SchemaRecord(dict(variables), 0 if after is None else after.seq + 1)
         body = {"format": FORMAT_VERSION, "variables": {n: v.to_json() for n, v in record.variables.items()}}
-        self._records.create(record.seq, json.dumps(body, sort_keys=True, indent=1).encode())
+        self.create(record.seq, json.dumps(body, sort_keys=True, indent=1).encode())
         return record
 
 
