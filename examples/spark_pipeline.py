@@ -238,7 +238,10 @@ def main() -> None:
         want_totals, want_windows = reference()
         got_totals = {r.key: (r.value, r.timestamp) for r in totals.itertuples()}
         got_windows = {(r.key, r.start): r.value for r in windows.itertuples()}
-        time.sleep(1)  # progress events reach the listener asynchronously
+        batches = {(p["runId"], p["batchId"]) for p in progress}
+        deadline = time.monotonic() + 30  # progress events reach the listener asynchronously
+        while not batches <= {(r.run_id, r.batch_id) for r in kstate_progress} and time.monotonic() < deadline:
+            time.sleep(0.1)
         rows = sum(p["numInputRows"] for p in progress)
         seconds = sum(p["durationMs"].get("triggerExecution", 0) for p in progress) / 1000
         print()

@@ -6,6 +6,7 @@ per task, so a killed task is retried as on a cluster."""
 
 import collections
 import datetime
+import json
 import os
 import shutil
 import signal
@@ -121,6 +122,50 @@ def test_a_lost_state_dir_is_restored_from_the_changelog(spark, work):
     add_files(work, range(2, 4))
     run_query(spark, work, backend_of(work).map_in_arrow(running_count), outputs)
     assert outputs == reference(range(4))
+
+
+def reported_batches(spark, work, backend, wait=True):
+    """Runs the query over the files not yet processed with ``backend``'s progress reports on;
+    returns (run id, batch id) of every batch Spark reported (``wait``: once kstate's reports
+    have them)."""
+    backend.report_progress(spark)
+    counted = input_stream(spark, work).repartition(2, "key").mapInArrow(backend.map_in_arrow(running_count), SCHEMA)
+    query = (
+        counted.writeStream.foreachBatch(counts_into({}))
+        .option("checkpointLocation", str(work / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    batches = {(str(p["runId"]), p["batchId"]) for p in map(json.loads, (p.json for p in query.recentProgress))}
+    deadline = time.monotonic() + (30 if wait else 0)  # progress events reach listeners asynchronously
+    while not batches <= {(r.run_id, r.batch_id) for r in backend.progress} and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return batches
+
+
+def test_progress_reports_each_batch_with_its_own_tasks_whenever_its_event_arrives(spark, work):
+    """Each batch's report holds its own tasks' restores and commits, keyed by query run and batch:
+    not what happened between two listener events (which arrive late, and interleave with the
+    next query's start)."""
+    backend = backend_of(work)
+    add_files(work, range(2))
+    first = reported_batches(spark, work, backend)
+    backend.release_local_state([0, 1])
+    shutil.rmtree(work / "state")
+    add_files(work, range(2, 4))
+    second = reported_batches(spark, work, backend, wait=False)
+    add_files(work, range(4, 5))  # the next query starts before the last one's events arrive
+    third = reported_batches(spark, work, backend)
+    batches = first | second | third
+    reports = {(r.run_id, r.batch_id): r for r in backend.progress}
+    assert batches <= set(reports), "every batch Spark reported has kstate's report"
+    assert {reports[b].tasks for b in batches} == {2}, "both partitions' tasks, once each"
+    assert all(reports[b].commit_seconds > 0 and reports[b].max_rss > 0 for b in batches)
+    restored = {b: reports[b].restored_records for b in batches}
+    (restoring,) = [b for b in second if b[1] == min(batch for _, batch in second)]
+    assert restored[restoring] > 0, "the lost state was restored in the second run's first batch"
+    assert sum(restored.values()) == restored[restoring], restored
 
 
 WINDOW_MS = 60_000

@@ -379,7 +379,7 @@ class StateBackend:
             state.timings.commit,
         )
         if self._metrics is not None:
-            self._metrics.add(state.timings)
+            self._metrics.add(state.task, state.timings)
         if self.on_task is not None:
             self.on_task(state.task, state.timings)
 

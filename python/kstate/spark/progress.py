@@ -1,6 +1,7 @@
 """kstate's work per micro-batch in a streaming query's progress: what the tasks spent restoring,
-rolling back, opening and committing, summed over a batch's tasks through Spark accumulators
-and reported with each progress event of the query (``StateBackend.report_progress``)."""
+rolling back, opening and committing, summed over a batch's tasks through a Spark accumulator
+keyed by query run and batch, and reported with the batch's progress event
+(``StateBackend.report_progress``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
     from kstate.spark.exactly_once import Timings
+    from kstate.spark.task import TaskInfo
 
 log = logging.getLogger("kstate.spark")
 
@@ -31,61 +33,69 @@ class BatchProgress:
     """The largest memory budget use of a worker after a commit (``kstate.memory.memory_usage``)."""
     max_rss: int = 0
     max_open_files: int = 0
+    run_id: str | None = None
+    """The streaming query run the batch belongs to (``StreamingQueryProgress.runId``)."""
 
 
-class MaxParam:
-    """An accumulator keeping the largest value added (Spark's `AccumulatorParam` interface)."""
+_SUMS = ("tasks", "open", "commit", "restore", "restored_records", "rolled_back_batches", "state_disk_bytes")
+_MAXIMA = ("memory_in_use", "rss", "open_files")
 
-    def zero(self, value: int) -> int:
-        return 0
 
-    def addInPlace(self, value1: int, value2: int) -> int:  # noqa: N802
-        return max(value1, value2)
+class BatchSumsParam:
+    """An accumulator of ``{(run id, batch id): [sums..., maxima...]}`` (Spark's
+    ``AccumulatorParam`` interface): each task adds its batch's row, so a batch's totals do not
+    depend on when its progress event reaches the driver (events are delivered asynchronously,
+    queries may run side by side)."""
+
+    def zero(self, value: dict) -> dict:
+        return {}
+
+    def addInPlace(self, value1: dict, value2: dict) -> dict:  # noqa: N802
+        for key, row in value2.items():
+            old = value1.get(key)
+            if old is None:
+                value1[key] = list(row)
+                continue
+            for i in range(len(_SUMS)):
+                old[i] += row[i]
+            for i in range(len(_SUMS), len(row)):
+                old[i] = max(old[i], row[i])
+        return value1
 
 
 class TaskMetrics:
-    """Accumulators the tasks add their ``Timings`` to; created on the driver."""
+    """An accumulator the tasks add their ``Timings`` to, by query run and batch; created on the driver."""
 
     def __init__(self, spark_context: Any):
-        self._tasks = spark_context.accumulator(0)
-        self._sums = {
-            "open": spark_context.accumulator(0.0),
-            "commit": spark_context.accumulator(0.0),
-            "restore": spark_context.accumulator(0.0),
-            "restored_records": spark_context.accumulator(0),
-            "rolled_back_batches": spark_context.accumulator(0),
-            "state_disk_bytes": spark_context.accumulator(0),
-        }
-        maxima = ("memory_in_use", "rss", "open_files")
-        self._maxima = {name: spark_context.accumulator(0, MaxParam()) for name in maxima}
+        self._batches = spark_context.accumulator({}, BatchSumsParam())
 
-    def add(self, timings: Timings) -> None:
-        """In a task: adds its timings."""
-        self._tasks.add(1)
-        for name, accumulator in {**self._sums, **self._maxima}.items():
-            accumulator.add(getattr(timings, name))
+    def add(self, task: TaskInfo, timings: Timings) -> None:
+        """In a task: adds its timings to its batch's."""
+        if task.run_id is None:
+            return  # not a streaming query's task: no progress event will ask for it
+        row = [1] + [getattr(timings, name) for name in _SUMS[1:] + _MAXIMA]
+        self._batches.add({(task.run_id, task.batch_id): row})
 
-    def totals(self) -> dict[str, float]:
-        """On the driver: the sums so far."""
-        return {"tasks": self._tasks.value, **{name: acc.value for name, acc in self._sums.items()}}
+    def take(self, run_id: str, batch_id: int) -> dict[str, float]:
+        """On the driver: the batch's totals, forgotten once taken (zeros for a batch no kstate task ran in)."""
+        row = self._batches.value.pop((run_id, batch_id), None) or [0] * (len(_SUMS) + len(_MAXIMA))
+        return dict(zip(_SUMS + _MAXIMA, row))
 
-    def maxima(self) -> dict[str, int]:
-        """On the driver: the largest values since the last call (then starts again from 0)."""
-        maxima = {name: acc.value for name, acc in self._maxima.items()}
-        for acc in self._maxima.values():
-            acc.value = 0
-        return maxima
+    def forget_run(self, run_id: str) -> None:
+        """On the driver: drops what a terminated run's batches left without a progress event (a failed batch)."""
+        batches = self._batches.value
+        for key in [key for key in batches if key[0] == run_id]:
+            batches.pop(key, None)
 
 
-def batch_listener(on_progress: Callable[[Any], None], on_started: Callable[[Any], None] | None = None) -> Any:
+def batch_listener(on_progress: Callable[[Any], None], on_terminated: Callable[[Any], None] | None = None) -> Any:
     """A ``StreamingQueryListener`` calling ``on_progress(event)`` after each micro-batch of the
-    session's streaming queries (and ``on_started(event)`` when one starts)."""
+    session's streaming queries (and ``on_terminated(event)`` when one stops)."""
     from pyspark.sql.streaming import StreamingQueryListener
 
     class Listener(StreamingQueryListener):
         def onQueryStarted(self, event: Any) -> None:  # noqa: N802
-            if on_started is not None:
-                on_started(event)
+            pass
 
         def onQueryProgress(self, event: Any) -> None:  # noqa: N802
             on_progress(event)
@@ -94,37 +104,32 @@ def batch_listener(on_progress: Callable[[Any], None], on_started: Callable[[Any
             pass
 
         def onQueryTerminated(self, event: Any) -> None:  # noqa: N802
-            pass
+            if on_terminated is not None:
+                on_terminated(event)
 
     return Listener()
 
 
 def progress_listener(metrics: TaskMetrics, reports: list[BatchProgress]) -> Any:
-    """A listener that turns the accumulators' growth between two progress events into the
+    """A listener that turns each progress event's batch (by query run and batch id) into the
     batch's ``BatchProgress``: appended to ``reports`` and logged."""
-    seen = [metrics.totals()]
-
-    def started(event: Any) -> None:
-        seen[0] = metrics.totals()
-        metrics.maxima()
 
     def progressed(event: Any) -> None:
-        now = metrics.totals()
-        delta = {name: now[name] - seen[0][name] for name in now}
-        seen[0] = now
-        maxima = metrics.maxima()
+        run_id, batch_id = str(event.progress.runId), event.progress.batchId
+        batch = metrics.take(run_id, batch_id)
         report = BatchProgress(
-            batch_id=event.progress.batchId,
-            tasks=int(delta["tasks"]),
-            restored_records=int(delta["restored_records"]),
-            restore_seconds=delta["restore"],
-            rolled_back_batches=int(delta["rolled_back_batches"]),
-            open_seconds=delta["open"],
-            commit_seconds=delta["commit"],
-            state_disk_bytes=int(delta["state_disk_bytes"]),
-            max_memory_in_use=maxima["memory_in_use"],
-            max_rss=maxima["rss"],
-            max_open_files=maxima["open_files"],
+            batch_id=batch_id,
+            tasks=int(batch["tasks"]),
+            restored_records=int(batch["restored_records"]),
+            restore_seconds=batch["restore"],
+            rolled_back_batches=int(batch["rolled_back_batches"]),
+            open_seconds=batch["open"],
+            commit_seconds=batch["commit"],
+            state_disk_bytes=int(batch["state_disk_bytes"]),
+            max_memory_in_use=int(batch["memory_in_use"]),
+            max_rss=int(batch["rss"]),
+            max_open_files=int(batch["open_files"]),
+            run_id=run_id,
         )
         reports.append(report)
         log.info(
@@ -145,4 +150,4 @@ def progress_listener(metrics: TaskMetrics, reports: list[BatchProgress]) -> Any
             report.max_open_files,
         )
 
-    return batch_listener(progressed, started)
+    return batch_listener(progressed, lambda event: metrics.forget_run(str(event.runId)))
