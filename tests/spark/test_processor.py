@@ -274,3 +274,41 @@ def test_timers_need_a_time_mode(open_handle):
     _, handle = open_handle(0, names=("v",))
     with pytest.raises(InvalidArgumentError, match="time_mode"):
         handle.registerTimer(5)
+
+
+def test_the_change_feed_follows_the_published_history_without_rolled_back_attempts():
+    """Batch 2 published, rolled back for a replay (an entry restating batch 1), then published
+    again: the change feed's history is 0, 1 and the replay of 2, each with the entry before it
+    (whose offsets start its records)."""
+    from kstate.spark import BatchEntry
+    from kstate.spark.state_reader import effective_history
+
+    log = [
+        BatchEntry(0, {"v": 3}),
+        BatchEntry(1, {"v": 5}, previous=0),
+        BatchEntry(2, {"v": 9}, previous=1),
+        BatchEntry(1, {"v": 12}, previous=0, restates=2),
+        BatchEntry(2, {"v": 15}, previous=3),
+    ]
+    entries = {i: BatchEntry(**{**e.__dict__, "position": i}) for i, e in enumerate(log)}
+    history = [(e.batch_id, e.position, None if b is None else b.position) for e, b in effective_history(entries)]
+    assert history == [(0, 0, None), (1, 1, 0), (2, 4, 3)]
+    assert effective_history({}) == []
+
+
+def test_grouping_keys_are_unpickled_as_plain_values_only():
+    import datetime
+    import os
+
+    from kstate.errors import ProcessorStateError
+    from kstate.spark.state_reader import plain_unpickle
+
+    key = ("a", 1, 2.5, b"x", True, None, datetime.date(2024, 1, 2), datetime.datetime.now(datetime.timezone.utc))
+    assert plain_unpickle(pickle.dumps(key, protocol=4)) == key
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, ("echo unpickled > /dev/null",))
+
+    with pytest.raises(ProcessorStateError, match="does not unpickle"):
+        plain_unpickle(pickle.dumps(("a", Evil()), protocol=4))

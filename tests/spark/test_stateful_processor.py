@@ -32,6 +32,9 @@ FILES = 3
 ROWS = 200
 INITIAL = {f"u{i}": (5, 50) for i in range(0, USERS, 7)}
 """Initial (count, total) of some users; ``init-only`` never sends input."""
+FAR = 10**13
+"""Each user keeps one processing-time timer at ``FAR + count``: it never fires, so the state
+reader finds it."""
 
 
 @pytest.fixture(scope="module")
@@ -85,6 +88,10 @@ class Activity:
         self.fleeting_map.updateValue(("x",), (True,))
         lasting = self.lasting.getValue(("batches",))
         self.lasting.updateValue(("batches",), ((lasting[0] if lasting else 0) + 1,))
+        for expiry in self.handle.listTimers():
+            if expiry >= FAR:
+                self.handle.deleteTimer(expiry)
+        self.handle.registerTimer(FAR + count)
         self.handle.registerTimer(timer_values.getCurrentProcessingTimeInMs())
         categories = ",".join(f"{c}:{n}" for (c,), (n,) in sorted(self.categories.iterator()))
         recent_text = ",".join(map(str, recent))
@@ -231,18 +238,20 @@ def test_spark_processors_give_spark_results_on_kstate(spark, work):
         assert outputs == expected, name
 
 
-def test_a_query_restarted_on_its_checkpoint_continues_exactly(spark, work):
+@pytest.mark.parametrize("api", ["row", "pandas"])
+def test_a_query_restarted_on_its_checkpoint_continues_exactly(spark, work, api):
     """Stopped after two batches and started again (a new processor, the same checkpoint and
     state): the value, list and map state continue, TTL state stays expired, timers fire, the
-    initial state is not applied again."""
+    initial state is not applied again; on both of kstate's APIs."""
     expected = reference(range(FILES))
     schema = "user string, category string, amount long"
     initial = initial_state(spark)
 
     def query(batches):
+        processor = RowActivity() if api == "row" else PandasActivity()
         frame = transform_with_state(
-            input_stream(spark, work, schema), ["user"], RowActivity(), OUTPUT, work / "state", work / "changelog",
-            "restarted", num_partitions=2, time_mode="ProcessingTime", api="row",
+            input_stream(spark, work, schema), ["user"], processor, OUTPUT, work / "state", work / "changelog",
+            "restarted", num_partitions=2, time_mode="ProcessingTime", api=api,
             initial_state=initial.groupBy("user"), lock_timeout=60,
         )  # fmt: skip
         return run(frame, work / "cp", batches=batches)
@@ -252,6 +261,165 @@ def test_a_query_restarted_on_its_checkpoint_continues_exactly(spark, work):
     assert query(FILES - 1) == expected[: FILES - 1]
     write_file(work, FILES - 1, file_rows(FILES - 1))
     assert query(1) == expected[FILES - 1 :]
+
+
+class KilledOnce(RowActivity):
+    """``RowActivity`` whose Python worker is killed (SIGKILL) once, in batch 1, after it wrote a
+    user's state and before the batch commits; plus a variable without a schema (pickled)."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def init(self, handle):
+        super().init(handle)
+        self.note = handle.getValueState("note")
+
+    def handleInputRows(self, key, rows, timerValues):  # noqa: N802, N803
+        import os
+        import signal
+
+        from pyspark import TaskContext
+
+        yield from super().handleInputRows(key, rows, timerValues)
+        self.note.update({"user": key[0], "count": self.totals.get()[0]})
+        batch = TaskContext.get().getLocalProperty("streaming.sql.batchId")
+        if batch == "1" and not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def reference_state(files):
+    """Every user's state after ``files``, as the processor keeps it: ``(count, total)``, the last
+    three amounts, per-category counts, batches seen (``lasting``), the users of the last batch
+    (``fleeting_*``: expired by the next batch, swept only then) and per batch the users with input."""
+    totals = {**INITIAL, "init-only": (1, 1)}
+    recent, categories, batches, per_batch = {}, collections.defaultdict(collections.Counter), {}, []
+    for index in files:
+        rows = file_rows(index)
+        for user, category, amount in zip(rows["user"], rows["category"], rows["amount"]):
+            count, total = totals.get(user, (0, 0))
+            totals[user] = (count + 1, total + amount)
+            recent[user] = (recent.get(user, []) + [amount])[-3:]
+            categories[user][category] += 1
+        per_batch.append(set(rows["user"]))
+        for user in per_batch[-1]:
+            batches[user] = batches.get(user, 0) + 1
+    return totals, recent, categories, batches, per_batch
+
+
+def test_a_killed_worker_then_the_state_read_back_typed_equal_the_reference(spark, work, tmp_path):
+    """A Python worker SIGKILLed mid-batch (value, list, map state, TTL, timers written, nothing
+    committed): the batch is retried, the output and the state are exactly the reference. Then
+    ``read_processor_state`` reads each variable typed (Spark's state reader shapes), the timers,
+    and the change feed between batches, checked against the reference; and again after batch 2
+    replayed (its state rolled back and redone: the change feed shows the replay only)."""
+    from kstate.spark import read_processor_state
+
+    for i in range(FILES):
+        write_file(work, i, file_rows(i))
+    marker = tmp_path / "killed"
+    schema = "user string, category string, amount long"
+
+    def query(batches):
+        frame = transform_with_state(
+            input_stream(spark, work, schema), ["user"], KilledOnce(marker), OUTPUT, work / "state",
+            work / "changelog", "killed", num_partitions=2, time_mode="ProcessingTime", api="row",
+            initial_state=initial_state(spark).groupBy("user"), lock_timeout=60,
+        )  # fmt: skip
+        return run(frame, work / "cp", batches=batches)
+
+    assert query(FILES) == reference(range(FILES))
+    assert marker.exists(), "the worker was killed"
+    totals, recent, categories, batches, per_batch = reference_state(range(FILES))
+
+    def read(**options):
+        return read_processor_state(spark, work / "changelog", "killed", state_dir=work / "state", **options)
+
+    frame = read(stateVarName="totals")
+    assert frame.schema.simpleString() == (
+        "struct<key:struct<user:string>,value:struct<count:bigint,total:bigint>,partition_id:int>"
+    )
+    rows = frame.collect()
+    assert {r.key.user: tuple(r.value) for r in rows} == totals
+    assert {r.partition_id for r in rows} == {0, 1}
+
+    nested = read(stateVarName="recent", flattenCollectionTypes="false").collect()
+    assert {r.key.user: [a for (a,) in r.list_value] for r in nested} == recent
+    flat = read(stateVarName="recent").collect()
+    assert sorted((r.key.user, r.value.amount) for r in flat) == sorted((u, a) for u, s in recent.items() for a in s)
+
+    flat = read(stateVarName="categories").collect()
+    assert {(r.key.user, r.user_map_key.category): r.user_map_value.n for r in flat} == {
+        (u, c): n for u, counted in categories.items() for c, n in counted.items()
+    }
+    nested = read(stateVarName="categories", flattenCollectionTypes=False).collect()
+    assert {r.key.user: {k.category: v.n for k, v in r.map_value.items()} for r in nested} == categories
+
+    # TTL: every value is struct<value, ttlExpirationMs>. The last batch's 1 ms values have expired
+    # but stay until the next batch sweeps them, as in Spark's reader; earlier ones were swept.
+    fleeting = read(stateVarName="fleeting_value")
+    assert (
+        fleeting.schema["value"].dataType.simpleString() == "struct<value:struct<seen:boolean>,ttlExpirationMs:bigint>"
+    )
+    rows = fleeting.collect()
+    assert {r.key.user for r in rows} == per_batch[-1]
+    assert all(r.value.value.seen and r.value.ttlExpirationMs < time.time() * 1000 for r in rows)
+    lasting = read(stateVarName="lasting").collect()
+    assert {r.key.user: r.user_map_value.value.n for r in lasting} == batches
+    assert all(r.user_map_value.ttlExpirationMs > time.time() * 1000 for r in lasting)
+
+    timers = read(readRegisteredTimers=True)
+    assert timers.columns == ["key", "expiration_timestamp_ms", "partition_id"]
+    assert {(r.key.user, r.expiration_timestamp_ms) for r in timers.collect()} == {
+        (u, FAR + totals[u][0]) for u in batches
+    }, "the timers due in each batch fired; each user's far one is left"
+
+    notes = read(stateVarName="note")
+    assert notes.schema["value"].dataType.simpleString() == "binary", "pickles stay bytes unless asked"
+    unpickled = read(stateVarName="note", unpickle=True).collect()
+    assert {r.key.user: r.value for r in unpickled} == {u: repr({"user": u, "count": totals[u][0]}) for u in batches}
+
+    def change_feed(name, start, end=None):
+        return read(stateVarName=name, readChangeFeed=True, changeStartBatchId=start, changeEndBatchId=end)
+
+    def expected_totals_feed(start):
+        running, out = {**INITIAL, "init-only": (1, 1)}, set()
+        for b in range(FILES):
+            rows = file_rows(b)
+            for user, amount in zip(rows["user"], rows["amount"]):
+                running[user] = (running.get(user, (0, 0))[0] + 1, running.get(user, (0, 0))[1] + amount)
+            if b >= start:
+                out |= {(b, "update", u, running[u]) for u in per_batch[b]}
+        return out
+
+    def check_feeds():
+        feed = change_feed("totals", 1)
+        assert feed.columns == ["batch_id", "change_type", "key", "value", "partition_id"]
+        assert {(r.batch_id, r.change_type, r.key.user, tuple(r.value)) for r in feed.collect()} == (
+            expected_totals_feed(1)
+        )
+        swept = {(r.batch_id, r.change_type, r.key.user) for r in change_feed("fleeting_value", 1, 2).collect()}
+        assert swept == {(b, "update", u) for b in (1, 2) for u in per_batch[b]} | {
+            (b, "delete", u) for b in (1, 2) for u in per_batch[b - 1] - per_batch[b]
+        }, "each batch rewrites its users' 1 ms values and its sweep deletes the earlier batch's others"
+        feed = change_feed("categories", 2, 2)
+        assert feed.columns == ["batch_id", "change_type", "key", "user_map_key", "user_map_value", "partition_id"]
+        assert {(r.key.user, r.user_map_key.category, r.user_map_value.n) for r in feed.collect()} == {
+            (u, c, categories[u][c])
+            for u in per_batch[2]
+            for c in {cat for user, cat in zip(file_rows(2)["user"], file_rows(2)["category"]) if user == u}
+        }
+
+    check_feeds()
+    # Batch 2's state committed but Spark's commit log lost it: it replays, rolled back and redone.
+    for entry in ("2", ".2.crc"):
+        (work / "cp" / "commits" / entry).unlink()
+    assert query(1) == reference(range(FILES))[2:]
+    check_feeds()
+    assert {r.key.user: tuple(r.value) for r in read(stateVarName="totals").collect()} == totals
+    assert {r.key.user: tuple(r.value) for r in read(stateVarName="totals", batchId=1).collect()} == (
+        reference_state(range(2))[0]
+    ), "the state as of batch 1"
 
 
 class Counts(StatefulProcessor):
