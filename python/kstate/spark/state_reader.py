@@ -6,13 +6,16 @@ Columns, as Spark's reader gives them for ``transformWithState`` (``key`` is a s
 grouping key's columns, ``partition_id`` the state partition):
 
 - value state: ``key``, ``value``, ``partition_id``;
-- list state: ``key``, ``value`` (one row per element), ``partition_id``; not flattened:
+- list state: ``key``, ``list_element`` (one row per element), ``partition_id``; not flattened:
   ``key``, ``list_value`` (an array), ``partition_id``;
 - map state: ``key``, ``user_map_key``, ``user_map_value``, ``partition_id``; not flattened:
   ``key``, ``map_value`` (a map), ``partition_id``;
 - timers (``readRegisteredTimers``): ``key``, ``expiration_timestamp_ms``, ``partition_id``;
 - change feed: ``batch_id``, ``change_type`` (``update`` / ``delete``, value null), ``key``,
-  ``value``, ``partition_id``; a map's: ``key``, ``user_map_key``, ``user_map_value``.
+  ``value``, ``partition_id``; a map's: ``key``, ``user_map_key``, ``user_map_value``; a list's:
+  ``key``, ``list_element`` (``append`` for each element written, ``delete`` for each removed).
+  Spark 4.3 names these columns so (``tests/spark/test_stateful_processor.py`` compares both
+  readers on the same processor); timers have no change feed, as in Spark.
 
 A variable declared with a schema has struct values of that schema (values written with an older
 schema read as the current one); with a TTL each value is ``struct<value, ttlExpirationMs>``, as
@@ -226,6 +229,8 @@ def read_processor_state(
         if recorded is None or recorded.kind == "deleted":
             raise InvalidArgumentError(f"no state variable {stateVarName!r}; the query's are {live}")
         variable = _Variable(stateVarName, recorded.kind, recorded.values, recorded.key, recorded.ttl, unpickle)  # type: ignore[arg-type]
+    if change_feed and timers:
+        raise InvalidArgumentError("timers have no change feed (readRegisteredTimers with readChangeFeed), as in Spark")
     if change_feed and url is not None:
         raise InvalidArgumentError("the change feed reads changelogs on a file system, not at a URL")
 
@@ -304,6 +309,8 @@ def _schema(variable: _Variable, key_type: Any, flatten: bool, change_feed: bool
         out = out.add("map_value", MapType(variable.user_key_type(), variable.value_type()))
     elif variable.kind == "list" and not flatten and not change_feed:
         out = out.add("list_value", ArrayType(variable.value_type()))
+    elif variable.kind == "list":
+        out = out.add("list_element", variable.value_type())
     else:
         out = out.add("value", variable.value_type())
     return out.add("partition_id", IntegerType())
@@ -391,7 +398,7 @@ def _change_feed(
     store = variable.name
     changelog = layout.changelog_partition_dir(store, partition)
     value_of = variable.value_decoder()
-    user_key_of = variable.user_key_decoder() if variable.kind in ("map", "list") else None
+    user_key_of = variable.user_key_decoder() if variable.kind == "map" else None
     for entry, before in effective_history(entries):
         if entry.batch_id < start or (end is not None and entry.batch_id > end):
             continue
@@ -422,10 +429,9 @@ def _change_feed(
             if variable.kind == "map":
                 assert user_key_of is not None
                 yield (entry.batch_id, change, key_decoder(pickled), user_key_of(store_key, at), value, partition)
-            elif variable.kind == "list":
-                yield (entry.batch_id, change, key_decoder(pickled), value, partition)
             else:
-                yield (entry.batch_id, change, key_decoder(pickled), time_of(store_key[at:]), partition)
+                change = "delete" if raw is None else "append"
+                yield (entry.batch_id, change, key_decoder(pickled), value, partition)
 
 
 def _records(batch: Any) -> Iterator[tuple[int, bytes, bytes | None]]:
