@@ -312,3 +312,30 @@ def test_grouping_keys_are_unpickled_as_plain_values_only():
 
     with pytest.raises(ProcessorStateError, match="does not unpickle"):
         plain_unpickle(pickle.dumps(("a", Evil()), protocol=4))
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({}, "stateVarName"),
+        ({"stateVarName": "v", "readRegisteredTimers": True}, "one of them"),
+        ({"stateVarName": "v", "readChangeFeed": "true"}, "changeStartBatchId"),
+        ({"stateVarName": "v", "readChangeFeed": True, "changeStartBatchId": 3, "changeEndBatchId": 2}, "smaller"),
+        ({"stateVarName": "v", "readChangeFeed": True, "changeStartBatchId": 1, "batchId": 1}, "together"),
+        ({"stateVarName": "v", "changeStartBatchId": 1}, "readChangeFeed=True"),
+        ({"stateVarName": "v", "flattenCollectionTypes": "yes"}, "boolean"),
+        ({"stateVarName": "v", "batchId": -1}, "batch id"),
+    ],
+)
+def test_state_reader_options_are_checked_as_spark_checks_them(tmp_path, options, message):
+    from kstate.spark import read_processor_state
+
+    with pytest.raises(InvalidArgumentError, match=message):
+        read_processor_state(None, tmp_path, "app", **options)
+
+
+def test_the_state_reader_names_a_missing_application(tmp_path):
+    from kstate.spark import read_processor_state
+
+    with pytest.raises(InvalidArgumentError, match="has the query run a batch"):
+        read_processor_state(None, tmp_path, "app", stateVarName="v")

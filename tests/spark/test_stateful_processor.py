@@ -307,29 +307,38 @@ def test_a_query_restarted_on_its_checkpoint_continues_exactly(spark, work, api)
     assert query(1) == expected[FILES - 1 :]
 
 
-class KilledOnce(RowActivity):
-    """``RowActivity`` whose Python worker is killed (SIGKILL) once, in batch 1, after it wrote a
-    user's state and before the batch commits; plus a variable without a schema (pickled)."""
+def kill_once(marker, batch):
+    """SIGKILLs this Python worker the first time it gets here in ``batch``."""
+    import os
+    import signal
 
-    def __init__(self, marker):
-        self.marker = str(marker)
+    from pyspark import TaskContext
+
+    if TaskContext.get().getLocalProperty("streaming.sql.batchId") == str(batch) and not os.path.exists(marker):
+        open(marker, "w").close()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class KilledOnce(RowActivity):
+    """``RowActivity`` whose Python worker is killed (SIGKILL) twice before its batch commits:
+    in batch 1 after a user's state was written, in batch 2 while timers fire; plus a variable
+    without a schema (pickled)."""
+
+    def __init__(self, markers):
+        self.markers = [str(m) for m in markers]
 
     def init(self, handle):
         super().init(handle)
         self.note = handle.getValueState("note")
 
     def handleInputRows(self, key, rows, timerValues):  # noqa: N802, N803
-        import os
-        import signal
-
-        from pyspark import TaskContext
-
         yield from super().handleInputRows(key, rows, timerValues)
         self.note.update({"user": key[0], "count": self.totals.get()[0]})
-        batch = TaskContext.get().getLocalProperty("streaming.sql.batchId")
-        if batch == "1" and not os.path.exists(self.marker):
-            open(self.marker, "w").close()
-            os.kill(os.getpid(), signal.SIGKILL)
+        kill_once(self.markers[0], 1)
+
+    def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):  # noqa: N802, N803
+        yield from super().handleExpiredTimer(key, timerValues, expiredTimerInfo)
+        kill_once(self.markers[1], 2)
 
 
 def reference_state(files):
@@ -352,28 +361,28 @@ def reference_state(files):
 
 
 def test_a_killed_worker_then_the_state_read_back_typed_equal_the_reference(spark, work, tmp_path):
-    """A Python worker SIGKILLed mid-batch (value, list, map state, TTL, timers written, nothing
-    committed): the batch is retried, the output and the state are exactly the reference. Then
-    ``read_processor_state`` reads each variable typed (Spark's state reader shapes), the timers,
+    """Python workers SIGKILLed mid-batch (value, list, map state, TTL, timers written, nothing
+    committed; and while timers fire): each batch is retried, the output and the state are
+    exactly the reference. Then ``read_processor_state`` reads each variable typed (Spark's state reader shapes), the timers,
     and the change feed between batches, checked against the reference; and again after batch 2
     replayed (its state rolled back and redone: the change feed shows the replay only)."""
     from kstate.spark import read_processor_state
 
     for i in range(FILES):
         write_file(work, i, file_rows(i))
-    marker = tmp_path / "killed"
+    markers = [tmp_path / "killed-in-input", tmp_path / "killed-in-timers"]
     schema = "user string, category string, amount long"
 
     def query(batches):
         frame = transform_with_state(
-            input_stream(spark, work, schema), ["user"], KilledOnce(marker), OUTPUT, work / "state",
+            input_stream(spark, work, schema), ["user"], KilledOnce(markers), OUTPUT, work / "state",
             work / "changelog", "killed", num_partitions=2, time_mode="ProcessingTime", api="row",
             initial_state=initial_state(spark).groupBy("user"), lock_timeout=60,
         )  # fmt: skip
         return run(frame, work / "cp", batches=batches)
 
     assert query(FILES) == reference(range(FILES))
-    assert marker.exists(), "the worker was killed"
+    assert all(m.exists() for m in markers), "the workers were killed"
     totals, recent, categories, batches, per_batch = reference_state(range(FILES))
 
     def read(**options):
@@ -456,7 +465,6 @@ def test_a_killed_worker_then_the_state_read_back_typed_equal_the_reference(spar
             for c in {cat for user, cat in zip(file_rows(2)["user"], file_rows(2)["category"]) if user == u}
         }
 
-    check_feeds()
     # Batch 2's state committed but Spark's commit log lost it: it replays, rolled back and redone.
     for entry in ("2", ".2.crc"):
         (work / "cp" / "commits" / entry).unlink()
