@@ -339,3 +339,49 @@ def test_the_state_reader_names_a_missing_application(tmp_path):
 
     with pytest.raises(InvalidArgumentError, match="has the query run a batch"):
         read_processor_state(None, tmp_path, "app", stateVarName="v")
+
+
+def test_the_change_feed_reads_each_batchs_records_and_refuses_what_is_gone(tmp_path):
+    """The change feed of one partition from real log files: the records between each published
+    batch's entry and the one before (a rolled-back attempt left out); a gap (compaction) and a
+    rescale's installing entry are errors, not a partial feed."""
+    from kstate.errors import ProcessorStateError
+    from kstate.log.partition import Partition
+    from kstate.spark import BatchEntry
+    from kstate.spark.batch_log import BatchLog
+    from kstate.spark.exactly_once import StateLayout
+    from kstate.spark.state_reader import _change_feed, _Variable, plain_unpickle
+
+    layout = StateLayout(None, tmp_path, "app")
+    variable = _Variable("v", "value", (), None, False, True)
+    records = [("a", 1), ("b", 2), ("a", 3), ("a", None), ("b", 4)]  # offsets 0-4
+    with Partition.open(layout.changelog_partition_dir("v", 0)) as changelog:
+        changelog.append(
+            [(pickle.dumps((k,)), None if v is None else b"\x00" * 8 + pickle.dumps(v)) for k, v in records], 1
+        )
+    batches = BatchLog(layout.batch_log_dir(0))
+    batches.append(BatchEntry(0, {"v": 1}))  # position 0: offsets 0-1
+    batches.append(BatchEntry(1, {"v": 2}, previous=0))  # 1: offset 2, then rolled back
+    batches.append(BatchEntry(0, {"v": 3}, previous=None, restates=1))  # 2: offset 3 undoes it
+    batches.append(BatchEntry(1, {"v": 4}, previous=2))  # 3: the replay, offset 4
+    batches.close()
+
+    def feed(start, end=None, rescaled=False):
+        rows = _change_feed(layout, variable, 0, start, end, plain_unpickle, rescaled)
+        return [(b, change, key[0], value) for b, change, key, value, _ in rows]
+
+    assert feed(0) == [(0, "update", "a", "1"), (0, "update", "b", "2"), (1, "update", "b", "4")]
+    assert feed(1, 1) == [(1, "update", "b", "4")]
+    with pytest.raises(ProcessorStateError, match="rescale"):
+        feed(0, rescaled=True)
+    assert feed(1, rescaled=True) == [(1, "update", "b", "4")]
+    # A compacted changelog misses offsets: the feed says so.
+    gap = tmp_path / "gap"
+    gapped = StateLayout(None, gap, "app")
+    with Partition.open(gapped.changelog_partition_dir("v", 0)) as changelog:
+        changelog.append([(pickle.dumps(("a",)), b"\x00" * 8 + pickle.dumps(1))], 1)
+    batches = BatchLog(gapped.batch_log_dir(0))
+    batches.append(BatchEntry(0, {"v": 1}))
+    batches.close()
+    with pytest.raises(ProcessorStateError, match="no longer holds"):
+        list(_change_feed(gapped, variable, 0, 0, None, plain_unpickle))

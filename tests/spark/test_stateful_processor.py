@@ -363,9 +363,9 @@ def reference_state(files):
 def test_a_killed_worker_then_the_state_read_back_typed_equal_the_reference(spark, work, tmp_path):
     """Python workers SIGKILLed mid-batch (value, list, map state, TTL, timers written, nothing
     committed; and while timers fire): each batch is retried, the output and the state are
-    exactly the reference. Then ``read_processor_state`` reads each variable typed (Spark's state reader shapes), the timers,
-    and the change feed between batches, checked against the reference; and again after batch 2
-    replayed (its state rolled back and redone: the change feed shows the replay only)."""
+    exactly the reference. Then ``read_processor_state`` reads each variable typed (Spark's state
+    reader's shapes), the timers, and, after batch 2 replayed (its state rolled back and redone),
+    the change feed between batches (the replay only) and the state as of batch 1."""
     from kstate.spark import read_processor_state
 
     for i in range(FILES):

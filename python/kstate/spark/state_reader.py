@@ -258,9 +258,10 @@ def read_processor_state(
     n = partitioning.num_partitions
 
     if change_feed:
+        rescaled = partitioning.generation > 0
 
         def partition_rows(partition: int) -> Iterator[tuple]:
-            return _change_feed(layout, variable, partition, start, end, key_decoder)  # type: ignore[arg-type]
+            return _change_feed(layout, variable, partition, start, end, key_decoder, rescaled)  # type: ignore[arg-type]
 
     else:
 
@@ -390,8 +391,17 @@ def _read_batch_log(directory: Any) -> dict[int, BatchEntry]:
 
 
 def _change_feed(
-    layout: Any, variable: _Variable, partition: int, start: int, end: int | None, key_decoder: Any
+    layout: Any,
+    variable: _Variable,
+    partition: int,
+    start: int,
+    end: int | None,
+    key_decoder: Any,
+    rescaled: bool = False,
 ) -> Iterator[tuple]:
+    """``variable``'s changes in batches ``start`` to ``end`` of one partition. ``rescaled``: the
+    state is a rescale's generation, whose first published entry holds every re-routed entry
+    (not a batch's writes), so the feed starts after it."""
     from kstate.log.files import read_log
 
     entries = _read_batch_log(layout.batch_log_dir(partition))
@@ -402,6 +412,12 @@ def _change_feed(
     for entry, before in effective_history(entries):
         if entry.batch_id < start or (end is not None and entry.batch_id > end):
             continue
+        if rescaled and (before is None or not before.offsets):
+            raise ProcessorStateError(
+                f"partition {partition}: batch {entry.batch_id} is where a rescale installed the state of this "
+                f"generation ({layout.application_id}); the change feed starts after it (changeStartBatchId > "
+                f"{entry.batch_id})"
+            )
         first = (-1 if before is None else before.offsets.get(store, -1)) + 1
         last = entry.offsets.get(store, -1)
         if last < first:
