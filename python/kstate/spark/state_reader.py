@@ -274,10 +274,10 @@ def read_processor_state(
             try:
                 state.show_as_of(as_of)
                 with stores[variable.name].all() as entries:
-                    stored = list(entries)
+                    # Streamed: Spark takes the rows as they come, in chunks of the store's iterator.
+                    yield from _state_rows(variable, entries, task.partition, flatten, key_decoder)
             finally:
                 state.close_view()
-            return _state_rows(variable, stored, task.partition, flatten, key_decoder)
 
     rows = spark.sparkContext.parallelize(range(n), n).flatMap(partition_rows)
     return spark.createDataFrame(rows, schema)
@@ -325,10 +325,10 @@ def _split_prefixed(store_key: bytes) -> tuple[bytes, int]:
 
 
 def _state_rows(
-    variable: _Variable, stored: list[tuple[bytes, bytes]], partition: int, flatten: bool, key_decoder: Any
+    variable: _Variable, stored: Iterator[tuple[bytes, bytes]], partition: int, flatten: bool, key_decoder: Any
 ) -> Iterator[tuple]:
-    """One partition's rows of ``variable`` from its store's entries (in key order, so each
-    grouping key's entries are together)."""
+    """One partition's rows of ``variable`` from its store's entries, in key order: each grouping
+    key's list elements and map entries come together (not flattened: one row per key)."""
     kind = variable.kind
     if kind == "timers":
         for store_key, _ in stored:
@@ -349,16 +349,23 @@ def _state_rows(
             else:
                 yield (key_decoder(pickled), user_key_of(store_key, at), value_of(raw), partition)
         return
-    groups: dict[bytes, list[tuple[bytes, bytes, int]]] = {}
+
+    def collected(entries: list[tuple[bytes, bytes, int]]) -> Any:
+        if kind == "list":
+            return [value_of(raw) for _, raw, _ in entries]
+        return {user_key_of(store_key, at): value_of(raw) for store_key, raw, at in entries}
+
+    current: bytes | None = None
+    entries: list[tuple[bytes, bytes, int]] = []
     for store_key, raw in stored:
         pickled, at = _split_prefixed(store_key)
-        groups.setdefault(pickled, []).append((store_key, raw, at))
-    for pickled, entries in groups.items():
-        if kind == "list":
-            collected: Any = [value_of(raw) for _, raw, _ in entries]
-        else:
-            collected = {user_key_of(store_key, at): value_of(raw) for store_key, raw, at in entries}
-        yield (key_decoder(pickled), collected, partition)
+        if pickled != current and entries:
+            yield (key_decoder(current), collected(entries), partition)
+            entries = []
+        current = pickled
+        entries.append((store_key, raw, at))
+    if entries:
+        yield (key_decoder(current), collected(entries), partition)
 
 
 def effective_history(entries: dict[int, BatchEntry]) -> list[tuple[BatchEntry, BatchEntry | None]]:
