@@ -507,6 +507,7 @@ def changelog_files(root):
 
 def test_schema_evolution_reads_old_state_and_an_incompatible_change_fails_at_start(spark, work):
     from kstate.errors import StateSchemaError
+    from kstate.spark import read_processor_state
 
     # Files arrive as each query needs them: a query stopped after its batches cannot have run
     # a file meant for the next one.
@@ -534,6 +535,18 @@ def test_schema_evolution_reads_old_state_and_an_incompatible_change_fails_at_st
     write_file(work, 2, file_rows(2))
     second = query(Counts("note string, count long", "n long"), batches=1)
     assert second == out[2:]
+
+    # The state reader reads values of either schema as the current one: batch 1's were "count int".
+    def stored(**as_of):
+        frame = read_processor_state(
+            spark, work / "changelog", "typed", state_dir=work / "state", stateVarName="count", **as_of
+        )
+        assert frame.schema["value"].dataType.simpleString() == "struct<note:string,count:bigint>"
+        return {r.key.user: tuple(r.value) for r in frame.collect()}
+
+    assert stored() == {u: (None, n) for u, n in counts.items()}
+    after_two = collections.Counter(u for i in range(2) for u in file_rows(i)["user"])
+    assert stored(batchId=1) == {u: (None, n) for u, n in after_two.items()}
     before = changelog_files(work / "changelog")
     for incompatible in (Counts("count string", "n long"), Counts("note string, count long", "n int")):
         with pytest.raises(StateSchemaError, match="changed type"):

@@ -161,10 +161,10 @@ class _Variable:
 
 def read_processor_state(
     spark: Any,
-    changelog_dir: str | os.PathLike,
+    changelog_dir: str | os.PathLike[str],
     application_id: str = "kstate",
     *,
-    state_dir: str | os.PathLike | None = None,
+    state_dir: str | os.PathLike[str] | None = None,
     stateVarName: str | None = None,  # noqa: N803
     readRegisteredTimers: Any = False,  # noqa: N803
     flattenCollectionTypes: Any = True,  # noqa: N803
@@ -260,12 +260,12 @@ def read_processor_state(
     if change_feed:
         rescaled = partitioning.generation > 0
 
-        def partition_rows(partition: int) -> Iterator[tuple]:
+        def partition_rows(partition: int) -> Iterator[tuple[Any, ...]]:
             return _change_feed(layout, variable, partition, start, end, key_decoder, rescaled)  # type: ignore[arg-type]
 
     else:
 
-        def partition_rows(partition: int) -> Iterator[tuple]:
+        def partition_rows(partition: int) -> Iterator[tuple[Any, ...]]:
             from kstate.spark.task import TaskInfo
 
             task = TaskInfo.current()
@@ -326,7 +326,7 @@ def _split_prefixed(store_key: bytes) -> tuple[bytes, int]:
 
 def _state_rows(
     variable: _Variable, stored: Iterator[tuple[bytes, bytes]], partition: int, flatten: bool, key_decoder: Any
-) -> Iterator[tuple]:
+) -> Iterator[tuple[Any, ...]]:
     """One partition's rows of ``variable`` from its store's entries, in key order: each grouping
     key's list elements and map entries come together (not flattened: one row per key)."""
     kind = variable.kind
@@ -388,7 +388,7 @@ def effective_history(entries: dict[int, BatchEntry]) -> list[tuple[BatchEntry, 
 def _read_batch_log(directory: Any) -> dict[int, BatchEntry]:
     from kstate.log.files import read_log
 
-    entries = {}
+    entries: dict[int, BatchEntry] = {}
     if not directory.exists():
         return entries
     for batch in read_log(directory):
@@ -405,7 +405,7 @@ def _change_feed(
     end: int | None,
     key_decoder: Any,
     rescaled: bool = False,
-) -> Iterator[tuple]:
+) -> Iterator[tuple[Any, ...]]:
     """``variable``'s changes in batches ``start`` to ``end`` of one partition. ``rescaled``: the
     state is a rescale's generation, whose first published entry holds every re-routed entry
     (not a batch's writes), so the feed starts after it."""
