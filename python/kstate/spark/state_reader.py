@@ -187,7 +187,10 @@ def read_processor_state(
     ``changeEndBatchId``, default the latest): every write of those batches. ``state_dir``: the
     query's (its partitions' local stores are read; one missing there is restored from the
     changelogs first); ``None``, as for the query: each executor's working directory.
-    ``unpickle``: decode values stored without a schema (runs their pickles' code)."""
+    ``unpickle``: decode values stored without a schema (runs their pickles' code).
+    ``changelog_storage_options``: as the query's, for changelogs on an object store (the state,
+    not the change feed, can be read from one). ``lock_timeout``: seconds a task waits for a
+    running query's task of the same partition."""
     from kstate.spark.partitioning import PartitioningLog
     from kstate.spark.state_schemas import SchemaLog
 
