@@ -300,18 +300,29 @@ def test_grouping_keys_are_unpickled_as_plain_values_only():
     import datetime
     import os
 
+    import pyarrow as pa
+
     from kstate.errors import ProcessorStateError
     from kstate.spark.state_reader import plain_unpickle
 
+    zoned = pa.array([1, 2], pa.timestamp("us", "Europe/Berlin")).to_pylist()  # ZoneInfo time zones
     key = ("a", 1, 2.5, b"x", True, None, datetime.date(2024, 1, 2), datetime.datetime.now(datetime.timezone.utc))
-    assert plain_unpickle(pickle.dumps(key, protocol=4)) == key
+    assert plain_unpickle(pickle.dumps(key + tuple(zoned), protocol=4)) == key + tuple(zoned)
 
     class Evil:
         def __reduce__(self):
             return (os.system, ("echo unpickled > /dev/null",))
 
+    class Reach:
+        def __reduce__(self):  # getattr(ZoneInfo, "__base__"): a step towards any class
+            import zoneinfo
+
+            return (getattr, (zoneinfo.ZoneInfo, "__base__"))
+
     with pytest.raises(ProcessorStateError, match="does not unpickle"):
         plain_unpickle(pickle.dumps(("a", Evil()), protocol=4))
+    with pytest.raises(ProcessorStateError, match="refuses"):
+        plain_unpickle(pickle.dumps(("a", Reach()), protocol=4))
 
 
 @pytest.mark.parametrize(
