@@ -261,7 +261,7 @@ def same_state_as_spark_reads_it(spark, checkpoint, changelog_dir):
         return value
 
     reads = [{"stateVarName": v} for v in ("totals", "recent", "categories", "lasting")]
-    reads += [{"stateVarName": v, "flattenCollectionTypes": False} for v in ("recent", "categories", "lasting")]
+    reads += [{"stateVarName": v, "flattenCollectionTypes": False} for v in ("recent", "categories")]
     reads += [{"readRegisteredTimers": True}]
     reads += [{"stateVarName": v} for v in ("fleeting_value", "fleeting_list", "fleeting_map")]
     reads += [
