@@ -274,3 +274,125 @@ def test_timers_need_a_time_mode(open_handle):
     _, handle = open_handle(0, names=("v",))
     with pytest.raises(InvalidArgumentError, match="time_mode"):
         handle.registerTimer(5)
+
+
+def test_the_change_feed_follows_the_published_history_without_rolled_back_attempts():
+    """Batch 2 published, rolled back for a replay (an entry restating batch 1), then published
+    again: the change feed's history is 0, 1 and the replay of 2, each with the entry before it
+    (whose offsets start its records)."""
+    from kstate.spark import BatchEntry
+    from kstate.spark.state_reader import effective_history
+
+    log = [
+        BatchEntry(0, {"v": 3}),
+        BatchEntry(1, {"v": 5}, previous=0),
+        BatchEntry(2, {"v": 9}, previous=1),
+        BatchEntry(1, {"v": 12}, previous=0, restates=2),
+        BatchEntry(2, {"v": 15}, previous=3),
+    ]
+    entries = {i: BatchEntry(**{**e.__dict__, "position": i}) for i, e in enumerate(log)}
+    history = [(e.batch_id, e.position, None if b is None else b.position) for e, b in effective_history(entries)]
+    assert history == [(0, 0, None), (1, 1, 0), (2, 4, 3)]
+    assert effective_history({}) == []
+
+
+def test_grouping_keys_are_unpickled_as_plain_values_only():
+    import datetime
+    import os
+
+    import pyarrow as pa
+
+    from kstate.errors import ProcessorStateError
+    from kstate.spark.state_reader import plain_unpickle
+
+    zoned = pa.array([1, 2], pa.timestamp("us", "Europe/Berlin")).to_pylist()  # ZoneInfo time zones
+    key = ("a", 1, 2.5, b"x", True, None, datetime.date(2024, 1, 2), datetime.datetime.now(datetime.timezone.utc))
+    assert plain_unpickle(pickle.dumps(key + tuple(zoned), protocol=4)) == key + tuple(zoned)
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, ("echo unpickled > /dev/null",))
+
+    class Reach:
+        def __reduce__(self):  # getattr(ZoneInfo, "__base__"): a step towards any class
+            import zoneinfo
+
+            return (getattr, (zoneinfo.ZoneInfo, "__base__"))
+
+    with pytest.raises(ProcessorStateError, match="does not unpickle"):
+        plain_unpickle(pickle.dumps(("a", Evil()), protocol=4))
+    with pytest.raises(ProcessorStateError, match="refuses"):
+        plain_unpickle(pickle.dumps(("a", Reach()), protocol=4))
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({}, "stateVarName"),
+        ({"stateVarName": "v", "readRegisteredTimers": True}, "one of them"),
+        ({"stateVarName": "v", "readChangeFeed": "true"}, "changeStartBatchId"),
+        ({"stateVarName": "v", "readChangeFeed": True, "changeStartBatchId": 3, "changeEndBatchId": 2}, "smaller"),
+        ({"stateVarName": "v", "readChangeFeed": True, "changeStartBatchId": 1, "batchId": 1}, "together"),
+        ({"stateVarName": "v", "changeStartBatchId": 1}, "readChangeFeed=True"),
+        ({"stateVarName": "v", "flattenCollectionTypes": "yes"}, "boolean"),
+        ({"stateVarName": "v", "batchId": -1}, "batch id"),
+    ],
+)
+def test_state_reader_options_are_checked_as_spark_checks_them(tmp_path, options, message):
+    from kstate.spark import read_processor_state
+
+    with pytest.raises(InvalidArgumentError, match=message):
+        read_processor_state(None, tmp_path, "app", **options)
+
+
+def test_the_state_reader_names_a_missing_application(tmp_path):
+    from kstate.spark import read_processor_state
+
+    with pytest.raises(InvalidArgumentError, match="has the query run a batch"):
+        read_processor_state(None, tmp_path, "app", stateVarName="v")
+
+
+def test_the_change_feed_reads_each_batchs_records_and_refuses_what_is_gone(tmp_path):
+    """The change feed of one partition from real log files: the records between each published
+    batch's entry and the one before (a rolled-back attempt left out); a gap (compaction) and a
+    rescale's installing entry are errors, not a partial feed."""
+    from kstate.errors import ProcessorStateError
+    from kstate.log.partition import Partition
+    from kstate.spark import BatchEntry
+    from kstate.spark.batch_log import BatchLog
+    from kstate.spark.exactly_once import StateLayout
+    from kstate.spark.state_reader import _change_feed, _Variable, plain_unpickle
+
+    layout = StateLayout(None, tmp_path, "app")
+    variable = _Variable("v", "value", (), None, False, True)
+    records = [("a", 1), ("b", 2), ("a", 3), ("a", None), ("b", 4)]  # offsets 0-4
+    with Partition.open(layout.changelog_partition_dir("v", 0)) as changelog:
+        changelog.append(
+            [(pickle.dumps((k,)), None if v is None else b"\x00" * 8 + pickle.dumps(v)) for k, v in records], 1
+        )
+    batches = BatchLog(layout.batch_log_dir(0))
+    batches.append(BatchEntry(0, {"v": 1}))  # position 0: offsets 0-1
+    batches.append(BatchEntry(1, {"v": 2}, previous=0))  # 1: offset 2, then rolled back
+    batches.append(BatchEntry(0, {"v": 3}, previous=None, restates=1))  # 2: offset 3 undoes it
+    batches.append(BatchEntry(1, {"v": 4}, previous=2))  # 3: the replay, offset 4
+    batches.close()
+
+    def feed(start, end=None, rescaled=False):
+        rows = _change_feed(layout, variable, 0, start, end, plain_unpickle, rescaled)
+        return [(b, change, key[0], value) for b, change, key, value, _ in rows]
+
+    assert feed(0) == [(0, "update", "a", "1"), (0, "update", "b", "2"), (1, "update", "b", "4")]
+    assert feed(1, 1) == [(1, "update", "b", "4")]
+    with pytest.raises(ProcessorStateError, match="rescale"):
+        feed(0, rescaled=True)
+    assert feed(1, rescaled=True) == [(1, "update", "b", "4")]
+    # A compacted changelog misses offsets: the feed says so.
+    gap = tmp_path / "gap"
+    gapped = StateLayout(None, gap, "app")
+    with Partition.open(gapped.changelog_partition_dir("v", 0)) as changelog:
+        changelog.append([(pickle.dumps(("a",)), b"\x00" * 8 + pickle.dumps(1))], 1)
+    batches = BatchLog(gapped.batch_log_dir(0))
+    batches.append(BatchEntry(0, {"v": 1}))
+    batches.close()
+    with pytest.raises(ProcessorStateError, match="no longer holds"):
+        list(_change_feed(gapped, variable, 0, 0, None, plain_unpickle))

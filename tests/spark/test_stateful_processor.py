@@ -32,6 +32,9 @@ FILES = 3
 ROWS = 200
 INITIAL = {f"u{i}": (5, 50) for i in range(0, USERS, 7)}
 """Initial (count, total) of some users; ``init-only`` never sends input."""
+FAR = 10**13
+"""Each user keeps one processing-time timer at ``FAR + count``: it never fires, so the state
+reader finds it."""
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +44,8 @@ def spark():
         "spark.sql.streaming.stateStore.providerClass",
         "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
     )
+    # Spark's state reader has a change feed only from changelog checkpoints.
+    session.conf.set("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
     yield session
     session.stop()
 
@@ -85,6 +90,10 @@ class Activity:
         self.fleeting_map.updateValue(("x",), (True,))
         lasting = self.lasting.getValue(("batches",))
         self.lasting.updateValue(("batches",), ((lasting[0] if lasting else 0) + 1,))
+        for expiry in self.handle.listTimers():
+            if expiry >= FAR:
+                self.handle.deleteTimer(expiry)
+        self.handle.registerTimer(FAR + count)
         self.handle.registerTimer(timer_values.getCurrentProcessingTimeInMs())
         categories = ",".join(f"{c}:{n}" for (c,), (n,) in sorted(self.categories.iterator()))
         recent_text = ",".join(map(str, recent))
@@ -229,20 +238,67 @@ def test_spark_processors_give_spark_results_on_kstate(spark, work):
         results[f"kstate {api}"] = run(frame, work / f"cp-kstate-{api}")
     for name, outputs in results.items():
         assert outputs == expected, name
+    if hasattr(grouped, "transformWithState"):  # kstate's reader has the columns of Spark 4.1+'s
+        same_state_as_spark_reads_it(spark, work / "cp-spark-pandas", work / "changelog-pandas")
 
 
-def test_a_query_restarted_on_its_checkpoint_continues_exactly(spark, work):
+def same_state_as_spark_reads_it(spark, checkpoint, changelog_dir):
+    """Spark's state data source on Spark's checkpoint and ``read_processor_state`` on kstate's
+    state of the same processor and input: the same columns and types, and the same rows (TTL
+    expiry times aside: each ran at its own time). The 1 ms TTL variables and the change feeds are
+    compared by schema only: Spark's batches without data sweep TTL state (kstate's next batch
+    with data does), count in its batch ids, and Spark's change feed has a row per write."""
+    from kstate.spark import read_processor_state
+
+    def plain(value):
+        if isinstance(value, Row):
+            fields = value.asDict()
+            return tuple(plain(v) for k, v in sorted(fields.items()) if k != "ttlExpirationMs")
+        if isinstance(value, dict):
+            return tuple(sorted((plain(k), plain(v)) for k, v in value.items()))
+        if isinstance(value, list):
+            return tuple(plain(v) for v in value)
+        return value
+
+    reads = [{"stateVarName": v} for v in ("totals", "recent", "categories", "lasting")]
+    reads += [{"stateVarName": v, "flattenCollectionTypes": False} for v in ("recent", "categories")]
+    reads += [{"readRegisteredTimers": True}]
+    reads += [{"stateVarName": v} for v in ("fleeting_value", "fleeting_list", "fleeting_map")]
+    reads += [
+        {"stateVarName": v, "readChangeFeed": True, "changeStartBatchId": 0} for v in ("totals", "recent", "lasting")
+    ]
+    for options in reads:
+        reader = spark.read.format("statestore")
+        for name, value in options.items():
+            reader = reader.option(name, value)
+        theirs = reader.load(str(checkpoint))
+        # A state_dir of its own: the reader restores each partition from the changelogs.
+        ours = read_processor_state(
+            spark, changelog_dir, "activity", state_dir=changelog_dir.parent / "reader", **options
+        )
+        assert ours.schema.simpleString() == theirs.schema.simpleString(), options
+        if options.get("stateVarName", "").startswith("fleeting") or "readChangeFeed" in options:
+            continue  # Spark's batch ids count its batches without data, and it logs every write
+        columns = [c for c in ours.columns if c != "partition_id"]
+        assert sorted(plain(r) for r in ours.select(columns).collect()) == sorted(
+            plain(r) for r in theirs.select(columns).collect()
+        ), options
+
+
+@pytest.mark.parametrize("api", ["row", "pandas"])
+def test_a_query_restarted_on_its_checkpoint_continues_exactly(spark, work, api):
     """Stopped after two batches and started again (a new processor, the same checkpoint and
     state): the value, list and map state continue, TTL state stays expired, timers fire, the
-    initial state is not applied again."""
+    initial state is not applied again; on both of kstate's APIs."""
     expected = reference(range(FILES))
     schema = "user string, category string, amount long"
     initial = initial_state(spark)
 
     def query(batches):
+        processor = RowActivity() if api == "row" else PandasActivity()
         frame = transform_with_state(
-            input_stream(spark, work, schema), ["user"], RowActivity(), OUTPUT, work / "state", work / "changelog",
-            "restarted", num_partitions=2, time_mode="ProcessingTime", api="row",
+            input_stream(spark, work, schema), ["user"], processor, OUTPUT, work / "state", work / "changelog",
+            "restarted", num_partitions=2, time_mode="ProcessingTime", api=api,
             initial_state=initial.groupBy("user"), lock_timeout=60,
         )  # fmt: skip
         return run(frame, work / "cp", batches=batches)
@@ -252,6 +308,175 @@ def test_a_query_restarted_on_its_checkpoint_continues_exactly(spark, work):
     assert query(FILES - 1) == expected[: FILES - 1]
     write_file(work, FILES - 1, file_rows(FILES - 1))
     assert query(1) == expected[FILES - 1 :]
+
+
+def kill_once(marker, batch):
+    """SIGKILLs this Python worker the first time it gets here in ``batch``."""
+    import os
+    import signal
+
+    from pyspark import TaskContext
+
+    if TaskContext.get().getLocalProperty("streaming.sql.batchId") == str(batch) and not os.path.exists(marker):
+        open(marker, "w").close()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class KilledOnce(RowActivity):
+    """``RowActivity`` whose Python worker is killed (SIGKILL) twice before its batch commits:
+    in batch 1 after a user's state was written, in batch 2 while timers fire; plus a variable
+    without a schema (pickled)."""
+
+    def __init__(self, markers):
+        self.markers = [str(m) for m in markers]
+
+    def init(self, handle):
+        super().init(handle)
+        self.note = handle.getValueState("note")
+
+    def handleInputRows(self, key, rows, timerValues):  # noqa: N802, N803
+        yield from super().handleInputRows(key, rows, timerValues)
+        self.note.update({"user": key[0], "count": self.totals.get()[0]})
+        kill_once(self.markers[0], 1)
+
+    def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):  # noqa: N802, N803
+        yield from super().handleExpiredTimer(key, timerValues, expiredTimerInfo)
+        kill_once(self.markers[1], 2)
+
+
+def reference_state(files):
+    """Every user's state after ``files``, as the processor keeps it: ``(count, total)``, the last
+    three amounts, per-category counts, batches seen (``lasting``), the users of the last batch
+    (``fleeting_*``: expired by the next batch, swept only then) and per batch the users with input."""
+    totals = {**INITIAL, "init-only": (1, 1)}
+    recent, categories, batches, per_batch = {}, collections.defaultdict(collections.Counter), {}, []
+    for index in files:
+        rows = file_rows(index)
+        for user, category, amount in zip(rows["user"], rows["category"], rows["amount"]):
+            count, total = totals.get(user, (0, 0))
+            totals[user] = (count + 1, total + amount)
+            recent[user] = (recent.get(user, []) + [amount])[-3:]
+            categories[user][category] += 1
+        per_batch.append(set(rows["user"]))
+        for user in per_batch[-1]:
+            batches[user] = batches.get(user, 0) + 1
+    return totals, recent, categories, batches, per_batch
+
+
+def test_a_killed_worker_then_the_state_read_back_typed_equal_the_reference(spark, work, tmp_path):
+    """Python workers SIGKILLed mid-batch (value, list, map state, TTL, timers written, nothing
+    committed; and while timers fire): each batch is retried, the output and the state are
+    exactly the reference. Then ``read_processor_state`` reads each variable typed (Spark's state
+    reader's shapes), the timers, and, after batch 2 replayed (its state rolled back and redone),
+    the change feed between batches (the replay only) and the state as of batch 1."""
+    from kstate.spark import read_processor_state
+
+    for i in range(FILES):
+        write_file(work, i, file_rows(i))
+    markers = [tmp_path / "killed-in-input", tmp_path / "killed-in-timers"]
+    schema = "user string, category string, amount long"
+
+    def query(batches):
+        frame = transform_with_state(
+            input_stream(spark, work, schema), ["user"], KilledOnce(markers), OUTPUT, work / "state",
+            work / "changelog", "killed", num_partitions=2, time_mode="ProcessingTime", api="row",
+            initial_state=initial_state(spark).groupBy("user"), lock_timeout=60,
+        )  # fmt: skip
+        return run(frame, work / "cp", batches=batches)
+
+    assert query(FILES) == reference(range(FILES))
+    assert all(m.exists() for m in markers), "the workers were killed"
+    totals, recent, categories, batches, per_batch = reference_state(range(FILES))
+
+    def read(**options):
+        return read_processor_state(spark, work / "changelog", "killed", state_dir=work / "state", **options)
+
+    frame = read(stateVarName="totals")
+    assert frame.schema.simpleString() == (
+        "struct<key:struct<user:string>,value:struct<count:bigint,total:bigint>,partition_id:int>"
+    )
+    rows = frame.collect()
+    assert {r.key.user: tuple(r.value) for r in rows} == totals
+    assert {r.partition_id for r in rows} == {0, 1}
+
+    nested = read(stateVarName="recent", flattenCollectionTypes="false").collect()
+    assert {r.key.user: [a for (a,) in r.list_value] for r in nested} == recent
+    flat = read(stateVarName="recent").collect()
+    assert sorted((r.key.user, r.list_element.amount) for r in flat) == sorted(
+        (u, a) for u, s in recent.items() for a in s
+    )
+
+    flat = read(stateVarName="categories").collect()
+    assert {(r.key.user, r.user_map_key.category): r.user_map_value.n for r in flat} == {
+        (u, c): n for u, counted in categories.items() for c, n in counted.items()
+    }
+    nested = read(stateVarName="categories", flattenCollectionTypes=False).collect()
+    assert {r.key.user: {k.category: v.n for k, v in r.map_value.items()} for r in nested} == categories
+
+    # TTL: every value is struct<value, ttlExpirationMs>. The last batch's 1 ms values have expired
+    # but stay until the next batch sweeps them, as in Spark's reader; earlier ones were swept.
+    fleeting = read(stateVarName="fleeting_value")
+    assert (
+        fleeting.schema["value"].dataType.simpleString() == "struct<value:struct<seen:boolean>,ttlExpirationMs:bigint>"
+    )
+    rows = fleeting.collect()
+    assert {r.key.user for r in rows} == per_batch[-1]
+    assert all(r.value.value.seen and r.value.ttlExpirationMs < time.time() * 1000 for r in rows)
+    lasting = read(stateVarName="lasting").collect()
+    assert {r.key.user: r.user_map_value.value.n for r in lasting} == batches
+    assert all(r.user_map_value.ttlExpirationMs > time.time() * 1000 for r in lasting)
+
+    timers = read(readRegisteredTimers=True)
+    assert timers.columns == ["key", "expiration_timestamp_ms", "partition_id"]
+    assert {(r.key.user, r.expiration_timestamp_ms) for r in timers.collect()} == {
+        (u, FAR + totals[u][0]) for u in batches
+    }, "the timers due in each batch fired; each user's far one is left"
+
+    notes = read(stateVarName="note")
+    assert notes.schema["value"].dataType.simpleString() == "binary", "pickles stay bytes unless asked"
+    unpickled = read(stateVarName="note", unpickle=True).collect()
+    assert {r.key.user: r.value for r in unpickled} == {u: repr({"user": u, "count": totals[u][0]}) for u in batches}
+
+    def change_feed(name, start, end=None):
+        return read(stateVarName=name, readChangeFeed=True, changeStartBatchId=start, changeEndBatchId=end)
+
+    def expected_totals_feed(start):
+        running, out = {**INITIAL, "init-only": (1, 1)}, set()
+        for b in range(FILES):
+            rows = file_rows(b)
+            for user, amount in zip(rows["user"], rows["amount"]):
+                running[user] = (running.get(user, (0, 0))[0] + 1, running.get(user, (0, 0))[1] + amount)
+            if b >= start:
+                out |= {(b, "update", u, running[u]) for u in per_batch[b]}
+        return out
+
+    def check_feeds():
+        feed = change_feed("totals", 1)
+        assert feed.columns == ["batch_id", "change_type", "key", "value", "partition_id"]
+        assert {(r.batch_id, r.change_type, r.key.user, tuple(r.value)) for r in feed.collect()} == (
+            expected_totals_feed(1)
+        )
+        swept = {(r.batch_id, r.change_type, r.key.user) for r in change_feed("fleeting_value", 1, 2).collect()}
+        assert swept == {(b, "update", u) for b in (1, 2) for u in per_batch[b]} | {
+            (b, "delete", u) for b in (1, 2) for u in per_batch[b - 1] - per_batch[b]
+        }, "each batch rewrites its users' 1 ms values and its sweep deletes the earlier batch's others"
+        feed = change_feed("categories", 2, 2)
+        assert feed.columns == ["batch_id", "change_type", "key", "user_map_key", "user_map_value", "partition_id"]
+        assert {(r.key.user, r.user_map_key.category, r.user_map_value.n) for r in feed.collect()} == {
+            (u, c, categories[u][c])
+            for u in per_batch[2]
+            for c in {cat for user, cat in zip(file_rows(2)["user"], file_rows(2)["category"]) if user == u}
+        }
+
+    # Batch 2's state committed but Spark's commit log lost it: it replays, rolled back and redone.
+    for entry in ("2", ".2.crc"):
+        (work / "cp" / "commits" / entry).unlink()
+    assert query(1) == reference(range(FILES))[2:]
+    check_feeds()
+    assert {r.key.user: tuple(r.value) for r in read(stateVarName="totals").collect()} == totals
+    assert {r.key.user: tuple(r.value) for r in read(stateVarName="totals", batchId=1).collect()} == (
+        reference_state(range(2))[0]
+    ), "the state as of batch 1"
 
 
 class Counts(StatefulProcessor):
@@ -282,6 +507,7 @@ def changelog_files(root):
 
 def test_schema_evolution_reads_old_state_and_an_incompatible_change_fails_at_start(spark, work):
     from kstate.errors import StateSchemaError
+    from kstate.spark import read_processor_state
 
     # Files arrive as each query needs them: a query stopped after its batches cannot have run
     # a file meant for the next one.
@@ -309,6 +535,18 @@ def test_schema_evolution_reads_old_state_and_an_incompatible_change_fails_at_st
     write_file(work, 2, file_rows(2))
     second = query(Counts("note string, count long", "n long"), batches=1)
     assert second == out[2:]
+
+    # The state reader reads values of either schema as the current one: batch 1's were "count int".
+    def stored(**as_of):
+        frame = read_processor_state(
+            spark, work / "changelog", "typed", state_dir=work / "state", stateVarName="count", **as_of
+        )
+        assert frame.schema["value"].dataType.simpleString() == "struct<note:string,count:bigint>"
+        return {r.key.user: tuple(r.value) for r in frame.collect()}
+
+    assert stored() == {u: (None, n) for u, n in counts.items()}
+    after_two = collections.Counter(u for i in range(2) for u in file_rows(i)["user"])
+    assert stored(batchId=1) == {u: (None, n) for u, n in after_two.items()}
     before = changelog_files(work / "changelog")
     for incompatible in (Counts("count string", "n long"), Counts("note string, count long", "n int")):
         with pytest.raises(StateSchemaError, match="changed type"):

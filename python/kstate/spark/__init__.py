@@ -17,7 +17,8 @@ state.partition(df).mapInArrow(running_count, "key string, count long")  # route
 
 ``transform_with_state(df, ["key"], processor, schema, state_dir=..., api="pandas" | "row")`` runs
 a processor written for Spark's ``transformWithStateInPandas`` / ``transformWithState`` on kstate
-stores (``docs/stateful-processor.md``); ``kstate.spark.testing.TwsTester`` tests one without Spark.
+stores (``docs/stateful-processor.md``); ``kstate.spark.testing.TwsTester`` tests one without Spark;
+``read_processor_state`` reads its state as Spark's state data source does (typed, per variable).
 """
 
 from kstate.spark.backend import StateBackend
@@ -35,6 +36,7 @@ from kstate.spark.processor import (
 )
 from kstate.spark.progress import BatchProgress
 from kstate.spark.session import configure_environment, local_session
+from kstate.spark.state_reader import read_processor_state
 from kstate.spark.task import TaskInfo
 
 
@@ -61,6 +63,7 @@ __all__ = [
     "TimerValues",
     "ExpiredTimerInfo",
     "transform_with_state",
+    "read_processor_state",
     "configure_environment",
     "local_session",
     "register_data_source",

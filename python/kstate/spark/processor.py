@@ -308,7 +308,7 @@ def _parsed_schemas(name: str, declared: Declared) -> VariableSchemas:
     value, key = struct(declared.schema, "schema"), struct(declared.key_schema, "userKeySchema")
     if declared.kind == "map" and (value is None) != (key is None):
         raise InvalidArgumentError(f"map state {name!r}: give both userKeySchema and valueSchema, or neither")
-    return VariableSchemas(declared.kind, () if value is None else (value,), key)
+    return VariableSchemas(declared.kind, () if value is None else (value,), key, declared.ttl_ms is not None)
 
 
 def _apply_initial_state(

@@ -36,12 +36,15 @@ class VariableSchemas:
     pickled values."""
     key: Any = None
     """A map state's key schema (``None``: pickled keys)."""
+    ttl: bool = False
+    """Whether the processor that last ran declared a TTL (the state reader's ``ttlExpirationMs``)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
             "kind": self.kind,
             "values": [s.jsonValue() for s in self.values],
             "key": None if self.key is None else self.key.jsonValue(),
+            "ttl": self.ttl,
         }
 
     @classmethod
@@ -49,7 +52,8 @@ class VariableSchemas:
         from pyspark.sql.types import StructType
 
         values = tuple(StructType.fromJson(s) for s in raw["values"])
-        return cls(raw["kind"], values, None if raw["key"] is None else StructType.fromJson(raw["key"]))
+        key = None if raw["key"] is None else StructType.fromJson(raw["key"])
+        return cls(raw["kind"], values, key, bool(raw.get("ttl", False)))
 
 
 @dataclass
@@ -124,7 +128,7 @@ def reconcile(
                 versions = versions + (wanted.values[0],)
             if len(versions) > MAX_VERSIONS:
                 problems.append(f"{name!r}: more than {MAX_VERSIONS} value schemas")
-        merged[name] = VariableSchemas(before.kind, versions, before.key)
+        merged[name] = VariableSchemas(before.kind, versions, before.key, wanted.ttl)
     if problems:
         raise StateSchemaError(
             "the processor's state schemas cannot read the stored state (nothing was changed):\n  - "
