@@ -6,6 +6,13 @@ opens them, a committed state underneath: half the keys were written in an earli
   .venv/bin/python benches/processor_calls.py              # typed (schema) and pickled values
   .venv/bin/python benches/processor_calls.py --keys 20000
 
+Instructions per call (the machine's noise does not move them): ``--only CALL`` makes only that
+call per key (``none``: only the key set), untimed; under ``valgrind --tool=callgrind`` the
+difference to ``--only none``, divided by the keys, is the call's cost:
+
+  valgrind --tool=callgrind --callgrind-out-file=/dev/null .venv/bin/python benches/processor_calls.py \
+      --keys 2000 --only "value get" --values typed
+
 Prints p50 / p99 in microseconds per call kind. Spark's own Python state calls go over a socket
 to the JVM: 65-78 us p50 per call (SPARK-52333); the target here is p50 <= 2 us.
 """
@@ -20,7 +27,10 @@ import time
 from pathlib import Path
 
 
-def measure(keys: int, typed: bool, work: Path) -> dict[str, list[int]]:
+CALLS = ("value get", "value update", "map getValue", "map updateValue")
+
+
+def measure(keys: int, typed: bool, work: Path, only: str | None = None) -> dict[str, list[int]]:
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
     from kstate.spark import StateBackend, StatefulProcessorHandle, TaskInfo
@@ -56,6 +66,19 @@ def measure(keys: int, typed: bool, work: Path) -> dict[str, list[int]]:
     state.commit()
 
     state, handle, totals, categories = open_batch(1)
+    if only is not None:
+        call = {
+            "none": lambda: None,
+            "value get": totals.get,
+            "value update": lambda: totals.update((1, 10)),
+            "map getValue": lambda: categories.getValue(("c1",)),
+            "map updateValue": lambda: categories.updateValue(("c1",), (1,)),
+        }[only]
+        for key in pickled_keys:
+            handle._set_key(key)
+            call()
+        state.commit()
+        return {}
     timings: dict[str, list[int]] = {"value get": [], "value update": [], "map getValue": [], "map updateValue": []}
     clock = time.perf_counter_ns
     for key in pickled_keys:
@@ -85,7 +108,13 @@ def percentile(values: list[int], q: float) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--keys", type=int, default=20_000)
+    parser.add_argument("--only", choices=("none", *CALLS), help="make only this call, untimed (for callgrind)")
+    parser.add_argument("--values", choices=("typed", "pickled"), default="typed", help="with --only")
     args = parser.parse_args()
+    if args.only is not None:
+        with tempfile.TemporaryDirectory(prefix="kstate-calls-") as work:
+            measure(args.keys, args.values == "typed", Path(work), args.only)
+        return
     print("| values | call | p50 us | p99 us | mean us | target p50 <= 2 us |")
     print("|---|---|---:|---:|---:|---|")
     for typed in (True, False):

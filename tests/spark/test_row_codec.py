@@ -307,3 +307,22 @@ def test_nested_structs_evolve_too():
     raw = codec(old).encode(((7, True), [(1, False), None]))
     assert codec(new, [old, new]).decode(raw) == ((None, 7), [(None, 1), None])
     assert row_decoder(old, new)(raw, 1) == (((None, 7), [(None, 1), None]), len(raw))
+
+
+def test_declared_state_variables_pickle_to_the_executors_with_their_codecs():
+    """Spark pickles the processor with what its ``init`` declared on the driver."""
+    import pickle
+
+    from pyspark import cloudpickle
+
+    from kstate.spark.state_variables import StatefulProcessorHandle, TypedSchemas
+
+    schema = StructType([StructField("n", LongType())])
+    handle = StatefulProcessorHandle(
+        None, schemas={"m": TypedSchemas((schema,), schema, INNER), "v": TypedSchemas((schema,), schema)}
+    )
+    declared = [handle.getValueState("v", schema), handle.getMapState("m", INNER, schema), handle.getListState("l")]
+    value, mapping, listing = pickle.loads(cloudpickle.dumps(declared))
+    assert value._codec.decode(value._codec.encode((5,))) == (5,)
+    assert mapping._keys.decode(mapping._keys.encode((1, "a"))) == (1, "a")
+    assert listing._codec.decode(listing._codec.encode(["x"])) == ["x"]

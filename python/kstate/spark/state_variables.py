@@ -101,6 +101,7 @@ class TypedCodec:
     def __init__(self, variable: str, schema: Any, versions: tuple[Any, ...] = (), versioned: bool = True):
         from kstate.spark.row_codec import compile_schema
 
+        self._arguments = (variable, schema, versions, versioned)
         current = compile_schema(schema, variable)
         if versioned:
             readers = [compile_schema(v).reader(current) for v in versions]
@@ -110,6 +111,10 @@ class TypedCodec:
         self.encode = self.native.encode
         self.decode = self.native.decode
 
+    def __reduce__(self) -> tuple:
+        # A processor is pickled to the executors with the variables its init declared.
+        return TypedCodec, self._arguments
+
 
 class PickleCodec:
     """Values as pickles; with a schema, normalized first as Spark stores them (``_plain``)."""
@@ -118,6 +123,9 @@ class PickleCodec:
         self.schema = schema
         encode = functools.partial(pickle.dumps, protocol=4) if schema is None else self.encode
         self.native = _core.StateCodec.python(encode, pickle.loads)
+
+    def __reduce__(self) -> tuple:
+        return PickleCodec, (self.schema,)
 
     def encode(self, value: Any) -> bytes:
         return pickle.dumps(value if self.schema is None else _plain(value), protocol=4)
@@ -153,7 +161,22 @@ class _Variable:
         self._ttl_ms = ttl_ms
         self._store: Any = None if handle._stores is None else handle._stores[name]
         self._native: Any = None if self._store is None else self._store._reader
+        self._value_codec = codec
         self._codec = codec.native
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A processor is pickled to the executors with the variables its init declared (on the
+        # driver, without stores): the native codecs are rebuilt from their Python owners.
+        state = dict(self.__dict__)
+        state.pop("_codec")
+        state.pop("_keys", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._codec = self._value_codec.native
+        if "_key_codec" in state:
+            self._keys = self._key_codec.native
 
     def _expiry(self) -> int:
         return NO_EXPIRY if self._ttl_ms is None else self._handle._now_ms + self._ttl_ms
@@ -298,6 +321,7 @@ class MapState(_Variable):
 
     def __init__(self, handle: StatefulProcessorHandle, name: str, key_codec: Any, codec: Any, ttl_ms: int | None):
         super().__init__(handle, name, codec, ttl_ms)
+        self._key_codec = key_codec
         self._keys = key_codec.native
 
     def _user_key(self, key: Any) -> bytes:
@@ -313,7 +337,9 @@ class MapState(_Variable):
         return self._codec.map_get(self._native, handle._current_prefix, self._keys, key, handle._now_ms)
 
     def containsKey(self, key: Any) -> bool:  # noqa: N802
-        return self._codec.exists(self._native, self._handle._current_prefix + self._user_key(key), self._handle._now_ms)
+        return self._codec.exists(
+            self._native, self._handle._current_prefix + self._user_key(key), self._handle._now_ms
+        )
 
     def updateValue(self, key: Any, value: Any) -> None:  # noqa: N802
         _require_value(value, self._name)
