@@ -25,7 +25,6 @@ store, found through a TTL index (store ``tws.ttl``: ``<expiry><u8 length><name>
 
 from __future__ import annotations
 
-import functools
 import pickle
 import struct
 from collections.abc import Iterator, Sequence
@@ -121,8 +120,7 @@ class PickleCodec:
 
     def __init__(self, schema: Any):
         self.schema = schema
-        encode = functools.partial(pickle.dumps, protocol=4) if schema is None else self.encode
-        self.native = _core.StateCodec.python(encode, pickle.loads)
+        self.native = _core.StateCodec.pickled(pickle.dumps, pickle.loads, None if schema is None else _plain)
 
     def __reduce__(self) -> tuple:
         return PickleCodec, (self.schema,)

@@ -10,6 +10,9 @@ use crate::errors::{guard, raise};
 use crate::key_value_store::NativeKeyValueStore;
 use crate::row_codec::{decode_row, RowCodec, RowReader};
 
+/// The pickle protocol of pickled state (`state_variables.PickleCodec`).
+const PICKLE_PROTOCOL: u8 = 4;
+
 /// The expiry of a value without a TTL (`state_variables.NO_EXPIRY`).
 const NO_EXPIRY: i64 = i64::MAX;
 
@@ -21,10 +24,12 @@ enum Codec {
         version: Option<u8>,
         readers: Vec<Py<RowReader>>,
     },
-    /// `encode(value) -> bytes`, `decode(bytes) -> value` (pickles).
-    Python {
-        encode: Py<PyAny>,
-        decode: Py<PyAny>,
+    /// Pickles: `dumps(value, 4)` (of `plain(value)` when given: a schema's normalization),
+    /// `loads(bytes)`.
+    Pickle {
+        dumps: Py<PyAny>,
+        loads: Py<PyAny>,
+        plain: Option<Py<PyAny>>,
     },
 }
 
@@ -60,8 +65,13 @@ impl StateCodec {
                 out.extend(version.iter());
                 current.get().encode_into(py, value, out)
             }
-            Codec::Python { encode, .. } => {
-                let raw = encode.bind(py).call1((value,))?;
+            Codec::Pickle { dumps, plain, .. } => {
+                let raw = match plain {
+                    None => dumps.bind(py).call1((value, PICKLE_PROTOCOL))?,
+                    Some(plain) => dumps
+                        .bind(py)
+                        .call1((plain.bind(py).call1((value,))?, PICKLE_PROTOCOL))?,
+                };
                 out.extend_from_slice(raw.cast::<PyBytes>()?.as_bytes());
                 Ok(())
             }
@@ -70,7 +80,7 @@ impl StateCodec {
 
     fn decode_raw<'py>(&self, py: Python<'py>, raw: &[u8]) -> PyResult<Bound<'py, PyAny>> {
         let (value, end) = match &self.codec {
-            Codec::Python { decode, .. } => return decode.bind(py).call1((PyBytes::new(py, raw),)),
+            Codec::Pickle { loads, .. } => return loads.bind(py).call1((PyBytes::new(py, raw),)),
             Codec::Typed {
                 current,
                 version: None,
@@ -140,11 +150,17 @@ impl StateCodec {
         }
     }
 
-    /// Values through Python callables (`pickle.dumps` / `pickle.loads`).
+    /// Pickled values (protocol 4): `dumps` / `loads` are `pickle`'s; `plain` normalizes a value
+    /// first (given a schema).
     #[staticmethod]
-    fn python(encode: Py<PyAny>, decode: Py<PyAny>) -> Self {
+    #[pyo3(signature = (dumps, loads, plain=None))]
+    fn pickled(dumps: Py<PyAny>, loads: Py<PyAny>, plain: Option<Py<PyAny>>) -> Self {
         StateCodec {
-            codec: Codec::Python { encode, decode },
+            codec: Codec::Pickle {
+                dumps,
+                loads,
+                plain,
+            },
         }
     }
 
