@@ -84,6 +84,8 @@ pub struct RowCodec {
     types: Vec<String>,
     names: Vec<Option<String>>,
     simple: String,
+    /// `repr()` of the state variable's name, for messages.
+    variable: Option<String>,
 }
 
 fn parse(spec: &Bound<'_, PyAny>, types: &mut Vec<String>) -> PyResult<DataType> {
@@ -169,11 +171,16 @@ impl RowCodec {
             }
         }
         let simple = core::struct_simple_string(codec.schema());
+        let variable = match &names[0] {
+            Some(name) => Some(PyString::new(spec.py(), name).repr()?.to_string()),
+            None => None,
+        };
         Ok(RowCodec {
             codec,
             types,
             names,
             simple,
+            variable,
         })
     }
 
@@ -233,12 +240,11 @@ impl RowCodec {
                     .repr()
                     .map(|r| r.to_string())
                     .unwrap_or_else(|_| "<value>".into());
-                let text = match &self.names[0] {
+                let text = match &self.variable {
                     Some(variable) => format!(
-                        "state variable {variable:?}: {shown} does not fit {}: {message}",
+                        "state variable {variable}: {shown} does not fit {}: {message}",
                         self.simple
-                    )
-                    .replacen('"', "'", 2),
+                    ),
                     None => format!("{shown} does not fit {}: {message}", self.simple),
                 };
                 raise(
