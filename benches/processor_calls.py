@@ -13,6 +13,11 @@ difference to ``--only none``, divided by the keys, is the call's cost:
   valgrind --tool=callgrind --callgrind-out-file=/dev/null .venv/bin/python benches/processor_calls.py \
       --keys 2000 --only "value get" --values typed
 
+Background threads of RocksDB (flushes, compactions) add a few million instructions of noise to
+such runs; ``--codec MODE`` runs the typed codec alone, no store (``encode`` / ``decode`` a
+``(count, total)`` row or ``key``-encode a map key, KEYS times; ``none``: the baseline), which
+callgrind counts exactly.
+
 Prints p50 / p99 in microseconds per call kind. Spark's own Python state calls go over a socket
 to the JVM: 65-78 us p50 per call (SPARK-52333); the target here is p50 <= 2 us.
 """
@@ -25,7 +30,6 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
-
 
 CALLS = ("value get", "value update", "map getValue", "map updateValue")
 
@@ -100,6 +104,26 @@ def measure(keys: int, typed: bool, work: Path, only: str | None = None) -> dict
     return timings
 
 
+def codec_only(mode: str, count: int) -> None:
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from kstate.spark.state_variables import TypedCodec
+
+    schema = StructType([StructField("count", LongType()), StructField("total", LongType())])
+    codec = TypedCodec("totals", schema, (schema,))
+    key = TypedCodec("categories", StructType([StructField("category", StringType())]), versioned=False)
+    raw = codec.encode((1, 10))
+    if mode == "encode":
+        for i in range(count):
+            codec.encode((i, 10 * i))
+    elif mode == "decode":
+        for _ in range(count):
+            codec.decode(raw)
+    elif mode == "key":
+        for _ in range(count):
+            key.encode(("c1",))
+
+
 def percentile(values: list[int], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] / 1000
@@ -110,7 +134,11 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=20_000)
     parser.add_argument("--only", choices=("none", *CALLS), help="make only this call, untimed (for callgrind)")
     parser.add_argument("--values", choices=("typed", "pickled"), default="typed", help="with --only")
+    parser.add_argument("--codec", choices=("none", "encode", "decode", "key"), help="the typed codec alone, untimed")
     args = parser.parse_args()
+    if args.codec is not None:
+        codec_only(args.codec, args.keys)
+        return
     if args.only is not None:
         with tempfile.TemporaryDirectory(prefix="kstate-calls-") as work:
             measure(args.keys, args.values == "typed", Path(work), args.only)
