@@ -189,15 +189,12 @@ class _Variable:
     def _live(self, stored: bytes | None) -> bool:
         return stored is not None and _EXPIRY.unpack_from(stored)[0] > self._handle._now_ms
 
-    def _prefixed_entries(self) -> list[tuple[bytes, bytes]]:
-        """The current key's entries (list and map state), expired ones included, in key order."""
-        with self._store.prefix_scan(self._handle._current_prefix) as entries:
-            return list(entries)
+    def _any_live(self) -> bool:
+        """Whether the current key has a live entry (list and map state)."""
+        return self._codec.any_live(self._native, self._handle._current_prefix, self._handle._now_ms)
 
     def _delete_prefixed(self) -> None:
-        keys = [k for k, _ in self._prefixed_entries()]
-        if keys:
-            self._store.put_all(keys, [None] * len(keys))
+        self._codec.delete_all(self._native, self._handle._current_prefix)
 
 
 class ValueState(_Variable):
@@ -266,7 +263,7 @@ class ListState(_Variable):
         return self._next
 
     def exists(self) -> bool:
-        return any(self._live(v) for _, v in self._prefixed_entries())
+        return self._any_live()
 
     def get(self) -> Iterator[Any]:
         handle = self._handle
@@ -327,7 +324,7 @@ class MapState(_Variable):
         return self._keys.encode(key)
 
     def exists(self) -> bool:
-        return any(self._live(v) for _, v in self._prefixed_entries())
+        return self._any_live()
 
     def getValue(self, key: Any) -> Any:  # noqa: N802
         _require_value(key, self._name)

@@ -314,6 +314,43 @@ impl StateCodec {
         Ok(out)
     }
 
+    /// List and map state: whether any entry under `prefix` is live at `now_ms`.
+    fn any_live(
+        &self,
+        store: &Bound<'_, NativeKeyValueStore>,
+        prefix: &[u8],
+        now_ms: i64,
+    ) -> PyResult<bool> {
+        let store = store.try_borrow()?;
+        let entries = guard(|| {
+            store
+                .logged
+                .inner
+                .store
+                .scan(&KeyRange::prefix(prefix), Direction::Forward, usize::MAX)
+        })?;
+        for (_, stored) in &entries {
+            if expiry_of(stored)? > now_ms {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// List and map state `clear`: deletes every entry under `prefix`, in one call.
+    fn delete_all(&self, store: &Bound<'_, NativeKeyValueStore>, prefix: &[u8]) -> PyResult<()> {
+        let mut store = store.try_borrow_mut()?;
+        let store = &mut store.logged.inner.store;
+        guard(|| {
+            let keys: Vec<Vec<u8>> = store
+                .scan(&KeyRange::prefix(prefix), Direction::Forward, usize::MAX)?
+                .into_iter()
+                .map(|(k, _)| k)
+                .collect();
+            store.put_all(&mut keys.iter().map(|k| (k.as_slice(), None)))
+        })
+    }
+
     /// List state: stages `values` as elements `first, first + 1, ...` under `prefix` (keys
     /// `<prefix><u64 BE sequence>`); returns their sequence suffixes when they expire, else `None`.
     fn append_all<'py>(
