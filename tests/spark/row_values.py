@@ -77,9 +77,7 @@ def random_type(rng: random.Random, depth: int) -> Any:
 
 def random_schema(rng: random.Random, depth: int = 2, fields: int | None = None) -> StructType:
     count = rng.randint(1, 6) if fields is None else fields
-    return StructType(
-        [StructField(f"f{i}", random_type(rng, depth), rng.random() < 0.8) for i in range(count)]
-    )
+    return StructType([StructField(f"f{i}", random_type(rng, depth), rng.random() < 0.8) for i in range(count)])
 
 
 def random_value(rng: random.Random, data_type: Any, nullable: bool = True) -> Any:
