@@ -6,6 +6,18 @@ opens them, a committed state underneath: half the keys were written in an earli
   .venv/bin/python benches/processor_calls.py              # typed (schema) and pickled values
   .venv/bin/python benches/processor_calls.py --keys 20000
 
+Instructions per call (the machine's noise does not move them): ``--only CALL`` makes only that
+call per key (``none``: only the key set), untimed; under ``valgrind --tool=callgrind`` the
+difference to ``--only none``, divided by the keys, is the call's cost:
+
+  valgrind --tool=callgrind --callgrind-out-file=/dev/null .venv/bin/python benches/processor_calls.py \
+      --keys 2000 --only "value get" --values typed
+
+Background threads of RocksDB (flushes, compactions) add a few million instructions of noise to
+such runs; ``--codec MODE`` runs the typed codec alone, no store (``encode`` / ``decode`` a
+``(count, total)`` row or ``key``-encode a map key, KEYS times; ``none``: the baseline), which
+callgrind counts exactly.
+
 Prints p50 / p99 in microseconds per call kind. Spark's own Python state calls go over a socket
 to the JVM: 65-78 us p50 per call (SPARK-52333); the target here is p50 <= 2 us.
 """
@@ -19,8 +31,10 @@ import tempfile
 import time
 from pathlib import Path
 
+CALLS = ("value get", "value update", "map getValue", "map updateValue")
 
-def measure(keys: int, typed: bool, work: Path) -> dict[str, list[int]]:
+
+def measure(keys: int, typed: bool, work: Path, only: str | None = None) -> dict[str, list[int]]:
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
     from kstate.spark import StateBackend, StatefulProcessorHandle, TaskInfo
@@ -56,6 +70,19 @@ def measure(keys: int, typed: bool, work: Path) -> dict[str, list[int]]:
     state.commit()
 
     state, handle, totals, categories = open_batch(1)
+    if only is not None:
+        call = {
+            "none": lambda: None,
+            "value get": totals.get,
+            "value update": lambda: totals.update((1, 10)),
+            "map getValue": lambda: categories.getValue(("c1",)),
+            "map updateValue": lambda: categories.updateValue(("c1",), (1,)),
+        }[only]
+        for key in pickled_keys:
+            handle._set_key(key)
+            call()
+        state.commit()
+        return {}
     timings: dict[str, list[int]] = {"value get": [], "value update": [], "map getValue": [], "map updateValue": []}
     clock = time.perf_counter_ns
     for key in pickled_keys:
@@ -77,6 +104,26 @@ def measure(keys: int, typed: bool, work: Path) -> dict[str, list[int]]:
     return timings
 
 
+def codec_only(mode: str, count: int) -> None:
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from kstate.spark.state_variables import TypedCodec
+
+    schema = StructType([StructField("count", LongType()), StructField("total", LongType())])
+    codec = TypedCodec("totals", schema, (schema,))
+    key = TypedCodec("categories", StructType([StructField("category", StringType())]), versioned=False)
+    raw = codec.encode((1, 10))
+    if mode == "encode":
+        for i in range(count):
+            codec.encode((i, 10 * i))
+    elif mode == "decode":
+        for _ in range(count):
+            codec.decode(raw)
+    elif mode == "key":
+        for _ in range(count):
+            key.encode(("c1",))
+
+
 def percentile(values: list[int], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] / 1000
@@ -85,7 +132,17 @@ def percentile(values: list[int], q: float) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--keys", type=int, default=20_000)
+    parser.add_argument("--only", choices=("none", *CALLS), help="make only this call, untimed (for callgrind)")
+    parser.add_argument("--values", choices=("typed", "pickled"), default="typed", help="with --only")
+    parser.add_argument("--codec", choices=("none", "encode", "decode", "key"), help="the typed codec alone, untimed")
     args = parser.parse_args()
+    if args.codec is not None:
+        codec_only(args.codec, args.keys)
+        return
+    if args.only is not None:
+        with tempfile.TemporaryDirectory(prefix="kstate-calls-") as work:
+            measure(args.keys, args.values == "typed", Path(work), args.only)
+        return
     print("| values | call | p50 us | p99 us | mean us | target p50 <= 2 us |")
     print("|---|---|---:|---:|---:|---|")
     for typed in (True, False):

@@ -64,6 +64,12 @@ class InvalidArgumentError(KStateError, ValueError):
     """An argument or configuration value that can never be valid."""
 
 
+class StateTypeError(InvalidArgumentError, TypeError):
+    """kstate.spark: a typed state value of a type its schema does not accept. A ``TypeError`` too,
+    as Spark's type verifier raises one for it (a null where none may be, or an integer out of
+    range, is a plain ``InvalidArgumentError``: a ``ValueError``, as Spark's)."""
+
+
 class InvalidTimestampError(InvalidArgumentError):
     """A log rejected a batch of records whose timestamps are out of the allowed range (Kafka's
     ``INVALID_TIMESTAMP``, error 32); nothing of the batch was written."""
@@ -109,6 +115,7 @@ __all__ = [
     "CorruptedDataError",
     "TaskAssignmentError",
     "InvalidArgumentError",
+    "StateTypeError",
     "InvalidTimestampError",
     "SerializationError",
     "JavaNotFoundError",

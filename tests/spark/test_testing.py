@@ -70,3 +70,34 @@ def test_state_can_be_set_and_is_typed():
         tester.updateValueState("count", "a", ("many",))
     with pytest.raises(InvalidArgumentError, match="forward"):
         tester.setProcessingTime(0)
+
+
+class Amounts(StatefulProcessor):
+    """Appends each row's amount to a typed list that lives 10 s per element."""
+
+    def init(self, handle):
+        self.amounts = handle.getListState("amounts", AMOUNT, ttlDurationMs=10_000)
+
+    def handleInputRows(self, key, rows, timerValues):  # noqa: N802, N803
+        self.amounts.appendList([(row.amount,) for row in rows])
+        return iter(())
+
+
+AMOUNT = StructType([StructField("amount", LongType())])
+
+
+def test_a_list_put_replaces_every_element_and_appends_continue_after_it():
+    """``put`` writes the new elements and deletes the old ones past them in one native call."""
+    tester = TwsTester(Amounts(), timeMode="ProcessingTime")
+    tester.test("a", [Row(amount=n) for n in range(5)])
+    tester.updateListState("amounts", "a", [(10,), (11,)])
+    assert tester.peekListState("amounts", "a") == [(10,), (11,)]
+    tester.test("a", [Row(amount=12)])
+    assert tester.peekListState("amounts", "a") == [(10,), (11,), (12,)]
+    tester.updateListState("amounts", "a", [(n,) for n in range(20, 27)])
+    assert tester.peekListState("amounts", "a") == [(n,) for n in range(20, 27)]
+    with pytest.raises(InvalidArgumentError, match="does not fit"):
+        tester.updateListState("amounts", "a", [(1,), ("x",)])
+    assert tester.peekListState("amounts", "a") == [(n,) for n in range(20, 27)], "a misfit writes nothing"
+    tester.setProcessingTime(10_000)
+    assert tester.peekListState("amounts", "a") == [], "the replaced elements carry their TTL"

@@ -21,269 +21,127 @@ takes no further bytes. Field encodings:
 All integer widths share one encoding, so widening (byte -> short -> int -> long) and float ->
 double read old values unchanged; fields are matched by name, so a reader schema may add nullable
 fields (read as ``None``) or drop fields. ``evolution_problems`` names every other change.
-Values are checked against the schema before they are encoded (Spark's own type verifier), and
-decode to tuples (nested structs too), dates and timestamps as Spark gives them to Python.
+Values are checked against the schema as they are encoded, with the rules and messages of Spark's
+type verifier (``_make_type_verifier``: a ``TypeError`` kind for a value of the wrong type,
+``ValueError`` for a null in a non-nullable field or an integer out of range, each naming the
+field), and decode to tuples (nested structs too), dates and timestamps as Spark gives them to
+Python. A ``Decimal('NaN')`` is stored as null, as Spark stores it.
+
+The codec is native (``kstate_core::row_codec``, bound as ``kstate._core.RowCodec``): this module
+describes a schema to it (``_spec``) and holds the few conversions done with Python's own
+``datetime`` and ``decimal`` arithmetic, which the native codec calls.
 """
 
 from __future__ import annotations
 
 import datetime
 import decimal
-import struct
 from typing import Any, Callable
 
-from kstate.errors import InvalidArgumentError
+from kstate import _core
 
-_EPOCH_DATE = datetime.date(1970, 1, 1)
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
-_FLOAT = struct.Struct("<f")
-_DOUBLE = struct.Struct("<d")
-_INTEGERS = ("byte", "short", "integer", "long")
-_WIDENING = {("float", "double")} | {(a, b) for i, a in enumerate(_INTEGERS) for b in _INTEGERS[i:]}
-
-
-def _write_varint(out: bytearray, n: int) -> None:
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-
-
-def _read_varint(raw: memoryview, pos: int) -> tuple[int, int]:
-    n = shift = 0
-    while True:
-        byte = raw[pos]
-        pos += 1
-        n |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return n, pos
-        shift += 7
-
-
-def _zigzag(n: int) -> int:
-    return (n << 1) ^ (n >> 63) if -(1 << 63) <= n < (1 << 63) else _out_of_range(n)
-
-
-def _out_of_range(n: int) -> int:
-    raise InvalidArgumentError(f"{n} does not fit in a 64-bit integer")
-
-
-def _unzigzag(n: int) -> int:
-    return (n >> 1) ^ -(n & 1)
 
 
 def type_name(data_type: Any) -> str:
     return data_type.typeName()
 
 
-def _encoder(data_type: Any) -> Callable[[bytearray, Any], None]:
-    name = type_name(data_type)
-    if name == "boolean":
-        return lambda out, v: out.append(1 if v else 0)
-    if name in _INTEGERS:
-        return lambda out, v: _write_varint(out, _zigzag(int(v)))
-    if name == "float":
-        return lambda out, v: out.extend(_FLOAT.pack(v))
-    if name == "double":
-        return lambda out, v: out.extend(_DOUBLE.pack(v))
-    if name in ("string", "char", "varchar"):
-
-        def text(out: bytearray, v: Any) -> None:
-            raw = (v if isinstance(v, str) else str(v)).encode()  # Spark stores any object's str
-            _write_varint(out, len(raw))
-            out.extend(raw)
-
-        return text
-    if name == "binary":
-
-        def binary(out: bytearray, v: Any) -> None:
-            _write_varint(out, len(v))
-            out.extend(v)
-
-        return binary
-    if name == "date":
-        return lambda out, v: _write_varint(out, _zigzag((v - _EPOCH_DATE).days))
-    if name in ("timestamp", "timestamp_ntz"):
-        ntz = name == "timestamp_ntz"
-        return lambda out, v: _write_varint(out, _zigzag(_micros(v, ntz)))
-    if name == "decimal":
-        small, scale = data_type.precision <= 18, data_type.scale
-
-        def number(out: bytearray, v: Any) -> None:
-            value = decimal.Decimal(v)
-            if small:
-                _write_varint(out, _zigzag(int(value.scaleb(scale).to_integral_value())))
-            else:
-                text = str(value).encode()
-                _write_varint(out, len(text))
-                out.extend(text)
-
-        return number
-    if name == "array":
-        element = _encoder(data_type.elementType)
-
-        def array(out: bytearray, values: Any) -> None:
-            values = list(values)
-            _write_varint(out, len(values))
-            _write_nullable(out, values, [element] * len(values))
-
-        return array
-    if name == "map":
-        keys, values = _encoder_of_array(data_type.keyType), _encoder_of_array(data_type.valueType)
-
-        def mapping(out: bytearray, v: Any) -> None:
-            items = list(v.items())
-            keys(out, [k for k, _ in items])
-            values(out, [x for _, x in items])
-
-        return mapping
+def _spec(data_type: Any) -> tuple:
+    """``data_type`` as the native codec reads it: ``(typeName, str(type), details...)``."""
+    name, text = type_name(data_type), str(data_type)
     if name == "struct":
-        return row_encoder(data_type)
-    raise InvalidArgumentError(f"kstate cannot store state of type {data_type.simpleString()}")
+        return (name, text, tuple((f.name, f.nullable, _spec(f.dataType)) for f in data_type.fields))
+    if name == "array":
+        return (name, text, _spec(data_type.elementType), data_type.containsNull)
+    if name == "map":
+        return (name, text, _spec(data_type.keyType), _spec(data_type.valueType), data_type.valueContainsNull)
+    if name == "decimal":
+        return (name, text, data_type.precision, data_type.scale)
+    if name in ("char", "varchar"):
+        return (name, text, data_type.length)
+    return (name, text)
 
 
-def _encoder_of_array(element_type: Any) -> Callable[[bytearray, Any], None]:
-    from pyspark.sql.types import ArrayType
+def compile_schema(schema: Any, name: str | None = None) -> _core.RowCodec:
+    """The native codec of ``schema`` (a ``StructType``); ``name`` is what Spark's verifier calls
+    the row in messages (a state variable's name)."""
+    return _core.RowCodec(_spec(schema), name)
 
-    return _encoder(ArrayType(element_type))
+
+_ALREADY_PLAIN = frozenset({int, float, str, bool, bytes, type(None)})
+"""Exact types ``_plain`` returns as they are (the common case, checked first)."""
+
+
+def _plain(value: Any) -> Any:
+    """A value as Spark stores it through a schema: rows and tuples as tuples, numpy scalars and
+    pandas timestamps as Python values."""
+    if type(value) in _ALREADY_PLAIN:
+        return value
+    if isinstance(value, tuple):
+        return tuple(_plain(v) for v in value)
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {_plain(k): _plain(v) for k, v in value.items()}
+    if hasattr(value, "item") and type(value).__module__ == "numpy":
+        return value.item()
+    if hasattr(value, "to_pydatetime"):
+        return value.to_pydatetime()
+    if hasattr(value, "to_pytimedelta"):
+        return value.to_pytimedelta()
+    return value
 
 
 def _micros(value: Any, ntz: bool) -> int:
+    """A datetime as microseconds since the epoch (naive: local time, as Spark reads it; a
+    timestamp_ntz's fields as UTC)."""
     if ntz or value.tzinfo is None:
         if ntz:
             value = value.replace(tzinfo=datetime.timezone.utc)
         else:
-            value = value.astimezone()  # naive: local time, as Spark reads it
+            value = value.astimezone()
     delta = value - _EPOCH
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
-def _write_nullable(out: bytearray, values: list[Any], encoders: list[Callable[[bytearray, Any], None]]) -> None:
-    bitmap = bytearray((len(values) + 7) // 8)
-    for i, value in enumerate(values):
-        if value is None:
-            bitmap[i >> 3] |= 1 << (i & 7)
-    out.extend(bitmap)
-    for value, encode in zip(values, encoders):
-        if value is not None:
-            encode(out, value)
+def _timestamp_of(micros: int, ntz: bool) -> datetime.datetime:
+    """What ``_micros`` encoded, as Spark gives it to Python (naive; local time unless ntz)."""
+    value = _EPOCH + datetime.timedelta(microseconds=micros)
+    return value.replace(tzinfo=None) if ntz else value.astimezone().replace(tzinfo=None)
+
+
+def _unscaled(value: decimal.Decimal, scale: int) -> int:
+    return int(value.scaleb(scale).to_integral_value())
+
+
+def _decimal_of(unscaled: int, scale: int) -> decimal.Decimal:
+    return decimal.Decimal(unscaled).scaleb(-scale)
+
+
+def _decimal_text(text: str) -> decimal.Decimal:
+    return decimal.Decimal(text)
 
 
 def row_encoder(schema: Any) -> Callable[[bytearray, Any], None]:
-    """Appends a row (tuple, ``Row`` or dict) of ``schema`` to a bytearray."""
-    names = schema.names
-    encoders = [_encoder(f.dataType) for f in schema.fields]
+    """Appends a row (tuple, ``Row`` or dict) of ``schema`` to a bytearray, checked first."""
+    encode = compile_schema(schema).encode
 
     def row(out: bytearray, value: Any) -> None:
-        if isinstance(value, dict):
-            value = [value.get(n) for n in names]
-        _write_nullable(out, list(value), encoders)
+        out.extend(encode(value))
 
     return row
 
 
-def _decoder(data_type: Any) -> Callable[[memoryview, int], tuple[Any, int]]:
-    name = type_name(data_type)
-    if name == "boolean":
-        return lambda raw, pos: (raw[pos] != 0, pos + 1)
-    if name in _INTEGERS:
+def row_decoder(writer: Any, reader: Any) -> Callable[[Any, int], tuple[tuple, int]]:
+    """Reads a row ``writer`` wrote as a tuple of ``reader``'s fields (matched by name, nested
+    structs too; fields the writer lacks are ``None``): ``decode(raw, pos) -> (row, end)``. The
+    schemas must be compatible (``evolution_problems``)."""
+    written = compile_schema(writer)
+    decode = written.decode if writer == reader else written.reader(compile_schema(reader)).decode
 
-        def integer(raw: memoryview, pos: int) -> tuple[Any, int]:
-            n, pos = _read_varint(raw, pos)
-            return _unzigzag(n), pos
-
-        return integer
-    if name == "float":
-        return lambda raw, pos: (_FLOAT.unpack_from(raw, pos)[0], pos + 4)
-    if name == "double":
-        return lambda raw, pos: (_DOUBLE.unpack_from(raw, pos)[0], pos + 8)
-    if name in ("string", "binary", "char", "varchar"):
-        binary = name == "binary"
-
-        def text(raw: memoryview, pos: int) -> tuple[Any, int]:
-            n, pos = _read_varint(raw, pos)
-            chunk = bytes(raw[pos : pos + n])
-            return (bytearray(chunk) if binary else chunk.decode()), pos + n
-
-        return text
-    if name == "date":
-
-        def date(raw: memoryview, pos: int) -> tuple[Any, int]:
-            n, pos = _read_varint(raw, pos)
-            return _EPOCH_DATE + datetime.timedelta(days=_unzigzag(n)), pos
-
-        return date
-    if name in ("timestamp", "timestamp_ntz"):
-        ntz = name == "timestamp_ntz"
-
-        def timestamp(raw: memoryview, pos: int) -> tuple[Any, int]:
-            n, pos = _read_varint(raw, pos)
-            value = _EPOCH + datetime.timedelta(microseconds=_unzigzag(n))
-            return (value.replace(tzinfo=None) if ntz else value.astimezone().replace(tzinfo=None)), pos
-
-        return timestamp
-    if name == "decimal":
-        small, scale = data_type.precision <= 18, data_type.scale
-
-        def number(raw: memoryview, pos: int) -> tuple[Any, int]:
-            n, pos = _read_varint(raw, pos)
-            if small:
-                return decimal.Decimal(_unzigzag(n)).scaleb(-scale), pos
-            return decimal.Decimal(bytes(raw[pos : pos + n]).decode()), pos + n
-
-        return number
-    if name == "array":
-        element = _decoder(data_type.elementType)
-
-        def array(raw: memoryview, pos: int) -> tuple[Any, int]:
-            n, pos = _read_varint(raw, pos)
-            return _read_nullable(raw, pos, [element] * n)
-
-        return array
-    if name == "map":
-        from pyspark.sql.types import ArrayType
-
-        keys, values = _decoder(ArrayType(data_type.keyType)), _decoder(ArrayType(data_type.valueType))
-
-        def mapping(raw: memoryview, pos: int) -> tuple[Any, int]:
-            k, pos = keys(raw, pos)
-            v, pos = values(raw, pos)
-            return dict(zip(k, v)), pos
-
-        return mapping
-    if name == "struct":
-        decode = row_decoder(data_type, data_type)
-        return decode
-    raise InvalidArgumentError(f"kstate cannot store state of type {data_type.simpleString()}")
-
-
-def _read_nullable(raw: memoryview, pos: int, decoders: list[Callable]) -> tuple[list[Any], int]:
-    n = len(decoders)
-    bitmap = raw[pos : pos + (n + 7) // 8]
-    pos += (n + 7) // 8
-    values = []
-    for i, decode in enumerate(decoders):
-        if bitmap[i >> 3] & (1 << (i & 7)):
-            values.append(None)
-        else:
-            value, pos = decode(raw, pos)
-            values.append(value)
-    return values, pos
-
-
-def row_decoder(writer: Any, reader: Any) -> Callable[[memoryview, int], tuple[tuple, int]]:
-    """Reads a row ``writer`` wrote as a tuple of ``reader``'s fields (matched by name; fields the
-    writer lacks are ``None``). The schemas must be compatible (``evolution_problems``)."""
-    decoders = [_decoder(f.dataType) for f in writer.fields]
-    positions = {name: i for i, name in enumerate(writer.names)}
-    picks = [positions.get(name) for name in reader.names]
-    same = picks == list(range(len(writer.names)))
-
-    def row(raw: memoryview, pos: int) -> tuple[tuple, int]:
-        values, pos = _read_nullable(raw, pos, decoders)
-        if same:
-            return tuple(values), pos
-        return tuple(None if i is None else values[i] for i in picks), pos
+    def row(raw: Any, pos: int) -> tuple[tuple, int]:
+        return decode(bytes(raw), pos)
 
     return row
 
@@ -293,33 +151,4 @@ def evolution_problems(writer: Any, reader: Any, path: str = "") -> list[str]:
     matched by name; a field the writer lacks must be nullable; types must be equal or widen
     (byte -> short -> int -> long, float -> double), structs recursively, arrays and maps by their
     element types."""
-    problems = []
-    old = {f.name: f for f in writer.fields}
-    for field in reader.fields:
-        where = f"{path}{field.name}"
-        before = old.get(field.name)
-        if before is None:
-            if not field.nullable:
-                problems.append(f"new field {where} must be nullable (old values have none)")
-            continue
-        problems += _type_problems(before.dataType, field.dataType, where)
-        if before.nullable and not field.nullable:
-            problems.append(f"field {where} was nullable and is not any more")
-    return problems
-
-
-def _type_problems(old: Any, new: Any, where: str) -> list[str]:
-    a, b = type_name(old), type_name(new)
-    if a == "struct" and b == "struct":
-        return evolution_problems(old, new, where + ".")
-    if a == "array" and b == "array":
-        return _type_problems(old.elementType, new.elementType, where + "[]")
-    if a == "map" and b == "map":
-        return _type_problems(old.keyType, new.keyType, where + "{key}") + _type_problems(
-            old.valueType, new.valueType, where + "{value}"
-        )
-    if a == b and (a != "decimal" or (old.precision, old.scale) == (new.precision, new.scale)):
-        return []
-    if (a, b) in _WIDENING:
-        return []
-    return [f"field {where} changed type {old.simpleString()} -> {new.simpleString()}"]
+    return compile_schema(writer).evolution_problems(compile_schema(reader), path)

@@ -31,8 +31,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kstate import _core
 from kstate.errors import InvalidArgumentError
 from kstate.spark.exactly_once import TaskStores
+from kstate.spark.row_codec import _plain
 from kstate.store_lifecycle import now_ms
 
 TTL_INDEX = "tws.ttl"
@@ -79,30 +81,6 @@ def _check_ttl(ttl: Any) -> int | None:
     return ttl
 
 
-_ALREADY_PLAIN = frozenset({int, float, str, bool, bytes, type(None)})
-"""Exact types ``_plain`` returns as they are (the common case, checked first)."""
-
-
-def _plain(value: Any) -> Any:
-    """A value as Spark stores it through a schema: rows and tuples as tuples, numpy scalars and
-    pandas timestamps as Python values."""
-    if type(value) in _ALREADY_PLAIN:
-        return value
-    if isinstance(value, tuple):
-        return tuple(_plain(v) for v in value)
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {_plain(k): _plain(v) for k, v in value.items()}
-    if hasattr(value, "item") and type(value).__module__ == "numpy":
-        return value.item()
-    if hasattr(value, "to_pydatetime"):
-        return value.to_pydatetime()
-    if hasattr(value, "to_pytimedelta"):
-        return value.to_pytimedelta()
-    return value
-
-
 @dataclass(frozen=True)
 class TypedSchemas:
     """How a typed variable's values are read and written: every schema its stored values were
@@ -116,44 +94,25 @@ class TypedSchemas:
 class TypedCodec:
     """Values of a ``StructType``: one byte naming the writer schema's index, then the row in
     ``kstate.spark.row_codec``'s encoding (``versioned=False``: the row alone, for map keys).
-    Checked on write with Spark's type verifier; read back as tuples, any older schema's values
-    as the current schema."""
+    Checked on write with the rules of Spark's type verifier; read back as tuples, any older
+    schema's values as the current schema. ``native`` does the work (``_core.StateCodec``)."""
 
     def __init__(self, variable: str, schema: Any, versions: tuple[Any, ...] = (), versioned: bool = True):
-        from pyspark.sql.types import _make_type_verifier
+        from kstate.spark.row_codec import compile_schema
 
-        from kstate.spark.row_codec import row_decoder, row_encoder
+        self._arguments = (variable, schema, versions, versioned)
+        current = compile_schema(schema, variable)
+        if versioned:
+            readers = [compile_schema(v).reader(current) for v in versions]
+            self.native = _core.StateCodec.typed(current, versions.index(schema), readers)
+        else:
+            self.native = _core.StateCodec.typed(current, None, [])
+        self.encode = self.native.encode
+        self.decode = self.native.decode
 
-        self._variable = variable
-        self._schema = schema
-        self._names = schema.names
-        self._prefix = bytes([versions.index(schema)]) if versioned else b""
-        self._encode = row_encoder(schema)
-        self._verify = _make_type_verifier(schema, name=variable)
-        self._decoders = [row_decoder(v, schema) for v in versions] if versioned else [row_decoder(schema, schema)]
-        self._versioned = versioned
-
-    def encode(self, value: Any) -> bytes:
-        fields = None if type(value) is tuple else getattr(value, "__fields__", None)
-        if fields is not None and list(fields) != self._names and set(fields) == set(self._names):
-            value = value.asDict()
-            value = tuple(value[n] for n in self._names)
-        value = _plain(value)
-        try:
-            self._verify(value)
-        except (TypeError, ValueError) as error:
-            raise InvalidArgumentError(
-                f"state variable {self._variable!r}: {value!r} does not fit {self._schema.simpleString()}: {error}"
-            ) from None
-        out = bytearray(self._prefix)
-        self._encode(out, value)
-        return bytes(out)
-
-    def decode(self, raw: bytes, offset: int = 0) -> Any:
-        view = memoryview(raw)
-        if not self._versioned:
-            return self._decoders[0](view, offset)[0]
-        return self._decoders[raw[offset]](view, offset + 1)[0]
+    def __reduce__(self) -> tuple:
+        # A processor is pickled to the executors with the variables its init declared.
+        return TypedCodec, self._arguments
 
 
 class PickleCodec:
@@ -161,6 +120,10 @@ class PickleCodec:
 
     def __init__(self, schema: Any):
         self.schema = schema
+        self.native = _core.StateCodec.pickled(pickle.dumps, pickle.loads, None if schema is None else _plain)
+
+    def __reduce__(self) -> tuple:
+        return PickleCodec, (self.schema,)
 
     def encode(self, value: Any) -> bytes:
         return pickle.dumps(value if self.schema is None else _plain(value), protocol=4)
@@ -187,11 +150,31 @@ def _require_value(value: Any, name: str) -> None:
 
 
 class _Variable:
-    def __init__(self, handle: StatefulProcessorHandle, name: str, ttl_ms: int | None):
+    """What every state variable shares. Each state call is one native call on the store
+    (``_native``) through the variable's codec (``_core.StateCodec``)."""
+
+    def __init__(self, handle: StatefulProcessorHandle, name: str, codec: Any, ttl_ms: int | None):
         self._handle = handle
         self._name = name
         self._ttl_ms = ttl_ms
         self._store: Any = None if handle._stores is None else handle._stores[name]
+        self._native: Any = None if self._store is None else self._store._reader
+        self._value_codec = codec
+        self._codec = codec.native
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A processor is pickled to the executors with the variables its init declared (on the
+        # driver, without stores): the native codecs are rebuilt from their Python owners.
+        state = dict(self.__dict__)
+        state.pop("_codec")
+        state.pop("_keys", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._codec = self._value_codec.native
+        if "_key_codec" in state:
+            self._keys = self._key_codec.native
 
     def _expiry(self) -> int:
         return NO_EXPIRY if self._ttl_ms is None else self._handle._now_ms + self._ttl_ms
@@ -206,49 +189,46 @@ class _Variable:
     def _live(self, stored: bytes | None) -> bool:
         return stored is not None and _EXPIRY.unpack_from(stored)[0] > self._handle._now_ms
 
-    def _prefixed_entries(self) -> list[tuple[bytes, bytes]]:
-        """The current key's entries (list and map state), expired ones included, in key order."""
-        with self._store.prefix_scan(self._handle._current_prefix) as entries:
-            return list(entries)
+    def _any_live(self) -> bool:
+        """Whether the current key has a live entry (list and map state)."""
+        return self._codec.any_live(self._native, self._handle._current_prefix, self._handle._now_ms)
 
     def _delete_prefixed(self) -> None:
-        keys = [k for k, _ in self._prefixed_entries()]
-        if keys:
-            self._store.put_all(keys, [None] * len(keys))
+        self._codec.delete_all(self._native, self._handle._current_prefix)
 
 
 class ValueState(_Variable):
     """One value per grouping key (Spark's ``ValueState``)."""
 
-    def __init__(self, handle: StatefulProcessorHandle, name: str, codec: Any, ttl_ms: int | None):
-        super().__init__(handle, name, ttl_ms)
-        self._codec = codec
-
-    def _stored(self) -> bytes | None:
-        """The current key's stored value: read ahead for every key of the input
-        (``StatefulProcessorHandle._read_ahead``) until the key's first write, else from the store."""
-        key = self._handle._current_key
-        read_ahead = self._handle._read_ahead.get(self._name)
-        if read_ahead is not None and key in read_ahead:
-            return read_ahead[key]
-        return self._store.get(key)
+    # Stored values read ahead for every key of the input (``StatefulProcessorHandle._read_ahead``)
+    # are taken until the key's first write; otherwise each call reads the store.
 
     def exists(self) -> bool:
-        return self._live(self._stored())
+        handle = self._handle
+        read_ahead = handle._read_ahead.get(self._name)
+        if read_ahead and handle._current_key in read_ahead:
+            return self._live(read_ahead[handle._current_key])
+        return self._codec.exists(self._native, handle._current_key, handle._now_ms)
 
     def get(self) -> Any:
         """The value, or ``None`` if there is none (or it expired)."""
-        stored = self._stored()
-        if stored is None or _EXPIRY.unpack_from(stored)[0] <= self._handle._now_ms:
-            return None
-        return self._codec.decode(stored, 8)
+        handle = self._handle
+        read_ahead = handle._read_ahead.get(self._name)
+        if read_ahead:
+            stored = read_ahead.get(handle._current_key, _NOT_READ)
+            if stored is not _NOT_READ:
+                return self._codec.decode_live(stored, handle._now_ms)
+        return self._codec.get(self._native, handle._current_key, handle._now_ms)
 
     def update(self, newValue: Any) -> None:  # noqa: N803
         _require_value(newValue, self._name)
-        expiry = self._expiry()
-        self._forget_read_ahead()
-        self._store.put(self._handle._current_key, _EXPIRY.pack(expiry) + self._codec.encode(newValue))
-        self._index(expiry, b"")
+        handle = self._handle
+        expiry = NO_EXPIRY if self._ttl_ms is None else handle._now_ms + self._ttl_ms
+        if handle._read_ahead:
+            self._forget_read_ahead()
+        self._codec.put(self._native, handle._current_key, expiry, newValue)
+        if expiry != NO_EXPIRY:
+            self._index(expiry, b"")
 
     def clear(self) -> None:
         self._forget_read_ahead()
@@ -260,13 +240,15 @@ class ValueState(_Variable):
             read_ahead.pop(self._handle._current_key, None)
 
 
+_NOT_READ = object()
+
+
 class ListState(_Variable):
     """A list per grouping key (Spark's ``ListState``): one store entry per element, so
     ``appendValue`` costs one put whatever the list's length."""
 
     def __init__(self, handle: StatefulProcessorHandle, name: str, codec: Any, ttl_ms: int | None):
-        super().__init__(handle, name, ttl_ms)
-        self._codec = codec
+        super().__init__(handle, name, codec, ttl_ms)
         self._next_for: bytes | None = None
         self._next = 0
 
@@ -281,28 +263,26 @@ class ListState(_Variable):
         return self._next
 
     def exists(self) -> bool:
-        return any(self._live(v) for _, v in self._prefixed_entries())
+        return self._any_live()
 
     def get(self) -> Iterator[Any]:
-        now, decode = self._handle._now_ms, self._codec.decode
-        entries = self._prefixed_entries()
-        return iter([decode(v, 8) for _, v in entries if _EXPIRY.unpack_from(v)[0] > now])
+        handle = self._handle
+        return iter(self._codec.scan_live(self._native, handle._current_prefix, handle._now_ms))
 
     def put(self, newState: Sequence[Any]) -> None:  # noqa: N803
         """Replaces the list with ``newState`` (non-empty, as Spark requires)."""
         values = self._checked(newState)
-        self._delete_prefixed()
-        self._next, self._next_for = 0, self._handle._current_prefix
-        self._append(values)
+        expiry = self._expiry()
+        prefix = self._handle._current_prefix
+        # One native call: the new elements are 0..n-1, the old ones past them are deleted.
+        suffixes = self._codec.replace_list(self._native, prefix, expiry, values)
+        self._next, self._next_for = len(values), prefix
+        for suffix in suffixes or ():
+            self._index(expiry, suffix)
 
     def appendValue(self, newState: Any) -> None:  # noqa: N802, N803
         _require_value(newState, self._name)
-        sequence = self._next_sequence()
-        expiry = self._expiry()
-        suffix = _SEQUENCE.pack(sequence)
-        self._store.put(self._handle._current_prefix + suffix, _EXPIRY.pack(expiry) + self._codec.encode(newState))
-        self._next = sequence + 1
-        self._index(expiry, suffix)
+        self._append([newState])
 
     def appendList(self, newState: Sequence[Any]) -> None:  # noqa: N802, N803
         self._append(self._checked(newState))
@@ -324,13 +304,10 @@ class ListState(_Variable):
     def _append(self, values: list[Any]) -> None:
         first = self._next_sequence()
         expiry = self._expiry()
-        prefix, head, encode = self._handle._current_prefix, _EXPIRY.pack(expiry), self._codec.encode
-        suffixes = [_SEQUENCE.pack(first + i) for i in range(len(values))]
-        self._store.put_all([prefix + s for s in suffixes], [head + encode(v) for v in values])
+        suffixes = self._codec.append_all(self._native, self._handle._current_prefix, first, expiry, values)
         self._next = first + len(values)
-        if expiry != NO_EXPIRY:
-            for suffix in suffixes:
-                self._index(expiry, suffix)
+        for suffix in suffixes or ():
+            self._index(expiry, suffix)
 
 
 class MapState(_Variable):
@@ -338,36 +315,39 @@ class MapState(_Variable):
     prefix scan of the grouping key; a TTL applies per entry."""
 
     def __init__(self, handle: StatefulProcessorHandle, name: str, key_codec: Any, codec: Any, ttl_ms: int | None):
-        super().__init__(handle, name, ttl_ms)
+        super().__init__(handle, name, codec, ttl_ms)
         self._key_codec = key_codec
-        self._codec = codec
+        self._keys = key_codec.native
 
     def _user_key(self, key: Any) -> bytes:
         _require_value(key, self._name)
-        return self._key_codec.encode(key)
+        return self._keys.encode(key)
 
     def exists(self) -> bool:
-        return any(self._live(v) for _, v in self._prefixed_entries())
+        return self._any_live()
 
     def getValue(self, key: Any) -> Any:  # noqa: N802
-        stored = self._store.get(self._handle._current_prefix + self._user_key(key))
-        return self._codec.decode(stored, 8) if self._live(stored) else None
+        _require_value(key, self._name)
+        handle = self._handle
+        return self._codec.map_get(self._native, handle._current_prefix, self._keys, key, handle._now_ms)
 
     def containsKey(self, key: Any) -> bool:  # noqa: N802
-        return self._live(self._store.get(self._handle._current_prefix + self._user_key(key)))
+        return self._codec.exists(
+            self._native, self._handle._current_prefix + self._user_key(key), self._handle._now_ms
+        )
 
     def updateValue(self, key: Any, value: Any) -> None:  # noqa: N802
         _require_value(value, self._name)
-        user_key = self._user_key(key)
-        expiry = self._expiry()
-        self._store.put(self._handle._current_prefix + user_key, _EXPIRY.pack(expiry) + self._codec.encode(value))
-        self._index(expiry, user_key)
+        _require_value(key, self._name)
+        handle = self._handle
+        expiry = NO_EXPIRY if self._ttl_ms is None else handle._now_ms + self._ttl_ms
+        user_key = self._codec.map_put(self._native, handle._current_prefix, self._keys, key, expiry, value)
+        if user_key is not None:
+            self._index(expiry, user_key)
 
     def iterator(self) -> Iterator[tuple[Any, Any]]:
-        skip, now = len(self._handle._current_prefix), self._handle._now_ms
-        decode_key, decode = self._key_codec.decode, self._codec.decode
-        entries = self._prefixed_entries()
-        return iter([(decode_key(k, skip), decode(v, 8)) for k, v in entries if _EXPIRY.unpack_from(v)[0] > now])
+        handle = self._handle
+        return iter(self._codec.scan_live(self._native, handle._current_prefix, handle._now_ms, self._keys))
 
     def keys(self) -> Iterator[Any]:
         return (k for k, _ in self.iterator())

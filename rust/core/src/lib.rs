@@ -23,6 +23,7 @@ pub mod rebalance;
 pub mod record;
 pub mod rocks;
 pub mod rocks_options;
+pub mod row_codec;
 pub mod segmented;
 pub mod segments;
 pub mod session_store;

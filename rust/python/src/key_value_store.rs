@@ -151,7 +151,7 @@ pub(crate) fn direction(reverse: bool) -> Direction {
 
 #[pyclass(module = "kstate._core", name = "KeyValueStore")]
 pub struct NativeKeyValueStore {
-    logged: Logged<KeyValueStore>,
+    pub(crate) logged: Logged<KeyValueStore>,
 }
 
 logged_store_methods!(NativeKeyValueStore);

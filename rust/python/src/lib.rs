@@ -11,8 +11,10 @@ mod progress;
 mod rebalance;
 mod records;
 mod remote;
+mod row_codec;
 mod session_store;
 mod spark_hash;
+mod state_variables;
 mod upgrade;
 mod value_and_timestamp;
 mod window_store;
@@ -21,6 +23,9 @@ mod windowed;
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<key_value_store::NativeKeyValueStore>()?;
+    m.add_class::<row_codec::RowCodec>()?;
+    m.add_class::<row_codec::RowReader>()?;
+    m.add_class::<state_variables::StateCodec>()?;
     m.add_class::<key_value_store::NativeReadCommittedView>()?;
     m.add_class::<key_value_store::RangeIterator>()?;
     m.add_function(wrap_pyfunction!(key_value_store::retract_changelog, m)?)?;

@@ -1,0 +1,430 @@
+//! Binds the per-call work of `kstate.spark.state_variables`: each state call a processor makes
+//! is one native call here (read the store, check the expiry prefix, decode; or check, encode
+//! and stage), on the task's `KeyValueStore` directly.
+
+use kstate_core::{Direction, KeyRange};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PyTuple};
+
+use crate::errors::{guard, raise};
+use crate::key_value_store::NativeKeyValueStore;
+use crate::row_codec::{decode_row, RowCodec, RowReader};
+
+/// The pickle protocol of pickled state (`state_variables.PickleCodec`).
+const PICKLE_PROTOCOL: u8 = 4;
+
+/// The expiry of a value without a TTL (`state_variables.NO_EXPIRY`).
+const NO_EXPIRY: i64 = i64::MAX;
+
+enum Codec {
+    /// `version`: the byte naming the writer schema (`None`: the row alone, map keys);
+    /// `readers[v]`: how values of schema version `v` read as the current schema.
+    Typed {
+        current: Py<RowCodec>,
+        version: Option<u8>,
+        readers: Vec<Py<RowReader>>,
+    },
+    /// Pickles: `dumps(value, 4)` (of `plain(value)` when given: a schema's normalization),
+    /// `loads(bytes)`.
+    Pickle {
+        dumps: Py<PyAny>,
+        loads: Py<PyAny>,
+        plain: Option<Py<PyAny>>,
+    },
+}
+
+/// How one state variable's values (or a map's keys) become stored bytes and back.
+#[pyclass(module = "kstate._core", frozen)]
+pub struct StateCodec {
+    codec: Codec,
+}
+
+fn expiry_of(stored: &[u8]) -> PyResult<i64> {
+    stored
+        .get(..8)
+        .map(|head| i64::from_be_bytes(head.try_into().expect("8 bytes")))
+        .ok_or_else(|| {
+            raise(
+                "CorruptedDataError",
+                format!("state value of {} bytes has no expiry", stored.len()),
+            )
+        })
+}
+
+impl StateCodec {
+    fn encode_into(
+        &self,
+        py: Python<'_>,
+        value: &Bound<'_, PyAny>,
+        out: &mut Vec<u8>,
+    ) -> PyResult<()> {
+        match &self.codec {
+            Codec::Typed {
+                current, version, ..
+            } => {
+                out.extend(version.iter());
+                current.get().encode_into(py, value, out)
+            }
+            Codec::Pickle { dumps, plain, .. } => {
+                let raw = match plain {
+                    None => dumps.bind(py).call1((value, PICKLE_PROTOCOL))?,
+                    Some(plain) => dumps
+                        .bind(py)
+                        .call1((plain.bind(py).call1((value,))?, PICKLE_PROTOCOL))?,
+                };
+                out.extend_from_slice(raw.cast::<PyBytes>()?.as_bytes());
+                Ok(())
+            }
+        }
+    }
+
+    fn decode_raw<'py>(&self, py: Python<'py>, raw: &[u8]) -> PyResult<Bound<'py, PyAny>> {
+        let (value, end) = match &self.codec {
+            Codec::Pickle { loads, .. } => return loads.bind(py).call1((PyBytes::new(py, raw),)),
+            Codec::Typed {
+                current,
+                version: None,
+                ..
+            } => decode_row(py, &current.get().codec, None, raw, 0)?,
+            Codec::Typed { readers, .. } => {
+                let reader = raw
+                    .first()
+                    .and_then(|v| readers.get(*v as usize))
+                    .ok_or_else(|| {
+                        raise(
+                            "CorruptedDataError",
+                            format!(
+                                "typed state value names schema {:?}, which was never recorded",
+                                raw.first()
+                            ),
+                        )
+                    })?;
+                let reader = reader.get();
+                decode_row(py, &reader.writer, Some(&reader.plan), raw, 1)?
+            }
+        };
+        if end != raw.len() {
+            return Err(raise(
+                "CorruptedDataError",
+                format!("typed state value: {} trailing bytes", raw.len() - end),
+            ));
+        }
+        Ok(value)
+    }
+
+    /// The value of `<expiry><value>` bytes if it is live at `now_ms`.
+    fn live<'py>(
+        &self,
+        py: Python<'py>,
+        stored: Option<&[u8]>,
+        now_ms: i64,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        match stored {
+            Some(stored) if expiry_of(stored)? > now_ms => {
+                Ok(Some(self.decode_raw(py, &stored[8..])?))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    fn stored(&self, py: Python<'_>, expiry: i64, value: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
+        let mut out = Vec::with_capacity(32);
+        out.extend_from_slice(&expiry.to_be_bytes());
+        self.encode_into(py, value, &mut out)?;
+        Ok(out)
+    }
+}
+
+#[pymethods]
+impl StateCodec {
+    /// Typed values: `current` checks and encodes, `version` (or `None` for map keys) is written
+    /// first, `readers[v]` reads what schema version `v` wrote.
+    #[staticmethod]
+    fn typed(current: Py<RowCodec>, version: Option<u8>, readers: Vec<Py<RowReader>>) -> Self {
+        StateCodec {
+            codec: Codec::Typed {
+                current,
+                version,
+                readers,
+            },
+        }
+    }
+
+    /// Pickled values (protocol 4): `dumps` / `loads` are `pickle`'s; `plain` normalizes a value
+    /// first (given a schema).
+    #[staticmethod]
+    #[pyo3(signature = (dumps, loads, plain=None))]
+    fn pickled(dumps: Py<PyAny>, loads: Py<PyAny>, plain: Option<Py<PyAny>>) -> Self {
+        StateCodec {
+            codec: Codec::Pickle {
+                dumps,
+                loads,
+                plain,
+            },
+        }
+    }
+
+    fn encode<'py>(
+        &self,
+        py: Python<'py>,
+        value: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let mut out = Vec::new();
+        self.encode_into(py, value, &mut out)?;
+        Ok(PyBytes::new(py, &out))
+    }
+
+    /// The value encoded at `raw[offset:]` (which it fills exactly).
+    #[pyo3(signature = (raw, offset=0))]
+    fn decode<'py>(
+        &self,
+        py: Python<'py>,
+        raw: &[u8],
+        offset: usize,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.decode_raw(py, raw.get(offset..).unwrap_or_default())
+    }
+
+    /// The value of stored `<expiry><value>` bytes, or `None` if absent or expired at `now_ms`.
+    fn decode_live<'py>(
+        &self,
+        py: Python<'py>,
+        stored: Option<&[u8]>,
+        now_ms: i64,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        self.live(py, stored, now_ms)
+    }
+
+    /// `key`'s live value in `store`, or `None`.
+    fn get<'py>(
+        &self,
+        py: Python<'py>,
+        store: &Bound<'py, NativeKeyValueStore>,
+        key: &[u8],
+        now_ms: i64,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let mut store = store.try_borrow_mut()?;
+        guard(|| {
+            store
+                .logged
+                .inner
+                .store
+                .get_with(key, |v| self.live(py, v, now_ms))
+        })?
+    }
+
+    /// Whether `key` has a live value in `store`.
+    fn exists(
+        &self,
+        store: &Bound<'_, NativeKeyValueStore>,
+        key: &[u8],
+        now_ms: i64,
+    ) -> PyResult<bool> {
+        let mut store = store.try_borrow_mut()?;
+        guard(|| {
+            store.logged.inner.store.get_with(key, |v| {
+                v.map(expiry_of)
+                    .transpose()
+                    .map(|e| e.is_some_and(|e| e > now_ms))
+            })
+        })?
+    }
+
+    /// Stages `key -> <expiry><value>` (the value checked and encoded first).
+    fn put(
+        &self,
+        py: Python<'_>,
+        store: &Bound<'_, NativeKeyValueStore>,
+        key: &[u8],
+        expiry: i64,
+        value: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let stored = self.stored(py, expiry, value)?;
+        let mut store = store.try_borrow_mut()?;
+        guard(|| store.logged.inner.store.put(key, Some(&stored)))
+    }
+
+    /// Map state: the live value of map key `user_key` (encoded by `keys`) under `prefix`.
+    fn map_get<'py>(
+        &self,
+        py: Python<'py>,
+        store: &Bound<'py, NativeKeyValueStore>,
+        prefix: &[u8],
+        keys: &StateCodec,
+        user_key: &Bound<'py, PyAny>,
+        now_ms: i64,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let mut key = prefix.to_vec();
+        keys.encode_into(py, user_key, &mut key)?;
+        self.get(py, store, &key, now_ms)
+    }
+
+    /// Map state: stages `user_key -> value` under `prefix`; returns the encoded map key when the
+    /// value expires (the TTL index needs it), else `None`.
+    #[allow(clippy::too_many_arguments)]
+    fn map_put<'py>(
+        &self,
+        py: Python<'py>,
+        store: &Bound<'py, NativeKeyValueStore>,
+        prefix: &[u8],
+        keys: &StateCodec,
+        user_key: &Bound<'py, PyAny>,
+        expiry: i64,
+        value: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        let mut key = prefix.to_vec();
+        keys.encode_into(py, user_key, &mut key)?;
+        self.put(py, store, &key, expiry, value)?;
+        Ok((expiry != NO_EXPIRY).then(|| PyBytes::new(py, &key[prefix.len()..])))
+    }
+
+    /// List and map state: the live entries under `prefix` in key order, as values (`keys`
+    /// `None`) or `(map key, value)` pairs decoded by `keys`.
+    #[pyo3(signature = (store, prefix, now_ms, keys=None))]
+    fn scan_live<'py>(
+        &self,
+        py: Python<'py>,
+        store: &Bound<'py, NativeKeyValueStore>,
+        prefix: &[u8],
+        now_ms: i64,
+        keys: Option<&StateCodec>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let entries = {
+            let store = store.try_borrow()?;
+            guard(|| {
+                store.logged.inner.store.scan(
+                    &KeyRange::prefix(prefix),
+                    Direction::Forward,
+                    usize::MAX,
+                )
+            })?
+        };
+        let out = PyList::empty(py);
+        for (key, stored) in &entries {
+            if let Some(value) = self.live(py, Some(stored), now_ms)? {
+                match keys {
+                    None => out.append(value)?,
+                    Some(keys) => {
+                        let user_key = keys.decode_raw(py, &key[prefix.len()..])?;
+                        out.append(PyTuple::new(py, [user_key, value])?)?
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// List and map state: whether any entry under `prefix` is live at `now_ms`.
+    fn any_live(
+        &self,
+        store: &Bound<'_, NativeKeyValueStore>,
+        prefix: &[u8],
+        now_ms: i64,
+    ) -> PyResult<bool> {
+        let store = store.try_borrow()?;
+        let entries = guard(|| {
+            store
+                .logged
+                .inner
+                .store
+                .scan(&KeyRange::prefix(prefix), Direction::Forward, usize::MAX)
+        })?;
+        for (_, stored) in &entries {
+            if expiry_of(stored)? > now_ms {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// List and map state `clear`: deletes every entry under `prefix`, in one call.
+    fn delete_all(&self, store: &Bound<'_, NativeKeyValueStore>, prefix: &[u8]) -> PyResult<()> {
+        let mut store = store.try_borrow_mut()?;
+        let store = &mut store.logged.inner.store;
+        guard(|| {
+            let keys: Vec<Vec<u8>> = store
+                .scan(&KeyRange::prefix(prefix), Direction::Forward, usize::MAX)?
+                .into_iter()
+                .map(|(k, _)| k)
+                .collect();
+            store.put_all(&mut keys.iter().map(|k| (k.as_slice(), None)))
+        })
+    }
+
+    /// List state: stages `values` as elements `first, first + 1, ...` under `prefix` (keys
+    /// `<prefix><u64 BE sequence>`); returns their sequence suffixes when they expire, else `None`.
+    fn append_all<'py>(
+        &self,
+        py: Python<'py>,
+        store: &Bound<'py, NativeKeyValueStore>,
+        prefix: &[u8],
+        first: u64,
+        expiry: i64,
+        values: Vec<Bound<'py, PyAny>>,
+    ) -> PyResult<Option<Vec<Bound<'py, PyBytes>>>> {
+        let mut writes = Vec::with_capacity(values.len());
+        for (i, value) in values.iter().enumerate() {
+            let mut key = prefix.to_vec();
+            key.extend_from_slice(&(first + i as u64).to_be_bytes());
+            writes.push((key, self.stored(py, expiry, value)?));
+        }
+        let mut store = store.try_borrow_mut()?;
+        guard(|| {
+            store.logged.inner.store.put_all(
+                &mut writes
+                    .iter()
+                    .map(|(k, v)| (k.as_slice(), Some(v.as_slice()))),
+            )
+        })?;
+        Ok((expiry != NO_EXPIRY).then(|| {
+            writes
+                .iter()
+                .map(|(k, _)| PyBytes::new(py, &k[prefix.len()..]))
+                .collect()
+        }))
+    }
+
+    /// List state `put`: the list under `prefix` becomes `values` (elements `0..n`), deleting the
+    /// old elements past them in the same call; returns what `append_all` returns.
+    fn replace_list<'py>(
+        &self,
+        py: Python<'py>,
+        store: &Bound<'py, NativeKeyValueStore>,
+        prefix: &[u8],
+        expiry: i64,
+        values: Vec<Bound<'py, PyAny>>,
+    ) -> PyResult<Option<Vec<Bound<'py, PyBytes>>>> {
+        let count = values.len() as u64;
+        let stale: Vec<Vec<u8>> = {
+            let store = store.try_borrow()?;
+            let entries = guard(|| {
+                store.logged.inner.store.scan(
+                    &KeyRange::prefix(prefix),
+                    Direction::Forward,
+                    usize::MAX,
+                )
+            })?;
+            entries
+                .into_iter()
+                .map(|(k, _)| k)
+                .filter(|k| {
+                    k.len() != prefix.len() + 8
+                        || u64::from_be_bytes(k[prefix.len()..].try_into().expect("8 bytes"))
+                            >= count
+                })
+                .collect()
+        };
+        let suffixes = self.append_all(py, store, prefix, 0, expiry, values)?;
+        if !stale.is_empty() {
+            let mut store = store.try_borrow_mut()?;
+            guard(|| {
+                store
+                    .logged
+                    .inner
+                    .store
+                    .put_all(&mut stale.iter().map(|k| (k.as_slice(), None)))
+            })?;
+        }
+        Ok(suffixes)
+    }
+}
