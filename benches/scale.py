@@ -261,7 +261,10 @@ def _child(library: str, n: int, where: str, options: str) -> dict:
 
 
 def restore_rows(args: argparse.Namespace) -> None:
-    print("| keys | put keys/s (changelog on) | changelog GiB | restore s | restore records/s | store GiB | restore peak RSS MiB |")
+    print(
+        "| keys | put keys/s (changelog on) | changelog GiB | restore s | restore records/s | store GiB "
+        "| restore peak RSS MiB |"
+    )
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for n in args.sizes:
         where = tempfile.mkdtemp(prefix="kstate-scale-restore-", dir=args.dir)
