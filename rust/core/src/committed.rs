@@ -23,6 +23,9 @@ pub struct OffsetWrite<'a> {
 
 pub type Write<'a> = (&'a [u8], Option<&'a [u8]>);
 
+/// Where `CommittedState::ingest_sorted`'s caller hands its writes, one at a time.
+pub type WriteSink<'s> = dyn FnMut(Write<'_>) -> Result<()> + 's;
+
 pub trait CommittedState: Send + Sync {
     /// Passes the value of `key` (in the store's value format, legacy values converted) to
     /// `visit` without copying it. With `migrate`, a legacy value found in upgrade mode is also
@@ -77,7 +80,7 @@ pub trait CommittedState: Send + Sync {
     fn ingest_sorted(
         &self,
         _file: &Path,
-        _fill: &mut dyn FnMut(&mut dyn FnMut(Write<'_>) -> Result<()>) -> Result<()>,
+        _fill: &mut dyn FnMut(&mut WriteSink<'_>) -> Result<()>,
     ) -> Result<Option<u64>> {
         Ok(None)
     }

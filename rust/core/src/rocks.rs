@@ -11,7 +11,7 @@ use rocksdb::{
     Options, ReadOptions, SstFileWriter, WriteBatch, WriteOptions, DB, DEFAULT_COLUMN_FAMILY_NAME,
 };
 
-use crate::committed::{CommittedState, OffsetWrite, Write};
+use crate::committed::{CommittedState, OffsetWrite, Write, WriteSink};
 use crate::error::{Error, Result};
 use crate::key_range::{Direction, KeyRange};
 use crate::memory_budget::StoreMemory;
@@ -435,7 +435,7 @@ impl CommittedState for RocksState {
     fn ingest_sorted(
         &self,
         file: &Path,
-        fill: &mut dyn FnMut(&mut dyn FnMut(Write<'_>) -> Result<()>) -> Result<()>,
+        fill: &mut dyn FnMut(&mut WriteSink<'_>) -> Result<()>,
     ) -> Result<Option<u64>> {
         if self.legacy_cf.is_some() {
             return Ok(None);

@@ -11,7 +11,7 @@ use rocksdb::{
     ColumnFamily, ColumnFamilyDescriptor, DBRawIterator, Options, WriteBatch, WriteOptions, DB,
 };
 
-use crate::committed::Write;
+use crate::committed::WriteSink;
 use crate::error::{Error, Result};
 use crate::key_range::{Direction, KeyRange};
 use crate::merge::SortedSource;
@@ -139,7 +139,7 @@ impl Spill {
     }
 
     /// Passes every spilled write to `visit`, in key order.
-    pub fn for_each(&self, visit: &mut dyn FnMut(Write<'_>) -> Result<()>) -> Result<()> {
+    pub fn for_each(&self, visit: &mut WriteSink<'_>) -> Result<()> {
         let mut iter = self.db.raw_iterator_cf(self.cf(WRITES_CF)?);
         iter.seek_to_first();
         while let Some((key, tagged)) = iter.item() {
