@@ -22,7 +22,7 @@ use crate::ttl::{self, Ttl};
 
 /// Kafka's proposed default for `statestore.uncommitted.max.bytes` (64 MiB).
 pub const DEFAULT_MAX_UNCOMMITTED_BYTES: usize = 64 * 1024 * 1024;
-/// Size of the RocksDB batches a spilled commit is copied in.
+/// Size of the RocksDB batches a spilled commit is copied in where it cannot ingest (upgrade mode).
 const SPILL_COPY_BATCH_BYTES: usize = 4 * 1024 * 1024;
 /// The table file a spilled commit writes and ingests, inside the spill's directory.
 const SPILL_INGEST_FILE: &str = "commit.sst";
