@@ -33,6 +33,8 @@ const BLOCK_BYTES: usize = 4 << 10;
 const BLOOM_BITS_PER_KEY: f64 = 10.0;
 const MAX_WRITE_BUFFERS: i32 = 3;
 const ARENA_BLOCK_BYTES: usize = 64 << 10;
+/// WAL bytes a store keeps, in write buffers.
+const WAL_WRITE_BUFFERS: usize = 4;
 /// SST format 5, readable by the RocksDB of Kafka Streams 3.x (rocksdbjni 7.x) and of other
 /// bindings; the bundled RocksDB's default (7) is not.
 const FORMAT_VERSION: i32 = 5;
@@ -116,6 +118,13 @@ impl RocksConfig {
         options.set_compression_type(DBCompressionType::None);
         options.set_write_buffer_manager(self.budget.write_buffer_manager());
         options.set_write_buffer_size(self.budget.store_write_buffer_bytes());
+        // The offsets family is written by every commit and holds a few bytes, so it is never
+        // flushed for its size, and each WAL file stays until something flushes it: RocksDB's
+        // default bound (4x all write buffers, ~600 MB a store) kept ~120 MB of WAL per 1M keys,
+        // replayed at every open. Past this total RocksDB flushes the families holding the oldest.
+        options.set_max_total_wal_size(
+            (WAL_WRITE_BUFFERS * self.budget.store_write_buffer_bytes()) as u64,
+        );
         options.set_max_write_buffer_number(MAX_WRITE_BUFFERS);
         options.set_max_open_files(self.budget.table_files_per_store());
         // Errors to stderr rather than a LOG file per store: one descriptor less each.
