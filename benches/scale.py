@@ -3,6 +3,7 @@ a 256 MiB memory budget, and the same workload on rocksdict with its defaults, e
 of its own (RSS is the process's). Prints one markdown row per (library, N); benches/README.md.
 
     .venv/bin/python benches/scale.py 1000000 10000000 50000000 [--dir /work/tmp]
+    .venv/bin/python benches/scale.py 10000000 --restore     # changelog on, then a restore
 
 Workload: puts (keys in order, values cycling through 4,096 random ones) in batches of 100k
 keys (kstate: ``put_all``, then a commit every 100k keys, a micro-batch;
@@ -101,6 +102,42 @@ def run_kstate(n: int, where: str, rocksdb_options: dict | None = None) -> dict:
     }
 
 
+def _logged_builder(rocksdb_options: dict | None):
+    from kstate import Stores
+
+    builder = Stores.key_value_store_builder(Stores.persistent_key_value_store("scale"), "bytes", "bytes")
+    config = {"statestore.memory.max.bytes": BUDGET, "rocksdb.config.setter": rocksdb_options}
+    return builder.with_logging_enabled().with_config(config)
+
+
+def run_kstate_changelogged(n: int, where: str, rocksdb_options: dict | None = None) -> dict:
+    """The put workload with the changelog on (a commit per 100k keys): what a restore reads."""
+    store = _logged_builder(rocksdb_options).build().init(f"{where}/app/0_0")
+    started = time.perf_counter()
+    for start in range(0, n, BATCH):
+        end = min(n, start + BATCH)
+        store.put_all(_keys(start, end), _values(start, end))
+        store.commit()
+    put_seconds = time.perf_counter() - started
+    store.close()
+    return {"put_rate": n / put_seconds, "changelog_disk": _disk(f"{where}/changelog")}
+
+
+def run_kstate_restore(n: int, where: str, rocksdb_options: dict | None = None) -> dict:
+    """The store's directory lost, reopened under the budget: restored from its changelog."""
+    shutil.rmtree(f"{where}/app/0_0")
+    started = time.perf_counter()
+    store = _logged_builder(rocksdb_options).build().init(f"{where}/app/0_0")
+    restore_seconds = time.perf_counter() - started
+    if store.restored_records != n:
+        raise SystemExit(f"restored {store.restored_records} records, expected {n}")
+    rng = random.Random(2)
+    if any(store.get(b"key-%012d" % rng.randrange(n)) is None for _ in range(10_000)):
+        raise SystemExit("a restored key is missing")
+    store.close()
+    return {"restore_rate": n / restore_seconds, "restore_seconds": restore_seconds, "disk": _disk(f"{where}/app/0_0")}
+
+
 def run_rocksdict(n: int, where: str) -> dict:
     from rocksdict import Options, Rdict, WriteBatch
 
@@ -151,6 +188,10 @@ def run_rocksdict(n: int, where: str) -> dict:
 def child(library: str, n: int, where: str, options: str) -> None:
     if library == "kstate":
         result = run_kstate(n, where, json.loads(options) or None)
+    elif library == "kstate-changelogged":
+        result = run_kstate_changelogged(n, where, json.loads(options) or None)
+    elif library == "kstate-restore":
+        result = run_kstate_restore(n, where, json.loads(options) or None)
     else:
         result = run_rocksdict(n, where)
     result["rss"] = _peak_rss()
@@ -169,9 +210,17 @@ def main() -> None:
         '{"filter_policy": "nullptr"}}\' (no Bloom filter)',
     )
     parser.add_argument("--child", nargs=4, metavar=("LIBRARY", "N", "DIR", "OPTIONS"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--restore",
+        action="store_true",
+        help="instead: kstate with its changelog, then the store directory deleted and restored in a new process",
+    )
     args = parser.parse_args()
     if args.child:
         child(args.child[0], int(args.child[1]), args.child[2], args.child[3])
+        return
+    if args.restore:
+        restore_rows(args)
         return
     print(
         "| library | keys | put keys/s | random get/s | absent get/s | scan rows/s | commit s (100k keys) "
@@ -199,6 +248,37 @@ def main() -> None:
                 f"| {r['commit_seconds']:.2f} | {r['disk'] / 2**30:.2f} | {r['rss'] / 2**20:,.0f} |",
                 flush=True,
             )
+
+
+def _child(library: str, n: int, where: str, options: str) -> dict:
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", library, str(n), where, options],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def restore_rows(args: argparse.Namespace) -> None:
+    print(
+        "| keys | put keys/s (changelog on) | changelog GiB | restore s | restore records/s | store GiB "
+        "| restore peak RSS MiB |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for n in args.sizes:
+        where = tempfile.mkdtemp(prefix="kstate-scale-restore-", dir=args.dir)
+        try:
+            written = _child("kstate-changelogged", n, where, args.kstate_options)
+            r = _child("kstate-restore", n, where, args.kstate_options)
+        finally:
+            shutil.rmtree(where, ignore_errors=True)
+        print(
+            f"| {n:,} | {written['put_rate']:,.0f} | {written['changelog_disk'] / 2**30:.2f} "
+            f"| {r['restore_seconds']:.1f} | {r['restore_rate']:,.0f} | {r['disk'] / 2**30:.2f} "
+            f"| {r['rss'] / 2**20:,.0f} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -20,8 +20,11 @@ WRITER = textwrap.dedent("""
         return [(b"k%06d" % i, b"%d-" % n + bytes(1000)) for i in range(size)]
 
     def pause(done, total):
-        print("copying", done, total, flush=True)
-        time.sleep(60)
+        # mid-commit: at the first progress report (marked, nothing applied yet);
+        # applied: once every spilled write is in the store, before the offset is.
+        if mode == "mid-commit" or done == total:
+            print("copying", done, total, flush=True)
+            time.sleep(60)
 
     if mode == "loop":            # commit n has every key at value n; say so after each commit
         n = 1
@@ -36,7 +39,7 @@ WRITER = textwrap.dedent("""
     if mode == "staged":
         print("staged", flush=True)
         time.sleep(60)
-    elif mode == "mid-commit":
+    elif mode in ("mid-commit", "applied"):
         store.commit(2, pause)
     elif mode == "after-commit":
         store.commit(2)
@@ -44,7 +47,7 @@ WRITER = textwrap.dedent("""
         time.sleep(60)
 """)
 
-SPILL = 1 << 20  # 1 MiB: the 20 MB batch spills and its commit copies in several batches
+SPILL = 1 << 20  # 1 MiB: the 20 MB batch spills; its commit ingests the spill as a table file
 NO_SPILL = 1 << 30
 
 
@@ -66,10 +69,14 @@ def test_killed_before_commit_keeps_the_last_commit(kill_writer, task_dir, limit
     assert not (task_dir / "rocksdb" / ".s.uncommitted").exists()
 
 
-def test_killed_in_the_middle_of_a_spilled_commit_finishes_it_on_reopen(kill_writer, task_dir):
-    lines = kill_writer(WRITER, [task_dir, "mid-commit", SPILL], "copying")
+@pytest.mark.parametrize("mode", ["mid-commit", "applied"])
+def test_killed_in_the_middle_of_a_spilled_commit_finishes_it_on_reopen(kill_writer, task_dir, mode):
+    lines = kill_writer(WRITER, [task_dir, mode, SPILL], "copying")
     done, total = int(lines[-1][1]), int(lines[-1][2])
-    assert 0 < done < total, "killed after the first copy batch, before the last"
+    if mode == "mid-commit":
+        assert done < total, "killed once the commit was marked, before the writes were applied"
+    else:
+        assert done == total > 0, "killed with every write applied, before the offset"
     with reopen(task_dir) as store:
         assert store.committed_offset() == 2
         assert state_of(store) == (20000, {b"2"})

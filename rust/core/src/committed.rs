@@ -1,6 +1,8 @@
 //! What a store has committed: RocksDB on disk or an ordered map in memory, behind one trait so
 //! the transactional layer (`store.rs`) and read-committed views do not care which.
 
+use std::path::Path;
+
 use rocksdb::WriteBatch;
 
 use crate::error::Result;
@@ -20,6 +22,9 @@ pub struct OffsetWrite<'a> {
 }
 
 pub type Write<'a> = (&'a [u8], Option<&'a [u8]>);
+
+/// Where `CommittedState::ingest_sorted`'s caller hands its writes, one at a time.
+pub type WriteSink<'s> = dyn FnMut(Write<'_>) -> Result<()> + 's;
 
 pub trait CommittedState: Send + Sync {
     /// Passes the value of `key` (in the store's value format, legacy values converted) to
@@ -66,6 +71,19 @@ pub trait CommittedState: Send + Sync {
         writes: &mut dyn Iterator<Item = Write<'_>>,
         offset: Option<OffsetWrite<'_>>,
     ) -> Result<()>;
+
+    /// Applies many writes at once, bypassing the write-ahead log and memtables: `fill` hands
+    /// its writes to the sink given (strictly increasing keys), which writes them into a table
+    /// file at `file` (a path on the store's file system), then ingested in one atomic step.
+    /// Returns the number of writes, or `None` (and never calls `fill`) where the state cannot
+    /// (in memory; upgrade mode, whose writes also delete legacy copies): apply batches then.
+    fn ingest_sorted(
+        &self,
+        _file: &Path,
+        _fill: &mut dyn FnMut(&mut WriteSink<'_>) -> Result<()>,
+    ) -> Result<Option<u64>> {
+        Ok(None)
+    }
 
     fn committed_offset(&self, key: &str) -> Result<Option<i64>>;
 

@@ -7,11 +7,11 @@ use std::borrow::Cow;
 use std::path::Path;
 
 use rocksdb::{
-    ColumnFamily, ColumnFamilyDescriptor, DBRawIterator, FlushOptions, ReadOptions, WriteBatch,
-    WriteOptions, DB, DEFAULT_COLUMN_FAMILY_NAME,
+    ColumnFamily, ColumnFamilyDescriptor, DBRawIterator, FlushOptions, IngestExternalFileOptions,
+    Options, ReadOptions, SstFileWriter, WriteBatch, WriteOptions, DB, DEFAULT_COLUMN_FAMILY_NAME,
 };
 
-use crate::committed::{CommittedState, OffsetWrite, Write};
+use crate::committed::{CommittedState, OffsetWrite, Write, WriteSink};
 use crate::error::{Error, Result};
 use crate::key_range::{Direction, KeyRange};
 use crate::memory_budget::StoreMemory;
@@ -40,6 +40,8 @@ pub struct RocksState {
     write_options: WriteOptions,
     // Kept rather than created per call: point reads are the hot path.
     read_options: ReadOptions,
+    /// The data column family's options, for the table files `ingest_sorted` writes.
+    table_file_options: Options,
 }
 
 fn is_empty(db: &DB, cf: &ColumnFamily) -> Result<bool> {
@@ -137,6 +139,7 @@ impl RocksState {
             legacy_cf,
             write_options: WriteOptions::default(),
             read_options: ReadOptions::default(),
+            table_file_options: opts,
         })
     }
 
@@ -427,6 +430,40 @@ impl CommittedState for RocksState {
         let mut batch = WriteBatch::default();
         self.add_to_batch(&mut batch, writes)?;
         self.commit_staged(batch, &mut std::iter::empty(), offset)
+    }
+
+    fn ingest_sorted(
+        &self,
+        file: &Path,
+        fill: &mut dyn FnMut(&mut WriteSink<'_>) -> Result<()>,
+    ) -> Result<Option<u64>> {
+        if self.legacy_cf.is_some() {
+            return Ok(None);
+        }
+        let mut writer = SstFileWriter::create(&self.table_file_options);
+        writer.open(file)?;
+        let mut count = 0u64;
+        fill(&mut |(key, value)| {
+            match value {
+                Some(v) => writer.put(key, v)?,
+                None => writer.delete(key)?,
+            }
+            count += 1;
+            Ok(())
+        })?;
+        if count == 0 {
+            // RocksDB cannot finish a table without entries; there is nothing to ingest.
+            drop(writer);
+            std::fs::remove_file(file)?;
+            return Ok(Some(0));
+        }
+        writer.finish()?;
+        let mut ingest = IngestExternalFileOptions::default();
+        // A hard link into the store: the file is written once.
+        ingest.set_move_files(true);
+        self.db
+            .ingest_external_file_cf_opts(self.cf(self.data_cf)?, &ingest, vec![file])?;
+        Ok(Some(count))
     }
 
     fn committed_offset(&self, key: &str) -> Result<Option<i64>> {

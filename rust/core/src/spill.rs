@@ -11,6 +11,7 @@ use rocksdb::{
     ColumnFamily, ColumnFamilyDescriptor, DBRawIterator, Options, WriteBatch, WriteOptions, DB,
 };
 
+use crate::committed::WriteSink;
 use crate::error::{Error, Result};
 use crate::key_range::{Direction, KeyRange};
 use crate::merge::SortedSource;
@@ -135,6 +136,23 @@ impl Spill {
                 self.path.display()
             ))),
         }
+    }
+
+    /// Passes every spilled write to `visit`, in key order.
+    pub fn for_each(&self, visit: &mut WriteSink<'_>) -> Result<()> {
+        let mut iter = self.db.raw_iterator_cf(self.cf(WRITES_CF)?);
+        iter.seek_to_first();
+        while let Some((key, tagged)) = iter.item() {
+            visit((key, decode_tagged(tagged)?))?;
+            iter.next();
+        }
+        iter.status()?;
+        Ok(())
+    }
+
+    /// A path inside the spill's directory for a file of the commit (deleted with the spill).
+    pub fn scratch_file(&self, name: &str) -> PathBuf {
+        self.path.join(name)
     }
 
     /// Calls `apply` with consecutive batches of about `batch_bytes` of spilled writes.

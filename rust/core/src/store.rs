@@ -22,8 +22,10 @@ use crate::ttl::{self, Ttl};
 
 /// Kafka's proposed default for `statestore.uncommitted.max.bytes` (64 MiB).
 pub const DEFAULT_MAX_UNCOMMITTED_BYTES: usize = 64 * 1024 * 1024;
-/// Size of the RocksDB batches a spilled commit is copied in.
+/// Size of the RocksDB batches a spilled commit is copied in where it cannot ingest (upgrade mode).
 const SPILL_COPY_BATCH_BYTES: usize = 4 * 1024 * 1024;
+/// The table file a spilled commit writes and ingests, inside the spill's directory.
+const SPILL_INGEST_FILE: &str = "commit.sst";
 /// Receives one key and a value (`None`: absent).
 pub type VisitWrite<'f> = dyn FnMut(&[u8], Option<&[u8]>) -> Result<()> + 'f;
 
@@ -996,7 +998,26 @@ fn copy_spill(
     offset: Option<i64>,
     progress: &mut dyn FnMut(CommitProgress),
 ) -> Result<u64> {
+    // One table file ingested: the spill's writes are sorted and final, so they skip the WAL
+    // and the memtables (a batch copy writes each one twice more, then flushes it).
+    let table = spill.scratch_file(SPILL_INGEST_FILE);
+    if table.exists() {
+        // Left by a commit that crashed before ingesting it.
+        std::fs::remove_file(&table)?;
+    }
     let total = spill.approximate_len()?;
+    progress(CommitProgress {
+        writes_applied: 0,
+        writes_total: total,
+    });
+    let ingested = committed.ingest_sorted(&table, &mut |sink| spill.for_each(sink))?;
+    if let Some(applied) = ingested {
+        progress(CommitProgress {
+            writes_applied: applied,
+            writes_total: applied,
+        });
+        return record_spilled_commit(committed, offset_key, offset).map(|()| applied);
+    }
     let mut applied = 0u64;
     spill.for_each_batch(SPILL_COPY_BATCH_BYTES, |batch| {
         let mut writes = batch.iter().map(|(k, v)| (k.as_slice(), v.as_deref()));
@@ -1008,12 +1029,19 @@ fn copy_spill(
         });
         Ok(())
     })?;
+    record_spilled_commit(committed, offset_key, offset).map(|()| applied)
+}
+
+fn record_spilled_commit(
+    committed: &dyn CommittedState,
+    offset_key: &str,
+    offset: Option<i64>,
+) -> Result<()> {
     // The committing writer's stream time died with it; puts after reopening restore it.
     let offset_write = OffsetWrite {
         key: offset_key,
         offset,
         stream_time: None,
     };
-    committed.apply(&mut std::iter::empty(), Some(offset_write))?;
-    Ok(applied)
+    committed.apply(&mut std::iter::empty(), Some(offset_write))
 }

@@ -120,6 +120,48 @@ fn writes_past_the_memory_bound_spill_and_commit_in_full() {
 }
 
 #[test]
+fn a_spilled_commit_deletes_and_overwrites_committed_keys() {
+    // A spilled commit ingests its writes as a table file: its deletes must hide committed values
+    // (memtable and flushed ones alike), before and after reopening.
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = open(dir.path(), ValueFormat::Plain, 1000);
+    for i in 0..300u32 {
+        store
+            .put(format!("k{i:04}").as_bytes(), Some(b"old"))
+            .unwrap();
+    }
+    store.commit(Some(1), &mut |_| {}).unwrap();
+    store.compact().unwrap(); // the committed values in a table file, not the memtable
+    store.put(b"k0299", Some(b"in-memtable")).unwrap();
+    store.commit(Some(2), &mut |_| {}).unwrap();
+    for i in (0..300u32).step_by(2) {
+        store.put(format!("k{i:04}").as_bytes(), None).unwrap();
+    }
+    store.put(b"k0001", Some(&[9u8; 40])).unwrap();
+    store.put(b"k0299", None).unwrap();
+    for i in 0..100u32 {
+        store
+            .put(format!("n{i:04}").as_bytes(), Some(&[5u8; 40]))
+            .unwrap();
+    }
+    assert!(store.uncommitted().1, "must spill past 1000 bytes");
+    store.commit(Some(3), &mut |_| {}).unwrap();
+    for reopened in [false, true] {
+        if reopened {
+            store.close().unwrap();
+            store = open(dir.path(), ValueFormat::Plain, 1000);
+        }
+        assert_eq!(store.get(b"k0000").unwrap(), None);
+        assert_eq!(store.get(b"k0299").unwrap(), None);
+        assert_eq!(store.get(b"k0001").unwrap(), Some(vec![9u8; 40]));
+        assert_eq!(store.get(b"k0003").unwrap(), Some(b"old".to_vec()));
+        let entries = all(&store, Direction::Forward);
+        assert_eq!(entries.len(), 149 + 100, "reopened: {reopened}");
+        assert_eq!(store.committed_offset().unwrap(), Some(3));
+    }
+}
+
+#[test]
 fn reads_after_commits_never_see_a_stale_cached_value() {
     let dir = tempfile::tempdir().unwrap();
     let mut store = open(dir.path(), ValueFormat::Plain, 1000);
