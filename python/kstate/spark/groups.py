@@ -57,7 +57,11 @@ def iter_groups(
         return
     table = table.sort_by([(k, "ascending") for k in keys])
     key_columns = [table.column(k) for k in keys]
-    frame = table.to_pandas() if pandas else None
+    frame = None
+    if pandas:
+        from pandas import RangeIndex
+
+        frame = table.to_pandas()
     every_row = python_rows(table) if rows else None
     bounds = group_bounds(table, keys)
     starts = pa.array([start for start, _ in bounds], pa.int64())
@@ -71,7 +75,7 @@ def iter_groups(
             yield key, table.slice(start, length)
         else:
             group = frame.iloc[start : start + length]
-            group.index = range(length)  # a view with its own index, no copy of the rows
+            group.index = RangeIndex(length)  # a view with its own index, no copy of the rows
             yield key, group
 
 
