@@ -20,7 +20,7 @@ from pyspark import cloudpickle  # noqa: E402
 from pyspark.sql import Row  # noqa: E402
 from pyspark.sql.streaming import StatefulProcessor  # noqa: E402
 
-from kstate.spark import transform_with_state  # noqa: E402
+from kstate.spark import read_processor_state, transform_with_state  # noqa: E402
 
 from .workload import input_stream, spark_for_tests, write_file  # noqa: E402
 
@@ -248,7 +248,6 @@ def same_state_as_spark_reads_it(spark, checkpoint, changelog_dir):
     expiry times aside: each ran at its own time). The 1 ms TTL variables and the change feeds are
     compared by schema only: Spark's batches without data sweep TTL state (kstate's next batch
     with data does), count in its batch ids, and Spark's change feed has a row per write."""
-    from kstate.spark import read_processor_state
 
     def plain(value):
         if isinstance(value, Row):
@@ -369,7 +368,6 @@ def test_a_killed_worker_then_the_state_read_back_typed_equal_the_reference(spar
     exactly the reference. Then ``read_processor_state`` reads each variable typed (Spark's state
     reader's shapes), the timers, and, after batch 2 replayed (its state rolled back and redone),
     the change feed between batches (the replay only) and the state as of batch 1."""
-    from kstate.spark import read_processor_state
 
     for i in range(FILES):
         write_file(work, i, file_rows(i))
@@ -507,7 +505,6 @@ def changelog_files(root):
 
 def test_schema_evolution_reads_old_state_and_an_incompatible_change_fails_at_start(spark, work):
     from kstate.errors import StateSchemaError
-    from kstate.spark import read_processor_state
 
     # Files arrive as each query needs them: a query stopped after its batches cannot have run
     # a file meant for the next one.
@@ -557,20 +554,34 @@ def test_schema_evolution_reads_old_state_and_an_incompatible_change_fails_at_st
 def test_spark_defaults_aqe_and_200_shuffle_partitions_give_the_reference(spark, work):
     """Spark's defaults (AQE on, 200 shuffle partitions) with an advisory size far below a batch,
     num_partitions unset: kstate picks and records the count, routes the initial state and every
-    batch with it, and the Row API's output (TTL, timers, initial state) is exactly the reference."""
-    for i in range(FILES):
+    batch with it, and the Row API's output (TTL, timers, initial state) is exactly the reference;
+    restarted on its checkpoint with the settings changed (AQE off, 7 shuffle partitions) it
+    continues exactly, and the typed state reads back as the reference's."""
+    expected = reference(range(FILES))
+    for i in range(FILES - 1):
         write_file(work, i, file_rows(i))
     saved = {k: spark.conf.get(k) for k in ("spark.sql.shuffle.partitions", "spark.sql.adaptive.enabled")}
     spark.conf.set("spark.sql.shuffle.partitions", "200")
     spark.conf.set("spark.sql.adaptive.enabled", "true")
     spark.conf.set("spark.sql.adaptive.advisoryPartitionSizeInBytes", "1k")
-    try:
+
+    def query(batches):
         frame = transform_with_state(
             input_stream(spark, work, "user string, category string, amount long"), ["user"], RowActivity(),
             OUTPUT, work / "state", work / "changelog", "defaults", time_mode="ProcessingTime", api="row",
             initial_state=initial_state(spark).groupBy("user"), lock_timeout=60,
         )  # fmt: skip
-        assert run(frame, work / "cp") == reference(range(FILES))
+        return run(frame, work / "cp", batches=batches)
+
+    try:
+        assert query(FILES - 1) == expected[: FILES - 1]
+        spark.conf.set("spark.sql.shuffle.partitions", "7")
+        spark.conf.set("spark.sql.adaptive.enabled", "false")
+        write_file(work, FILES - 1, file_rows(FILES - 1))
+        assert query(1) == expected[FILES - 1 :]
+        totals = reference_state(range(FILES))[0]
+        stored = read_processor_state(spark, work / "changelog", "defaults", stateVarName="totals").collect()
+        assert {r.key.user: tuple(r.value) for r in stored} == totals
     finally:
         for key, value in saved.items():
             spark.conf.set(key, value)
