@@ -2,7 +2,7 @@
 //! is one native call here (read the store, check the expiry prefix, decode; or check, encode
 //! and stage), on the task's `KeyValueStore` directly.
 
-use kstate_core::{Direction, KeyRange};
+use kstate_core::{Direction, KeyRange, KeyValueStore};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 
@@ -15,6 +15,11 @@ const PICKLE_PROTOCOL: u8 = 4;
 
 /// The expiry of a value without a TTL (`state_variables.NO_EXPIRY`).
 const NO_EXPIRY: i64 = i64::MAX;
+
+/// Every entry of a list or map variable: the keys under `prefix`, in order, with their stored bytes.
+fn entries_under(store: &KeyValueStore, prefix: &[u8]) -> PyResult<Vec<(Vec<u8>, Vec<u8>)>> {
+    guard(|| store.scan(&KeyRange::prefix(prefix), Direction::Forward, usize::MAX))
+}
 
 enum Codec {
     /// `version`: the byte naming the writer schema (`None`: the row alone, map keys);
@@ -289,16 +294,7 @@ impl StateCodec {
         now_ms: i64,
         keys: Option<&StateCodec>,
     ) -> PyResult<Bound<'py, PyList>> {
-        let entries = {
-            let store = store.try_borrow()?;
-            guard(|| {
-                store.logged.inner.store.scan(
-                    &KeyRange::prefix(prefix),
-                    Direction::Forward,
-                    usize::MAX,
-                )
-            })?
-        };
+        let entries = entries_under(&store.try_borrow()?.logged.inner.store, prefix)?;
         let out = PyList::empty(py);
         for (key, stored) in &entries {
             if let Some(value) = self.live(py, Some(stored), now_ms)? {
@@ -321,14 +317,7 @@ impl StateCodec {
         prefix: &[u8],
         now_ms: i64,
     ) -> PyResult<bool> {
-        let store = store.try_borrow()?;
-        let entries = guard(|| {
-            store
-                .logged
-                .inner
-                .store
-                .scan(&KeyRange::prefix(prefix), Direction::Forward, usize::MAX)
-        })?;
+        let entries = entries_under(&store.try_borrow()?.logged.inner.store, prefix)?;
         for (_, stored) in &entries {
             if expiry_of(stored)? > now_ms {
                 return Ok(true);
@@ -341,14 +330,8 @@ impl StateCodec {
     fn delete_all(&self, store: &Bound<'_, NativeKeyValueStore>, prefix: &[u8]) -> PyResult<()> {
         let mut store = store.try_borrow_mut()?;
         let store = &mut store.logged.inner.store;
-        guard(|| {
-            let keys: Vec<Vec<u8>> = store
-                .scan(&KeyRange::prefix(prefix), Direction::Forward, usize::MAX)?
-                .into_iter()
-                .map(|(k, _)| k)
-                .collect();
-            store.put_all(&mut keys.iter().map(|k| (k.as_slice(), None)))
-        })
+        let entries = entries_under(store, prefix)?;
+        guard(|| store.put_all(&mut entries.iter().map(|(k, _)| (k.as_slice(), None))))
     }
 
     /// List state: stages `values` as elements `first, first + 1, ...` under `prefix` (keys
@@ -396,15 +379,7 @@ impl StateCodec {
     ) -> PyResult<Option<Vec<Bound<'py, PyBytes>>>> {
         let count = values.len() as u64;
         let stale: Vec<Vec<u8>> = {
-            let store = store.try_borrow()?;
-            let entries = guard(|| {
-                store.logged.inner.store.scan(
-                    &KeyRange::prefix(prefix),
-                    Direction::Forward,
-                    usize::MAX,
-                )
-            })?;
-            entries
+            entries_under(&store.try_borrow()?.logged.inner.store, prefix)?
                 .into_iter()
                 .map(|(k, _)| k)
                 .filter(|k| {
