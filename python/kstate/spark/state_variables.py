@@ -125,12 +125,6 @@ class PickleCodec:
     def __reduce__(self) -> tuple:
         return PickleCodec, (self.schema,)
 
-    def encode(self, value: Any) -> bytes:
-        return pickle.dumps(value if self.schema is None else _plain(value), protocol=4)
-
-    def decode(self, raw: bytes, offset: int = 0) -> Any:
-        return pickle.loads(memoryview(raw)[offset:] if offset else raw)
-
 
 @dataclass(frozen=True)
 class Declared:
@@ -200,35 +194,32 @@ class _Variable:
 class ValueState(_Variable):
     """One value per grouping key (Spark's ``ValueState``)."""
 
-    # Stored values read ahead for every key of the input (``StatefulProcessorHandle._read_ahead``)
-    # are taken until the key's first write; otherwise each call reads the store.
+    def _read_ahead_value(self) -> Any:
+        """The current key's stored value as read ahead for every key of the input
+        (``StatefulProcessorHandle._read_ahead``, kept until the key's first write; ``None``:
+        absent), or ``_NOT_READ``: the call reads the store."""
+        read_ahead = self._handle._read_ahead.get(self._name)
+        return read_ahead.get(self._handle._current_key, _NOT_READ) if read_ahead else _NOT_READ
 
     def exists(self) -> bool:
-        handle = self._handle
-        read_ahead = handle._read_ahead.get(self._name)
-        if read_ahead and handle._current_key in read_ahead:
-            return self._live(read_ahead[handle._current_key])
-        return self._codec.exists(self._native, handle._current_key, handle._now_ms)
+        stored = self._read_ahead_value()
+        if stored is not _NOT_READ:
+            return self._live(stored)
+        return self._codec.exists(self._native, self._handle._current_key, self._handle._now_ms)
 
     def get(self) -> Any:
         """The value, or ``None`` if there is none (or it expired)."""
-        handle = self._handle
-        read_ahead = handle._read_ahead.get(self._name)
-        if read_ahead:
-            stored = read_ahead.get(handle._current_key, _NOT_READ)
-            if stored is not _NOT_READ:
-                return self._codec.decode_live(stored, handle._now_ms)
-        return self._codec.get(self._native, handle._current_key, handle._now_ms)
+        stored = self._read_ahead_value()
+        if stored is not _NOT_READ:
+            return self._codec.decode_live(stored, self._handle._now_ms)
+        return self._codec.get(self._native, self._handle._current_key, self._handle._now_ms)
 
     def update(self, newValue: Any) -> None:  # noqa: N803
         _require_value(newValue, self._name)
-        handle = self._handle
-        expiry = NO_EXPIRY if self._ttl_ms is None else handle._now_ms + self._ttl_ms
-        if handle._read_ahead:
-            self._forget_read_ahead()
-        self._codec.put(self._native, handle._current_key, expiry, newValue)
-        if expiry != NO_EXPIRY:
-            self._index(expiry, b"")
+        expiry = self._expiry()
+        self._forget_read_ahead()
+        self._codec.put(self._native, self._handle._current_key, expiry, newValue)
+        self._index(expiry, b"")
 
     def clear(self) -> None:
         self._forget_read_ahead()
