@@ -270,7 +270,7 @@ class StateBackend:
         records = self.partitioning_log()
         current = records.current()
         if current is not None:
-            check_compatible(current, wanted, wanted_keys, records.location)
+            check_compatible(current, wanted, wanted_keys, records)
         n = wanted or (current.num_partitions if current else df.sparkSession.sparkContext.defaultParallelism)
         record = records.establish(Partitioning(n, wanted_keys, stores=self.store_descriptions()))
         log.info(
@@ -311,7 +311,7 @@ class StateBackend:
                 )
             kinds = [(k, key_kind(schema.field(k).type)) for k in keys]
         if current is not None:
-            check_compatible(current, self.num_partitions, kinds, records.location)
+            check_compatible(current, self.num_partitions, kinds, records)
             return current
         if first_batch is None:
             return None
