@@ -8,8 +8,6 @@ Kafka Streams.
 native library, the logs and the rebalance protocol up front.
 """
 
-from __future__ import annotations
-
 import sys
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers know the name)
@@ -36,7 +34,7 @@ if TYPE_CHECKING:
     __version__: str
 
 # Where each public name lives: a submodule (value None) or a name in one.
-_LAZY: dict[str, tuple[str, str | None]] = {
+_LAZY: "dict[str, tuple[str, str | None]]" = {
     "errors": ("kstate.errors", None),
     "rebalance": ("kstate.rebalance", None),
     "serdes": ("kstate.serdes", None),
@@ -67,7 +65,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
 }
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> "Any":
     try:
         module_name, attribute = _LAZY[name]
     except KeyError:
