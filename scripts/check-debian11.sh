@@ -3,20 +3,28 @@
 # than GLIBCXX_3.4.28) as a user would, and runs the smoke test and the store and log tests there.
 #
 #   scripts/build-wheel.sh && scripts/check-debian11.sh [wheel] [-- pytest args]
+#   KSTATE_DEBIAN_ARCH=arm64 scripts/check-debian11.sh     # the aarch64 wheel on an arm64 root
 #
 # The Debian root is made once with debootstrap from this machine's Debian mirror (about 2 minutes,
-# ~400 MB under KSTATE_BULLSEYE_ROOT, default /var/tmp/kstate-bullseye) and reused; its venv is
-# made anew on every run, so each run installs the wheel from scratch with pip (dependencies from
-# PyPI). Needs root (debootstrap, chroot, mounting /proc). Not run by CI (a few minutes; run it for
-# each release).
+# ~400 MB under KSTATE_BULLSEYE_ROOT, default /var/tmp/kstate-bullseye[-arm64]) and reused; its venv
+# is made anew on every run, so each run installs the wheel from scratch with pip (dependencies
+# from PyPI). An arm64 root runs its programs through qemu-user-static (binfmt_misc, mounted and
+# enabled here when it is not): everything is emulated, ~10x slower, so it says nothing of speed
+# on ARM. Needs root (debootstrap, chroot, mounting /proc). Not run by CI (a few minutes, ~20 on
+# arm64; run it for each release).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-CHROOT="${KSTATE_BULLSEYE_ROOT:-/var/tmp/kstate-bullseye}"
+ARCH="${KSTATE_DEBIAN_ARCH:-amd64}"
+case "$ARCH" in
+    amd64) MACHINE=x86_64; CHROOT="${KSTATE_BULLSEYE_ROOT:-/var/tmp/kstate-bullseye}" ;;
+    arm64) MACHINE=aarch64; CHROOT="${KSTATE_BULLSEYE_ROOT:-/var/tmp/kstate-bullseye-arm64}" ;;
+    *) echo "KSTATE_DEBIAN_ARCH must be amd64 or arm64, got $ARCH" >&2; exit 1 ;;
+esac
 WHEEL=""
 if [ $# -gt 0 ] && [ "$1" != "--" ]; then WHEEL="$1"; shift; fi
 [ "${1:-}" = "--" ] && shift
-WHEEL="${WHEEL:-$(ls "$ROOT"/wheelhouse/kstate-*.whl 2>/dev/null | head -1)}"
+WHEEL="${WHEEL:-$(ls "$ROOT"/wheelhouse/kstate-*_"$MACHINE".whl 2>/dev/null | head -1)}"
 [ -f "$WHEEL" ] || { echo "no wheel: run scripts/build-wheel.sh first, or pass one" >&2; exit 1; }
 # The store, transaction, log, CLI and release tests: they need pyarrow, rocksdict and the Kafka
 # codec oracles, which all install on Python 3.9; Spark and fuzzing are left out (mypy too: the
@@ -24,7 +32,7 @@ WHEEL="${WHEEL:-$(ls "$ROOT"/wheelhouse/kstate-*.whl 2>/dev/null | head -1)}"
 TESTS=(tests/stores tests/txn tests/log tests/cli tests/release)
 TEST_DEPS=(pytest hypothesis pyarrow rocksdict kafka-python aiokafka python-snappy lz4 xxhash cramjam)
 
-say() { printf '[debian11] %s\n' "$*"; }
+say() { printf '[debian11 %s] %s\n' "$ARCH" "$*"; }
 
 # The machine's Debian mirror (deb822 or one-line sources), for debootstrap.
 mirror() {
@@ -42,12 +50,24 @@ if ! command -v debootstrap >/dev/null 2>&1; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
 fi
+if [ "$ARCH" != amd64 ]; then
+    if ! dpkg -s qemu-user-static binfmt-support >/dev/null 2>&1; then
+        say "installing qemu-user-static and binfmt-support (to run $ARCH programs)"
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq qemu-user-static binfmt-support >/dev/null
+    fi
+    if ! mountpoint -q /proc/sys/fs/binfmt_misc; then
+        say "mounting binfmt_misc at /proc/sys/fs/binfmt_misc"
+        mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
+    fi
+    [ -e "/proc/sys/fs/binfmt_misc/qemu-$MACHINE" ] || update-binfmts --enable "qemu-$MACHINE"
+fi
 if [ ! -x "$CHROOT/usr/bin/python3" ]; then
-    say "debootstrap bullseye into $CHROOT from $(mirror)"
+    say "debootstrap --arch=$ARCH bullseye into $CHROOT from $(mirror)"
     rm -rf "$CHROOT"
-    debootstrap --variant=minbase --include=python3,python3-venv,python3-pip,ca-certificates \
-        bullseye "$CHROOT" "$(mirror)" > /var/tmp/kstate-debootstrap.log 2>&1 \
-        || { tail -20 /var/tmp/kstate-debootstrap.log; exit 1; }
+    debootstrap --arch="$ARCH" --variant=minbase --include=python3,python3-venv,python3-pip,ca-certificates \
+        bullseye "$CHROOT" "$(mirror)" > "/var/tmp/kstate-debootstrap-$ARCH.log" 2>&1 \
+        || { tail -20 "/var/tmp/kstate-debootstrap-$ARCH.log"; exit 1; }
 fi
 
 cleanup() { umount "$CHROOT/proc" 2>/dev/null || true; umount "$CHROOT/dev" 2>/dev/null || true; }
@@ -73,8 +93,8 @@ in_root() {
         ${CERT:+PIP_CERT=$CERT} PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_DEFAULT_TIMEOUT=180 "$@"
 }
 
-say "system: $(in_root sh -c '. /etc/os-release; echo "$PRETTY_NAME"'), $(in_root ldd --version | sed -n 1p), $(in_root python3 --version)"
-say "newest libstdc++ symbol version there: $(in_root sh -c 'grep -aoE "GLIBCXX_[0-9]+\.[0-9.]+[0-9]" /usr/lib/x86_64-linux-gnu/libstdc++.so.6 | sort -uV | tail -1')"
+say "system: $(in_root sh -c '. /etc/os-release; echo "$PRETTY_NAME"'), $(in_root uname -m), $(in_root ldd --version | sed -n 1p), $(in_root python3 --version)"
+say "newest libstdc++ symbol version there: $(in_root sh -c "grep -aoE 'GLIBCXX_[0-9]+\.[0-9.]+[0-9]' /usr/lib/$MACHINE-linux-gnu/libstdc++.so.6 | sort -uV | tail -1")"
 rm -rf "$CHROOT/opt/venv"
 in_root python3 -m venv /opt/venv
 in_root python -m pip install -q --upgrade pip

@@ -18,6 +18,8 @@ MemberRecordTuple = tuple[
 ]
 RecordTuple = tuple[int, str, str, bool, str | None, list[str], list[MemberRecordTuple]]
 
+__version__: str
+
 def encode_value_and_timestamp(timestamp: int, raw: bytes) -> bytes: ...
 def decode_value_and_timestamp(stored: bytes) -> tuple[int, bytes]: ...
 

@@ -9,18 +9,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import struct
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from kstate import __version__
-from kstate.errors import KStateError
+from kstate.errors import InvalidArgumentError, KStateError
 from kstate.inspection import inspect_state
 from kstate.log import Partition, decode, shallow_entries
 from kstate.upgrade import find_stores, upgrade_store
 
 HEADER = struct.Struct(">qi")  # offset, size: the 12 bytes before each message
+SEGMENT_NAME = re.compile(r"[0-9]{20}\.log")
 TIMESTAMP_NAMES = {-1: "NoTimestampType", 0: "CreateTime", 1: "LogAppendTime"}
 
 
@@ -169,6 +171,17 @@ def rescale(args: argparse.Namespace, out=sys.stdout) -> None:
     )
 
 
+def _check_partition_dir(directory: Path) -> None:
+    """A log command reads an existing partition and must not make one (``Partition.open``
+    would): the directory has to hold a segment, ``<20-digit base offset>.log``."""
+    if not directory.is_dir():
+        raise InvalidArgumentError(f"{directory} is not a directory")
+    if not any(SEGMENT_NAME.fullmatch(path.name) for path in directory.iterdir()):
+        raise InvalidArgumentError(
+            f"{directory} is not a log partition: it holds no segment (<20-digit base offset>.log)"
+        )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kstate", description="kstate's tools for Kafka-format logs.")
     parser.add_argument("--version", action="version", version=f"kstate {__version__}")
@@ -211,11 +224,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command == "inspect":
             if not args.path.is_dir():
-                parser.error(f"{args.path} is not a directory")
+                raise InvalidArgumentError(f"{args.path} is not a directory")
             inspect(args.path, args.json)
             return 0
-        if not args.partition_dir.is_dir():
-            parser.error(f"{args.partition_dir} is not a directory")
+        _check_partition_dir(args.partition_dir)
         if args.log_command == "dump":
             return 1 if dump(args.partition_dir, args.deep, not args.no_data) else 0
         offsets_for_times(args.partition_dir, args.timestamp)

@@ -94,6 +94,11 @@ class PartitioningChangedError(PartitioningError):
     keep them, or rescale the state (``kstate rescale``)."""
 
 
+class SparkConnectUnsupportedError(KStateError):
+    """kstate.spark: a call that needs Spark's classic driver API (the ``SparkContext``: RDDs,
+    accumulators) made with a Spark Connect session; the message names what works there."""
+
+
 class JavaNotFoundError(KStateError):
     """Spark cannot start: this machine has no Java runtime (``kstate.spark.local_session``)."""
 
@@ -119,6 +124,7 @@ __all__ = [
     "InvalidTimestampError",
     "SerializationError",
     "JavaNotFoundError",
+    "SparkConnectUnsupportedError",
     "PartitioningError",
     "MisroutedRowsError",
     "PartitioningChangedError",

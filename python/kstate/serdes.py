@@ -55,7 +55,10 @@ class StringSerde:
             return None
         if not isinstance(obj, str):
             raise SerializationError(f"StringSerde needs str, got {type(obj).__name__}")
-        return obj.encode("utf-8")
+        try:
+            return obj.encode("utf-8")
+        except UnicodeEncodeError as e:  # a lone surrogate ("\ud800") has no UTF-8 form
+            raise SerializationError(f"StringSerde: {obj!r} is not valid Unicode text: {e}") from e
 
     def deserialize(self, data: bytes) -> str:
         try:

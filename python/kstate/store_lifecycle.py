@@ -232,6 +232,8 @@ class StoreLifecycle:
             isinstance(changelog_offset, bool) or not isinstance(changelog_offset, int)
         ):
             raise InvalidArgumentError(f"changelog_offset must be an int or None, got {changelog_offset!r}")
+        if changelog_offset is not None and changelog_offset < 0:
+            raise InvalidArgumentError(f"changelog_offset must be >= 0 or None, got {changelog_offset}")
         if changelog_offset is not None and self.logged:
             raise InvalidArgumentError(
                 f"store {self.name} is logged: its changelog assigns offsets, so commit() takes none"

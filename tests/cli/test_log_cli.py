@@ -61,3 +61,21 @@ def test_offsets_for_times_and_errors(tmp_path):
     assert run("log", "offsets-for-times", str(tmp_path / "clicks-0"), str(NOW + 99)).stdout.strip() == "none"
     missing = run("log", "dump", str(tmp_path / "nowhere"))
     assert missing.returncode == 2 and "not a directory" in missing.stderr
+
+
+def test_a_directory_that_is_not_a_partition_is_a_one_line_error_and_stays_untouched(tmp_path):
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "readme.txt").write_text("not a log")
+    (tmp_path / "empty").mkdir()
+    for directory in ("notes", "empty"):
+        for command in (["dump"], ["offsets-for-times"]):
+            args = [str(tmp_path / directory)] + (["0"] if command == ["offsets-for-times"] else [])
+            result = run("log", *command, *args)
+            assert result.returncode == 2, result
+            assert result.stdout == ""
+            assert result.stderr.splitlines() == [
+                f"kstate: {tmp_path / directory} is not a log partition: it holds no segment "
+                "(<20-digit base offset>.log)"
+            ]
+    assert sorted(p.name for p in (tmp_path / "notes").iterdir()) == ["readme.txt"], "no segment was made"
+    assert list((tmp_path / "empty").iterdir()) == []

@@ -5,6 +5,7 @@ rescale re-routes the state and the undo of the last batches; a real SIGKILL ins
 
 import collections
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -179,6 +180,22 @@ def test_a_different_count_or_key_type_is_refused(tmp_path):
         list(backend_of(tmp_path).process(count_everything, typed.to_batches(), TaskInfo(0, 1)))
     with pytest.raises(InvalidArgumentError, match="keys="):
         StateBackend(builders(), tmp_path / "s", tmp_path / "changelog", "other").map_in_arrow(count_everything)
+
+
+def test_the_refusal_names_the_rescale_command_that_fixes_it(tmp_path, rescale_cli):
+    changelog_dir = tmp_path / "change logs"  # a space: the command must quote it
+    backend = StateBackend(builders(), tmp_path / "state", changelog_dir, "app", keys=["key"], num_partitions=2)
+    run_batch(backend, 0, 2)
+    grown = StateBackend(builders(), tmp_path / "state", changelog_dir, "app", keys=["key"], num_partitions=3)
+    with pytest.raises(PartitioningChangedError) as refused:
+        run_batch(grown, 1, 3)
+    command = str(refused.value).rsplit(": ", 1)[1]
+    assert shlex.split(command) == [
+        "kstate", "rescale", str(changelog_dir), "--application-id", "app", "--partitions", "3"
+    ]  # fmt: skip
+    assert "2 -> 3 partitions" in rescale_cli(changelog_dir, "app", 3)
+    run_batch(grown, 1, 3)
+    assert state_of(grown, 3) == reference(range(2))
 
 
 @pytest.mark.parametrize(("before", "after"), [(2, 3), (4, 2)])

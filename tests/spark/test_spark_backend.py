@@ -28,6 +28,7 @@ from kstate.spark import StateBackend  # noqa: E402
 from .workload import (  # noqa: E402
     ROWS,
     SCHEMA,
+    RunningCount,
     add_files,
     counts_into,
     file_keys,
@@ -348,22 +349,13 @@ def test_batch_jobs_with_map_in_pandas_and_apply_in_arrow(spark, work):
 
 
 def test_transform_with_state_runs_a_spark_style_processor(spark, work):
-    from kstate.spark import StatefulProcessor, transform_with_state
-
-    class Counter(StatefulProcessor):
-        def init(self, handle):
-            self.count = handle.getValueState("count", "c long")
-
-        def handleInputRows(self, key, rows, timerValues):  # noqa: N802
-            import pandas as pd
-
-            total = (self.count.get() or (0,))[0] + sum(len(frame) for frame in rows)
-            self.count.update((total,))
-            yield pd.DataFrame({"key": [key[0]], "count": [total]})
+    from kstate.spark import transform_with_state
 
     add_files(work, range(3))
     frames = input_stream(spark, work)
-    counted = transform_with_state(frames, ["key"], Counter(), SCHEMA, work / "state", work / "changelog", "tws-app")
+    counted = transform_with_state(
+        frames, ["key"], RunningCount(), SCHEMA, work / "state", work / "changelog", "tws-app"
+    )
     outputs = {}
     run_to_end(counted, work, counts_into(outputs))
     assert outputs == reference(range(3))

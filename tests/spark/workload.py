@@ -10,7 +10,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark import cloudpickle
 
-from kstate.spark import local_session
+from kstate.spark import StatefulProcessor, local_session
 
 # Spark's workers cannot import the tests' modules by name: ship their functions by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -55,6 +55,24 @@ def running_count(batches, stores, key="key"):
         new = pc.add(pc.fill_null(store.get_many(keys), 0), n)
         store.put_all(keys, new)
         yield pa.RecordBatch.from_arrays([keys, new], names=[key, "count"])
+
+
+class RunningCount(StatefulProcessor):
+    """``running_count`` as a ``transform_with_state`` processor (pandas API); an initial state
+    sets a key's count before batch 0."""
+
+    def init(self, handle):
+        self.count = handle.getValueState("count", "c long")
+
+    def handleInputRows(self, key, rows, timerValues):  # noqa: N802
+        import pandas as pd
+
+        total = (self.count.get() or (0,))[0] + sum(len(frame) for frame in rows)
+        self.count.update((total,))
+        yield pd.DataFrame({"key": [key[0]], "count": [total]})
+
+    def handleInitialState(self, key, initialState, timerValues):  # noqa: N802
+        self.count.update((int(initialState["count"].sum()),))
 
 
 def spark_for_tests(name, master):

@@ -46,6 +46,7 @@ from kstate.spark.partitioning import (
     verify_task_partition,
 )
 from kstate.spark.progress import BatchProgress, TaskMetrics, progress_listener
+from kstate.spark.session import default_parallelism, refuse_spark_connect
 from kstate.spark.task import TaskInfo
 from kstate.spark.upgrade import InPlaceUpgrade, upgrade_listener
 from kstate.stores import SessionBytesStoreSupplier, StoreBuilder, WindowBytesStoreSupplier
@@ -270,8 +271,8 @@ class StateBackend:
         records = self.partitioning_log()
         current = records.current()
         if current is not None:
-            check_compatible(current, wanted, wanted_keys, records.location)
-        n = wanted or (current.num_partitions if current else df.sparkSession.sparkContext.defaultParallelism)
+            check_compatible(current, wanted, wanted_keys, records)
+        n = wanted or (current.num_partitions if current else default_parallelism(df.sparkSession))
         record = records.establish(Partitioning(n, wanted_keys, stores=self.store_descriptions()))
         log.info(
             "state of %s: %d partitions by (%s), generation %d",
@@ -311,7 +312,7 @@ class StateBackend:
                 )
             kinds = [(k, key_kind(schema.field(k).type)) for k in keys]
         if current is not None:
-            check_compatible(current, self.num_partitions, kinds, records.location)
+            check_compatible(current, self.num_partitions, kinds, records)
             return current
         if first_batch is None:
             return None
@@ -388,6 +389,12 @@ class StateBackend:
         restored and seconds restoring, batches rolled back, seconds opening and committing),
         logged (``kstate.spark``, INFO) with each progress event and appended to the returned
         list (``self.progress``). Call before starting the query that uses this backend."""
+        refuse_spark_connect(
+            spark,
+            "StateBackend.report_progress",
+            "its reports sum the tasks' timings in an accumulator. There, each task logs its timings "
+            "(kstate.spark, INFO, in the executors' logs) and hands them to StateBackend(on_task=...)",
+        )
         if self._metrics is None:
             self._metrics = TaskMetrics(spark.sparkContext)
             spark.streams.addListener(progress_listener(self._metrics, self.progress))
@@ -509,8 +516,9 @@ class StateBackend:
 
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        tasks = spark.sparkContext.parallelize(range(num_partitions), num_partitions).map(lambda i: (i,))
-        return spark.createDataFrame(tasks, "task int").mapInArrow(read, from_arrow_schema(schema))
+        # One task per partition (a range splits evenly), in classic Spark and Spark Connect alike.
+        tasks = spark.range(0, num_partitions, 1, num_partitions)
+        return tasks.mapInArrow(read, from_arrow_schema(schema))
 
     def changelog_dataframe(self, spark: Any, store: str) -> Any:
         """``store``'s changelog as a DataFrame with the columns of Spark's Kafka source

@@ -29,13 +29,14 @@ _DIRECTORY = "{application_id}-kstate-initial-state"
 def stage_initial_state(initial_state: Any, keys: list[str], backend: Any) -> Path:
     """Routes ``initial_state`` (a DataFrame or a ``GroupedData``) into per-partition files unless
     the state already published a batch; returns their directory."""
-    from pyspark.sql import DataFrame, GroupedData
+    from pyspark.sql import DataFrame
     from pyspark.sql.pandas.types import to_arrow_schema
 
     from kstate.spark.partitioning import keys_of_schema
 
-    if isinstance(initial_state, GroupedData):
-        initial_state = initial_state._df
+    if not isinstance(initial_state, DataFrame):
+        # df.groupBy(...): a GroupedData, classic or Spark Connect's (which is not a subclass of it)
+        initial_state = getattr(initial_state, "_df", initial_state)
     if not isinstance(initial_state, DataFrame):
         raise InvalidArgumentError(f"initial_state must be a DataFrame or df.groupBy(...), got {initial_state!r}")
     record = backend.partitioning

@@ -25,6 +25,7 @@ record naming it is the switch.
 from __future__ import annotations
 
 import json
+import shlex
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -165,7 +166,7 @@ class PartitioningLog(RecordLog):
                     return self.append(wanted)
                 except FileExistsError:
                     continue  # another task or driver recorded it first: compare with theirs
-            check_compatible(current, wanted.num_partitions, wanted.keys, self.location)
+            check_compatible(current, wanted.num_partitions, wanted.keys, self)
             missing = {n: s for n, s in wanted.stores.items() if n not in current.stores}
             if not missing:
                 return current
@@ -175,12 +176,24 @@ class PartitioningLog(RecordLog):
                 continue
         raise PartitioningChangedError(f"the partitioning record at {self.location} keeps changing; retry")
 
+    def rescale_command(self, partitions: int) -> str:
+        """The ``kstate rescale`` command line that rebuilds this application's state for
+        ``partitions`` (a URL's ``--storage-option`` flags are the user's to add)."""
+        return shlex.join(
+            ["kstate", "rescale", self.changelog_location]
+            + ["--application-id", self.application_id, "--partitions", str(partitions)]
+        )
+
 
 def check_compatible(
-    current: Partitioning, num_partitions: int | None, keys: Sequence[tuple[str, str | None]], location: str
+    current: Partitioning,
+    num_partitions: int | None,
+    keys: Sequence[tuple[str, str | None]],
+    records: PartitioningLog,
 ) -> None:
     """Raises ``PartitioningChangedError`` if a query with ``num_partitions`` (``None``: any) and
-    ``keys`` (``(name, kind or None)``) cannot use state recorded as ``current``."""
+    ``keys`` (``(name, kind or None)``) cannot use state recorded as ``current`` in ``records``."""
+    location = records.location
     names = [n for n, _ in keys]
     if names != current.key_names:
         raise PartitioningChangedError(
@@ -200,7 +213,7 @@ def check_compatible(
             f"the state at {location} has {current.num_partitions} partitions and this query asks for "
             f"{num_partitions}: each key's state lives in partition pmod(hash(keys), {current.num_partitions}). "
             f"Keep num_partitions={current.num_partitions}, or rescale the state first: "
-            f"kstate rescale {location.rsplit('/', 1)[0]} --application-id <id> --partitions {num_partitions}"
+            + records.rescale_command(num_partitions)
         )
 
 

@@ -33,9 +33,12 @@ class RecordLog:
         changelog_url: str | None = None,
         storage_options: Mapping[str, Any] | None = None,
     ):
+        self.application_id = application_id
         self.name = f"{application_id}-{self.suffix}"
         self._store = None if changelog_url is None else ObjectStore(changelog_url, storage_options)
         self._directory = changelog_dir / self.name
+        self.changelog_location = changelog_url or str(changelog_dir)
+        """The application's changelog directory or URL (the backend's ``changelog_dir``)."""
         self.location = f"{changelog_url}/{self.name}" if changelog_url else str(self._directory)
 
     def _names(self) -> list[str]:

@@ -48,6 +48,7 @@ from typing import Any
 
 from kstate.errors import InvalidArgumentError, ProcessorStateError
 from kstate.spark.batch_log import BatchEntry
+from kstate.spark.session import refuse_spark_connect
 from kstate.spark.state_variables import NO_EXPIRY, TIMERS_BY_KEY, time_of
 
 _LENGTH = struct.Struct(">I")
@@ -207,6 +208,12 @@ def read_processor_state(
     from kstate.spark.partitioning import PartitioningLog
     from kstate.spark.state_schemas import SchemaLog
 
+    refuse_spark_connect(
+        spark,
+        "read_processor_state",
+        "it builds Spark's typed rows from an RDD. Read the state from a classic session "
+        "(SparkSession.builder.master(...)), or StateBackend.state_dataframe's raw entries under Connect",
+    )
     timers = _flag(readRegisteredTimers, "readRegisteredTimers")
     flatten = _flag(flattenCollectionTypes, "flattenCollectionTypes")
     change_feed = _flag(readChangeFeed, "readChangeFeed")

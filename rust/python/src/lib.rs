@@ -22,6 +22,9 @@ mod windowed;
 
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // `kstate.__version__`: the workspace version this module was built from, without
+    // importlib.metadata (whose import costs more than the rest of `import kstate`).
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<key_value_store::NativeKeyValueStore>()?;
     m.add_class::<row_codec::RowCodec>()?;
     m.add_class::<row_codec::RowReader>()?;
