@@ -580,7 +580,9 @@ def test_spark_defaults_aqe_and_200_shuffle_partitions_give_the_reference(spark,
         write_file(work, FILES - 1, file_rows(FILES - 1))
         assert query(1) == expected[FILES - 1 :]
         totals = reference_state(range(FILES))[0]
-        stored = read_processor_state(spark, work / "changelog", "defaults", stateVarName="totals").collect()
+        stored = read_processor_state(
+            spark, work / "changelog", "defaults", state_dir=work / "reader", stateVarName="totals"
+        ).collect()
         assert {r.key.user: tuple(r.value) for r in stored} == totals
     finally:
         for key, value in saved.items():
