@@ -543,3 +543,20 @@ class Reminder(Base):
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):  # noqa: N802, N803
         yield self.emit(id=key[0], kind="timer", count=self.count.get()[0], at=expiredTimerInfo.getExpiryTimeInMs())
+
+
+class Calls(Base):
+    """Counts its ``handleInputRows`` calls per key (value state) and the rows of each call;
+    no timers, an initial value per key."""
+
+    def init(self, handle):
+        self.calls = handle.getValueState("calls", "n int")
+
+    def handleInputRows(self, key, rows, timerValues):  # noqa: N802, N803
+        seen = sum(len(f) for f in rows) if self.pandas else sum(1 for _ in rows)
+        call = (self.calls.get()[0] if self.calls.exists() else 0) + 1
+        self.calls.update((call,))
+        yield self.emit(id=key[0], call=call, rows=seen)
+
+    def handleInitialState(self, key, initialState, timerValues):  # noqa: N802, N803
+        self.calls.update((0,))

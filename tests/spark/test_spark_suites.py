@@ -557,3 +557,30 @@ def idle_timers(spark, work, query, trigger_ms):
         running.stop()
     assert [r[1:4] for r in rows] == [("0", "timer", 2)], "fired once after the restart"
     assert idle_batches == 1, "a query with nothing due ran no batch"
+
+
+def test_row_api_with_an_initial_state_is_called_per_max_records_as_spark(spark, work):
+    """Spark's Row runner with an initial state calls ``handleInputRows`` once per
+    ``maxRecordsPerBatch`` rows of a key, its initial rows counted first (without one, once per
+    key); kstate's Row API does the same (batch queries)."""
+    df = spark.createDataFrame([("0", 1), ("0", 2), ("0", 3), ("1", 4)], "id string, temperature long")
+    initial = spark.createDataFrame([("0", 9)], "id string, initVal int")
+    output = "id string, call int, rows int"
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "2")
+    try:
+        results = []
+        for index, with_initial in enumerate((True, False)):
+            start = initial.groupBy("id") if with_initial else None
+            grouped = df.groupBy("id")
+            if hasattr(grouped, "transformWithState"):
+                theirs = grouped.transformWithState(p.Calls(False), output, "Update", "None", initialState=start)
+                results.append(sorted(tuple(r) for r in theirs.collect()))
+            ours = transform_with_state(
+                df, ["id"], p.Calls(False), output, work / f"state-{index}", work / f"changelog-{index}", "calls",
+                num_partitions=2, api="row", initial_state=start, lock_timeout=60,
+            )  # fmt: skip
+            results.append(sorted(tuple(r) for r in ours.collect()))
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    per_chunk, per_key = [("0", 1, 1), ("0", 2, 2), ("1", 1, 1)], [("0", 1, 3), ("1", 1, 1)]
+    assert results == [per_chunk] * (len(results) // 2) + [per_key] * (len(results) // 2)

@@ -303,9 +303,10 @@ def transform_with_state(
             groups = iter_groups(iter(collected), keys, pandas, not pandas, read_ahead, conversion)
             for index, (key, group) in enumerate(groups):
                 handle._set_key(pickled_keys[index])  # read_ahead has pickled every key by now
-                if initial:
-                    _apply_initial_state(processor, key, initial.pop(key, None), timer_values, pandas)
-                for rows in _calls(group, pandas, initial_dir is not None, conversion, row_bytes):
+                initial_rows = initial.pop(key, None) if initial else None
+                _apply_initial_state(processor, key, initial_rows, timer_values, pandas)
+                before = 0 if initial_rows is None else len(initial_rows)
+                for rows in _calls(group, pandas, initial_dir is not None, conversion, row_bytes, before):
                     for result in processor.handleInputRows(key, rows, timer_values):
                         yield from output.add(result)
             handle._read_ahead_values([])
@@ -338,18 +339,26 @@ def transform_with_state(
     return routed.mapInArrow(task, output_schema)
 
 
-def _calls(group: Any, pandas: bool, initial: bool, conversion: Any, row_bytes: float) -> Iterator[Iterator[Any]]:
+def _calls(
+    group: Any, pandas: bool, initial: bool, conversion: Any, row_bytes: float, initial_rows: int
+) -> Iterator[Iterator[Any]]:
     """The ``rows`` argument of each ``handleInputRows`` call for a key's group, as Spark makes
     them: pandas, one call with the key's frames cut by the Arrow batch limits; Row, one call
-    with every row, except in a query with an initial state, where Spark's Row runner calls once
-    per ``maxRecordsPerBatch`` rows."""
+    with every row, except in a query with an initial state: Spark's Row runner then cuts the
+    key's initial rows (``initial_rows`` of them, first) and input rows together every
+    ``maxRecordsPerBatch`` rows and calls once per piece with input."""
     if pandas:
         yield conversion.chunks(group, row_bytes)
-    elif initial and len(group) > conversion.max_records:
-        for start in range(0, len(group), conversion.max_records):
-            yield iter(group[start : start + conversion.max_records])
-    else:
+        return
+    size = conversion.max_records
+    if not initial or initial_rows + len(group) <= size:
         yield iter(group)
+        return
+    start = 0
+    end = size - initial_rows % size
+    while start < len(group):
+        yield iter(group[start:end])
+        start, end = end, end + size
 
 
 def _parsed_schemas(name: str, declared: Declared) -> VariableSchemas:
