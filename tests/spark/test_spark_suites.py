@@ -25,7 +25,7 @@ from pyspark.sql import Row  # noqa: E402
 from kstate.spark import transform_with_state  # noqa: E402
 
 from . import spark_suite_processors as p  # noqa: E402
-from .workload import input_stream, spark_for_tests, write_file  # noqa: E402
+from .workload import collecting, input_stream, spark_for_tests, write_file  # noqa: E402
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -69,20 +69,7 @@ def counts(*batches):
 def collect(frame, checkpoint, batches, trigger="200 milliseconds", timeout=240):
     """The non-empty outputs of the query's first batches, in order, each a sorted list of
     tuples (the query runs until ``batches`` of them came)."""
-    outputs = {}
-
-    def sink(batch_frame, batch_id):
-        rows = sorted(tuple(r) for r in batch_frame.collect())
-        if rows:
-            outputs[batch_id] = rows
-
-    query = (
-        frame.writeStream.outputMode("update")
-        .foreachBatch(sink)
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(processingTime=trigger)
-        .start()
-    )
+    query, outputs = collecting(frame, checkpoint, trigger)
     deadline = time.monotonic() + timeout
     try:
         while len(outputs) < batches and query.exception() is None and time.monotonic() < deadline:
@@ -440,20 +427,7 @@ def feed_and_collect(work, frame, name, files):
 
     for old in (work / "in").glob("*"):
         old.unlink()
-    outputs = {}
-
-    def sink(batch_frame, batch_id):
-        rows = sorted(tuple(r) for r in batch_frame.collect())
-        if rows:
-            outputs[batch_id] = rows
-
-    query = (
-        frame.writeStream.outputMode("update")
-        .foreachBatch(sink)
-        .option("checkpointLocation", str(work / f"cp-{name}"))
-        .trigger(processingTime="300 milliseconds")
-        .start()
-    )
+    query, outputs = collecting(frame, work / f"cp-{name}", "300 milliseconds")
     try:
         for index in range(files):
             for part in (work / "stage" / str(index)).glob("*.parquet"):
