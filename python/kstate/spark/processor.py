@@ -211,7 +211,8 @@ def transform_with_state(
     ``initial_state``: a DataFrame (or ``groupBy(*keys)`` of one) holding the key columns, handed
     to ``handleInitialState`` in batch 0.
     ``fire_idle_timers`` (time modes with timers; default: Spark's
-    ``spark.sql.streaming.noDataMicroBatches.enabled``, true unless set): the query also reads
+    ``spark.sql.streaming.noDataMicroBatches.enabled``, true unless set, on PySpark 4.1+; off on
+    4.0, where an ``availableNow`` query with it would run as one batch): the query also reads
     ``kstate.spark.ticks``, a source that adds a batch when a timer is due (or the watermark
     advanced) and no input came, as Spark runs batches without data; switching it on or off
     changes the query's sources, which its checkpoint records.
@@ -257,9 +258,11 @@ def transform_with_state(
     spark = df.sparkSession
     conversion = SessionConversion.of(spark)
     arrow_schema = to_arrow_schema(output_schema, conversion.timezone)
-    if fire_idle_timers is None:
+    if fire_idle_timers is None and time_mode != "None":
+        from kstate.spark.ticks import supports_available_now
+
         no_data_batches = spark.conf.get("spark.sql.streaming.noDataMicroBatches.enabled", "true")
-        fire_idle_timers = str(no_data_batches).strip().lower() == "true"
+        fire_idle_timers = str(no_data_batches).strip().lower() == "true" and supports_available_now()
     ticking = fire_idle_timers and time_mode != "None"
     if ticking:
         from kstate.spark.ticks import with_ticks

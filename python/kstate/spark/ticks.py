@@ -27,6 +27,11 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, SimpleDataSourceStreamReader
 
+try:  # PySpark 4.1+: a source can keep an availableNow query's batches as they are
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+except ImportError:  # PySpark 4.0: Spark runs an availableNow query with this source as one batch
+    SupportsTriggerAvailableNow = None
+
 TICK_COLUMN = "__kstate_tick"
 SOURCE_NAME = "kstate-ticks"
 _DIRECTORY = "{application_id}-kstate-timers"
@@ -61,6 +66,12 @@ def needs_batch(directory: Path, time_mode: str, watermark_delay_ms: int, now_ms
         return False
     used = max(r["watermark"] for r in records)
     return max(0, max(largest) - watermark_delay_ms) > used
+
+
+def supports_available_now() -> bool:
+    """Whether this PySpark keeps an ``availableNow`` query's batches with the tick source in it
+    (4.1+); on 4.0 the query would run as one batch, so ``fire_idle_timers`` is off by default."""
+    return SupportsTriggerAvailableNow is not None
 
 
 def with_ticks(df: Any, backend: Any, time_mode: str, watermark_delay_ms: int) -> Any:
@@ -104,19 +115,27 @@ def without_ticks(batches: Iterator[Any], column: str = TICK_COLUMN) -> Iterator
         yield pa.RecordBatch.from_arrays([batch.column(i) for i in keep], [batch.schema.names[i] for i in keep])
 
 
-class TickReader(SimpleDataSourceStreamReader):
-    """Runs on the driver: offers a tick when ``needs_batch``; a replayed batch gets its ticks again."""
+_AVAILABLE_NOW = (SupportsTriggerAvailableNow,) if SupportsTriggerAvailableNow is not None else ()
+
+
+class TickReader(SimpleDataSourceStreamReader, *_AVAILABLE_NOW):
+    """Runs on the driver: offers a tick when ``needs_batch``; a replayed batch gets its ticks
+    again. An ``availableNow`` query reads up to the data there was when it started: no ticks."""
 
     def __init__(self, options: dict[str, str]):
         self.directory = Path(options["directory"])
         self.time_mode = options["timeMode"]
         self.delay = int(options["watermarkDelayMs"])
+        self.available_now = False
+
+    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
+        self.available_now = True
 
     def initialOffset(self) -> dict:  # noqa: N802
         return {"tick": 0}
 
     def read(self, start: dict) -> tuple[Iterator[tuple], dict]:
-        if needs_batch(self.directory, self.time_mode, self.delay, int(time.time() * 1000)):
+        if not self.available_now and needs_batch(self.directory, self.time_mode, self.delay, int(time.time() * 1000)):
             return iter([(True,)]), {"tick": start["tick"] + 1}
         return iter([]), start
 
