@@ -108,6 +108,12 @@ class StateSchemaError(KStateError):
     (an incompatible change), raised before the query starts; the state is untouched."""
 
 
+class DeletedStateVariableError(KStateError, RuntimeError):
+    """kstate.spark: a call on a state variable after ``handle.deleteIfExists`` deleted it (Spark
+    fails such calls too; kstate.spark raises a subclass that is also PySpark's
+    ``PySparkRuntimeError``, with Spark's message, so processors catching that work unchanged)."""
+
+
 __all__ = [
     "KStateError",
     "InvalidStateStoreError",
@@ -130,4 +136,5 @@ __all__ = [
     "PartitioningChangedError",
     "StateSchemaError",
     "StoreBehindChangelogError",
+    "DeletedStateVariableError",
 ]

@@ -267,7 +267,7 @@ def test_partition_ids_spread_keys(tmp_path):
 def test_the_event_time_watermark_reads_the_same_after_a_rescale(tmp_path):
     """transform_with_state's event-time store is per partition, not per key: a rescale keeps its
     history so the query-wide watermark of every batch (replays included) stays what it was."""
-    from kstate.spark.processor import EVENT_TIME, _query_event_time, _tracking_event_time
+    from kstate.spark.processor import EVENT_TIME, _query_watermarks, _tracking_event_time
 
     def backend(num_partitions=None):
         stores = [
@@ -280,7 +280,7 @@ def test_the_event_time_watermark_reads_the_same_after_a_rescale(tmp_path):
         )  # fmt: skip
 
     def track(batches, stores):
-        tracked = _tracking_event_time(iter(batches), "ts", stores[EVENT_TIME], stores.batch_id)
+        tracked = _tracking_event_time(iter(batches), "ts", stores[EVENT_TIME], stores.batch_id, late_watermark=0)
         for batch in tracked:
             counts = stores["counts"]
             for key in batch.column("key").to_pylist():
@@ -290,10 +290,10 @@ def test_the_event_time_watermark_reads_the_same_after_a_rescale(tmp_path):
     for batch in range(3):
         run_batch(backend(2), batch, 2, fn=track)
     layout = backend().current_layout()
-    before = [_query_event_time(layout, b) for b in range(4)]
-    assert before[0] is None and before[3] == max(batch_rows(2).column("ts").to_pylist())
+    before = [_query_watermarks(layout, b, 0) for b in range(4)]
+    assert before[0] == (0, 0) and before[3][1] == max(batch_rows(2).column("ts").to_pylist())
     rescale(tmp_path / "changelog", "app", 3)
-    after = [_query_event_time(backend().current_layout(), b) for b in range(4)]
+    after = [_query_watermarks(backend().current_layout(), b, 0) for b in range(4)]
     assert after == before
     run_batch(backend(), 3, 3, fn=track)
-    assert _query_event_time(backend().current_layout(), 4) == max(batch_rows(3).column("ts").to_pylist())
+    assert _query_watermarks(backend().current_layout(), 4, 0)[1] == max(batch_rows(3).column("ts").to_pylist())

@@ -22,7 +22,7 @@ from pyspark.sql.streaming import StatefulProcessor  # noqa: E402
 
 from kstate.spark import read_processor_state, transform_with_state  # noqa: E402
 
-from .workload import input_stream, spark_for_tests, write_file  # noqa: E402
+from .workload import collecting, input_stream, spark_for_tests, write_file  # noqa: E402
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -176,20 +176,7 @@ def run(frame, checkpoint, batches=FILES, timeout=300):
     in processing time runs a batch without data after every other (its timers may be due), so
     neither ``availableNow`` nor ``processAllAvailable`` ever ends: the query runs until
     ``batches`` batches had output."""
-    outputs = {}
-
-    def sink(batch_frame, batch_id):
-        rows = sorted(tuple(r) for r in batch_frame.collect())
-        if rows:
-            outputs[batch_id] = rows
-
-    query = (
-        frame.writeStream.outputMode("update")
-        .foreachBatch(sink)
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(processingTime="200 milliseconds")
-        .start()
-    )
+    query, outputs = collecting(frame, checkpoint)
 
     def committed():
         """Every output's batch is in the commit log (Spark reports a batch's progress after it), so
@@ -580,7 +567,9 @@ def test_spark_defaults_aqe_and_200_shuffle_partitions_give_the_reference(spark,
         write_file(work, FILES - 1, file_rows(FILES - 1))
         assert query(1) == expected[FILES - 1 :]
         totals = reference_state(range(FILES))[0]
-        stored = read_processor_state(spark, work / "changelog", "defaults", stateVarName="totals").collect()
+        stored = read_processor_state(
+            spark, work / "changelog", "defaults", state_dir=work / "reader", stateVarName="totals"
+        ).collect()
         assert {r.key.user: tuple(r.value) for r in stored} == totals
     finally:
         for key, value in saved.items():

@@ -7,7 +7,7 @@ pytest.importorskip("pyspark")
 
 from pyspark.sql import Row  # noqa: E402
 from pyspark.sql.streaming import StatefulProcessor  # noqa: E402
-from pyspark.sql.types import LongType, StructField, StructType  # noqa: E402
+from pyspark.sql.types import ArrayType, LongType, StringType, StructField, StructType  # noqa: E402
 
 from kstate.errors import InvalidArgumentError  # noqa: E402
 from kstate.spark.testing import TwsTester  # noqa: E402
@@ -101,3 +101,51 @@ def test_a_list_put_replaces_every_element_and_appends_continue_after_it():
     assert tester.peekListState("amounts", "a") == [(n,) for n in range(20, 27)], "a misfit writes nothing"
     tester.setProcessingTime(10_000)
     assert tester.peekListState("amounts", "a") == [], "the replaced elements carry their TTL"
+
+
+class AsSpark(StatefulProcessor):
+    """Spark's behaviours a processor may rely on: nested structs read back as Rows, a bare
+    one-character string as a one-field map key, a deleted variable raising Spark's error, an
+    expired timer still listed in its handler."""
+
+    def init(self, handle):
+        self.handle = handle
+        tag = StructType([StructField("k", StringType()), StructField("v", LongType())])
+        inner = StructType([StructField("a", LongType())])
+        obj = StructType([StructField("tags", ArrayType(tag)), StructField("inner", inner)])
+        self.obj = handle.getValueState("obj", obj)  # typed in the tester: StructType schemas
+        name = StructType([StructField("name", StringType())])
+        self.names = handle.getMapState("names", name, StructType([StructField("n", LongType())]))
+        self.gone = handle.getValueState("gone", COUNT)
+        handle.deleteIfExists("gone")
+
+    def handleInputRows(self, key, rows, timerValues):  # noqa: N802, N803
+        from pyspark.errors import PySparkRuntimeError
+
+        from kstate.errors import DeletedStateVariableError, StateTypeError
+
+        list(rows)
+        self.obj.update(([{"k": "x", "v": 1}], (2,)))
+        tags, inner = self.obj.get()
+        assert tags[0].asDict() == {"k": "x", "v": 1} and inner.a == 2 and type(self.obj.get()) is tuple
+        self.names.updateValue("a", (1,))
+        assert self.names.getValue(("a",)) == (1,) and self.names.containsKey("a")
+        with pytest.raises(StateTypeError, match="first character"):
+            self.names.updateValue("ab", (1,))
+        for call in (self.gone.exists, self.gone.get, lambda: self.gone.update((1,))):
+            with pytest.raises(PySparkRuntimeError, match="Error (checking|getting|updating) value state"):
+                call()
+        with pytest.raises(DeletedStateVariableError):
+            self.gone.clear()
+        self.handle.registerTimer(10)
+        yield Row(key=key[0])
+
+    def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):  # noqa: N802, N803
+        yield Row(key=key[0], listed=list(self.handle.listTimers()))
+
+
+def test_spark_behaviours_processors_rely_on():
+    tester = TwsTester(AsSpark(), timeMode="processingtime")
+    assert tester.test("k", [Row(x=1)]) == [Row(key="k")]
+    assert tester.setProcessingTime(10) == [Row(key="k", listed=[10])], "listed in its handler"
+    assert tester.listTimers("k") == [], "deleted after it"

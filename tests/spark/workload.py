@@ -111,3 +111,24 @@ def run_to_end(frame, work, on_batch):
     )
     query.awaitTermination()
     assert query.exception() is None
+
+
+def collecting(frame, checkpoint, trigger="200 milliseconds"):
+    """Starts the streaming ``frame`` (update mode, a ``processingTime`` trigger); returns the
+    query and ``{batch id: its rows as sorted tuples}`` of the batches with rows, filled as
+    they run (at-least-once: a replay reports again)."""
+    outputs = {}
+
+    def sink(batch_frame, batch_id):
+        rows = sorted(tuple(r) for r in batch_frame.collect())
+        if rows:
+            outputs[batch_id] = rows
+
+    query = (
+        frame.writeStream.outputMode("update")
+        .foreachBatch(sink)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime=trigger)
+        .start()
+    )
+    return query, outputs

@@ -264,7 +264,7 @@ class StateBackend:
         Spark's default parallelism), which adaptive query execution does not coalesce. Raises
         ``PartitioningChangedError`` if the state was written with another count or keys."""
         keys = self._require_keys("StateBackend.partition")
-        from pyspark.sql.pandas.types import to_arrow_schema
+        from kstate.spark.conversion import to_arrow_schema
 
         wanted_keys = keys_of_schema(to_arrow_schema(df.schema), keys)
         wanted = num_partitions if num_partitions is not None else self.num_partitions
@@ -556,8 +556,9 @@ class StateBackend:
     def _grouped(
         self, df: Any, keys: Sequence[str], fn: GroupFunction, schema: Any, num_partitions: int | None, pandas: bool
     ) -> Any:
-        from pyspark.sql.pandas.types import to_arrow_schema
         from pyspark.sql.types import StructType
+
+        from kstate.spark.conversion import to_arrow_schema
 
         keys = [keys] if isinstance(keys, str) else list(keys)
         if not keys:

@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 
 if TYPE_CHECKING:
     from kstate.spark.backend import GroupFunction, StateBackend
+    from kstate.spark.conversion import SessionConversion
     from kstate.spark.exactly_once import TaskStores
 
 
@@ -43,12 +44,14 @@ def iter_groups(
     pandas: bool = False,
     rows: bool = False,
     before: Callable[[list[tuple]], None] | None = None,
+    conversion: SessionConversion | None = None,
 ) -> Iterator[tuple[tuple, Any]]:
     """``(key tuple, rows)`` of every group in a partition's batches, in key order: an Arrow table
     per group, with ``pandas`` a ``pandas.DataFrame`` (index 0..n-1), with ``rows`` a list of
     ``pyspark.sql.Row``. The partition converts to pandas (or Python rows) once, and groups are
     slices of it. ``before(every key)`` is called once before the first group (to read state
-    for all of them at once)."""
+    for all of them at once). ``conversion``: pandas frames as Spark's session makes them
+    (timestamps in the session time zone)."""
     collected = list(batches)
     if not collected:
         return  # a partition without input (Spark still runs its task)
@@ -61,7 +64,7 @@ def iter_groups(
     if pandas:
         from pandas import RangeIndex
 
-        frame = table.to_pandas()
+        frame = table.to_pandas() if conversion is None else conversion.to_pandas(table)
     every_row = python_rows(table) if rows else None
     bounds = group_bounds(table, keys)
     starts = pa.array([start for start, _ in bounds], pa.int64())
@@ -93,8 +96,16 @@ class OutputBatcher:
     ``rows`` single ``Row``s or tuples) and hands it to Spark in record batches of ``schema`` of
     about ``size`` rows: one conversion per batch, not per group."""
 
-    def __init__(self, schema: pa.Schema, pandas: bool, size: int = 10_000, rows: bool = False):
+    def __init__(
+        self,
+        schema: pa.Schema,
+        pandas: bool,
+        size: int = 10_000,
+        rows: bool = False,
+        conversion: SessionConversion | None = None,
+    ):
         self.schema = schema
+        self.conversion = conversion
         self.pandas = pandas
         self.rows = rows
         self.size = size
@@ -118,9 +129,10 @@ class OutputBatcher:
         elif self.pandas:
             import pandas as pd
 
-            table = pa.Table.from_pandas(
-                pd.concat(pending, ignore_index=True), schema=self.schema, preserve_index=False
-            )
+            frame = pd.concat(pending, ignore_index=True)
+            if self.conversion is not None:
+                return self.conversion.from_pandas(frame, self.schema).to_batches()
+            table = pa.Table.from_pandas(frame, schema=self.schema, preserve_index=False)
         else:
             tables = [pa.Table.from_batches([r]) if isinstance(r, pa.RecordBatch) else r for r in pending]
             table = pa.concat_tables([t.select(self.schema.names).cast(self.schema) for t in tables])

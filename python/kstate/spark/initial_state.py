@@ -30,8 +30,8 @@ def stage_initial_state(initial_state: Any, keys: list[str], backend: Any) -> Pa
     """Routes ``initial_state`` (a DataFrame or a ``GroupedData``) into per-partition files unless
     the state already published a batch; returns their directory."""
     from pyspark.sql import DataFrame
-    from pyspark.sql.pandas.types import to_arrow_schema
 
+    from kstate.spark.conversion import to_arrow_schema
     from kstate.spark.partitioning import keys_of_schema
 
     if not isinstance(initial_state, DataFrame):
@@ -90,7 +90,9 @@ def stage_initial_state(initial_state: Any, keys: list[str], backend: Any) -> Pa
     return directory
 
 
-def read_initial_state(directory: Path, partition: int, keys: list[str], pandas: bool) -> dict[tuple, Any]:
+def read_initial_state(
+    directory: Path, partition: int, keys: list[str], pandas: bool, conversion: Any = None
+) -> dict[tuple, Any]:
     """The initial state of ``partition`` per key tuple: a ``pandas.DataFrame`` each, or a list
     of ``Row``s; empty where the partition has none."""
     import pyarrow as pa
@@ -102,4 +104,4 @@ def read_initial_state(directory: Path, partition: int, keys: list[str], pandas:
         return {}
     with pa.memory_map(str(path)) as source:
         table = pa.ipc.open_file(source).read_all()
-    return dict(iter_groups(iter(table.to_batches()), keys, pandas=pandas, rows=not pandas))
+    return dict(iter_groups(iter(table.to_batches()), keys, pandas, not pandas, conversion=conversion))

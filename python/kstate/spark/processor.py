@@ -13,14 +13,23 @@ socket round trip), and state is exactly once per micro-batch as the rest of kst
 
 Timers (``time_mode="ProcessingTime"`` or ``"EventTime"``): ``handle.registerTimer(ms)``,
 ``deleteTimer``, ``listTimers`` for the current key. Each micro-batch, after the keys with input,
-every timer due by then fires once (``handleExpiredTimer``) and is deleted, in expiry order: due at
-the batch's processing time, or at the watermark for event time. The watermark is query-wide, as
-Spark's: the largest ``event_time_column`` value of the earlier batches of every partition, minus
-``watermark_delay_ms``. Each partition records ``(batch id, largest event time so far)`` in a
-store of its own every batch, and a task reads the others' from their changelogs, taking only
-records of earlier batches, so a replayed batch sees the watermark it saw before. Timers fire in
-batches Spark runs, so a query with no new input fires none until input arrives. After the
-timers, values whose TTL ran out are deleted (``kstate.spark.state_variables``).
+every timer due by then fires once (``handleExpiredTimer``, which still lists it) and is then
+deleted, in expiry order: due at the batch's processing time, or at the watermark for event
+time. The watermarks are query-wide and Spark's: a batch's watermark is the largest
+``event_time_column`` value of the earlier batches of every partition minus
+``watermark_delay_ms`` (0 before any, never going back), and rows at or below the previous
+batch's watermark are late and dropped before the processor sees them. Each partition records
+``(batch id, largest event time so far)`` in a store of its own every batch, and a task reads the
+others' from their changelogs, taking only records of earlier batches, so a replayed batch sees
+the watermarks it saw before. With ``fire_idle_timers`` (the default in both time modes) the
+``kstate.spark.ticks`` source adds a batch without input when a timer is due or the watermark
+advanced, as Spark runs batches without data. After the timers, values whose TTL ran out are
+deleted (``kstate.spark.state_variables``).
+
+pandas input comes as Spark makes it: each key's rows in frames of at most
+``spark.sql.execution.arrow.maxRecordsPerBatch`` rows (and ``maxBytesPerBatch`` bytes), timestamps
+naive in the session time zone; returned frames are converted with Spark's rules
+(``kstate.spark.conversion``).
 
 ``initial_state`` (a DataFrame, or Spark's ``df.groupBy(...)`` of one, with the key columns):
 before the query starts, its rows are routed as the state is (``repartition(n, *keys)``) and
@@ -77,6 +86,9 @@ TIME_MODES = ("None", "ProcessingTime", "EventTime")
 APIS = ("pandas", "row")
 EVENT_TIME = "tws.event-time"
 """The store of the largest event time seen (one entry), next to the processor's state variables."""
+NO_STATE = "tws.no-state"
+"""The store of a processor without state variables or timers (always empty): kstate's exactly-once
+bookkeeping is per store."""
 _MAX_EVENT_TIME = b"max"
 _KEY_CODECS = {
     "value": "pickle",
@@ -87,6 +99,7 @@ _KEY_CODECS = {
     TIMERS_BY_KEY: "pickle-prefixed",
     TTL_INDEX: "ttl-index",
     EVENT_TIME: "event-time",
+    NO_STATE: "pickle",
 }
 """How each store's keys hold the pickled grouping key (for a rescale)."""
 _BATCH_AND_TIME = struct.Struct(">qq")
@@ -158,11 +171,19 @@ class ExpiredTimerInfo:
 def state_store_names(declared: dict[str, Any], time_mode: str) -> list[str]:
     """The stores a processor's state lives in: one per declared (or deleted) variable, the TTL
     index if any variable has a TTL, the timers' and the event time's."""
-    names = list(declared)
+    names = list(declared) or ([NO_STATE] if time_mode == "None" else [])
     names += [TTL_INDEX] if any(d.ttl_ms is not None for d in declared.values()) else []
     names += [] if time_mode == "None" else [TIMERS_BY_TIME, TIMERS_BY_KEY]
     names += [EVENT_TIME] if time_mode == "EventTime" else []
     return names
+
+
+def canonical_time_mode(time_mode: Any) -> str:
+    """``time_mode`` in its canonical spelling; any case is accepted, as Spark accepts it."""
+    canonical = {mode.lower(): mode for mode in TIME_MODES}.get(str(time_mode).lower())
+    if not isinstance(time_mode, str) or canonical is None:
+        raise InvalidArgumentError(f"time_mode must be one of {TIME_MODES} (any case), got {time_mode!r}")
+    return canonical
 
 
 def transform_with_state(
@@ -179,6 +200,7 @@ def transform_with_state(
     watermark_delay_ms: int = 0,
     api: str = "pandas",
     initial_state: Any = None,
+    fire_idle_timers: bool | None = None,
     **backend_options: Any,
 ) -> Any:
     """``df`` grouped by ``keys`` through ``processor``, its state in kstate stores: what
@@ -188,23 +210,27 @@ def transform_with_state(
     (epoch ms, or a timestamp) and takes ``watermark_delay_ms`` (see the module docstring).
     ``initial_state``: a DataFrame (or ``groupBy(*keys)`` of one) holding the key columns, handed
     to ``handleInitialState`` in batch 0.
+    ``fire_idle_timers`` (time modes with timers; default: Spark's
+    ``spark.sql.streaming.noDataMicroBatches.enabled``, true unless set, on PySpark 4.1+; off on
+    4.0, where an ``availableNow`` query with it would run as one batch): the query also reads
+    ``kstate.spark.ticks``, a source that adds a batch when a timer is due (or the watermark
+    advanced) and no input came, as Spark runs batches without data; switching it on or off
+    changes the query's sources, which its checkpoint records.
     ``num_partitions``: how many partitions the state has, recorded with it on the first run
     (default: Spark's default parallelism); later runs keep it unless ``kstate rescale`` changed
     it, and kstate routes the rows itself (``StateBackend.partition``), checked in every task.
     ``backend_options`` go to ``StateBackend`` (``batch_id``, ``lock_timeout``, ...)."""
-    from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import StructType
 
-    if time_mode not in TIME_MODES:
-        raise InvalidArgumentError(f"time_mode must be one of {TIME_MODES}, got {time_mode!r}")
+    from kstate.spark.conversion import SessionConversion, average_row_bytes, to_arrow_schema
+
+    time_mode = canonical_time_mode(time_mode)
     if api not in APIS:
         raise InvalidArgumentError(f"api must be one of {APIS}, got {api!r}")
     if (time_mode == "EventTime") != (event_time_column is not None):
         raise InvalidArgumentError('event_time_column goes with time_mode "EventTime", and only with it')
     declaring = StatefulProcessorHandle(None, time_mode)
     processor.init(declaring)
-    if not declaring.declared:
-        raise InvalidArgumentError("the processor's init declares no state variable")
     names = state_store_names(declaring.declared, time_mode)
     wanted = {name: _parsed_schemas(name, d) for name, d in declaring.declared.items()}
     builders = [
@@ -229,7 +255,19 @@ def transform_with_state(
         raise InvalidArgumentError("event-time timers read every partition's changelog from a file system path")
     if isinstance(output_schema, str):
         output_schema = StructType.fromDDL(output_schema)
-    arrow_schema = to_arrow_schema(output_schema)
+    spark = df.sparkSession
+    conversion = SessionConversion.of(spark)
+    arrow_schema = to_arrow_schema(output_schema, conversion.timezone)
+    if fire_idle_timers is None and time_mode != "None":
+        from kstate.spark.ticks import supports_available_now
+
+        no_data_batches = spark.conf.get("spark.sql.streaming.noDataMicroBatches.enabled", "true")
+        fire_idle_timers = str(no_data_batches).strip().lower() == "true" and supports_available_now()
+    ticking = fire_idle_timers and time_mode != "None"
+    if ticking:
+        from kstate.spark.ticks import with_ticks
+
+        df = with_ticks(df, backend, time_mode, watermark_delay_ms)
     routed = backend.partition(df, num_partitions)
     initial_dir = None
     if initial_state is not None:
@@ -239,20 +277,23 @@ def transform_with_state(
     pandas = api == "pandas"
 
     def process(batches: Iterator[Any], stores: TaskStores) -> Iterator[Any]:
+        if ticking:
+            from kstate.spark.ticks import without_ticks
+
+            batches = without_ticks(batches)
         handle = StatefulProcessorHandle(stores, time_mode, schemas=typed)
         processor.init(handle)
         watermark = -1
         if time_mode == "EventTime":
-            largest = _query_event_time(stores.layout, stores.batch_id)
-            watermark = -1 if largest is None else largest - watermark_delay_ms
-            batches = _tracking_event_time(batches, event_time_column, stores[EVENT_TIME], stores.batch_id)
+            late, watermark = _query_watermarks(stores.layout, stores.batch_id, watermark_delay_ms)
+            batches = _tracking_event_time(batches, event_time_column, stores[EVENT_TIME], stores.batch_id, late)
         timer_values = TimerValues(-1 if time_mode == "None" else handle._now_ms, watermark)
-        output = OutputBatcher(arrow_schema, pandas=pandas, rows=not pandas)
+        output = OutputBatcher(arrow_schema, pandas=pandas, rows=not pandas, conversion=conversion)
         initial = {}
         if initial_dir is not None and stores.batch_id == 0:
             from kstate.spark.initial_state import read_initial_state
 
-            initial = read_initial_state(initial_dir, stores.partition, keys, pandas)
+            initial = read_initial_state(initial_dir, stores.partition, keys, pandas, conversion)
         pickled_keys: list[bytes] = []
 
         def read_ahead(group_keys: list[tuple]) -> None:
@@ -260,13 +301,17 @@ def transform_with_state(
             handle._read_ahead_values(pickled_keys)
 
         try:
-            groups = iter_groups(batches, keys, pandas=pandas, rows=not pandas, before=read_ahead)
+            collected = list(batches)
+            row_bytes = average_row_bytes(collected)
+            groups = iter_groups(iter(collected), keys, pandas, not pandas, read_ahead, conversion)
             for index, (key, group) in enumerate(groups):
                 handle._set_key(pickled_keys[index])  # read_ahead has pickled every key by now
-                if initial:
-                    _apply_initial_state(processor, key, initial.pop(key, None), timer_values, pandas)
-                for result in processor.handleInputRows(key, iter(group if not pandas else [group]), timer_values):
-                    yield from output.add(result)
+                initial_rows = initial.pop(key, None) if initial else None
+                _apply_initial_state(processor, key, initial_rows, timer_values, pandas)
+                before = 0 if initial_rows is None else len(initial_rows)
+                for rows in _calls(group, pandas, initial_dir is not None, conversion, row_bytes, before):
+                    for result in processor.handleInputRows(key, rows, timer_values):
+                        yield from output.add(result)
             handle._read_ahead_values([])
             for key, rows in initial.items():
                 handle._set_key(_pickled(key))
@@ -275,11 +320,18 @@ def transform_with_state(
                 due_by = handle._now_ms if time_mode == "ProcessingTime" else watermark
                 for expiry, pickled_key in handle._due_timers(due_by):
                     handle._set_key(pickled_key)
-                    handle.deleteTimer(expiry)
+                    if not handle._has_timer(expiry):
+                        continue  # an earlier handler of the key deleted it
                     expired = ExpiredTimerInfo(expiry)
                     for result in processor.handleExpiredTimer(pickle.loads(pickled_key), timer_values, expired):
                         yield from output.add(result)
+                    handle.deleteTimer(expiry)  # after the handler, as Spark: it still lists the timer
             handle._remove_expired()
+            if ticking:
+                from kstate.spark.ticks import record_next_due
+
+                largest = _largest_event_time(stores[EVENT_TIME]) if time_mode == "EventTime" else None
+                record_next_due(stores.layout, stores.partition, handle._next_timer(), watermark, largest)
             yield from output.flush()
         finally:
             processor.close()
@@ -288,6 +340,28 @@ def transform_with_state(
         return backend.process(process, batches)
 
     return routed.mapInArrow(task, output_schema)
+
+
+def _calls(
+    group: Any, pandas: bool, initial: bool, conversion: Any, row_bytes: float, initial_rows: int
+) -> Iterator[Iterator[Any]]:
+    """The ``rows`` argument of each ``handleInputRows`` call for a key's group, as Spark makes
+    them: pandas, one call with the key's frames cut by the Arrow batch limits; Row, one call
+    with every row, except in a query with an initial state: Spark's Row runner then cuts the
+    key's initial rows (``initial_rows`` of them, first) and input rows together every
+    ``maxRecordsPerBatch`` rows and calls once per piece with input."""
+    if pandas:
+        yield conversion.chunks(group, row_bytes)
+        return
+    size = conversion.max_records
+    if not initial or initial_rows + len(group) <= size:
+        yield iter(group)
+        return
+    start = 0
+    end = size - initial_rows % size
+    while start < len(group):
+        yield iter(group[start:end])
+        start, end = end, end + size
 
 
 def _parsed_schemas(name: str, declared: Declared) -> VariableSchemas:
@@ -323,39 +397,61 @@ def _apply_initial_state(
         processor.handleInitialState(key, row, timer_values)
 
 
-def _tracking_event_time(batches: Iterator[Any], column: str, store: Any, batch_id: int) -> Iterator[Any]:
-    """Passes ``batches`` through, recording ``(batch_id, largest column value so far)`` in
-    ``store``, even for a partition without input."""
+def _tracking_event_time(
+    batches: Iterator[Any], column: str, store: Any, batch_id: int, late_watermark: int
+) -> Iterator[Any]:
+    """Passes ``batches`` through without the rows at or below ``late_watermark`` (Spark drops
+    late rows before its operator), recording ``(batch_id, largest column value so far)`` in
+    ``store``, late rows included (Spark's watermark counts them), even for a partition without
+    input."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    stored = store.get(_MAX_EVENT_TIME)
-    largest = None if stored is None else _BATCH_AND_TIME.unpack(stored)[1]
+    largest = _largest_event_time(store)
     if largest is not None:
         store.put(_MAX_EVENT_TIME, _BATCH_AND_TIME.pack(batch_id, largest))
     for batch in batches:
         times = batch.column(column)
+        late_bound = late_watermark
         if pa.types.is_timestamp(times.type):
-            times = pc.cast(pc.cast(times, pa.timestamp("ms")), pa.int64())
-        batch_max = pc.max(times).as_py()
+            times = pc.cast(pc.cast(times, pa.timestamp("us")), pa.int64())
+            late_bound *= 1000
+            batch_max = pc.max(times).as_py()
+            batch_max = None if batch_max is None else batch_max // 1000
+        else:
+            batch_max = pc.max(times).as_py()
         if batch_max is not None and (largest is None or batch_max > largest):
             largest = batch_max
             store.put(_MAX_EVENT_TIME, _BATCH_AND_TIME.pack(batch_id, largest))
-        yield batch
+        on_time = pc.invert(pc.fill_null(pc.less_equal(times, late_bound), False))
+        yield batch if pc.all(on_time).as_py() else batch.filter(on_time)
 
 
-def _query_event_time(layout: StateLayout, batch_id: int) -> int | None:
-    """The largest event time of every partition's batches before ``batch_id``, read from the
-    partitions' event-time changelogs (published records only; every key's records count)."""
+def _largest_event_time(store: Any) -> int | None:
+    stored = store.get(_MAX_EVENT_TIME)
+    return None if stored is None else _BATCH_AND_TIME.unpack(stored)[1]
+
+
+def _query_watermarks(layout: StateLayout, batch_id: int, delay_ms: int) -> tuple[int, int]:
+    """Spark's two watermarks of batch ``batch_id``: for late rows (the previous batch's
+    watermark) and for timers (the largest event time of every partition's earlier batches,
+    minus ``delay_ms``; never below 0 and never going back), read from the partitions'
+    event-time changelogs (published records only)."""
     from kstate.log.files import read_log
 
-    largest = None
+    before_previous = before = None
     for directory in layout.changelog_dir.glob(f"{layout.application_id}-{EVENT_TIME}-changelog-*"):
         for batch in read_log(directory):
             for value in batch.column("value").to_pylist():
                 if value is None:
                     continue
                 recorded_batch, time = _BATCH_AND_TIME.unpack(value)
-                if recorded_batch < batch_id and (largest is None or time > largest):
-                    largest = time
-    return largest
+                if recorded_batch < batch_id and (before is None or time > before):
+                    before = time
+                if recorded_batch < batch_id - 1 and (before_previous is None or time > before_previous):
+                    before_previous = time
+
+    def watermark(largest: int | None) -> int:
+        return 0 if largest is None else max(0, largest - delay_ms)
+
+    return watermark(before_previous), watermark(before)

@@ -69,6 +69,35 @@ def compile_schema(schema: Any, name: str | None = None) -> _core.RowCodec:
     return _core.RowCodec(_spec(schema), name)
 
 
+def nested_rows(schema: Any) -> Callable[[tuple], tuple] | None:
+    """A function giving a decoded value (a tuple) its nested structs as ``Row``s with their field
+    names, inside arrays and maps too, as Spark's state values come back (the value itself
+    stays a tuple); ``None`` when ``schema`` has no nested struct."""
+    from pyspark.sql import Row
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    def converter(data_type: Any) -> Callable[[Any], Any] | None:
+        if isinstance(data_type, StructType):
+            fields = [converter(f.dataType) for f in data_type.fields]
+            make = Row(*data_type.names)
+            return lambda v: None if v is None else make(*(f(x) if f else x for f, x in zip(fields, v)))
+        if isinstance(data_type, ArrayType):
+            element = converter(data_type.elementType)
+            return None if element is None else lambda v: None if v is None else [element(x) for x in v]
+        if isinstance(data_type, MapType):
+            key, value = converter(data_type.keyType), converter(data_type.valueType)
+            if key is None and value is None:
+                return None
+            key, value = key or (lambda k: k), value or (lambda x: x)
+            return lambda m: None if m is None else {key(k): value(x) for k, x in m.items()}
+        return None
+
+    top = [converter(f.dataType) for f in schema.fields]
+    if all(c is None for c in top):
+        return None
+    return lambda value: tuple(c(x) if c else x for c, x in zip(top, value))
+
+
 _ALREADY_PLAIN = frozenset({int, float, str, bool, bytes, type(None)})
 """Exact types ``_plain`` returns as they are (the common case, checked first)."""
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kstate import _core
-from kstate.errors import InvalidArgumentError
+from kstate.errors import DeletedStateVariableError, InvalidArgumentError, StateTypeError
 from kstate.spark.exactly_once import TaskStores
 from kstate.spark.row_codec import _plain
 from kstate.store_lifecycle import now_ms
@@ -98,9 +98,13 @@ class TypedCodec:
     schema's values as the current schema. ``native`` does the work (``_core.StateCodec``)."""
 
     def __init__(self, variable: str, schema: Any, versions: tuple[Any, ...] = (), versioned: bool = True):
-        from kstate.spark.row_codec import compile_schema
+        from kstate.spark.row_codec import compile_schema, nested_rows
 
         self._arguments = (variable, schema, versions, versioned)
+        self.fields = len(schema.fields)
+        self.rows = nested_rows(schema)
+        """Gives a decoded value's nested structs as ``Row``s, as Spark's state does (``None``:
+        the schema has none)."""
         current = compile_schema(schema, variable)
         if versioned:
             readers = [compile_schema(v).reader(current) for v in versions]
@@ -117,6 +121,8 @@ class TypedCodec:
 
 class PickleCodec:
     """Values as pickles; with a schema, normalized first as Spark stores them (``_plain``)."""
+
+    rows = None
 
     def __init__(self, schema: Any):
         self.schema = schema
@@ -155,20 +161,23 @@ class _Variable:
         self._native: Any = None if self._store is None else self._store._reader
         self._value_codec = codec
         self._codec = codec.native
+        self._rows = codec.rows
 
     def __getstate__(self) -> dict[str, Any]:
         # A processor is pickled to the executors with the variables its init declared (on the
         # driver, without stores): the native codecs are rebuilt from their Python owners.
         state = dict(self.__dict__)
-        state.pop("_codec")
-        state.pop("_keys", None)
+        for derived in ("_codec", "_rows", "_keys", "_key_rows"):
+            state.pop(derived, None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._codec = self._value_codec.native
+        self._rows = self._value_codec.rows
         if "_key_codec" in state:
             self._keys = self._key_codec.native
+            self._key_rows = self._key_codec.rows
 
     def _expiry(self) -> int:
         return NO_EXPIRY if self._ttl_ms is None else self._handle._now_ms + self._ttl_ms
@@ -211,8 +220,10 @@ class ValueState(_Variable):
         """The value, or ``None`` if there is none (or it expired)."""
         stored = self._read_ahead_value()
         if stored is not _NOT_READ:
-            return self._codec.decode_live(stored, self._handle._now_ms)
-        return self._codec.get(self._native, self._handle._current_key, self._handle._now_ms)
+            value = self._codec.decode_live(stored, self._handle._now_ms)
+        else:
+            value = self._codec.get(self._native, self._handle._current_key, self._handle._now_ms)
+        return value if self._rows is None or value is None else self._rows(value)
 
     def update(self, newValue: Any) -> None:  # noqa: N803
         _require_value(newValue, self._name)
@@ -232,6 +243,10 @@ class ValueState(_Variable):
 
 
 _NOT_READ = object()
+
+
+def _same(value: Any) -> Any:
+    return value
 
 
 class ListState(_Variable):
@@ -258,7 +273,8 @@ class ListState(_Variable):
 
     def get(self) -> Iterator[Any]:
         handle = self._handle
-        return iter(self._codec.scan_live(self._native, handle._current_prefix, handle._now_ms))
+        values = self._codec.scan_live(self._native, handle._current_prefix, handle._now_ms)
+        return iter(values if self._rows is None else map(self._rows, values))
 
     def put(self, newState: Sequence[Any]) -> None:  # noqa: N803
         """Replaces the list with ``newState`` (non-empty, as Spark requires)."""
@@ -309,10 +325,25 @@ class MapState(_Variable):
         super().__init__(handle, name, codec, ttl_ms)
         self._key_codec = key_codec
         self._keys = key_codec.native
+        self._key_rows = key_codec.rows
+        self._bare_keys = getattr(key_codec, "fields", 0) == 1
+
+    def _spark_key(self, key: Any) -> Any:
+        """``key`` as Spark's serializer takes it: with a one-field key schema a bare string of
+        one character is that field (Spark iterates what it is given: a longer string would
+        be cut to its first character, so kstate refuses it)."""
+        if self._bare_keys and isinstance(key, str):
+            if len(key) != 1:
+                raise StateTypeError(
+                    f"map state {self._name!r}: a map key of a one-field key schema is a tuple, e.g. ({key!r},); "
+                    f"Spark would store the bare string {key!r} as its first character only"
+                )
+            return (key,)
+        return key
 
     def _user_key(self, key: Any) -> bytes:
         _require_value(key, self._name)
-        return self._keys.encode(key)
+        return self._keys.encode(self._spark_key(key))
 
     def exists(self) -> bool:
         return self._any_live()
@@ -320,7 +351,10 @@ class MapState(_Variable):
     def getValue(self, key: Any) -> Any:  # noqa: N802
         _require_value(key, self._name)
         handle = self._handle
-        return self._codec.map_get(self._native, handle._current_prefix, self._keys, key, handle._now_ms)
+        value = self._codec.map_get(
+            self._native, handle._current_prefix, self._keys, self._spark_key(key), handle._now_ms
+        )
+        return value if self._rows is None or value is None else self._rows(value)
 
     def containsKey(self, key: Any) -> bool:  # noqa: N802
         return self._codec.exists(
@@ -332,13 +366,18 @@ class MapState(_Variable):
         _require_value(key, self._name)
         handle = self._handle
         expiry = NO_EXPIRY if self._ttl_ms is None else handle._now_ms + self._ttl_ms
+        key = self._spark_key(key)
         user_key = self._codec.map_put(self._native, handle._current_prefix, self._keys, key, expiry, value)
         if user_key is not None:
             self._index(expiry, user_key)
 
     def iterator(self) -> Iterator[tuple[Any, Any]]:
         handle = self._handle
-        return iter(self._codec.scan_live(self._native, handle._current_prefix, handle._now_ms, self._keys))
+        entries = self._codec.scan_live(self._native, handle._current_prefix, handle._now_ms, self._keys)
+        if self._rows is None and self._key_rows is None:
+            return iter(entries)
+        keys, values = self._key_rows or _same, self._rows or _same
+        return ((keys(k), values(v)) for k, v in entries)
 
     def keys(self) -> Iterator[Any]:
         return (k for k, _ in self.iterator())
@@ -351,6 +390,63 @@ class MapState(_Variable):
 
     def clear(self) -> None:
         self._delete_prefixed()
+
+
+_SPARK_ERRORS = {
+    ("value", "exists"): "Error checking value state exists",
+    ("value", "get"): "Error getting value state",
+    ("value", "update"): "Error updating value state",
+    ("value", "clear"): "Error clearing value state",
+    ("list", "exists"): "Error checking value state exists",
+    ("list", "put"): "Error updating value state",
+    ("list", "appendValue"): "Error updating value state",
+    ("list", "appendList"): "Error updating value state",
+    ("list", "clear"): "Error clearing value state",
+    ("map", "exists"): "Error checking map state exists",
+    ("map", "getValue"): "Error getting value",
+    ("map", "containsKey"): "Error checking if map state contains key",
+    ("map", "updateValue"): "Error updating map state value",
+    ("map", "removeKey"): "Error removing key from map state",
+    ("map", "clear"): "Error clearing map state",
+}
+"""The messages Spark's state clients raise when the state server fails a call (processors match them)."""
+_ERROR_CLASS: list[type] = []
+
+
+def deleted_variable_error(kind: str, name: str, method: str) -> DeletedStateVariableError:
+    """The error of a call on a deleted variable: Spark's message, and a ``PySparkRuntimeError``
+    too where PySpark is installed."""
+    if not _ERROR_CLASS:
+        try:
+            from pyspark.errors import PySparkRuntimeError
+        except ImportError:
+            _ERROR_CLASS.append(DeletedStateVariableError)
+        else:
+            _ERROR_CLASS.append(type("DeletedStateVariableError", (DeletedStateVariableError, PySparkRuntimeError), {}))
+    prefix = _SPARK_ERRORS.get((kind, method), f"Error calling {method} on {kind} state")
+    return _ERROR_CLASS[0](f"{prefix}: state variable {name!r} was deleted by deleteIfExists")
+
+
+class _DeletedVariable(_Variable):
+    """What a variable becomes once ``handle.deleteIfExists`` deleted it: every call raises, as
+    in Spark, whose state server has dropped the variable."""
+
+    _kind = "value"
+
+    def __getattr__(self, method: str) -> Any:
+        if method.startswith("_"):
+            raise AttributeError(method)
+
+        def deleted(*_: Any, **__: Any) -> Any:
+            raise deleted_variable_error(self._kind, self._name, method)
+
+        return deleted
+
+
+def _delete(variable: _Variable) -> None:
+    kind = "list" if isinstance(variable, ListState) else "map" if isinstance(variable, MapState) else "value"
+    variable.__class__ = _DeletedVariable
+    variable._kind = kind
 
 
 class StatefulProcessorHandle:
@@ -376,6 +472,8 @@ class StatefulProcessorHandle:
         """Per value-state variable, stored values read for many keys at once (``_read_ahead``)."""
         self._current_key = b""
         self._current_prefix = key_prefix(b"")
+        self._variables: dict[str, _Variable] = {}
+        """The variables ``init`` got, by name (``deleteIfExists`` turns one into a deleted one)."""
 
     def _set_key(self, pickled_key: bytes) -> None:
         self._current_key = pickled_key
@@ -425,12 +523,12 @@ class StatefulProcessorHandle:
         typed (``kstate.spark.row_codec``), checked on write, read back as tuples;
         ``ttlDurationMs``: each update lives that long in processing time."""
         name, ttl_ms = self._declare(stateName, "value", ttlDurationMs, schema)
-        return ValueState(self, name, self._value_codec(name, schema), ttl_ms)
+        return self._register(ValueState(self, name, self._value_codec(name, schema), ttl_ms))
 
     def getListState(self, stateName: str, schema: Any = None, ttlDurationMs: int | None = None) -> ListState:  # noqa: N802, N803
         """A list per grouping key; a TTL applies to each element from when it was written."""
         name, ttl_ms = self._declare(stateName, "list", ttlDurationMs, schema)
-        return ListState(self, name, self._value_codec(name, schema), ttl_ms)
+        return self._register(ListState(self, name, self._value_codec(name, schema), ttl_ms))
 
     def getMapState(  # noqa: N802
         self,
@@ -442,7 +540,11 @@ class StatefulProcessorHandle:
         """A map per grouping key; a TTL applies to each entry from its last update."""
         name, ttl_ms = self._declare(stateName, "map", ttlDurationMs, valueSchema, userKeySchema)
         codecs = self._key_codec(name, userKeySchema), self._value_codec(name, valueSchema)
-        return MapState(self, name, *codecs, ttl_ms)
+        return self._register(MapState(self, name, *codecs, ttl_ms))
+
+    def _register(self, variable: Any) -> Any:
+        self._variables[variable._name] = variable
+        return variable
 
     def deleteIfExists(self, stateName: str) -> None:  # noqa: N802, N803
         """Deletes every key's value of state variable ``stateName`` in this partition (a variable
@@ -450,6 +552,8 @@ class StatefulProcessorHandle:
         name = _check_name(stateName)
         if name not in self.declared:
             self.declared[name] = Declared("deleted")
+        if name in self._variables:
+            _delete(self._variables.pop(name))
         self._read_ahead.pop(name, None)
         if self._stores is None:
             return
@@ -488,6 +592,18 @@ class StatefulProcessorHandle:
         with by_key.prefix_scan(prefix) as entries:
             expiries = [time_of(k[len(prefix) :]) for k, _ in entries]
         return iter(expiries)
+
+    def _has_timer(self, expiry_ms: int) -> bool:
+        """Whether the current key still has the timer at ``expiry_ms``."""
+        by_time, _ = self._timer_stores()
+        return by_time.get(ordered_time(expiry_ms) + self._current_key) is not None
+
+    def _next_timer(self) -> int | None:
+        """The earliest timer of any key (``None``: none)."""
+        by_time, _ = self._timer_stores()
+        with by_time.all() as entries:
+            first = next(entries, None)
+        return None if first is None else time_of(first[0])
 
     def _due_timers(self, until_ms: int) -> list[tuple[int, bytes]]:
         """``(expiry, pickled key)`` of every timer due at ``until_ms``, earliest first."""

@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from kstate.errors import InvalidArgumentError
-from kstate.spark.processor import TIME_MODES, ExpiredTimerInfo, TimerValues, state_store_names
+from kstate.spark.processor import ExpiredTimerInfo, TimerValues, canonical_time_mode, state_store_names
 from kstate.spark.state_variables import (
     ListState,
     MapState,
@@ -61,13 +61,10 @@ class TwsTester:
         initialStatePandas: Iterable[tuple[Any, Any]] | None = None,  # noqa: N803
         timeMode: str = "None",  # noqa: N803
     ):
-        modes = {m.lower(): m for m in TIME_MODES}
-        if not isinstance(timeMode, str) or timeMode.lower() not in modes:
-            raise InvalidArgumentError(f"timeMode must be one of {TIME_MODES}, got {timeMode!r}")
         if initialStateRow is not None and initialStatePandas is not None:
             raise InvalidArgumentError("give initialStateRow or initialStatePandas, not both")
         self.processor = processor
-        self._time_mode = modes[timeMode.lower()]
+        self._time_mode = canonical_time_mode(timeMode)
         self._processing_time = 0
         self._watermark = 0
         self._pandas = initialStatePandas is not None
@@ -187,11 +184,13 @@ class TwsTester:
         if due_by is not None:
             for expiry, pickled_key in self.handle._due_timers(due_by):
                 self.handle._set_key(pickled_key)
-                self.handle.deleteTimer(expiry)
+                if not self.handle._has_timer(expiry):
+                    continue  # an earlier handler of the key deleted it
                 fired = self.processor.handleExpiredTimer(
                     pickle.loads(pickled_key), self._timer_values(), ExpiredTimerInfo(expiry)
                 )
                 emitted.extend(fired)
+                self.handle.deleteTimer(expiry)  # after the handler, as Spark's tester
         self.handle._remove_expired()
         return self._frame(iter(emitted)) if self._pandas else emitted
 
