@@ -88,8 +88,8 @@ def encode_record_columns(
 
 class RangeIterator:
     def __iter__(self) -> RangeIterator: ...
-    def __next__(self) -> tuple[bytes, bytes]: ...  # an instance of row_type when given
-    def peek_next_key(self) -> bytes | None: ...
+    def __next__(self) -> Any: ...  # (key, value); a row_type instance or decode(key, value) when given
+    def peek_next_key(self) -> Any: ...  # decode(key, None) when decode is given
     def close(self) -> None: ...
 
 class ReadCommittedView:
@@ -98,10 +98,19 @@ class ReadCommittedView:
     def get(self, key: bytes) -> bytes | None: ...
     def get_many(self, keys: Iterable[bytes]) -> list[bytes | None]: ...
     def range(
-        self, from_key: bytes | None, to_key: bytes | None, reverse: bool = False, row_type: type[tuple] | None = None
+        self,
+        from_key: bytes | None,
+        to_key: bytes | None,
+        reverse: bool = False,
+        row_type: type[tuple] | None = None,
+        decode: Callable[[bytes, bytes | None], Any] | None = None,
     ) -> RangeIterator: ...
     def prefix_scan(
-        self, prefix: bytes, reverse: bool = False, row_type: type[tuple] | None = None
+        self,
+        prefix: bytes,
+        reverse: bool = False,
+        row_type: type[tuple] | None = None,
+        decode: Callable[[bytes, bytes | None], Any] | None = None,
     ) -> RangeIterator: ...
     def approximate_num_entries(self) -> int: ...
 
@@ -181,10 +190,19 @@ class KeyValueStore(_Logged):
     def put_if_newer(self, key: bytes, value: bytes | None, timestamp: int) -> bool: ...
     def compact(self) -> None: ...
     def range(
-        self, from_key: bytes | None, to_key: bytes | None, reverse: bool = False, row_type: type[tuple] | None = None
+        self,
+        from_key: bytes | None,
+        to_key: bytes | None,
+        reverse: bool = False,
+        row_type: type[tuple] | None = None,
+        decode: Callable[[bytes, bytes | None], Any] | None = None,
     ) -> RangeIterator: ...
     def prefix_scan(
-        self, prefix: bytes, reverse: bool = False, row_type: type[tuple] | None = None
+        self,
+        prefix: bytes,
+        reverse: bool = False,
+        row_type: type[tuple] | None = None,
+        decode: Callable[[bytes, bytes | None], Any] | None = None,
     ) -> RangeIterator: ...
     def approximate_num_entries(self) -> int: ...
     def previous_values_of_staged(
@@ -353,7 +371,8 @@ SegmentedConfig = dict[str, Any]  # timestamped, retention_ms, segment_interval,
 
 class WindowedIterator:
     def __iter__(self) -> WindowedIterator: ...
-    def __next__(self) -> tuple[bytes, int, int, bytes]: ...  # (key, start, end, value)
+    def __next__(self) -> Any: ...  # (key, start, end, value), or a finished_rows row
+    def finished_rows(self, key_value: type[tuple], windowed: type[tuple] | None = None) -> WindowedIterator: ...
     def close(self) -> None: ...
 
 class _Segmented(_Logged):

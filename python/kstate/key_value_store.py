@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from kstate import _core, arrow_numbers
 from kstate.config import ChangelogConfig, StoreConfig
@@ -40,26 +40,22 @@ class KeyValueIterator:
     """Iterator over store entries in key order (or reverse). Use as a context manager or call
     ``close()`` when done early; it raises ``StoreClosedError`` once its store is closed."""
 
-    __slots__ = ("_native", "_decode")
+    __slots__ = ("_native",)
 
-    def __init__(self, native: _core.RangeIterator, decode: Callable[[bytes, bytes | None], Any] | None):
-        # ``decode`` turns stored bytes into the entry; ``None`` when the native iterator already
-        # yields finished ``KeyValue`` rows (bytes serdes).
+    def __init__(self, native: _core.RangeIterator):
+        # The native iterator makes the finished entries (decoding them with the store's serdes
+        # when they are not bytes), so a ``for`` loop over ``iter(self)`` runs no Python per row.
         self._native = native
-        self._decode = decode
 
-    def __iter__(self) -> KeyValueIterator:
-        return self
+    def __iter__(self) -> Iterator[Any]:
+        return self._native
 
     def __next__(self) -> Any:
-        row = next(self._native)
-        decode = self._decode
-        return row if decode is None else decode(*row)
+        return next(self._native)
 
     def peek_next_key(self) -> Any:
         """The key ``next()`` would return, or ``None`` at the end."""
-        key = self._native.peek_next_key()
-        return key if key is None or self._decode is None else self._decode(key, None)
+        return self._native.peek_next_key()
 
     def close(self) -> None:
         self._native.close()
@@ -179,8 +175,8 @@ class _Reads:
         if raw is None:
             raise InvalidArgumentError("prefix cannot be None")
         if self._raw_bytes():
-            return KeyValueIterator(self._reader.prefix_scan(raw, False, KeyValue), None)
-        return KeyValueIterator(self._reader.prefix_scan(raw), self._entry)
+            return KeyValueIterator(self._reader.prefix_scan(raw, False, KeyValue))
+        return KeyValueIterator(self._reader.prefix_scan(raw, decode=self._entry))
 
     def _iterate(self, from_key: Any, to_key: Any, reverse: bool) -> KeyValueIterator:
         lower = None if from_key is None else self._key_bytes(from_key)
@@ -188,8 +184,8 @@ class _Reads:
         if lower is not None and upper is not None and lower > upper:
             log.warning("range with from_key > to_key returns no entries (serialized keys compared as bytes)")
         if self._raw_bytes():
-            return KeyValueIterator(self._reader.range(lower, upper, reverse, KeyValue), None)
-        return KeyValueIterator(self._reader.range(lower, upper, reverse), self._entry)
+            return KeyValueIterator(self._reader.range(lower, upper, reverse, KeyValue))
+        return KeyValueIterator(self._reader.range(lower, upper, reverse, decode=self._entry))
 
     def approximate_num_entries(self) -> int:
         """An estimate of the number of entries (RocksDB's ``estimate-num-keys`` plus staged writes)."""

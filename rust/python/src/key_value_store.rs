@@ -431,7 +431,7 @@ impl NativeKeyValueStore {
 
     /// Iterator over `[from_key, to_key]` (inclusive; `None` is unbounded) yielding
     /// `(key, value)` tuples, or instances of `row_type` (a tuple subclass) when given.
-    #[pyo3(signature = (from_key, to_key, reverse=false, row_type=None))]
+    #[pyo3(signature = (from_key, to_key, reverse=false, row_type=None, decode=None))]
     fn range(
         slf: Py<Self>,
         py: Python<'_>,
@@ -439,6 +439,7 @@ impl NativeKeyValueStore {
         to_key: Option<&[u8]>,
         reverse: bool,
         row_type: Option<Py<PyType>>,
+        decode: Option<Py<PyAny>>,
     ) -> PyResult<RangeIterator> {
         RangeIterator::new(
             py,
@@ -446,16 +447,18 @@ impl NativeKeyValueStore {
             inclusive_range(from_key, to_key),
             direction(reverse),
             row_type,
+            decode,
         )
     }
 
-    #[pyo3(signature = (prefix, reverse=false, row_type=None))]
+    #[pyo3(signature = (prefix, reverse=false, row_type=None, decode=None))]
     fn prefix_scan(
         slf: Py<Self>,
         py: Python<'_>,
         prefix: &[u8],
         reverse: bool,
         row_type: Option<Py<PyType>>,
+        decode: Option<Py<PyAny>>,
     ) -> PyResult<RangeIterator> {
         RangeIterator::new(
             py,
@@ -463,6 +466,7 @@ impl NativeKeyValueStore {
             KeyRange::prefix(prefix),
             direction(reverse),
             row_type,
+            decode,
         )
     }
 
@@ -546,7 +550,7 @@ impl NativeReadCommittedView {
         })
     }
 
-    #[pyo3(signature = (from_key, to_key, reverse=false, row_type=None))]
+    #[pyo3(signature = (from_key, to_key, reverse=false, row_type=None, decode=None))]
     fn range(
         &self,
         py: Python<'_>,
@@ -554,6 +558,7 @@ impl NativeReadCommittedView {
         to_key: Option<&[u8]>,
         reverse: bool,
         row_type: Option<Py<PyType>>,
+        decode: Option<Py<PyAny>>,
     ) -> PyResult<RangeIterator> {
         RangeIterator::new(
             py,
@@ -561,16 +566,18 @@ impl NativeReadCommittedView {
             inclusive_range(from_key, to_key),
             direction(reverse),
             row_type,
+            decode,
         )
     }
 
-    #[pyo3(signature = (prefix, reverse=false, row_type=None))]
+    #[pyo3(signature = (prefix, reverse=false, row_type=None, decode=None))]
     fn prefix_scan(
         &self,
         py: Python<'_>,
         prefix: &[u8],
         reverse: bool,
         row_type: Option<Py<PyType>>,
+        decode: Option<Py<PyAny>>,
     ) -> PyResult<RangeIterator> {
         RangeIterator::new(
             py,
@@ -578,6 +585,7 @@ impl NativeReadCommittedView {
             KeyRange::prefix(prefix),
             direction(reverse),
             row_type,
+            decode,
         )
     }
 
@@ -591,19 +599,34 @@ enum Reader {
     View(ReadCommittedView),
 }
 
+/// How an iterator's rows are made from stored bytes.
+enum RowMaker {
+    /// `(key, value)` tuples.
+    Pair,
+    /// Instances of a tuple subclass (a named tuple), built as `tuple.__new__(row_type, pair)`
+    /// would be: calling `tuple.__new__` directly skips the named tuple's Python `__new__`.
+    Tuple {
+        tuple_new: Py<PyAny>,
+        row_type: Py<PyType>,
+    },
+    /// `decode(key, value)`, a Python callable (serdes); `decode(key, None)` for a peeked key.
+    Decode(Py<PyAny>),
+}
+
 /// Iterates a range in chunks; each chunk is a fresh merge, so no RocksDB iterator outlives a
-/// call and a closed store raises instead of crashing.
+/// call and a closed store raises instead of crashing. A chunk's rows are made as RocksDB hands
+/// them over (no copy in between) and `__next__` only pops one, so a `for` loop runs no Python
+/// code per row unless rows are decoded by a Python serde.
 #[pyclass(module = "kstate._core", name = "RangeIterator")]
 pub struct RangeIterator {
     reader: Reader,
     rest: KeyRange,
     direction: Direction,
-    buffer: VecDeque<(Vec<u8>, Vec<u8>)>,
+    /// Rows made: tuples whose first item is the key.
+    buffer: VecDeque<Py<PyAny>>,
     exhausted: bool,
     chunk: usize,
-    /// `(tuple.__new__, row_type)` when rows are built as a tuple subclass (a named tuple):
-    /// calling `tuple.__new__` directly skips the named tuple's Python-level `__new__`.
-    row: Option<(Py<PyAny>, Py<PyType>)>,
+    rows: RowMaker,
 }
 
 impl RangeIterator {
@@ -613,13 +636,18 @@ impl RangeIterator {
         range: KeyRange,
         direction: Direction,
         row_type: Option<Py<PyType>>,
+        decode: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
-        let row = match row_type {
-            Some(row_type) => {
+        let rows = match (decode, row_type) {
+            (Some(decode), _) => RowMaker::Decode(decode),
+            (None, Some(row_type)) => {
                 let tuple_new = py.get_type::<PyTuple>().getattr(intern!(py, "__new__"))?;
-                Some((tuple_new.unbind(), row_type))
+                RowMaker::Tuple {
+                    tuple_new: tuple_new.unbind(),
+                    row_type,
+                }
             }
-            None => None,
+            (None, None) => RowMaker::Pair,
         };
         Ok(Self {
             reader,
@@ -628,7 +656,7 @@ impl RangeIterator {
             direction,
             buffer: VecDeque::new(),
             chunk: FIRST_CHUNK,
-            row,
+            rows,
         })
     }
 
@@ -651,27 +679,62 @@ impl RangeIterator {
         if !self.buffer.is_empty() || self.exhausted {
             return Ok(());
         }
-        let rows = match &self.reader {
+        let Self {
+            reader,
+            rest,
+            direction,
+            buffer,
+            chunk,
+            rows,
+            ..
+        } = self;
+        let mut last_key: Vec<u8> = Vec::new();
+        // A Python error while making a row stops the scan; it is raised after it.
+        let mut failed: Option<PyErr> = None;
+        let mut visit = |key: &[u8], value: &[u8]| {
+            let made = make_row(py, rows, key, value).map(|row| buffer.push_back(row));
+            if let Err(error) = made {
+                failed = Some(error);
+                return Err(kstate_core::Error::InvalidState("row not made".into()));
+            }
+            last_key.clear();
+            last_key.extend_from_slice(key);
+            Ok(())
+        };
+        let scanned = match reader {
             Reader::Store(store) => {
                 let store = store.bind(py).borrow();
-                guard(|| {
-                    store
-                        .logged
-                        .store()
-                        .scan(&self.rest, self.direction, self.chunk)
-                })?
+                store
+                    .logged
+                    .store()
+                    .scan_with(rest, *direction, *chunk, &mut visit)
             }
-            Reader::View(view) => guard(|| view.scan(&self.rest, self.direction, self.chunk))?,
+            Reader::View(view) => view.scan_with(rest, *direction, *chunk, &mut visit),
         };
-        if rows.len() < self.chunk {
+        if let Some(error) = failed {
+            return Err(error);
+        }
+        let scanned = guard(|| scanned)?;
+        if scanned < *chunk {
             self.exhausted = true;
         }
-        if let Some((last, _)) = rows.last() {
-            self.rest = self.rest.after(last, self.direction);
+        if scanned > 0 {
+            self.rest = self.rest.after(&last_key, self.direction);
         }
         self.chunk = (self.chunk * 4).min(MAX_CHUNK);
-        self.buffer.extend(rows);
         Ok(())
+    }
+}
+
+/// One row of `rows`' kind (a decoded row is decoded when it is taken).
+fn make_row(py: Python<'_>, rows: &RowMaker, key: &[u8], value: &[u8]) -> PyResult<Py<PyAny>> {
+    let pair = PyTuple::new(py, [PyBytes::new(py, key), PyBytes::new(py, value)])?;
+    match rows {
+        RowMaker::Pair | RowMaker::Decode(_) => Ok(pair.into_any().unbind()),
+        RowMaker::Tuple {
+            tuple_new,
+            row_type,
+        } => tuple_new.call1(py, (row_type, pair)),
     }
 }
 
@@ -683,22 +746,30 @@ impl RangeIterator {
 
     fn __next__<'py>(&mut self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
         self.fill(py)?;
-        let Some((key, value)) = self.buffer.pop_front() else {
+        let Some(row) = self.buffer.pop_front() else {
             return Ok(None);
         };
-        let pair = PyTuple::new(py, [PyBytes::new(py, &key), PyBytes::new(py, &value)])?;
-        match &self.row {
-            None => Ok(Some(pair.into_any())),
-            Some((tuple_new, row_type)) => tuple_new
-                .call1(py, (row_type, pair))
-                .map(|row| Some(row.into_bound(py))),
+        let row = row.into_bound(py);
+        match &self.rows {
+            RowMaker::Decode(decode) => {
+                decode.bind(py).call1(row.cast_into::<PyTuple>()?).map(Some)
+            }
+            RowMaker::Pair | RowMaker::Tuple { .. } => Ok(Some(row)),
         }
     }
 
-    /// Key the next `__next__` returns, without consuming it; `None` at the end.
-    fn peek_next_key<'py>(&mut self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyBytes>>> {
+    /// Key the next `__next__` returns (decoded like its rows), without consuming it; `None`
+    /// at the end.
+    fn peek_next_key<'py>(&mut self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
         self.fill(py)?;
-        Ok(self.buffer.front().map(|(k, _)| PyBytes::new(py, k)))
+        let Some(row) = self.buffer.front() else {
+            return Ok(None);
+        };
+        let key = row.bind(py).get_item(0)?;
+        match &self.rows {
+            RowMaker::Decode(decode) => decode.bind(py).call1((key, py.None())).map(Some),
+            RowMaker::Pair | RowMaker::Tuple { .. } => Ok(Some(key)),
+        }
     }
 
     fn close(&mut self) {
