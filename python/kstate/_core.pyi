@@ -1,6 +1,6 @@
 """Type stubs of the native module built from rust/python (one Rust file per Python module)."""
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 ArrowColumn = tuple[bytes, bytes, bytes | None, int, bool]
@@ -87,9 +87,8 @@ def encode_record_columns(
 ) -> bytes: ...
 
 class RangeIterator:
-    def __iter__(self) -> RangeIterator: ...
-    def __next__(self) -> Any: ...  # (key, value); a row_type instance or decode(key, value) when given
-    def peek_next_key(self) -> Any: ...  # decode(key, None) when decode is given
+    def next_chunk(self) -> Iterator[tuple[bytes, bytes]] | None: ...  # rows: row_type instances when given
+    def peek_next_key(self) -> bytes | None: ...
     def close(self) -> None: ...
 
 class ReadCommittedView:
@@ -103,14 +102,12 @@ class ReadCommittedView:
         to_key: bytes | None,
         reverse: bool = False,
         row_type: type[tuple] | None = None,
-        decode: Callable[[bytes, bytes | None], Any] | None = None,
     ) -> RangeIterator: ...
     def prefix_scan(
         self,
         prefix: bytes,
         reverse: bool = False,
         row_type: type[tuple] | None = None,
-        decode: Callable[[bytes, bytes | None], Any] | None = None,
     ) -> RangeIterator: ...
     def approximate_num_entries(self) -> int: ...
 
@@ -195,14 +192,12 @@ class KeyValueStore(_Logged):
         to_key: bytes | None,
         reverse: bool = False,
         row_type: type[tuple] | None = None,
-        decode: Callable[[bytes, bytes | None], Any] | None = None,
     ) -> RangeIterator: ...
     def prefix_scan(
         self,
         prefix: bytes,
         reverse: bool = False,
         row_type: type[tuple] | None = None,
-        decode: Callable[[bytes, bytes | None], Any] | None = None,
     ) -> RangeIterator: ...
     def approximate_num_entries(self) -> int: ...
     def previous_values_of_staged(

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Iterator, Mapping
+from itertools import chain, starmap
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 from kstate import _core, arrow_numbers
 from kstate.config import ChangelogConfig, StoreConfig
@@ -38,27 +39,34 @@ def _is_arrow(obj: Any) -> bool:
 
 class KeyValueIterator:
     """Iterator over store entries in key order (or reverse). Use as a context manager or call
-    ``close()`` when done early; it raises ``StoreClosedError`` once its store is closed."""
+    ``close()`` when done early; once its store is closed it raises ``StoreClosedError`` (after
+    the rows of the chunk it already read, at most 2,048)."""
 
-    __slots__ = ("_native",)
+    __slots__ = ("_native", "_decode", "_rows")
 
-    def __init__(self, native: _core.RangeIterator):
-        # The native iterator makes the finished entries (decoding them with the store's serdes
-        # when they are not bytes), so a ``for`` loop over ``iter(self)`` runs no Python per row.
+    def __init__(self, native: _core.RangeIterator, decode: Callable[[bytes, bytes | None], Any] | None = None):
+        # Rows come in native chunks (lists of finished rows) that Python's own iterators walk,
+        # so a ``for`` loop over ``iter(self)`` makes no call into the binding per row; ``decode``
+        # (serdes other than bytes) turns stored bytes into the entry as each row is taken.
         self._native = native
+        self._decode = decode
+        rows = chain.from_iterable(iter(native.next_chunk, None))
+        self._rows: Iterator[Any] = rows if decode is None else starmap(decode, rows)
 
     def __iter__(self) -> Iterator[Any]:
-        return self._native
+        return self._rows
 
     def __next__(self) -> Any:
-        return next(self._native)
+        return next(self._rows)
 
     def peek_next_key(self) -> Any:
         """The key ``next()`` would return, or ``None`` at the end."""
-        return self._native.peek_next_key()
+        key = self._native.peek_next_key()
+        return key if key is None or self._decode is None else self._decode(key, None)
 
     def close(self) -> None:
         self._native.close()
+        self._rows = iter(())
 
     def __enter__(self) -> KeyValueIterator:
         return self
@@ -176,7 +184,7 @@ class _Reads:
             raise InvalidArgumentError("prefix cannot be None")
         if self._raw_bytes():
             return KeyValueIterator(self._reader.prefix_scan(raw, False, KeyValue))
-        return KeyValueIterator(self._reader.prefix_scan(raw, decode=self._entry))
+        return KeyValueIterator(self._reader.prefix_scan(raw), self._entry)
 
     def _iterate(self, from_key: Any, to_key: Any, reverse: bool) -> KeyValueIterator:
         lower = None if from_key is None else self._key_bytes(from_key)
@@ -185,7 +193,7 @@ class _Reads:
             log.warning("range with from_key > to_key returns no entries (serialized keys compared as bytes)")
         if self._raw_bytes():
             return KeyValueIterator(self._reader.range(lower, upper, reverse, KeyValue))
-        return KeyValueIterator(self._reader.range(lower, upper, reverse, decode=self._entry))
+        return KeyValueIterator(self._reader.range(lower, upper, reverse), self._entry)
 
     def approximate_num_entries(self) -> int:
         """An estimate of the number of entries (RocksDB's ``estimate-num-keys`` plus staged writes)."""

@@ -51,12 +51,12 @@ class _TimestampedReads(_Reads):
     def range_with_timestamp(self, from_key: Any, to_key: Any) -> KeyValueIterator:
         lower = None if from_key is None else self._key_bytes(from_key)
         upper = None if to_key is None else self._key_bytes(to_key)
-        return KeyValueIterator(self._reader.range(lower, upper, False, decode=self._entry_with_timestamp))
+        return KeyValueIterator(self._reader.range(lower, upper, False), self._entry_with_timestamp)
 
     def reverse_range_with_timestamp(self, from_key: Any, to_key: Any) -> KeyValueIterator:
         lower = None if from_key is None else self._key_bytes(from_key)
         upper = None if to_key is None else self._key_bytes(to_key)
-        return KeyValueIterator(self._reader.range(lower, upper, True, decode=self._entry_with_timestamp))
+        return KeyValueIterator(self._reader.range(lower, upper, True), self._entry_with_timestamp)
 
     def all_with_timestamp(self) -> KeyValueIterator:
         return self.range_with_timestamp(None, None)

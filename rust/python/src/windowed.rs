@@ -8,12 +8,11 @@ use kstate_core::segmented::{self, Row, ScanCursor, SegmentQuery, SegmentReader,
 use kstate_core::session_store::SessionQueries;
 use kstate_core::window_store::WindowQueries;
 use kstate_core::{SegmentedOptions, SegmentedStore, SegmentedView, StoreOptions, ValueFormat};
-use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyBytes, PyDict, PyTuple, PyType};
+use pyo3::types::{PyBool, PyBytes, PyDict, PyType};
 
 use crate::errors::guard;
-use crate::key_value_store::ttl_of;
+use crate::key_value_store::{ttl_of, RowType};
 use crate::progress::Progress;
 use crate::session_store::NativeSessionStore;
 use crate::window_store::NativeWindowStore;
@@ -151,11 +150,9 @@ enum WindowRows {
     Plain,
     /// Finished `KeyValue` rows of stored bytes (bytes serdes): `KeyValue(start, value)` without
     /// a `Windowed` type (one key's windows), else `KeyValue(Windowed(key, start, end), value)`.
-    /// Built with `tuple.__new__`, which skips the named tuples' Python `__new__`.
     Finished {
-        tuple_new: Py<PyAny>,
-        key_value: Py<PyType>,
-        windowed: Option<Py<PyType>>,
+        key_value: RowType,
+        windowed: Option<RowType>,
     },
 }
 
@@ -217,7 +214,6 @@ impl WindowedIterator {
         })?;
         let value = PyBytes::new(py, &value);
         let WindowRows::Finished {
-            tuple_new,
             key_value,
             windowed,
         } = &self.rows
@@ -228,12 +224,15 @@ impl WindowedIterator {
         let first = match windowed {
             None => start.into_pyobject(py)?.into_any(),
             Some(windowed) => {
-                let fields = (PyBytes::new(py, key), start, end).into_pyobject(py)?;
-                tuple_new.bind(py).call1((windowed, fields))?
+                let fields = [
+                    PyBytes::new(py, key).into_any(),
+                    start.into_pyobject(py)?.into_any(),
+                    end.into_pyobject(py)?.into_any(),
+                ];
+                windowed.make(py, fields)?
             }
         };
-        let pair = PyTuple::new(py, [first, value.into_any()])?;
-        tuple_new.bind(py).call1((key_value, pair)).map(Some)
+        key_value.make(py, [first, value.into_any()]).map(Some)
     }
 
     /// Makes `__next__` yield finished `KeyValue` rows of the stored bytes (see `WindowRows`);
@@ -244,14 +243,10 @@ impl WindowedIterator {
         key_value: Py<PyType>,
         windowed: Option<Py<PyType>>,
     ) -> PyResult<PyRefMut<'_, Self>> {
-        let tuple_new = slf
-            .py()
-            .get_type::<PyTuple>()
-            .getattr(intern!(slf.py(), "__new__"))?;
+        let py = slf.py();
         slf.rows = WindowRows::Finished {
-            tuple_new: tuple_new.unbind(),
-            key_value,
-            windowed,
+            key_value: RowType::new(py, key_value)?,
+            windowed: windowed.map(|w| RowType::new(py, w)).transpose()?,
         };
         Ok(slf)
     }
