@@ -1,17 +1,17 @@
 """State far larger than memory: one store of N keys (16-byte keys, 100-byte random values) under
 a 256 MiB memory budget, and the same workload on rocksdict with its defaults, each in a process
-of its own (RSS is the process's). Prints one markdown row per (library, N); benches/README.md.
+of its own (RSS is the process's), alternating, best of ``--runs``. Prints one markdown row per
+(library, N) and their ratio; benches/README.md.
 
-    .venv/bin/python benches/scale.py 1000000 10000000 50000000 [--dir /work/tmp]
+    .venv/bin/python benches/scale.py 1000000 10000000 50000000 [--dir /work/tmp] [--runs 2]
     .venv/bin/python benches/scale.py 10000000 --restore     # changelog on, then a restore
 
 Workload: puts (keys in order, values cycling through 4,096 random ones) in batches of 100k
 keys (kstate: ``put_all``, then a commit every 100k keys, a micro-batch;
-rocksdict: a ``WriteBatch`` of 100k per write, which is its fastest write path), then 200k
-random point gets of present keys (kstate: ``get``, read cache on as by default), 200k of absent
-keys (where a Bloom filter counts) and a forward
-scan of 1M keys from a random start. Disk is the store directory once closed, RSS the peak
-(``VmHWM``).
+rocksdict: a ``WriteBatch`` of 100k per write, which is its fastest write path), then 3 rounds
+of 200k random point gets of present keys, fresh keys each round (kstate: ``get``, read cache
+on as by default), 3 of absent keys (where a Bloom filter counts) and a forward scan of 1M keys
+from a random start. Disk is the store directory once closed, RSS the peak (``VmHWM``).
 """
 
 from __future__ import annotations

@@ -44,6 +44,8 @@ impl<'a, I: Iterator<Item = (&'a [u8], Option<&'a [u8]>)>> SortedSource for Iter
 /// Receives one merged entry (key, value); returns whether it counts towards the limit (a row
 /// a TTL hides does not).
 pub type VisitRow<'f> = dyn FnMut(&[u8], &[u8]) -> Result<bool> + 'f;
+/// Receives one entry (key, value) of a scan, borrowed.
+pub type VisitEntry<'f> = dyn FnMut(&[u8], &[u8]) -> Result<()> + 'f;
 
 /// Visits the entries of the merge of `sources` (highest priority first) in `direction` order
 /// until `visit` counted `limit` of them; returns how many it counted. Entries are borrowed

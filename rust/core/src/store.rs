@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::key_range::{Direction, KeyRange};
 use crate::memory::MemoryState;
 use crate::memory_budget::{MemoryProbe, StoreAccount, StoreMemory};
-use crate::merge::{IterSource, SortedSource};
+use crate::merge::{IterSource, SortedSource, VisitEntry};
 use crate::offsets::{self, STATUS_CLOSED, STATUS_OPEN};
 use crate::overlay::Overlay;
 use crate::read_cache::{Generations, ReadCache};
@@ -181,7 +181,7 @@ impl ReadCommittedView {
         range: &KeyRange,
         direction: Direction,
         limit: usize,
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<()>,
+        visit: &mut VisitEntry<'_>,
     ) -> Result<usize> {
         self.state.with(|c| {
             let mut sources = c.sources(range, direction)?;
@@ -621,7 +621,7 @@ impl KeyValueStore {
         range: &KeyRange,
         direction: Direction,
         limit: usize,
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<()>,
+        visit: &mut VisitEntry<'_>,
     ) -> Result<usize> {
         self.state.with(|c| {
             let mut sources: Vec<Box<dyn SortedSource + '_>> = Vec::new();

@@ -11,7 +11,7 @@ use rocksdb::compaction_filter::Decision;
 
 use crate::error::{Error, Result};
 use crate::key_range::Direction;
-use crate::merge::{merge_visit, SortedSource};
+use crate::merge::{merge_visit, SortedSource, VisitEntry};
 
 /// What "now" is for expiry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -129,7 +129,7 @@ pub fn merge_live(
     sources: &mut [Box<dyn SortedSource + '_>],
     direction: Direction,
     limit: usize,
-    visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<()>,
+    visit: &mut VisitEntry<'_>,
 ) -> Result<usize> {
     match ttl {
         None => merge_visit(sources, direction, limit, &mut |k, v| {
