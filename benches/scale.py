@@ -34,7 +34,7 @@ SCAN = 1_000_000
 BUDGET = 256 << 20
 
 
-def _peak_rss() -> int:
+def peak_rss() -> int:
     with open("/proc/self/status") as status:
         for line in status:
             if line.startswith("VmHWM:"):
@@ -190,7 +190,7 @@ def child(library: str, n: int, where: str, options: str) -> None:
         result = run_kstate_restore(n, where, json.loads(options) or None)
     else:
         result = run_rocksdict(n, where)
-    result["rss"] = _peak_rss()
+    result["rss"] = peak_rss()
     print(json.dumps(result), flush=True)
 
 

@@ -26,6 +26,8 @@ import sys
 import tempfile
 import time
 
+from scale import peak_rss  # benches/scale.py
+
 WINDOWS = 10
 MINUTE = 60_000
 T0 = 1_700_000_000_000 // MINUTE * MINUTE
@@ -41,14 +43,6 @@ def _key(i: int) -> bytes:
 
 def _store_key(key: bytes, start: int) -> bytes:
     return key + struct.pack(">qi", start, 0)
-
-
-def _peak_rss() -> int:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return 0
 
 
 def run_kstate(n_keys: int, where: str) -> dict:
@@ -134,7 +128,7 @@ def _result(n_keys: int, put_seconds: float, fetch_seconds: float, fetch_all_sec
         "fetch_rate": FETCHES / fetch_seconds,
         # rows scanned per second: the whole store is read to find one minute's windows
         "fetch_all_rate": n_keys * WINDOWS / fetch_all_seconds,
-        "rss": _peak_rss(),
+        "rss": peak_rss(),
     }
 
 

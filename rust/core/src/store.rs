@@ -163,17 +163,6 @@ impl ReadCommittedView {
             .with(|c| c.read_many(keys, &mut |i, v| visit(i, live(ttl, v))))
     }
 
-    pub fn scan(
-        &self,
-        range: &KeyRange,
-        direction: Direction,
-        limit: usize,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        collect_rows(limit, |visit| {
-            self.scan_with(range, direction, limit, visit)
-        })
-    }
-
     /// Passes up to `limit` visible entries of `range` to `visit` without copying them;
     /// returns how many.
     pub fn scan_with(
