@@ -1,6 +1,6 @@
 """Type stubs of the native module built from rust/python (one Rust file per Python module)."""
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 ArrowColumn = tuple[bytes, bytes, bytes | None, int, bool]
@@ -89,8 +89,7 @@ def encode_record_columns(
 ) -> bytes: ...
 
 class RangeIterator:
-    def __iter__(self) -> RangeIterator: ...
-    def __next__(self) -> tuple[bytes, bytes]: ...  # an instance of row_type when given
+    def next_chunk(self) -> Iterator[tuple[bytes, bytes]] | None: ...  # rows: row_type instances when given
     def peek_next_key(self) -> bytes | None: ...
     def close(self) -> None: ...
 
@@ -100,10 +99,17 @@ class ReadCommittedView:
     def get(self, key: bytes) -> bytes | None: ...
     def get_many(self, keys: Iterable[bytes]) -> list[bytes | None]: ...
     def range(
-        self, from_key: bytes | None, to_key: bytes | None, reverse: bool = False, row_type: type[tuple] | None = None
+        self,
+        from_key: bytes | None,
+        to_key: bytes | None,
+        reverse: bool = False,
+        row_type: type[tuple] | None = None,
     ) -> RangeIterator: ...
     def prefix_scan(
-        self, prefix: bytes, reverse: bool = False, row_type: type[tuple] | None = None
+        self,
+        prefix: bytes,
+        reverse: bool = False,
+        row_type: type[tuple] | None = None,
     ) -> RangeIterator: ...
     def approximate_num_entries(self) -> int: ...
 
@@ -183,10 +189,17 @@ class KeyValueStore(_Logged):
     def put_if_newer(self, key: bytes, value: bytes | None, timestamp: int) -> bool: ...
     def compact(self) -> None: ...
     def range(
-        self, from_key: bytes | None, to_key: bytes | None, reverse: bool = False, row_type: type[tuple] | None = None
+        self,
+        from_key: bytes | None,
+        to_key: bytes | None,
+        reverse: bool = False,
+        row_type: type[tuple] | None = None,
     ) -> RangeIterator: ...
     def prefix_scan(
-        self, prefix: bytes, reverse: bool = False, row_type: type[tuple] | None = None
+        self,
+        prefix: bytes,
+        reverse: bool = False,
+        row_type: type[tuple] | None = None,
     ) -> RangeIterator: ...
     def approximate_num_entries(self) -> int: ...
     def previous_values_of_staged(
@@ -355,7 +368,8 @@ SegmentedConfig = dict[str, Any]  # timestamped, retention_ms, segment_interval,
 
 class WindowedIterator:
     def __iter__(self) -> WindowedIterator: ...
-    def __next__(self) -> tuple[bytes, int, int, bytes]: ...  # (key, start, end, value)
+    def __next__(self) -> Any: ...  # (key, start, end, value), or a finished_rows row
+    def finished_rows(self, key_value: type[tuple], windowed: type[tuple] | None = None) -> WindowedIterator: ...
     def close(self) -> None: ...
 
 class _Segmented(_Logged):

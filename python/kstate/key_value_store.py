@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Iterator, Mapping
+from itertools import chain, starmap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
@@ -38,23 +39,25 @@ def _is_arrow(obj: Any) -> bool:
 
 class KeyValueIterator:
     """Iterator over store entries in key order (or reverse). Use as a context manager or call
-    ``close()`` when done early; it raises ``StoreClosedError`` once its store is closed."""
+    ``close()`` when done early; once its store is closed it raises ``StoreClosedError`` (after
+    the rows of the chunk it already read, at most 2,048)."""
 
-    __slots__ = ("_native", "_decode")
+    __slots__ = ("_native", "_decode", "_rows")
 
-    def __init__(self, native: _core.RangeIterator, decode: Callable[[bytes, bytes | None], Any] | None):
-        # ``decode`` turns stored bytes into the entry; ``None`` when the native iterator already
-        # yields finished ``KeyValue`` rows (bytes serdes).
+    def __init__(self, native: _core.RangeIterator, decode: Callable[[bytes, bytes | None], Any] | None = None):
+        # Rows come in native chunks (lists of finished rows) that Python's own iterators walk,
+        # so a ``for`` loop over ``iter(self)`` makes no call into the binding per row; ``decode``
+        # (serdes other than bytes) turns stored bytes into the entry as each row is taken.
         self._native = native
         self._decode = decode
+        rows = chain.from_iterable(iter(native.next_chunk, None))
+        self._rows: Iterator[Any] = rows if decode is None else starmap(decode, rows)
 
-    def __iter__(self) -> KeyValueIterator:
-        return self
+    def __iter__(self) -> Iterator[Any]:
+        return self._rows
 
     def __next__(self) -> Any:
-        row = next(self._native)
-        decode = self._decode
-        return row if decode is None else decode(*row)
+        return next(self._rows)
 
     def peek_next_key(self) -> Any:
         """The key ``next()`` would return, or ``None`` at the end."""
@@ -63,6 +66,7 @@ class KeyValueIterator:
 
     def close(self) -> None:
         self._native.close()
+        self._rows = iter(())
 
     def __enter__(self) -> KeyValueIterator:
         return self
@@ -179,7 +183,7 @@ class _Reads:
         if raw is None:
             raise InvalidArgumentError("prefix cannot be None")
         if self._raw_bytes():
-            return KeyValueIterator(self._reader.prefix_scan(raw, False, KeyValue), None)
+            return KeyValueIterator(self._reader.prefix_scan(raw, False, KeyValue))
         return KeyValueIterator(self._reader.prefix_scan(raw), self._entry)
 
     def _iterate(self, from_key: Any, to_key: Any, reverse: bool) -> KeyValueIterator:
@@ -188,7 +192,7 @@ class _Reads:
         if lower is not None and upper is not None and lower > upper:
             log.warning("range with from_key > to_key returns no entries (serialized keys compared as bytes)")
         if self._raw_bytes():
-            return KeyValueIterator(self._reader.range(lower, upper, reverse, KeyValue), None)
+            return KeyValueIterator(self._reader.range(lower, upper, reverse, KeyValue))
         return KeyValueIterator(self._reader.range(lower, upper, reverse), self._entry)
 
     def approximate_num_entries(self) -> int:

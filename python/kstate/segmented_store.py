@@ -22,7 +22,7 @@ from kstate.config import ChangelogConfig, StoreConfig
 from kstate.serdes import BytesSerde, Serde, key_bytes
 from kstate.store_lifecycle import StoreLifecycle, Unopened, progress_logger
 from kstate.value_and_timestamp import NO_TIMESTAMP, ValueAndTimestamp
-from kstate.windowed import Windowed
+from kstate.windowed import Windowed, WindowedIterator
 
 if TYPE_CHECKING:
     from kstate.stores import SegmentedBytesStoreSupplier
@@ -71,13 +71,15 @@ class _SegmentedReads:
     def _decoder(self, with_timestamp: bool) -> Callable[[bytes], Any]:
         return self._value_and_timestamp_of if with_timestamp else self._value_of
 
-    def _windowed_row(self, with_timestamp: bool) -> Callable[[bytes, int, int, bytes], Any]:
-        """Rows as ``KeyValue(Windowed(key, start, end), value)``."""
+    def _windowed_iterator(self, native: Any, with_timestamp: bool) -> WindowedIterator:
+        """Rows as ``KeyValue(Windowed(key, start, end), value)``: made natively with bytes serdes."""
         from kstate.key_value_store import KeyValue
 
+        if self._raw and not with_timestamp:
+            return WindowedIterator(native.finished_rows(KeyValue, Windowed), None)
         key_of = self._key_serde.deserialize
         value_of = self._decoder(with_timestamp)
-        return lambda k, start, end, v: KeyValue(Windowed(key_of(k), start, end), value_of(v))
+        return WindowedIterator(native, lambda k, start, end, v: KeyValue(Windowed(key_of(k), start, end), value_of(v)))
 
 
 class _SegmentedView(_SegmentedReads):

@@ -78,7 +78,7 @@ class _SessionReads(_SegmentedReads):
             check_time("latest_session_start_time", latest_start),
             reverse,
         )
-        return WindowedIterator(native, self._windowed_row(with_timestamp))
+        return self._windowed_iterator(native, with_timestamp)
 
 
 class ReadOnlySessionStore(_SessionReads, _SegmentedView):

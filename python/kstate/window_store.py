@@ -67,6 +67,8 @@ class _WindowReads(_SegmentedReads):
             native = reader.fetch_key(
                 self._key_bytes(key), check_time("time_from", time_from), check_time("time_to", time_to), reverse
             )
+            if self._raw and not with_timestamp:
+                return WindowedIterator(native.finished_rows(KeyValue), None)
             value_of = self._decoder(with_timestamp)
             return WindowedIterator(native, lambda k, start, end, v: KeyValue(start, value_of(v)))
         if len(args) == 4:
@@ -75,7 +77,7 @@ class _WindowReads(_SegmentedReads):
             native = reader.fetch_range(
                 lower, upper, check_time("time_from", time_from), check_time("time_to", time_to), reverse
             )
-            return WindowedIterator(native, self._windowed_row(with_timestamp))
+            return self._windowed_iterator(native, with_timestamp)
         raise InvalidArgumentError(
             f"fetch takes (key, time), (key, time_from, time_to) or (key_from, key_to, time_from, time_to); "
             f"got {len(args)} arguments"

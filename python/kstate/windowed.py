@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from itertools import starmap
 from typing import Any, Callable, NamedTuple
 
 from kstate import _core
@@ -49,18 +51,20 @@ class WindowedIterator:
     """Iterator over window or session store entries. Use as a context manager or call ``close()``
     when done early; it raises ``StoreClosedError`` once its store is closed."""
 
-    __slots__ = ("_native", "_decode")
+    __slots__ = ("_native", "_rows")
 
-    def __init__(self, native: _core.WindowedIterator, decode: Callable[[bytes, int, int, bytes], Any]):
-        # ``decode(key, start, end, stored)`` turns a native row into the entry.
+    def __init__(self, native: _core.WindowedIterator, decode: Callable[[bytes, int, int, bytes], Any] | None):
+        # ``decode(key, start, end, stored)`` turns a native row into the entry; ``None`` when the
+        # native iterator yields finished rows (bytes serdes). Either way a ``for`` loop over
+        # ``iter(self)`` runs no Python frame of this class per row.
         self._native = native
-        self._decode = decode
+        self._rows = native if decode is None else starmap(decode, native)
 
-    def __iter__(self) -> WindowedIterator:
-        return self
+    def __iter__(self) -> Iterator[Any]:
+        return self._rows
 
     def __next__(self) -> Any:
-        return self._decode(*next(self._native))
+        return next(self._rows)
 
     def close(self) -> None:
         self._native.close()

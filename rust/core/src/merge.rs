@@ -41,46 +41,66 @@ impl<'a, I: Iterator<Item = (&'a [u8], Option<&'a [u8]>)>> SortedSource for Iter
     }
 }
 
-/// Appends up to `limit` visible entries of the merge of `sources` (highest priority first) to
-/// `out`, in `direction` order. Returns `true` when the sources are exhausted.
-pub fn merge_into(
+/// Receives one merged entry (key, value); returns whether it counts towards the limit (a row
+/// a TTL hides does not).
+pub type VisitRow<'f> = dyn FnMut(&[u8], &[u8]) -> Result<bool> + 'f;
+/// Receives one entry (key, value) of a scan, borrowed.
+pub type VisitEntry<'f> = dyn FnMut(&[u8], &[u8]) -> Result<()> + 'f;
+
+/// Visits the entries of the merge of `sources` (highest priority first) in `direction` order
+/// until `visit` counted `limit` of them; returns how many it counted. Entries are borrowed
+/// from the sources, never copied. A single source (committed state with nothing staged, the
+/// common case at scale) is walked directly.
+pub fn merge_visit(
     sources: &mut [Box<dyn SortedSource + '_>],
     direction: Direction,
     limit: usize,
-    out: &mut Vec<(Vec<u8>, Vec<u8>)>,
-) -> Result<bool> {
-    let mut emitted = 0;
-    while emitted < limit {
+    visit: &mut VisitRow<'_>,
+) -> Result<usize> {
+    let mut counted = 0;
+    if let [source] = sources {
+        while counted < limit {
+            let Some(key) = source.key() else { break };
+            if let Some(value) = source.value()? {
+                counted += usize::from(visit(key, &value)?);
+            }
+            source.advance()?;
+        }
+        return Ok(counted);
+    }
+    // The winning key, reused: the sources move on before the next comparison.
+    let mut key = Vec::new();
+    while counted < limit {
         let mut best: Option<(usize, &[u8])> = None;
         for (i, source) in sources.iter().enumerate() {
-            if let Some(key) = source.key() {
+            if let Some(candidate) = source.key() {
                 let better = match best {
                     None => true,
                     Some((_, b)) => match direction {
-                        Direction::Forward => key < b,
-                        Direction::Reverse => key > b,
+                        Direction::Forward => candidate < b,
+                        Direction::Reverse => candidate > b,
                     },
                 };
                 if better {
-                    best = Some((i, key));
+                    best = Some((i, candidate));
                 }
             }
         }
-        let Some((winner, key)) = best else {
-            return Ok(true);
+        let Some((winner, best_key)) = best else {
+            break;
         };
-        let key = key.to_vec();
         if let Some(value) = sources[winner].value()? {
-            out.push((key.clone(), value.into_owned()));
-            emitted += 1;
+            counted += usize::from(visit(best_key, &value)?);
         }
+        key.clear();
+        key.extend_from_slice(best_key);
         for source in sources.iter_mut() {
             if source.key() == Some(key.as_slice()) {
                 source.advance()?;
             }
         }
     }
-    Ok(sources.iter().all(|s| s.key().is_none()))
+    Ok(counted)
 }
 
 #[cfg(test)]
@@ -100,7 +120,11 @@ mod tests {
             })
             .collect();
         let mut out = Vec::new();
-        merge_into(&mut sources, direction, limit, &mut out).unwrap();
+        merge_visit(&mut sources, direction, limit, &mut |k, v| {
+            out.push((k.to_vec(), v.to_vec()));
+            Ok(true)
+        })
+        .unwrap();
         out
     }
 

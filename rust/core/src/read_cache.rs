@@ -4,8 +4,15 @@
 //!
 //! Two generations of a hash map bound the memory: inserts go to the young one; when it holds
 //! half the capacity it becomes the old one and the previous old one is dropped.
+//!
+//! Admission: until the young generation first fills, every value read from RocksDB is cached
+//! (a store whose reads fit keeps them all). After that a key is cached on its second miss in a
+//! while (a doorkeeper bitset of key hashes, cleared as it fills, as TinyLFU's doorkeeper): random
+//! reads of a store far larger than the cache no longer copy and hash every value only to drop
+//! it unread, and the memory stays with RocksDB's block cache.
 
 use std::collections::HashMap;
+use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use foldhash::fast::RandomState;
@@ -14,6 +21,10 @@ use crate::memory_budget::MemoryBudget;
 
 /// Bytes charged per entry besides key and value (hash table slot and two vector headers).
 const ENTRY_OVERHEAD: usize = 64;
+/// Doorkeeper bits per byte of capacity (one per 256 bytes: about one per cacheable entry of
+/// 100-byte values), between these bounds.
+const CAPACITY_BYTES_PER_SEEN_BIT: usize = 256;
+const SEEN_BITS: std::ops::RangeInclusive<usize> = (1 << 12)..=(1 << 22);
 
 type Generation = HashMap<Vec<u8>, Option<Vec<u8>>, RandomState>;
 
@@ -30,6 +41,11 @@ pub struct Generations {
     charged: usize,
     /// The budget's clock when the cache was last locked: which caches shrink first.
     last_used: u64,
+    /// Whether the young generation ever filled: from then on keys are admitted on a second miss.
+    filled: bool,
+    /// The doorkeeper: bits of the hashes of keys that missed once (allocated when first used).
+    seen: Vec<u64>,
+    seen_count: usize,
 }
 
 fn cost(key_len: usize, value: &Option<Vec<u8>>) -> usize {
@@ -74,6 +90,32 @@ impl Generations {
         }
     }
 
+    /// Whether to cache the value of `key`, just read from RocksDB (see the module's admission).
+    pub fn admits(&mut self, key: &[u8]) -> bool {
+        if !self.filled {
+            return true;
+        }
+        if self.seen.is_empty() {
+            let bits = (self.capacity / CAPACITY_BYTES_PER_SEEN_BIT)
+                .next_power_of_two()
+                .clamp(*SEEN_BITS.start(), *SEEN_BITS.end());
+            self.seen = vec![0; bits / 64];
+        }
+        let bit = self.young.hasher().hash_one(key) as usize & (self.seen.len() * 64 - 1);
+        let (word, mask) = (bit / 64, 1u64 << (bit % 64));
+        if self.seen[word] & mask != 0 {
+            return true;
+        }
+        self.seen[word] |= mask;
+        self.seen_count += 1;
+        // A quarter of the bits set: forget them, so "seen" means seen lately.
+        if self.seen_count > self.seen.len() * 16 {
+            self.seen.fill(0);
+            self.seen_count = 0;
+        }
+        false
+    }
+
     /// Records the committed value of `key` (`None`: deleted).
     pub fn insert(&mut self, key: Vec<u8>, value: Option<Vec<u8>>, budget: &MemoryBudget) {
         let key_len = key.len();
@@ -98,6 +140,7 @@ impl Generations {
     fn rotate_young(&mut self) {
         self.old = std::mem::take(&mut self.young);
         self.old_bytes = std::mem::take(&mut self.young_bytes);
+        self.filled = true;
     }
 
     /// Drops the older generation; the younger becomes the older.
@@ -180,6 +223,24 @@ impl ReadCache {
         self.budget.after_read_cache_insert();
     }
 
+    /// Caches the committed value of `key` just read from RocksDB, if admitted.
+    pub fn admit(&self, key: &[u8], value: Option<&[u8]>) {
+        {
+            let mut generations = self.lock();
+            if !generations.admits(key) {
+                return;
+            }
+            generations.insert(key.to_vec(), value.map(<[u8]>::to_vec), &self.budget);
+        }
+        self.budget.after_read_cache_insert();
+    }
+
+    /// Which of `keys`, about to be read from RocksDB, the cache would take (one lock).
+    pub fn admissions(&self, keys: &[&[u8]]) -> Vec<bool> {
+        let mut generations = self.lock();
+        keys.iter().map(|key| generations.admits(key)).collect()
+    }
+
     pub fn insert_many(&self, entries: Vec<(Vec<u8>, Option<Vec<u8>>)>) {
         if entries.is_empty() {
             return;
@@ -249,6 +310,25 @@ mod tests {
         cache.insert(b"k1".to_vec(), Some(b"a".to_vec()));
         cache.insert(b"k1".to_vec(), Some(vec![0; 1000]));
         assert_eq!(cache.get(b"k1"), None);
+    }
+
+    #[test]
+    fn once_full_a_key_is_admitted_on_its_second_miss() {
+        let cache = cache(2 * (2 * (2 + 1 + ENTRY_OVERHEAD)));
+        assert!(
+            cache.lock().admits(b"k1"),
+            "every read is cached until the cache fills"
+        );
+        for k in [b"k1", b"k2", b"k3"] {
+            cache.admit(k, Some(b"v"));
+        }
+        assert!(cache.lock().filled);
+        cache.admit(b"k4", Some(b"v"));
+        assert_eq!(cache.get(b"k4"), None, "a first miss is not cached");
+        cache.admit(b"k4", Some(b"w"));
+        assert_eq!(cache.get(b"k4"), Some(Some(b"w".to_vec())));
+        let admitted = cache.admissions(&[b"k5", b"k5"]);
+        assert!(admitted[1], "the second miss of a batch is admitted");
     }
 
     #[test]

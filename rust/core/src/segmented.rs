@@ -25,6 +25,7 @@ use crate::committed::Write;
 use crate::error::{Error, Result};
 use crate::key_range::{Direction, KeyRange};
 use crate::memory_budget::StoreMemory;
+use crate::merge::VisitEntry;
 use crate::rocks::ValueFormat;
 use crate::segments::{parse_segment_name, segment_id, segment_name};
 use crate::store::{CommitProgress, KeyValueStore, ReadCommittedView, StoreOptions, VisitWrite};
@@ -130,14 +131,16 @@ pub trait SegmentReader {
     fn stream_time(&self) -> i64;
     /// The first live segment id in `lo..=hi` in `direction` order.
     fn next_segment(&self, lo: i64, hi: i64, direction: Direction) -> Result<Option<i64>>;
-    /// Up to `limit` rows of segment `id` in `range` (none once the segment is gone).
+    /// Passes up to `limit` rows of segment `id` in `range` to `visit`, borrowed (none once the
+    /// segment is gone); returns how many.
     fn scan_segment(
         &self,
         id: i64,
         range: &KeyRange,
         direction: Direction,
         limit: usize,
-    ) -> Result<Vec<Row>>;
+        visit: &mut VisitEntry<'_>,
+    ) -> Result<usize>;
 }
 
 /// Up to `limit` rows of `query` from where `cursor` stands; fewer only at the end.
@@ -148,6 +151,7 @@ pub fn scan(
     limit: usize,
 ) -> Result<Vec<Row>> {
     let mut out = Vec::new();
+    let mut last_key = Vec::new();
     let direction = query.direction;
     while !cursor.done && out.len() < limit {
         let (id, rest) = match cursor.current.take() {
@@ -168,17 +172,21 @@ pub fn scan(
             }
         };
         let want = limit - out.len();
-        let rows = reader.scan_segment(id, &rest, direction, want)?;
-        let exhausted = rows.len() < want;
-        let rest = match rows.last() {
-            Some((last, _)) => rest.after(last, direction),
-            None => rest,
-        };
-        for row in rows {
-            if (query.accept)(&row.0)? {
-                out.push(row);
+        // Only accepted rows are copied: a time range filters most rows of a segment out.
+        let scanned = reader.scan_segment(id, &rest, direction, want, &mut |key, value| {
+            last_key.clear();
+            last_key.extend_from_slice(key);
+            if (query.accept)(key)? {
+                out.push((key.to_vec(), value.to_vec()));
             }
-        }
+            Ok(())
+        })?;
+        let exhausted = scanned < want;
+        let rest = if scanned > 0 {
+            rest.after(&last_key, direction)
+        } else {
+            rest
+        };
         if !exhausted {
             cursor.current = Some((id, rest));
             continue;
@@ -789,11 +797,12 @@ impl SegmentReader for SegmentedStore {
         range: &KeyRange,
         direction: Direction,
         limit: usize,
-    ) -> Result<Vec<Row>> {
+        visit: &mut VisitEntry<'_>,
+    ) -> Result<usize> {
         self.check_open()?;
         match self.segments.get(&id) {
-            Some(segment) => segment.scan(range, direction, limit),
-            None => Ok(Vec::new()),
+            Some(segment) => segment.scan_with(range, direction, limit, visit),
+            None => Ok(0),
         }
     }
 }
@@ -852,11 +861,12 @@ impl SegmentReader for SegmentedView {
         range: &KeyRange,
         direction: Direction,
         limit: usize,
-    ) -> Result<Vec<Row>> {
+        visit: &mut VisitEntry<'_>,
+    ) -> Result<usize> {
         // The segment's view is cloned out so the scan does not hold the lock.
         match self.with(|c| Ok(c.segments.get(&id).cloned()))? {
-            Some(view) => view.scan(range, direction, limit),
-            None => Ok(Vec::new()),
+            Some(view) => view.scan_with(range, direction, limit, visit),
+            None => Ok(0),
         }
     }
 }

@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::key_range::{Direction, KeyRange};
 use crate::memory::MemoryState;
 use crate::memory_budget::{MemoryProbe, StoreAccount, StoreMemory};
-use crate::merge::{merge_into, IterSource, SortedSource};
+use crate::merge::{IterSource, SortedSource, VisitEntry};
 use crate::offsets::{self, STATUS_CLOSED, STATUS_OPEN};
 use crate::overlay::Overlay;
 use crate::read_cache::{Generations, ReadCache};
@@ -163,26 +163,19 @@ impl ReadCommittedView {
             .with(|c| c.read_many(keys, &mut |i, v| visit(i, live(ttl, v))))
     }
 
-    pub fn scan(
+    /// Passes up to `limit` visible entries of `range` to `visit` without copying them;
+    /// returns how many.
+    pub fn scan_with(
         &self,
         range: &KeyRange,
         direction: Direction,
         limit: usize,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        ttl::scan_visible(
-            self.ttl.as_ref(),
-            range,
-            direction,
-            limit,
-            |range, limit| {
-                self.state.with(|c| {
-                    let mut sources = c.sources(range, direction)?;
-                    let mut out = Vec::with_capacity(limit.min(4096));
-                    merge_into(&mut sources, direction, limit, &mut out)?;
-                    Ok(out)
-                })
-            },
-        )
+        visit: &mut VisitEntry<'_>,
+    ) -> Result<usize> {
+        self.state.with(|c| {
+            let mut sources = c.sources(range, direction)?;
+            ttl::merge_live(self.ttl.as_ref(), &mut sources, direction, limit, visit)
+        })
     }
 
     pub fn approximate_num_entries(&self) -> Result<u64> {
@@ -398,7 +391,7 @@ impl KeyValueStore {
                 |visit| c.read(key, true, visit),
                 |v| {
                     if let Some(cache) = cache {
-                        cache.insert(key.to_vec(), v.map(<[u8]>::to_vec));
+                        cache.admit(key, v);
                     }
                     f(v)
                 },
@@ -447,9 +440,12 @@ impl KeyValueStore {
                 }
             }
             let lookup: Vec<&[u8]> = missing.iter().map(|&i| keys[i]).collect();
-            let mut fetched = Vec::with_capacity(if cache.is_some() { lookup.len() } else { 0 });
+            let admitted = cache
+                .as_ref()
+                .map_or_else(Vec::new, |c| c.admissions(&lookup));
+            let mut fetched = Vec::new();
             c.read_many(&lookup, &mut |j, v| {
-                if cache.is_some() {
+                if admitted.get(j) == Some(&true) {
                     fetched.push((lookup[j].to_vec(), v.map(<[u8]>::to_vec)));
                 }
                 visit(missing[j], v)
@@ -602,26 +598,35 @@ impl KeyValueStore {
         direction: Direction,
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        ttl::scan_visible(
-            self.ttl.as_ref(),
-            range,
-            direction,
-            limit,
-            |range, limit| {
-                self.state.with(|c| {
-                    let mut sources: Vec<Box<dyn SortedSource + '_>> = vec![Box::new(
-                        IterSource::new(self.overlay.range(range, direction)),
-                    )];
-                    if let Some(spill) = &self.spill {
-                        sources.push(spill.source(range, direction)?);
-                    }
-                    sources.extend(c.sources(range, direction)?);
-                    let mut out = Vec::with_capacity(limit.min(4096));
-                    merge_into(&mut sources, direction, limit, &mut out)?;
-                    Ok(out)
-                })
-            },
-        )
+        collect_rows(limit, |visit| {
+            self.scan_with(range, direction, limit, visit)
+        })
+    }
+
+    /// Passes up to `limit` visible entries of `range` to `visit` without copying them, staged
+    /// writes merged over committed ones; returns how many.
+    pub fn scan_with(
+        &self,
+        range: &KeyRange,
+        direction: Direction,
+        limit: usize,
+        visit: &mut VisitEntry<'_>,
+    ) -> Result<usize> {
+        self.state.with(|c| {
+            let mut sources: Vec<Box<dyn SortedSource + '_>> = Vec::new();
+            // Nothing staged (the usual state between commits) leaves committed state alone,
+            // which the merge walks without comparing keys.
+            if !self.overlay.is_empty() {
+                sources.push(Box::new(IterSource::new(
+                    self.overlay.range(range, direction),
+                )));
+            }
+            if let Some(spill) = &self.spill {
+                sources.push(spill.source(range, direction)?);
+            }
+            sources.extend(c.sources(range, direction)?);
+            ttl::merge_live(self.ttl.as_ref(), &mut sources, direction, limit, visit)
+        })
     }
 
     /// Compacts the committed data now (RocksDB); the TTL's compaction filter drops expired
@@ -977,6 +982,19 @@ fn batch_of(committed: &dyn CommittedState, overlay: &Overlay) -> Result<WriteBa
         committed.stage(&mut batch, key, value)?;
     }
     Ok(batch)
+}
+
+/// The rows a visitor-style `scan` passes, copied out.
+fn collect_rows(
+    limit: usize,
+    scan: impl FnOnce(&mut dyn FnMut(&[u8], &[u8]) -> Result<()>) -> Result<usize>,
+) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    let mut out = Vec::with_capacity(limit.min(4096));
+    scan(&mut |k, v| {
+        out.push((k.to_vec(), v.to_vec()));
+        Ok(())
+    })?;
+    Ok(out)
 }
 
 /// Runs a visitor-style `read` and hands its one value to `f`.

@@ -10,7 +10,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use rocksdb::compaction_filter::Decision;
 
 use crate::error::{Error, Result};
-use crate::key_range::{Direction, KeyRange};
+use crate::key_range::Direction;
+use crate::merge::{merge_visit, SortedSource, VisitEntry};
 
 /// What "now" is for expiry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,31 +122,27 @@ impl Ttl {
     }
 }
 
-/// Runs a chunked `scan` of `range` and drops expired rows, scanning on until `limit` visible
-/// rows are found or the range is exhausted (a short chunk means "no more" to the caller).
-pub fn scan_visible(
+/// Up to `limit` live entries of the merge of `sources` (see `merge_visit`) passed to `visit`,
+/// values the TTL says expired skipped; returns how many were visited.
+pub fn merge_live(
     ttl: Option<&Ttl>,
-    range: &KeyRange,
+    sources: &mut [Box<dyn SortedSource + '_>],
     direction: Direction,
     limit: usize,
-    scan: impl Fn(&KeyRange, usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>>,
-) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-    let Some(ttl) = ttl else {
-        return scan(range, limit);
-    };
-    let cutoff = ttl.cutoff();
-    let mut out = Vec::new();
-    let mut rest = range.clone();
-    loop {
-        let want = limit - out.len();
-        let rows = scan(&rest, want)?;
-        let exhausted = rows.len() < want;
-        if let Some((last, _)) = rows.last() {
-            rest = rest.after(last, direction);
-        }
-        out.extend(rows.into_iter().filter(|(_, v)| !expired_at(cutoff, v)));
-        if exhausted || out.len() >= limit {
-            return Ok(out);
+    visit: &mut VisitEntry<'_>,
+) -> Result<usize> {
+    match ttl {
+        None => merge_visit(sources, direction, limit, &mut |k, v| {
+            visit(k, v).map(|()| true)
+        }),
+        Some(ttl) => {
+            let cutoff = ttl.cutoff();
+            merge_visit(sources, direction, limit, &mut |k, v| {
+                if expired_at(cutoff, v) {
+                    return Ok(false);
+                }
+                visit(k, v).map(|()| true)
+            })
         }
     }
 }
@@ -184,30 +181,32 @@ mod tests {
     }
 
     #[test]
-    fn scan_visible_keeps_scanning_past_expired_rows() {
+    fn merge_live_skips_expired_rows_and_counts_only_live_ones() {
+        use crate::merge::IterSource;
         let ttl = Ttl::new(10, TtlClock::StreamTime).unwrap();
         ttl.observe(&encode(100, b""));
         let rows: Vec<(Vec<u8>, Vec<u8>)> = (0u8..10)
             .map(|i| (vec![i], encode(if i % 3 == 0 { 95 } else { 5 }, b"")))
             .collect();
-        let scan = |range: &KeyRange, limit: usize| {
-            Ok(rows
-                .iter()
-                .filter(|(k, _)| range.contains(k))
-                .take(limit)
-                .cloned()
-                .collect())
+        let live = |limit: usize| {
+            let items = rows.iter().map(|(k, v)| (k.as_slice(), Some(v.as_slice())));
+            let mut sources: Vec<Box<dyn SortedSource>> = vec![Box::new(IterSource::new(items))];
+            let mut keys = Vec::new();
+            let n = merge_live(
+                Some(&ttl),
+                &mut sources,
+                Direction::Forward,
+                limit,
+                &mut |k, _| {
+                    keys.push(k[0]);
+                    Ok(())
+                },
+            )
+            .unwrap();
+            assert_eq!(n, keys.len());
+            keys
         };
-        let got = scan_visible(Some(&ttl), &KeyRange::all(), Direction::Forward, 2, scan).unwrap();
-        assert_eq!(
-            got.iter().map(|(k, _)| k[0]).collect::<Vec<_>>(),
-            vec![0, 3]
-        );
-        let rest = KeyRange::all().after(&[3], Direction::Forward);
-        let got = scan_visible(Some(&ttl), &rest, Direction::Forward, 5, scan).unwrap();
-        assert_eq!(
-            got.iter().map(|(k, _)| k[0]).collect::<Vec<_>>(),
-            vec![6, 9]
-        );
+        assert_eq!(live(2), vec![0, 3]);
+        assert_eq!(live(10), vec![0, 3, 6, 9]);
     }
 }

@@ -1,7 +1,7 @@
 //! Binds `kstate_core::store` for `kstate.key_value_store`: convert arguments, call the core,
 //! map errors. No store logic lives here.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::path::Path;
 
 use kstate_core::changelog::{published_marker, Changelog};
@@ -10,9 +10,9 @@ use kstate_core::store::VisitWrite;
 use kstate_core::{
     Direction, KeyRange, KeyValueStore, ReadCommittedView, StoreOptions, Ttl, TtlClock, ValueFormat,
 };
-use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple, PyType};
+use pyo3::{ffi, intern};
 
 use crate::errors::{guard, raise};
 use crate::logged::{log_config, logged_store_methods, Logged};
@@ -591,19 +591,103 @@ enum Reader {
     View(ReadCommittedView),
 }
 
+/// Makes instances of a tuple subclass such as a named tuple (`KeyValue`, `Windowed`) from their
+/// items, as `tuple.__new__(row_type, items)` does, without the named tuple's Python `__new__`.
+pub(crate) struct RowType {
+    row_type: Py<PyType>,
+    /// The type's `tp_alloc`: CPython's `tuple_subtype_new` allocates with it and sets the items,
+    /// which is done here without the call and its argument tuples. `None` from Python 3.14,
+    /// whose tuples cache their hash in a field only CPython initializes: then `tuple.__new__`.
+    alloc: Option<ffi::allocfunc>,
+    tuple_new: Py<PyAny>,
+}
+
+impl RowType {
+    pub(crate) fn new(py: Python<'_>, row_type: Py<PyType>) -> PyResult<Self> {
+        if !row_type.bind(py).is_subclass_of::<PyTuple>()? {
+            return Err(raise(
+                "InvalidArgumentError",
+                "row_type must be a tuple subclass".into(),
+            ));
+        }
+        let tuple_new = py.get_type::<PyTuple>().getattr(intern!(py, "__new__"))?;
+        let type_ptr = row_type.as_ptr().cast::<ffi::PyTypeObject>();
+        // SAFETY: `type_ptr` is a live type object; slots are read only from heap types, which
+        // `PyType_GetSlot` supports on every Python of the stable ABI.
+        let alloc = unsafe {
+            let heap = ffi::PyType_GetFlags(type_ptr) & ffi::Py_TPFLAGS_HEAPTYPE != 0;
+            let slot = if heap && py.version_info() < (3, 14) {
+                ffi::PyType_GetSlot(type_ptr, ffi::Py_tp_alloc)
+            } else {
+                std::ptr::null_mut()
+            };
+            (!slot.is_null())
+                .then(|| std::mem::transmute::<*mut std::ffi::c_void, ffi::allocfunc>(slot))
+        };
+        Ok(Self {
+            row_type,
+            alloc,
+            tuple_new: tuple_new.unbind(),
+        })
+    }
+
+    /// An instance holding `items`, which are bytes, ints or rows of them: such a row cannot be
+    /// part of a reference cycle, so it is left out of the cyclic GC (CPython's own collection
+    /// would untrack it later), which a chunk of thousands of rows would otherwise set off.
+    pub(crate) fn make<'py, const N: usize>(
+        &self,
+        py: Python<'py>,
+        items: [Bound<'py, PyAny>; N],
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let row = match self.alloc {
+            // SAFETY: `alloc` is the tuple subclass's `tp_alloc`, which returns a zeroed
+            // instance of N items and refcount 1; `PyTuple_SetItem` steals each item into it.
+            Some(alloc) => unsafe {
+                let row = alloc(self.row_type.as_ptr().cast(), N as ffi::Py_ssize_t);
+                let row = Bound::from_owned_ptr_or_err(py, row)?;
+                for (i, item) in items.into_iter().enumerate() {
+                    if ffi::PyTuple_SetItem(row.as_ptr(), i as ffi::Py_ssize_t, item.into_ptr())
+                        != 0
+                    {
+                        return Err(PyErr::fetch(py));
+                    }
+                }
+                row
+            },
+            None => self
+                .tuple_new
+                .bind(py)
+                .call1((self.row_type.bind(py), PyTuple::new(py, items)?))?,
+        };
+        untrack(&row);
+        Ok(row)
+    }
+}
+
+/// Leaves a tuple of bytes and ints (or of such tuples) out of the cyclic GC.
+fn untrack(row: &Bound<'_, PyAny>) {
+    // SAFETY: untracking a GC object is always sound; it only stops cycle detection, and a tuple
+    // of atomic values cannot be in a cycle.
+    unsafe { ffi::PyObject_GC_UnTrack(row.as_ptr().cast()) };
+}
+
 /// Iterates a range in chunks; each chunk is a fresh merge, so no RocksDB iterator outlives a
-/// call and a closed store raises instead of crashing.
+/// call and a closed store raises instead of crashing. A chunk's rows are made as RocksDB hands
+/// them over (no copy in between) and handed to Python as a list (`next_chunk`), which Python's
+/// own iterators walk: no call into the binding per row.
 #[pyclass(module = "kstate._core", name = "RangeIterator")]
 pub struct RangeIterator {
     reader: Reader,
     rest: KeyRange,
     direction: Direction,
-    buffer: VecDeque<(Vec<u8>, Vec<u8>)>,
+    /// Rows made and not handed out yet: tuples whose first item is the key.
+    buffer: Vec<Py<PyAny>>,
+    /// The last chunk handed out and Python's iterator over it (`peek_next_key` looks in it).
+    current: Option<(Py<PyList>, Py<PyAny>)>,
     exhausted: bool,
     chunk: usize,
-    /// `(tuple.__new__, row_type)` when rows are built as a tuple subclass (a named tuple):
-    /// calling `tuple.__new__` directly skips the named tuple's Python-level `__new__`.
-    row: Option<(Py<PyAny>, Py<PyType>)>,
+    /// Rows are `row_type(key, value)` (a named tuple) when given, else `(key, value)` tuples.
+    row_type: Option<RowType>,
 }
 
 impl RangeIterator {
@@ -614,21 +698,15 @@ impl RangeIterator {
         direction: Direction,
         row_type: Option<Py<PyType>>,
     ) -> PyResult<Self> {
-        let row = match row_type {
-            Some(row_type) => {
-                let tuple_new = py.get_type::<PyTuple>().getattr(intern!(py, "__new__"))?;
-                Some((tuple_new.unbind(), row_type))
-            }
-            None => None,
-        };
         Ok(Self {
             reader,
             exhausted: range.is_empty(),
             rest: range,
             direction,
-            buffer: VecDeque::new(),
+            buffer: Vec::new(),
+            current: None,
             chunk: FIRST_CHUNK,
-            row,
+            row_type: row_type.map(|t| RowType::new(py, t)).transpose()?,
         })
     }
 
@@ -651,58 +729,114 @@ impl RangeIterator {
         if !self.buffer.is_empty() || self.exhausted {
             return Ok(());
         }
-        let rows = match &self.reader {
+        let Self {
+            reader,
+            rest,
+            direction,
+            buffer,
+            chunk,
+            row_type,
+            ..
+        } = self;
+        let mut last_key: Vec<u8> = Vec::new();
+        // A Python error while making a row stops the scan; it is raised after it.
+        let mut failed: Option<PyErr> = None;
+        let mut visit = |key: &[u8], value: &[u8]| {
+            match make_row(py, row_type.as_ref(), key, value) {
+                Ok(row) => buffer.push(row),
+                Err(error) => {
+                    failed = Some(error);
+                    return Err(kstate_core::Error::InvalidState("row not made".into()));
+                }
+            }
+            last_key.clear();
+            last_key.extend_from_slice(key);
+            Ok(())
+        };
+        let scanned = match reader {
             Reader::Store(store) => {
                 let store = store.bind(py).borrow();
-                guard(|| {
-                    store
-                        .logged
-                        .store()
-                        .scan(&self.rest, self.direction, self.chunk)
-                })?
+                store
+                    .logged
+                    .store()
+                    .scan_with(rest, *direction, *chunk, &mut visit)
             }
-            Reader::View(view) => guard(|| view.scan(&self.rest, self.direction, self.chunk))?,
+            Reader::View(view) => view.scan_with(rest, *direction, *chunk, &mut visit),
         };
-        if rows.len() < self.chunk {
+        if let Some(error) = failed {
+            return Err(error);
+        }
+        let scanned = guard(|| scanned)?;
+        if scanned < *chunk {
             self.exhausted = true;
         }
-        if let Some((last, _)) = rows.last() {
-            self.rest = self.rest.after(last, self.direction);
+        if scanned > 0 {
+            self.rest = self.rest.after(&last_key, self.direction);
         }
         self.chunk = (self.chunk * 4).min(MAX_CHUNK);
-        self.buffer.extend(rows);
         Ok(())
+    }
+}
+
+/// `row_type(key, value)`, or a `(key, value)` tuple.
+fn make_row(
+    py: Python<'_>,
+    row_type: Option<&RowType>,
+    key: &[u8],
+    value: &[u8],
+) -> PyResult<Py<PyAny>> {
+    let items = [
+        PyBytes::new(py, key).into_any(),
+        PyBytes::new(py, value).into_any(),
+    ];
+    match row_type {
+        Some(row_type) => row_type.make(py, items).map(Bound::unbind),
+        None => {
+            let pair = PyTuple::new(py, items)?.into_any();
+            untrack(&pair);
+            Ok(pair.unbind())
+        }
     }
 }
 
 #[pymethods]
 impl RangeIterator {
-    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
-        slf
-    }
-
-    fn __next__<'py>(&mut self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+    /// An iterator over the next chunk of rows (a list), or `None` at the end.
+    fn next_chunk<'py>(&mut self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
         self.fill(py)?;
-        let Some((key, value)) = self.buffer.pop_front() else {
+        if self.buffer.is_empty() {
+            self.current = None;
             return Ok(None);
-        };
-        let pair = PyTuple::new(py, [PyBytes::new(py, &key), PyBytes::new(py, &value)])?;
-        match &self.row {
-            None => Ok(Some(pair.into_any())),
-            Some((tuple_new, row_type)) => tuple_new
-                .call1(py, (row_type, pair))
-                .map(|row| Some(row.into_bound(py))),
         }
+        let rows = PyList::new(py, self.buffer.drain(..))?;
+        let iter = rows.try_iter()?.into_any();
+        self.current = Some((rows.unbind(), iter.clone().unbind()));
+        Ok(Some(iter))
     }
 
-    /// Key the next `__next__` returns, without consuming it; `None` at the end.
-    fn peek_next_key<'py>(&mut self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyBytes>>> {
+    /// Key of the next row, without taking it; `None` at the end.
+    fn peek_next_key<'py>(&mut self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        if let Some((rows, iter)) = &self.current {
+            // Python's list iterator knows how many rows of the chunk are left.
+            let left: usize = iter
+                .bind(py)
+                .call_method0(intern!(py, "__length_hint__"))?
+                .extract()?;
+            let rows = rows.bind(py);
+            if left > 0 {
+                return rows.get_item(rows.len() - left)?.get_item(0).map(Some);
+            }
+        }
         self.fill(py)?;
-        Ok(self.buffer.front().map(|(k, _)| PyBytes::new(py, k)))
+        self.buffer
+            .first()
+            .map(|row| row.bind(py).get_item(0))
+            .transpose()
     }
 
     fn close(&mut self) {
         self.buffer.clear();
+        self.current = None;
         self.exhausted = true;
     }
 }

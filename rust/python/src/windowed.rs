@@ -9,10 +9,10 @@ use kstate_core::session_store::SessionQueries;
 use kstate_core::window_store::WindowQueries;
 use kstate_core::{SegmentedOptions, SegmentedStore, SegmentedView, StoreOptions, ValueFormat};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyBytes, PyDict, PyTuple};
+use pyo3::types::{PyBool, PyBytes, PyDict, PyType};
 
 use crate::errors::guard;
-use crate::key_value_store::ttl_of;
+use crate::key_value_store::{ttl_of, RowType};
 use crate::progress::Progress;
 use crate::session_store::NativeSessionStore;
 use crate::window_store::NativeWindowStore;
@@ -141,6 +141,19 @@ pub struct WindowedIterator {
     decoder: Decoder,
     buffer: VecDeque<Row>,
     chunk: usize,
+    rows: WindowRows,
+}
+
+/// What `__next__` yields.
+enum WindowRows {
+    /// `(key, start, end, value)` tuples, for Python to decode.
+    Plain,
+    /// Finished `KeyValue` rows of stored bytes (bytes serdes): `KeyValue(start, value)` without
+    /// a `Windowed` type (one key's windows), else `KeyValue(Windowed(key, start, end), value)`.
+    Finished {
+        key_value: RowType,
+        windowed: Option<RowType>,
+    },
 }
 
 impl WindowedIterator {
@@ -152,6 +165,7 @@ impl WindowedIterator {
             decoder,
             buffer: VecDeque::new(),
             chunk: FIRST_CHUNK,
+            rows: WindowRows::Plain,
         }
     }
 
@@ -188,8 +202,8 @@ impl WindowedIterator {
         slf
     }
 
-    /// `(key, start, end, value)`.
-    fn __next__<'py>(&mut self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyTuple>>> {
+    /// `(key, start, end, value)`, or a finished row (`finished_rows`).
+    fn __next__<'py>(&mut self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
         self.fill(py)?;
         let Some((store_key, value)) = self.buffer.pop_front() else {
             return Ok(None);
@@ -198,8 +212,43 @@ impl WindowedIterator {
             Decoder::Window(q) => q.decode(&store_key),
             Decoder::Session(q) => q.decode(&store_key),
         })?;
-        let row = (PyBytes::new(py, key), start, end, PyBytes::new(py, &value));
-        Ok(Some(row.into_pyobject(py)?))
+        let value = PyBytes::new(py, &value);
+        let WindowRows::Finished {
+            key_value,
+            windowed,
+        } = &self.rows
+        else {
+            let row = (PyBytes::new(py, key), start, end, value);
+            return Ok(Some(row.into_pyobject(py)?.into_any()));
+        };
+        let first = match windowed {
+            None => start.into_pyobject(py)?.into_any(),
+            Some(windowed) => {
+                let fields = [
+                    PyBytes::new(py, key).into_any(),
+                    start.into_pyobject(py)?.into_any(),
+                    end.into_pyobject(py)?.into_any(),
+                ];
+                windowed.make(py, fields)?
+            }
+        };
+        key_value.make(py, [first, value.into_any()]).map(Some)
+    }
+
+    /// Makes `__next__` yield finished `KeyValue` rows of the stored bytes (see `WindowRows`);
+    /// returns the iterator.
+    #[pyo3(signature = (key_value, windowed=None))]
+    fn finished_rows(
+        mut slf: PyRefMut<'_, Self>,
+        key_value: Py<PyType>,
+        windowed: Option<Py<PyType>>,
+    ) -> PyResult<PyRefMut<'_, Self>> {
+        let py = slf.py();
+        slf.rows = WindowRows::Finished {
+            key_value: RowType::new(py, key_value)?,
+            windowed: windowed.map(|w| RowType::new(py, w)).transpose()?,
+        };
+        Ok(slf)
     }
 
     fn close(&mut self) {

@@ -1,0 +1,185 @@
+"""Window stores at scale: K keys with 10 one-minute tumbling windows each (K * 10 windows) in a
+kstate window store under the default 256 MiB budget, and the same rows in rocksdict (its
+defaults) under the window store's own keys (``key || window start || seqnum``, spec 1.6), each
+library in a process of its own, alternating, best of the runs. benches/README.md.
+
+    .venv/bin/python benches/scale_window.py 1000000 [--runs 2] [--dir /var/tmp]
+
+Rows: puts in time order (a minute of every key, then the next), kstate ``put`` per window and a
+commit every 100k, rocksdict a ``WriteBatch`` of 100k; then ``fetch(key, t0, t9)`` of 20k random
+keys (all 10 windows of one key: rocksdict iterates ``items(from_key=key || t0)`` up to
+``key || t9``), and ``fetch_all(t5, t5)`` (one minute of every key; kstate filters the segment's
+rows by time natively, rocksdict scans every row and compares the time bytes in Python, as a
+rocksdict user would).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+from scale import peak_rss  # benches/scale.py
+
+WINDOWS = 10
+MINUTE = 60_000
+T0 = 1_700_000_000_000 // MINUTE * MINUTE
+COMMIT_EVERY = 100_000
+FETCHES = 20_000
+BUDGET = 256 << 20
+VALUES = [os.urandom(100) for _ in range(4096)]
+
+
+def _key(i: int) -> bytes:
+    return b"key-%012d" % i
+
+
+def _store_key(key: bytes, start: int) -> bytes:
+    return key + struct.pack(">qi", start, 0)
+
+
+def run_kstate(n_keys: int, where: str) -> dict:
+    from kstate import Stores
+
+    supplier = Stores.persistent_window_store("windows", retention_ms=3_600_000, window_size_ms=MINUTE)
+    config = {"statestore.memory.max.bytes": BUDGET}
+    store = Stores.window_store_builder(supplier, "bytes", "bytes").with_config(config).build()
+    store.init(f"{where}/app/0_0")
+    put = store.put
+    started, staged = time.perf_counter(), 0
+    for w in range(WINDOWS):
+        start = T0 + w * MINUTE
+        for i in range(n_keys):
+            put(_key(i), VALUES[i % 4096], start)
+            staged += 1
+            if staged == COMMIT_EVERY:
+                store.commit(changelog_offset=0)
+                staged = 0
+    store.commit(changelog_offset=0)
+    put_seconds = time.perf_counter() - started
+    rng = random.Random(1)
+    keys = [_key(rng.randrange(n_keys)) for _ in range(FETCHES)]
+    last = T0 + (WINDOWS - 1) * MINUTE
+    started, rows = time.perf_counter(), 0
+    for key in keys:
+        for _row in store.fetch(key, T0, last):
+            rows += 1
+    fetch_seconds = time.perf_counter() - started
+    if rows != FETCHES * WINDOWS:
+        raise SystemExit(f"fetch found {rows} windows, expected {FETCHES * WINDOWS}")
+    middle = T0 + WINDOWS // 2 * MINUTE
+    started = time.perf_counter()
+    with store.fetch_all(middle, middle) as found:
+        fetched_all = sum(1 for _ in found)
+    fetch_all_seconds = time.perf_counter() - started
+    if fetched_all != n_keys:
+        raise SystemExit(f"fetch_all found {fetched_all} windows, expected {n_keys}")
+    store.close()
+    return _result(n_keys, put_seconds, fetch_seconds, fetch_all_seconds)
+
+
+def run_rocksdict(n_keys: int, where: str) -> dict:
+    from rocksdict import Options, Rdict, WriteBatch
+
+    db = Rdict(f"{where}/rocksdict", options=Options(raw_mode=True))
+    started, batch = time.perf_counter(), WriteBatch(raw_mode=True)
+    for w in range(WINDOWS):
+        start = T0 + w * MINUTE
+        for i in range(n_keys):
+            batch.put(_store_key(_key(i), start), VALUES[i % 4096])
+            if len(batch) == COMMIT_EVERY:
+                db.write(batch)
+                batch = WriteBatch(raw_mode=True)
+    db.write(batch)
+    put_seconds = time.perf_counter() - started
+    rng = random.Random(1)
+    keys = [_key(rng.randrange(n_keys)) for _ in range(FETCHES)]
+    last = T0 + (WINDOWS - 1) * MINUTE
+    started, rows = time.perf_counter(), 0
+    for key in keys:
+        upper = key + struct.pack(">qi", last, -1)
+        for store_key, _value in db.items(from_key=_store_key(key, T0)):
+            if store_key > upper:
+                break
+            rows += 1
+    fetch_seconds = time.perf_counter() - started
+    if rows != FETCHES * WINDOWS:
+        raise SystemExit(f"fetch found {rows} windows, expected {FETCHES * WINDOWS}")
+    middle = struct.pack(">q", T0 + WINDOWS // 2 * MINUTE)
+    started = time.perf_counter()
+    fetched_all = sum(1 for store_key, _value in db.items() if store_key[-12:-4] == middle)
+    fetch_all_seconds = time.perf_counter() - started
+    if fetched_all != n_keys:
+        raise SystemExit(f"fetch_all found {fetched_all} windows, expected {n_keys}")
+    db.close()
+    return _result(n_keys, put_seconds, fetch_seconds, fetch_all_seconds)
+
+
+def _result(n_keys: int, put_seconds: float, fetch_seconds: float, fetch_all_seconds: float) -> dict:
+    return {
+        "put_rate": n_keys * WINDOWS / put_seconds,
+        "fetch_rate": FETCHES / fetch_seconds,
+        # rows scanned per second: the whole store is read to find one minute's windows
+        "fetch_all_rate": n_keys * WINDOWS / fetch_all_seconds,
+        "rss": peak_rss(),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("keys", type=int, nargs="*")
+    parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--dir", default=None)
+    parser.add_argument("--child", nargs=3, metavar=("LIBRARY", "KEYS", "DIR"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        library, n_keys, where = args.child[0], int(args.child[1]), args.child[2]
+        run = run_kstate if library == "kstate" else run_rocksdict
+        print(json.dumps(run(n_keys, where)), flush=True)
+        return
+    print("| library | windows | put windows/s | fetch(key, t0, t9) /s | fetch_all rows scanned/s | peak RSS MiB |")
+    print("|---|---:|---:|---:|---:|---:|")
+    libraries = ["kstate", "rocksdict"]
+    for n_keys in args.keys:
+        runs: dict[str, list[dict]] = {library: [] for library in libraries}
+        for run in range(args.runs):
+            for library in libraries if run % 2 == 0 else libraries[::-1]:
+                where = tempfile.mkdtemp(prefix=f"kstate-window-{library}-", dir=args.dir)
+                try:
+                    out = subprocess.run(
+                        [sys.executable, __file__, "--child", library, str(n_keys), where],
+                        check=True,
+                        capture_output=True,
+                        text=True,
+                    ).stdout
+                finally:
+                    shutil.rmtree(where, ignore_errors=True)
+                runs[library].append(json.loads(out.strip().splitlines()[-1]))
+                print(f"<!-- {library} {n_keys:,} run {run + 1}: {json.dumps(runs[library][-1])} -->", flush=True)
+        best = {}
+        for library, results in runs.items():
+            best[library] = {k: max(r[k] for r in results) for k in ("put_rate", "fetch_rate", "fetch_all_rate")}
+            best[library]["rss"] = max(r["rss"] for r in results)
+            r = best[library]
+            print(
+                f"| {library} | {n_keys * WINDOWS:,} | {r['put_rate']:,.0f} | {r['fetch_rate']:,.0f} "
+                f"| {r['fetch_all_rate']:,.0f} | {r['rss'] / 2**20:,.0f} |",
+                flush=True,
+            )
+        k, p = best["kstate"], best["rocksdict"]
+        print(
+            f"| kstate / rocksdict | | {k['put_rate'] / p['put_rate']:.2f}x | {k['fetch_rate'] / p['fetch_rate']:.2f}x "
+            f"| {k['fetch_all_rate'] / p['fetch_all_rate']:.2f}x | {p['rss'] / k['rss']:.2f}x |",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
