@@ -561,3 +561,103 @@ def test_row_api_with_an_initial_state_is_called_per_max_records_as_spark(spark,
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
     per_chunk, per_key = [("0", 1, 1), ("0", 2, 2), ("1", 1, 1)], [("0", 1, 3), ("1", 1, 1)]
     assert results == [per_chunk] * (len(results) // 2) + [per_key] * (len(results) // 2)
+
+
+def every_api(spark, work, name, frame, keys, processor, output, batches=None, initial=None, then=None, **options):
+    """``processor`` (a class of ``spark_suite_processors``) on ``frame()`` grouped by ``keys``, on
+    Spark's pandas and Row APIs (PySpark 4.1+) and kstate's; results by API name: the rows of a
+    batch query, or the first ``batches`` non-empty outputs of a streaming one (checkpoints
+    ``work/cp-<name>-<api>``). ``then``: applied to each API's output (Spark's tests that
+    transform it); ``options`` go to kstate's ``transform_with_state``."""
+    options = {"num_partitions": 3, "time_mode": "None", "lock_timeout": 60, **options}
+    results = {}
+    for api in ("pandas", "row"):
+        pandas = api == "pandas"
+        grouped = frame().groupBy(*keys)
+        frames = {}
+        if hasattr(grouped, "transformWithState"):
+            method = "transformWithStateInPandas" if pandas else "transformWithState"
+            frames["spark"] = getattr(grouped, method)(
+                processor(pandas), output, "Update", options["time_mode"], initialState=initial
+            )
+        frames["kstate"] = transform_with_state(
+            frame(), keys, processor(pandas), output, work / f"state-{name}-{api}", work / f"changelog-{name}-{api}",
+            f"{name}-{api}", api=api, initial_state=initial, **options,
+        )  # fmt: skip
+        for system, result in frames.items():
+            result = result if then is None else then(result)
+            if batches is None:
+                results[f"{system} {api}"] = sorted(tuple(r) for r in result.collect())
+            else:
+                results[f"{system} {api}"] = collect(result, work / f"cp-{name}-{system}-{api}", batches)
+    return results
+
+
+def all_equal(results, expected):
+    """Every API's result is ``expected`` (so kstate's equal Spark's)."""
+    for api, got in results.items():
+        assert got == expected, api
+
+
+def test_batch_query_with_an_initial_state(spark, work):
+    """Spark's batch query with an initial state: a batch DataFrame, the initial value of key 0
+    added to its rows; key 3 (initial state only) emits nothing."""
+    df = spark.createDataFrame(R1, "id string, temperature int")
+    initial = spark.createDataFrame(INITIAL, "id string, initVal int").groupBy("id")
+    results = every_api(
+        spark, work, "batch", lambda: df, ["id"], p.Accumulated, "id string, value string", initial=initial
+    )
+    all_equal(results, [("0", str(789 + 123 + 46)), ("1", str(146 + 346))])
+
+
+def test_non_contiguous_grouping_columns_with_and_without_an_initial_state(spark, work):
+    """Spark's non-contiguous grouping columns: the key ``(id1, id2)`` is the input's first and
+    third columns (the initial state's second and third), with and without an initial state."""
+    rows = [("0", 123, "1"), ("0", 46, "1"), ("1", 146, "2"), ("1", 346, "2")]
+    write_rows(work, [rows], ("id1", "temperature", "id2"))
+    initial = spark.createDataFrame([(789, "0", "1"), (987, "3", "2")], "initVal int, id1 string, id2 string")
+    output = "id1 string, id2 string, value string"
+
+    def run(name, start):
+        stream = input_stream(spark, work, "id1 string, temperature long, id2 string")
+        return every_api(spark, work, name, lambda: stream, ["id1", "id2"], p.Accumulated, output, 1, start)
+
+    key_1 = ("1", "2", str(146 + 346))
+    all_equal(run("plain", None), [[("0", "1", str(123 + 46)), key_1]])
+    all_equal(run("initial", initial.groupBy("id1", "id2")), [[("0", "1", str(789 + 123 + 46)), key_1]])
+
+
+def test_a_non_nullable_state_field_fails_under_avro_encoding_as_spark(spark, work):
+    """Spark's not-nullable case: with ``stateStore.encodingFormat=avro``, a value state whose
+    fields are not nullable fails Spark's query with ``TRANSFORM_WITH_STATE_SCHEMA_MUST_BE_NULLABLE``
+    and kstate's ``transform_with_state`` with a ``StateSchemaError`` of the same name (before the
+    query starts); with Spark's default encoding both run it."""
+    from pyspark.errors import StreamingQueryException
+
+    from kstate.errors import StateSchemaError
+
+    write_rows(work, [R1], ("id", "temperature"))
+    output = "id string, name string"
+    error_class = "TRANSFORM_WITH_STATE_SCHEMA_MUST_BE_NULLABLE"
+    setting = "spark.sql.streaming.stateStore.encodingFormat"
+    spark.conf.set(setting, "avro")
+    try:
+        for api in ("pandas", "row"):
+            grouped = input_stream(spark, work, "id string, temperature long").groupBy("id")
+            if hasattr(grouped, "transformWithState"):
+                method = "transformWithStateInPandas" if api == "pandas" else "transformWithState"
+                frame = getattr(grouped, method)(p.NotNullable(api == "pandas"), output, "Update", "None")
+                query, _ = collecting(frame, work / f"cp-avro-{api}")
+                with pytest.raises(StreamingQueryException, match=error_class):
+                    query.processAllAvailable()
+                query.stop()
+            with pytest.raises(StateSchemaError, match=f"{error_class}.*'state' must be nullable"):
+                transform_with_state(
+                    input_stream(spark, work, "id string, temperature long"), ["id"], p.NotNullable(api == "pandas"),
+                    output, work / "state-avro", work / "changelog-avro", "avro", num_partitions=2, api=api,
+                )  # fmt: skip
+    finally:
+        spark.conf.unset(setting)
+    df = spark.createDataFrame(R1, "id string, temperature int")
+    results = every_api(spark, work, "unsaferow", lambda: df, ["id"], p.NotNullable, output)
+    all_equal(results, [("0", "name-0"), ("1", "name-1")])
