@@ -22,7 +22,7 @@ pytest.importorskip("pyspark")
 from pyspark import cloudpickle  # noqa: E402
 from pyspark.sql import Row  # noqa: E402
 
-from kstate.spark import transform_with_state  # noqa: E402
+from kstate.spark import read_processor_state, transform_with_state  # noqa: E402
 
 from . import spark_suite_processors as p  # noqa: E402
 from .workload import collecting, input_stream, spark_for_tests, write_file  # noqa: E402
@@ -567,22 +567,28 @@ def every_api(spark, work, name, frame, keys, processor, output, batches=None, i
     """``processor`` (a class of ``spark_suite_processors``) on ``frame()`` grouped by ``keys``, on
     Spark's pandas and Row APIs (PySpark 4.1+) and kstate's; results by API name: the rows of a
     batch query, or the first ``batches`` non-empty outputs of a streaming one (checkpoints
-    ``work/cp-<name>-<api>``). ``then``: applied to each API's output (Spark's tests that
-    transform it); ``options`` go to kstate's ``transform_with_state``."""
+    ``work/cp-<name>-<system>-<api>``; kstate's changelogs ``work/changelog-<name>-<api>``,
+    application id ``<name>-<api>``). ``initial``: the initial state, or a function of the API's
+    name giving it; ``then``: applied to each API's output (Spark's tests that transform it);
+    ``options`` go to kstate's ``transform_with_state``."""
     options = {"num_partitions": 3, "time_mode": "None", "lock_timeout": 60, **options}
     results = {}
     for api in ("pandas", "row"):
         pandas = api == "pandas"
+
+        def start(system, api=api):
+            return initial(f"{system} {api}") if callable(initial) else initial
+
         grouped = frame().groupBy(*keys)
         frames = {}
         if hasattr(grouped, "transformWithState"):
             method = "transformWithStateInPandas" if pandas else "transformWithState"
             frames["spark"] = getattr(grouped, method)(
-                processor(pandas), output, "Update", options["time_mode"], initialState=initial
+                processor(pandas), output, "Update", options["time_mode"], initialState=start("spark")
             )
         frames["kstate"] = transform_with_state(
             frame(), keys, processor(pandas), output, work / f"state-{name}-{api}", work / f"changelog-{name}-{api}",
-            f"{name}-{api}", api=api, initial_state=initial, **options,
+            f"{name}-{api}", api=api, initial_state=start("kstate"), **options,
         )  # fmt: skip
         for system, result in frames.items():
             result = result if then is None else then(result)
@@ -599,15 +605,18 @@ def all_equal(results, expected):
         assert got == expected, api
 
 
-def test_batch_query_with_an_initial_state(spark, work):
-    """Spark's batch query with an initial state: a batch DataFrame, the initial value of key 0
-    added to its rows; key 3 (initial state only) emits nothing."""
+def test_batch_queries_with_and_without_an_initial_state(spark, work):
+    """Spark's batch queries: a batch DataFrame with an initial state (the initial value of key 0
+    added to its rows; key 3, initial state only, emits nothing), and without one."""
     df = spark.createDataFrame(R1, "id string, temperature int")
     initial = spark.createDataFrame(INITIAL, "id string, initVal int").groupBy("id")
     results = every_api(
         spark, work, "batch", lambda: df, ["id"], p.Accumulated, "id string, value string", initial=initial
     )
     all_equal(results, [("0", str(789 + 123 + 46)), ("1", str(146 + 346))])
+    # Spark's batch query (map state, no initial state), on the Row API too.
+    results = every_api(spark, work, "plain", lambda: df, ["id"], p.Counters, "id string, countAsString string")
+    all_equal(results, [("0", "2"), ("1", "2")])
 
 
 def test_non_contiguous_grouping_columns_with_and_without_an_initial_state(spark, work):
@@ -661,3 +670,72 @@ def test_a_non_nullable_state_field_fails_under_avro_encoding_as_spark(spark, wo
     df = spark.createDataFrame(R1, "id string, temperature int")
     results = every_api(spark, work, "unsaferow", lambda: df, ["id"], p.NotNullable, output)
     all_equal(results, [("0", "name-0"), ("1", "name-1")])
+
+
+def statestore(spark, work, name, system, api, variable, field):
+    """A list state variable's ``(id, initVal)`` rows (``initVal``: the element's ``field``):
+    Spark's state data source on Spark's checkpoint, ``read_processor_state`` on kstate's
+    changelogs (``every_api``'s places)."""
+    if system == "spark":
+        reader = spark.read.format("statestore").option("stateVarName", variable)
+        frame = reader.load(str(work / f"cp-{name}-spark-{api}"))
+    else:
+        frame = read_processor_state(
+            spark, work / f"changelog-{name}-{api}", f"{name}-{api}", state_dir=work / f"reader-{name}-{api}",
+            stateVarName=variable,
+        )  # fmt: skip
+    return frame.selectExpr("key.id AS id", f"list_element.{field} AS initVal")
+
+
+def test_an_initial_state_of_many_rows_per_key_read_from_an_earlier_query(spark, work, partitions=3):
+    """Spark's restart with multiple rows of initial state: a first query's list state (five
+    elements per key), read with the state data source, is a second query's initial state; the
+    processor appends each key's initial rows to a list (pandas: one frame, Row: one call per row)
+    and sums the input in value state."""
+    first, second = work / "first", work / "second"
+    for place, files in ((first, [R1]), (second, [R1, AFTER_INITIAL])):
+        (place / "in").mkdir(parents=True)
+        write_rows(place, files, ("id", "temperature"))
+    schema = "id string, temperature long"
+    options = {"num_partitions": partitions}
+    results = every_api(
+        spark, work, "lists", lambda: input_stream(spark, first, schema), ["id"], p.InterleavedLists,
+        "id string, countAsString string", 1, **options,
+    )  # fmt: skip
+    all_equal(results, [[("0", "2"), ("1", "2")]])
+
+    def initial(api_name):
+        return statestore(spark, work, "lists", *api_name.split(), "listState1", "temperature").groupBy("id")
+
+    results = every_api(
+        spark, work, "multi", lambda: input_stream(spark, second, schema), ["id"], p.ListedInitialState,
+        "id string, value string", 2, initial, **options,
+    )  # fmt: skip
+    all_equal(results, [[("0", str(123 + 46)), ("1", str(146 + 346))], [("0", str(123 + 46 + 67)), ("3", "12")]])
+    for api_name in results:
+        elements = statestore(spark, work, "multi", *api_name.split(), "list_state", "value").collect()
+        elements = sorted(tuple(r) for r in elements)
+        assert elements == [(k, v) for k in "01" for v in (20, 20, 111, 120, 120)], api_name
+
+
+def test_an_initial_state_with_a_transformation_of_the_output(spark, work):
+    """Spark's initial state with an extra transformation: a ``select`` (a renamed key, the value
+    as JSON) on the output of the initial-state case."""
+    from pyspark.sql import functions as fn
+
+    write_rows(work, [R1, AFTER_INITIAL], ("id", "temperature"))
+    initial = spark.createDataFrame(INITIAL, "id string, initVal int").groupBy("id")
+
+    def then(frame):
+        return frame.select(fn.col("id").alias("key"), fn.to_json(fn.struct(fn.col("value"))).alias("value"))
+
+    results = every_api(
+        spark, work, "extra", lambda: input_stream(spark, work, "id string, temperature long"), ["id"],
+        p.Accumulated, "id string, value string", 2, initial, then,
+    )  # fmt: skip
+
+    def json_of(*rows):
+        return [(k, json.dumps({"value": str(v)}, separators=(",", ":"))) for k, v in rows]
+
+    first, second = json_of(("0", 789 + 123 + 46), ("1", 146 + 346)), json_of(("0", 789 + 123 + 46 + 67), ("3", 999))
+    all_equal(results, [first, second])
