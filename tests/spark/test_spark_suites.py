@@ -78,12 +78,15 @@ def collect(frame, checkpoint, batches, trigger="200 milliseconds", timeout=240)
     return [outputs[b] for b in sorted(outputs)][:batches]
 
 
-def four_ways(spark, work, name, schema, cases, time_mode, batches, initial=None, watermark=None, pandas_conf=None):
+def four_ways(
+    spark, work, name, schema, cases, time_mode, batches, initial=None, watermark=None, pandas_conf=None, partitions=3
+):
     """The suite of ``cases`` on Spark's pandas and Row APIs (PySpark 4.1+, whose runners kstate
     follows; 4.0's pandas runner cuts a key's rows by the JVM's Arrow batches) and on kstate's,
     same input (``work/in``); results by API name. ``pandas_conf``: session settings
     of the pandas runs (Arrow batch limits: Spark's Row API with an initial state would call
-    the processor once per ``maxRecordsPerBatch`` rows)."""
+    the processor once per ``maxRecordsPerBatch`` rows). ``partitions``: kstate's
+    ``num_partitions`` (Spark's come from the session's shuffle partitions)."""
     results = {}
     for pandas in (True, False):
         for key, value in (pandas_conf or {}).items():
@@ -105,7 +108,7 @@ def four_ways(spark, work, name, schema, cases, time_mode, batches, initial=None
         options = {"event_time_column": "eventTime", "watermark_delay_ms": watermark} if watermark else {}
         frame = transform_with_state(
             stream, ["case", "id"], p.Suite(cases_here, pandas), p.SUITE_OUTPUT, work / f"state-{name}-{api}",
-            work / f"changelog-{name}-{api}", name, num_partitions=3, time_mode=time_mode, api=api,
+            work / f"changelog-{name}-{api}", name, num_partitions=partitions, time_mode=time_mode, api=api,
             initial_state=initial_grouped, lock_timeout=60, **options,
         )  # fmt: skip
         results[f"kstate {api}"] = collect(frame, work / f"cp-kstate-{name}-{api}", batches)
@@ -739,3 +742,56 @@ def test_an_initial_state_with_a_transformation_of_the_output(spark, work):
 
     first, second = json_of(("0", 789 + 123 + 46), ("1", 146 + 346)), json_of(("0", 789 + 123 + 46 + 67), ("3", 999))
     all_equal(results, [first, second])
+
+
+def test_timers_and_initial_states_on_a_single_partition(spark, work):
+    """Spark's single-partition runs (one shuffle partition; kstate's ``num_partitions=1``): the
+    processing-time timer case and initial state with timers, the event-time case, and the
+    initial state of many rows per key read from an earlier query."""
+    spark.conf.set("spark.sql.shuffle.partitions", "1")
+    try:
+        processing = work / "processing"
+        (processing / "in").mkdir(parents=True)
+        files = [
+            tagged("timer", R3) + tagged("init_timers", R1),
+            tagged("timer", R1) + tagged("init_timers", AFTER_INITIAL),
+            tagged("timer", R2),
+        ]
+        write_rows(processing, files)
+        initial = spark.createDataFrame(tagged("init_timers", INITIAL), "case string, id string, initVal int")
+        cases = {"timer": p.CountdownTimer, "init_timers": p.AccumulatedWithTimers}
+        schema = "case string, id string, temperature long"
+        results = four_ways(spark, processing, "proc", schema, cases, "ProcessingTime", 3, initial, partitions=1)
+        facts = {
+            "timer": counts(
+                [("0", "1"), ("1", "1")], [("0", "3"), ("0", "-1"), ("1", "3")], [("0", "3"), ("0", "-1"), ("1", "5")]
+            ),
+            "init_timers": expect(
+                [{"id": "0", "value": "958"}, {"id": "1", "value": "492"}]
+                + [{"id": f"{k}-expired", "value": "timer"} for k in "03"],
+                [{"id": "0", "value": "1025"}, {"id": "3", "value": "999"}],
+            ),
+        }
+        check(results, facts)
+
+        event = work / "event"
+        (event / "in").mkdir(parents=True)
+        files = [[("event", "a", at(20))], [("event", "a", at(4))], [("event", "a", at(s)) for s in (2, 11, 13, 15)]]
+        write_rows(event, files, ("case", "id", "eventTime"))
+        schema = "case string, id string, eventTime timestamp"
+        cases = {"event": p.LatestEventTime}
+        results = four_ways(spark, event, "event", schema, cases, "eventtime", 3, watermark=10_000, partitions=1)
+        facts = {
+            "event": expect(
+                [{"id": "a", "timestamp": "20"}, {"id": "a-expired", "timestamp": "0"}],
+                [{"id": "a", "timestamp": "4"}, {"id": "a-expired", "timestamp": "10000"}],
+                [{"id": "a", "timestamp": "15"}, {"id": "a-expired", "timestamp": "10000"}],
+            ),
+        }
+        check(results, facts)
+
+        restart = work / "restart"
+        restart.mkdir()
+        test_an_initial_state_of_many_rows_per_key_read_from_an_earlier_query(spark, restart, partitions=1)
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", SPARK_TEST_CONF["spark.sql.shuffle.partitions"])
