@@ -478,6 +478,20 @@ class LatestEventTime(Base):
         yield self.emit(id=f"{key[0]}-expired", timestamp=str(expiredTimerInfo.getExpiryTimeInMs()))
 
 
+class EarliestEventTime(LatestEventTime):
+    """Spark's watermark-without-event-time case: the smallest event time (s) so far in value
+    state, no timers."""
+
+    def init(self, handle):
+        self.smallest = handle.getValueState("min_state", "value string")
+
+    def handleInputRows(self, key, rows, timerValues):  # noqa: N802, N803
+        earlier = [int(self.smallest.get()[0])] if self.smallest.exists() else []
+        smallest = str(min(earlier + self.seconds(rows)))
+        self.smallest.update((smallest,))
+        yield self.emit(id=key[0], timestamp=smallest)
+
+
 def composite_output(pandas, count):
     """Spark's composite-output case's row for a key seen ``count`` times (dicts for pandas,
     Rows for the Row API)."""

@@ -795,3 +795,21 @@ def test_timers_and_initial_states_on_a_single_partition(spark, work):
         test_an_initial_state_of_many_rows_per_key_read_from_an_earlier_query(spark, restart, partitions=1)
     finally:
         spark.conf.set("spark.sql.shuffle.partitions", SPARK_TEST_CONF["spark.sql.shuffle.partitions"])
+
+
+def test_a_watermark_without_event_time_filters_nothing(spark, work):
+    """Spark's watermark with time modes None and ProcessingTime: a watermarked input (10 s)
+    whose late rows still reach the processor (no event-time filtering outside EventTime), on
+    kstate too (the same ``withWatermark`` input, no ``event_time_column``)."""
+    files = [[("a", at(20))], [("a", at(4))], [("a", at(s)) for s in (2, 11, 13, 15)]]
+    write_rows(work, files, ("id", "eventTime"))
+
+    def frame():
+        return input_stream(spark, work, "id string, eventTime timestamp").withWatermark("eventTime", "10 seconds")
+
+    for time_mode in ("None", "ProcessingTime"):
+        results = every_api(
+            spark, work, time_mode.lower(), frame, ["id"], p.EarliestEventTime, "id string, timestamp string", 3,
+            time_mode=time_mode,
+        )  # fmt: skip
+        all_equal(results, [[("a", "20")], [("a", "4")], [("a", "2")]])
