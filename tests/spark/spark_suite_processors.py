@@ -314,7 +314,8 @@ class Composite(Base):
 
 
 class Accumulated(Base):
-    """Spark's initial-state case: the initial value plus every temperature, in value state."""
+    """Spark's initial-state case: the initial value plus every temperature, in value state; a
+    two-column key ``(id1, id2)`` comes out as two columns (Spark's non-contiguous-key case)."""
 
     timers = False
 
@@ -325,11 +326,14 @@ class Accumulated(Base):
     def handleInputRows(self, key, rows, timerValues):  # noqa: N802, N803
         total = (self.value.get()[0] if self.value.exists() else 0) + sum(self.temperatures(rows))
         self.value.update((total,))
-        yield self.emit(id=key[0], value=str(total))
+        if len(key) > 1:
+            yield self.emit(id1=key[0], id2=key[1], value=str(total))
+        else:
+            yield self.emit(id=key[0], value=str(total))
 
     def handleInitialState(self, key, initialState, timerValues):  # noqa: N802, N803
         value = int(initialState.at[0, "initVal"] if self.pandas else initialState.initVal)
-        assert {"0": 789, "3": 987}[key[0]] == value
+        assert {("0",): 789, ("3",): 987, ("0", "1"): 789, ("3", "2"): 987}[tuple(key)] == value
         self.value.update((value,))
         if self.timers:
             self.handle.registerTimer(timerValues.getCurrentProcessingTimeInMs() - 1)
@@ -341,6 +345,36 @@ class Accumulated(Base):
 
 class AccumulatedWithTimers(Accumulated):
     timers = True
+
+
+class ListedInitialState(Accumulated):
+    """Spark's multiple-rows initial-state case: every initial row of a key appended to a list
+    (the value state starts empty)."""
+
+    def init(self, handle):
+        super().init(handle)
+        self.initial = handle.getListState("list_state", "value int")
+
+    def handleInitialState(self, key, initialState, timerValues):  # noqa: N802, N803
+        values = initialState["initVal"].tolist() if self.pandas else [initialState.initVal]
+        for value in values:
+            self.initial.appendValue((int(value),))
+
+
+class NotNullable(Base):
+    """Spark's not-nullable case: value state whose fields are declared non-nullable."""
+
+    def init(self, handle):
+        from pyspark.sql.types import IntegerType, StringType, StructField, StructType
+
+        fields = [StructField("id", IntegerType(), False), StructField("name", StringType(), False)]
+        self.state = handle.getValueState("state", StructType(fields))
+
+    def handleInputRows(self, key, rows, timerValues):  # noqa: N802, N803
+        list(rows)
+        number = int(key[0])
+        self.state.update((number, f"name-{number}"))
+        yield self.emit(id=key[0], name=f"name-{number}")
 
 
 class CountdownTimer(Base):
@@ -442,6 +476,20 @@ class LatestEventTime(Base):
         self.largest.clear()
         self.handle.deleteTimer(expiredTimerInfo.getExpiryTimeInMs())
         yield self.emit(id=f"{key[0]}-expired", timestamp=str(expiredTimerInfo.getExpiryTimeInMs()))
+
+
+class EarliestEventTime(LatestEventTime):
+    """Spark's watermark-without-event-time case: the smallest event time (s) so far in value
+    state, no timers."""
+
+    def init(self, handle):
+        self.smallest = handle.getValueState("min_state", "value string")
+
+    def handleInputRows(self, key, rows, timerValues):  # noqa: N802, N803
+        earlier = [int(self.smallest.get()[0])] if self.smallest.exists() else []
+        smallest = str(min(earlier + self.seconds(rows)))
+        self.smallest.update((smallest,))
+        yield self.emit(id=key[0], timestamp=smallest)
 
 
 def composite_output(pandas, count):

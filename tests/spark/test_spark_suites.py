@@ -22,7 +22,7 @@ pytest.importorskip("pyspark")
 from pyspark import cloudpickle  # noqa: E402
 from pyspark.sql import Row  # noqa: E402
 
-from kstate.spark import transform_with_state  # noqa: E402
+from kstate.spark import read_processor_state, transform_with_state  # noqa: E402
 
 from . import spark_suite_processors as p  # noqa: E402
 from .workload import collecting, input_stream, spark_for_tests, write_file  # noqa: E402
@@ -78,12 +78,15 @@ def collect(frame, checkpoint, batches, trigger="200 milliseconds", timeout=240)
     return [outputs[b] for b in sorted(outputs)][:batches]
 
 
-def four_ways(spark, work, name, schema, cases, time_mode, batches, initial=None, watermark=None, pandas_conf=None):
+def four_ways(
+    spark, work, name, schema, cases, time_mode, batches, initial=None, watermark=None, pandas_conf=None, partitions=3
+):
     """The suite of ``cases`` on Spark's pandas and Row APIs (PySpark 4.1+, whose runners kstate
     follows; 4.0's pandas runner cuts a key's rows by the JVM's Arrow batches) and on kstate's,
     same input (``work/in``); results by API name. ``pandas_conf``: session settings
     of the pandas runs (Arrow batch limits: Spark's Row API with an initial state would call
-    the processor once per ``maxRecordsPerBatch`` rows)."""
+    the processor once per ``maxRecordsPerBatch`` rows). ``partitions``: kstate's
+    ``num_partitions`` (Spark's come from the session's shuffle partitions)."""
     results = {}
     for pandas in (True, False):
         for key, value in (pandas_conf or {}).items():
@@ -105,7 +108,7 @@ def four_ways(spark, work, name, schema, cases, time_mode, batches, initial=None
         options = {"event_time_column": "eventTime", "watermark_delay_ms": watermark} if watermark else {}
         frame = transform_with_state(
             stream, ["case", "id"], p.Suite(cases_here, pandas), p.SUITE_OUTPUT, work / f"state-{name}-{api}",
-            work / f"changelog-{name}-{api}", name, num_partitions=3, time_mode=time_mode, api=api,
+            work / f"changelog-{name}-{api}", name, num_partitions=partitions, time_mode=time_mode, api=api,
             initial_state=initial_grouped, lock_timeout=60, **options,
         )  # fmt: skip
         results[f"kstate {api}"] = collect(frame, work / f"cp-kstate-{name}-{api}", batches)
@@ -561,3 +564,252 @@ def test_row_api_with_an_initial_state_is_called_per_max_records_as_spark(spark,
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
     per_chunk, per_key = [("0", 1, 1), ("0", 2, 2), ("1", 1, 1)], [("0", 1, 3), ("1", 1, 1)]
     assert results == [per_chunk] * (len(results) // 2) + [per_key] * (len(results) // 2)
+
+
+def every_api(spark, work, name, frame, keys, processor, output, batches=None, initial=None, then=None, **options):
+    """``processor`` (a class of ``spark_suite_processors``) on ``frame()`` grouped by ``keys``, on
+    Spark's pandas and Row APIs (PySpark 4.1+) and kstate's; results by API name: the rows of a
+    batch query, or the first ``batches`` non-empty outputs of a streaming one (checkpoints
+    ``work/cp-<name>-<system>-<api>``; kstate's changelogs ``work/changelog-<name>-<api>``,
+    application id ``<name>-<api>``). ``initial``: the initial state, or a function of the API's
+    name giving it; ``then``: applied to each API's output (Spark's tests that transform it);
+    ``options`` go to kstate's ``transform_with_state``."""
+    options = {"num_partitions": 3, "time_mode": "None", "lock_timeout": 60, **options}
+    results = {}
+    for api in ("pandas", "row"):
+        pandas = api == "pandas"
+
+        def start(system, api=api):
+            return initial(f"{system} {api}") if callable(initial) else initial
+
+        grouped = frame().groupBy(*keys)
+        frames = {}
+        if hasattr(grouped, "transformWithState"):
+            method = "transformWithStateInPandas" if pandas else "transformWithState"
+            frames["spark"] = getattr(grouped, method)(
+                processor(pandas), output, "Update", options["time_mode"], initialState=start("spark")
+            )
+        frames["kstate"] = transform_with_state(
+            frame(), keys, processor(pandas), output, work / f"state-{name}-{api}", work / f"changelog-{name}-{api}",
+            f"{name}-{api}", api=api, initial_state=start("kstate"), **options,
+        )  # fmt: skip
+        for system, result in frames.items():
+            result = result if then is None else then(result)
+            if batches is None:
+                results[f"{system} {api}"] = sorted(tuple(r) for r in result.collect())
+            else:
+                results[f"{system} {api}"] = collect(result, work / f"cp-{name}-{system}-{api}", batches)
+    return results
+
+
+def all_equal(results, expected):
+    """Every API's result is ``expected`` (so kstate's equal Spark's)."""
+    for api, got in results.items():
+        assert got == expected, api
+
+
+def test_batch_queries_with_and_without_an_initial_state(spark, work):
+    """Spark's batch queries: a batch DataFrame with an initial state (the initial value of key 0
+    added to its rows; key 3, initial state only, emits nothing), and without one."""
+    df = spark.createDataFrame(R1, "id string, temperature int")
+    initial = spark.createDataFrame(INITIAL, "id string, initVal int").groupBy("id")
+    results = every_api(
+        spark, work, "batch", lambda: df, ["id"], p.Accumulated, "id string, value string", initial=initial
+    )
+    all_equal(results, [("0", str(789 + 123 + 46)), ("1", str(146 + 346))])
+    # Spark's batch query (map state, no initial state), on the Row API too.
+    results = every_api(spark, work, "plain", lambda: df, ["id"], p.Counters, "id string, countAsString string")
+    all_equal(results, [("0", "2"), ("1", "2")])
+
+
+def test_non_contiguous_grouping_columns_with_and_without_an_initial_state(spark, work):
+    """Spark's non-contiguous grouping columns: the key ``(id1, id2)`` is the input's first and
+    third columns (the initial state's second and third), with and without an initial state."""
+    rows = [("0", 123, "1"), ("0", 46, "1"), ("1", 146, "2"), ("1", 346, "2")]
+    write_rows(work, [rows], ("id1", "temperature", "id2"))
+    initial = spark.createDataFrame([(789, "0", "1"), (987, "3", "2")], "initVal int, id1 string, id2 string")
+    output = "id1 string, id2 string, value string"
+
+    def run(name, start):
+        stream = input_stream(spark, work, "id1 string, temperature long, id2 string")
+        return every_api(spark, work, name, lambda: stream, ["id1", "id2"], p.Accumulated, output, 1, start)
+
+    key_1 = ("1", "2", str(146 + 346))
+    all_equal(run("plain", None), [[("0", "1", str(123 + 46)), key_1]])
+    all_equal(run("initial", initial.groupBy("id1", "id2")), [[("0", "1", str(789 + 123 + 46)), key_1]])
+
+
+def test_a_non_nullable_state_field_fails_under_avro_encoding_as_spark(spark, work):
+    """Spark's not-nullable case: with ``stateStore.encodingFormat=avro``, a value state whose
+    fields are not nullable fails Spark's query with ``TRANSFORM_WITH_STATE_SCHEMA_MUST_BE_NULLABLE``
+    and kstate's ``transform_with_state`` with a ``StateSchemaError`` of the same name (before the
+    query starts); with Spark's default encoding both run it."""
+    from pyspark.errors import StreamingQueryException
+
+    from kstate.errors import StateSchemaError
+
+    write_rows(work, [R1], ("id", "temperature"))
+    output = "id string, name string"
+    error_class = "TRANSFORM_WITH_STATE_SCHEMA_MUST_BE_NULLABLE"
+    setting = "spark.sql.streaming.stateStore.encodingFormat"
+    spark.conf.set(setting, "avro")
+    try:
+        for api in ("pandas", "row"):
+            grouped = input_stream(spark, work, "id string, temperature long").groupBy("id")
+            if hasattr(grouped, "transformWithState"):
+                method = "transformWithStateInPandas" if api == "pandas" else "transformWithState"
+                frame = getattr(grouped, method)(p.NotNullable(api == "pandas"), output, "Update", "None")
+                query, _ = collecting(frame, work / f"cp-avro-{api}")
+                with pytest.raises(StreamingQueryException, match=error_class):
+                    query.processAllAvailable()
+                query.stop()
+            with pytest.raises(StateSchemaError, match=f"{error_class}.*'state' must be nullable"):
+                transform_with_state(
+                    input_stream(spark, work, "id string, temperature long"), ["id"], p.NotNullable(api == "pandas"),
+                    output, work / "state-avro", work / "changelog-avro", "avro", num_partitions=2, api=api,
+                )  # fmt: skip
+    finally:
+        spark.conf.unset(setting)
+    df = spark.createDataFrame(R1, "id string, temperature int")
+    results = every_api(spark, work, "unsaferow", lambda: df, ["id"], p.NotNullable, output)
+    all_equal(results, [("0", "name-0"), ("1", "name-1")])
+
+
+def statestore(spark, work, name, system, api, variable, field):
+    """A list state variable's ``(id, initVal)`` rows (``initVal``: the element's ``field``):
+    Spark's state data source on Spark's checkpoint, ``read_processor_state`` on kstate's
+    changelogs (``every_api``'s places)."""
+    if system == "spark":
+        reader = spark.read.format("statestore").option("stateVarName", variable)
+        frame = reader.load(str(work / f"cp-{name}-spark-{api}"))
+    else:
+        frame = read_processor_state(
+            spark, work / f"changelog-{name}-{api}", f"{name}-{api}", state_dir=work / f"reader-{name}-{api}",
+            stateVarName=variable,
+        )  # fmt: skip
+    return frame.selectExpr("key.id AS id", f"list_element.{field} AS initVal")
+
+
+def test_an_initial_state_of_many_rows_per_key_read_from_an_earlier_query(spark, work, partitions=3):
+    """Spark's restart with multiple rows of initial state: a first query's list state (five
+    elements per key), read with the state data source, is a second query's initial state; the
+    processor appends each key's initial rows to a list (pandas: one frame, Row: one call per row)
+    and sums the input in value state."""
+    first, second = work / "first", work / "second"
+    for place, files in ((first, [R1]), (second, [R1, AFTER_INITIAL])):
+        (place / "in").mkdir(parents=True)
+        write_rows(place, files, ("id", "temperature"))
+    schema = "id string, temperature long"
+    options = {"num_partitions": partitions}
+    results = every_api(
+        spark, work, "lists", lambda: input_stream(spark, first, schema), ["id"], p.InterleavedLists,
+        "id string, countAsString string", 1, **options,
+    )  # fmt: skip
+    all_equal(results, [[("0", "2"), ("1", "2")]])
+
+    def initial(api_name):
+        return statestore(spark, work, "lists", *api_name.split(), "listState1", "temperature").groupBy("id")
+
+    results = every_api(
+        spark, work, "multi", lambda: input_stream(spark, second, schema), ["id"], p.ListedInitialState,
+        "id string, value string", 2, initial, **options,
+    )  # fmt: skip
+    all_equal(results, [[("0", str(123 + 46)), ("1", str(146 + 346))], [("0", str(123 + 46 + 67)), ("3", "12")]])
+    for api_name in results:
+        elements = statestore(spark, work, "multi", *api_name.split(), "list_state", "value").collect()
+        elements = sorted(tuple(r) for r in elements)
+        assert elements == [(k, v) for k in "01" for v in (20, 20, 111, 120, 120)], api_name
+
+
+def test_an_initial_state_with_a_transformation_of_the_output(spark, work):
+    """Spark's initial state with an extra transformation: a ``select`` (a renamed key, the value
+    as JSON) on the output of the initial-state case."""
+    from pyspark.sql import functions as fn
+
+    write_rows(work, [R1, AFTER_INITIAL], ("id", "temperature"))
+    initial = spark.createDataFrame(INITIAL, "id string, initVal int").groupBy("id")
+
+    def then(frame):
+        return frame.select(fn.col("id").alias("key"), fn.to_json(fn.struct(fn.col("value"))).alias("value"))
+
+    results = every_api(
+        spark, work, "extra", lambda: input_stream(spark, work, "id string, temperature long"), ["id"],
+        p.Accumulated, "id string, value string", 2, initial, then,
+    )  # fmt: skip
+
+    def json_of(*rows):
+        return [(k, json.dumps({"value": str(v)}, separators=(",", ":"))) for k, v in rows]
+
+    first, second = json_of(("0", 789 + 123 + 46), ("1", 146 + 346)), json_of(("0", 789 + 123 + 46 + 67), ("3", 999))
+    all_equal(results, [first, second])
+
+
+def test_timers_and_initial_states_on_a_single_partition(spark, work):
+    """Spark's single-partition runs (one shuffle partition; kstate's ``num_partitions=1``): the
+    processing-time timer case and initial state with timers, the event-time case, and the
+    initial state of many rows per key read from an earlier query."""
+    spark.conf.set("spark.sql.shuffle.partitions", "1")
+    try:
+        processing = work / "processing"
+        (processing / "in").mkdir(parents=True)
+        files = [
+            tagged("timer", R3) + tagged("init_timers", R1),
+            tagged("timer", R1) + tagged("init_timers", AFTER_INITIAL),
+            tagged("timer", R2),
+        ]
+        write_rows(processing, files)
+        initial = spark.createDataFrame(tagged("init_timers", INITIAL), "case string, id string, initVal int")
+        cases = {"timer": p.CountdownTimer, "init_timers": p.AccumulatedWithTimers}
+        schema = "case string, id string, temperature long"
+        results = four_ways(spark, processing, "proc", schema, cases, "ProcessingTime", 3, initial, partitions=1)
+        facts = {
+            "timer": counts(
+                [("0", "1"), ("1", "1")], [("0", "3"), ("0", "-1"), ("1", "3")], [("0", "3"), ("0", "-1"), ("1", "5")]
+            ),
+            "init_timers": expect(
+                [{"id": "0", "value": "958"}, {"id": "1", "value": "492"}]
+                + [{"id": f"{k}-expired", "value": "timer"} for k in "03"],
+                [{"id": "0", "value": "1025"}, {"id": "3", "value": "999"}],
+            ),
+        }
+        check(results, facts)
+
+        event = work / "event"
+        (event / "in").mkdir(parents=True)
+        files = [[("event", "a", at(20))], [("event", "a", at(4))], [("event", "a", at(s)) for s in (2, 11, 13, 15)]]
+        write_rows(event, files, ("case", "id", "eventTime"))
+        schema = "case string, id string, eventTime timestamp"
+        cases = {"event": p.LatestEventTime}
+        results = four_ways(spark, event, "event", schema, cases, "eventtime", 3, watermark=10_000, partitions=1)
+        facts = {
+            "event": expect(
+                [{"id": "a", "timestamp": "20"}, {"id": "a-expired", "timestamp": "0"}],
+                [{"id": "a", "timestamp": "4"}, {"id": "a-expired", "timestamp": "10000"}],
+                [{"id": "a", "timestamp": "15"}, {"id": "a-expired", "timestamp": "10000"}],
+            ),
+        }
+        check(results, facts)
+
+        restart = work / "restart"
+        restart.mkdir()
+        test_an_initial_state_of_many_rows_per_key_read_from_an_earlier_query(spark, restart, partitions=1)
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", SPARK_TEST_CONF["spark.sql.shuffle.partitions"])
+
+
+def test_a_watermark_without_event_time_filters_nothing(spark, work):
+    """Spark's watermark with time modes None and ProcessingTime: a watermarked input (10 s)
+    whose late rows still reach the processor (no event-time filtering outside EventTime), on
+    kstate too (the same ``withWatermark`` input, no ``event_time_column``)."""
+    files = [[("a", at(20))], [("a", at(4))], [("a", at(s)) for s in (2, 11, 13, 15)]]
+    write_rows(work, files, ("id", "eventTime"))
+
+    def frame():
+        return input_stream(spark, work, "id string, eventTime timestamp").withWatermark("eventTime", "10 seconds")
+
+    for time_mode in ("None", "ProcessingTime"):
+        results = every_api(
+            spark, work, time_mode.lower(), frame, ["id"], p.EarliestEventTime, "id string, timestamp string", 3,
+            time_mode=time_mode,
+        )  # fmt: skip
+        all_equal(results, [[("a", "20")], [("a", "4")], [("a", "2")]])

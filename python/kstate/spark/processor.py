@@ -49,7 +49,7 @@ import struct
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from kstate.errors import InvalidArgumentError
+from kstate.errors import InvalidArgumentError, StateSchemaError
 from kstate.spark.backend import StateBackend
 from kstate.spark.exactly_once import StateLayout, TaskStores
 from kstate.spark.groups import OutputBatcher, iter_groups
@@ -233,6 +233,7 @@ def transform_with_state(
     processor.init(declaring)
     names = state_store_names(declaring.declared, time_mode)
     wanted = {name: _parsed_schemas(name, d) for name, d in declaring.declared.items()}
+    _refuse_non_nullable_under_avro(wanted, df.sparkSession)
     builders = [
         Stores.key_value_store_builder(Stores.persistent_key_value_store(name), "bytes", "bytes") for name in names
     ]
@@ -383,6 +384,26 @@ def _parsed_schemas(name: str, declared: Declared) -> VariableSchemas:
     if declared.kind == "map" and (value is None) != (key is None):
         raise InvalidArgumentError(f"map state {name!r}: give both userKeySchema and valueSchema, or neither")
     return VariableSchemas(declared.kind, () if value is None else (value,), key, declared.ttl_ms is not None)
+
+
+ENCODING_FORMAT = "spark.sql.streaming.stateStore.encodingFormat"
+
+
+def _refuse_non_nullable_under_avro(wanted: dict[str, VariableSchemas], spark: Any) -> None:
+    """With Spark's Avro state encoding set in the session, Spark refuses a state schema with a
+    non-nullable top-level field (``TRANSFORM_WITH_STATE_SCHEMA_MUST_BE_NULLABLE``): so does
+    kstate, though it does not encode with Avro, so that a processor refused there is refused
+    here (before the query starts, where Spark fails the query)."""
+    if str(spark.conf.get(ENCODING_FORMAT, "unsaferow")).strip().lower() != "avro":
+        return
+    for name, schemas in wanted.items():
+        for schema in schemas.values:
+            if not all(f.nullable for f in schema.fields):
+                raise StateSchemaError(
+                    f"[TRANSFORM_WITH_STATE_SCHEMA_MUST_BE_NULLABLE] with {ENCODING_FORMAT}=avro, all the fields "
+                    f"in the schema of state variable {name!r} must be nullable, as Spark requires: make them "
+                    f"nullable (or unset {ENCODING_FORMAT}). Current schema: {schema.simpleString()}"
+                )
 
 
 def _apply_initial_state(
