@@ -622,6 +622,10 @@ class RunningCount(Base):
         self.count.update((count + seen,))
         yield self.emit(id=key[0], count=count + seen)
 
+    def handleInitialState(self, key, initialState, timerValues):  # noqa: N802, N803
+        initial = initialState["initial_count"]
+        self.count.update((int(initial.iloc[0] if self.pandas else initial),))
+
 
 class TopScores(Base):
     """Spark's TwsTester fuzz case (top k): the ``K`` highest scores a key has had (list state),
