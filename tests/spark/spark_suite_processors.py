@@ -659,3 +659,17 @@ class WordFrequency(Base):
             count = (self.counts.getValue((word,)) or (0,))[0] + words.count(word)
             self.counts.updateValue((word,), (count,))
             yield self.emit(id=key[0], word=word, count=count)
+
+
+class ChainedEvents(Base):
+    """Spark's chaining case: no state; each row's event time passed on as ``outputTimestamp``."""
+
+    def init(self, handle):
+        pass
+
+    def handleInputRows(self, key, rows, timerValues):  # noqa: N802, N803
+        if self.pandas:
+            for frame in rows:
+                yield pd.DataFrame({"id": key[0], "outputTimestamp": frame["eventTime"]})
+        else:
+            yield from (Row(id=key[0], outputTimestamp=row.eventTime) for row in rows)

@@ -73,10 +73,10 @@ def counts(*batches):
     return expect(*[[{"id": i, "countAsString": c} for i, c in batch] for batch in batches])
 
 
-def collect(frame, checkpoint, batches, trigger="200 milliseconds", timeout=240):
+def collect(frame, checkpoint, batches, trigger="200 milliseconds", timeout=240, output_mode="update"):
     """The non-empty outputs of the query's first batches, in order, each a sorted list of
     tuples (the query runs until ``batches`` of them came)."""
-    query, outputs = collecting(frame, checkpoint, trigger)
+    query, outputs = collecting(frame, checkpoint, trigger, output_mode)
     deadline = time.monotonic() + timeout
     try:
         while len(outputs) < batches and query.exception() is None and time.monotonic() < deadline:
@@ -880,3 +880,44 @@ def test_tws_tester_fuzz_equals_streaming_queries(spark, work):
         assert outputs == expected[api.split()[1]], api
     if SparkTwsTester is not None:
         assert tester_outputs(SparkTwsTester, files) == expected
+
+
+def test_chained_aggregation_after_the_operator_with_a_watermark_on_its_output(spark, work):
+    """Spark's chaining case: an event-time processor (no state) passes each row's event time on
+    as ``outputTimestamp``; an Append-mode count by it (and by it and ``id``) follows. Spark names
+    the column with ``eventTimeColumnName``; kstate takes a ``.withWatermark`` on its output
+    instead (the same delay as the input's), and finalizes the same counts in the same batches:
+    10 s after batch 1, 11 s and 15 s after batch 2 (the row at 5 s is late and dropped)."""
+    files = [[("a", at(10)), ("b", at(15))], [("a", at(11)), ("c", at(25))], [("a", at(5))]]
+    write_rows(work, files, ("id", "eventTime"))
+    output = "id string, outputTimestamp timestamp"
+
+    def naive(seconds):
+        return at(seconds).replace(tzinfo=None)
+
+    # Spark's two groupings, one per API (each query costs seconds).
+    cases = {
+        "pandas": (("outputTimestamp",), [[(naive(10), 1)], [(naive(11), 1), (naive(15), 1)]]),
+        "row": (("outputTimestamp", "id"), [[(naive(10), "a", 1)], [(naive(11), "a", 1), (naive(15), "b", 1)]]),
+    }
+    for api, (grouping, want) in cases.items():
+        pandas = api == "pandas"
+        stream = input_stream(spark, work, "id string, eventTime timestamp")
+        frames = {}
+        grouped = stream.withWatermark("eventTime", "5 seconds").groupBy("id")
+        if hasattr(grouped, "transformWithState"):
+            method = "transformWithStateInPandas" if pandas else "transformWithState"
+            frames["spark"] = getattr(grouped, method)(
+                p.ChainedEvents(pandas), output, "Append", "EventTime", eventTimeColumnName="outputTimestamp"
+            )
+        name = f"chain-{len(grouping)}-{api}"
+        kstate = transform_with_state(
+            stream, ["id"], p.ChainedEvents(pandas), output, work / f"state-{name}", work / f"changelog-{name}",
+            name, num_partitions=3, time_mode="EventTime", event_time_column="eventTime",
+            watermark_delay_ms=5000, api=api, lock_timeout=60,
+        )  # fmt: skip
+        frames["kstate"] = kstate.withWatermark("outputTimestamp", "5 seconds")
+        for system, frame in frames.items():
+            counted = frame.groupBy(*grouping).count()
+            got = collect(counted, work / f"cp-{name}-{system}", 2, output_mode="append")
+            assert got == want, (system, api, grouping)
