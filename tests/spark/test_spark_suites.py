@@ -840,7 +840,7 @@ def fuzz_batches(seed=20, batches=3, rows=60):
     return [[row(case) for case in FUZZ_CASES for _ in range(rows)] for _ in range(batches)]
 
 
-def tester_outputs(tester_class, files):
+def outputs_of_tester(tester_class, files):
     """Per batch, the sorted ``(case, id, out)`` rows of ``tester_class`` (kstate's or Spark's
     TwsTester), one tester per case and API, fed key by key as a batch groups them."""
     results = {}
@@ -874,12 +874,12 @@ def test_tws_tester_fuzz_equals_streaming_queries(spark, work):
         spark, work, "fuzz", lambda: input_stream(spark, work, "case string, id string, value string, score double"),
         ["case", "id"], lambda pandas: p.Suite(FUZZ_CASES, pandas), p.SUITE_OUTPUT, batches=len(files),
     )  # fmt: skip
-    expected = tester_outputs(TwsTester, files)
+    expected = outputs_of_tester(TwsTester, files)
     assert all(batch for batch in expected["row"]) and expected["row"] == expected["pandas"]
     for api, outputs in results.items():
         assert outputs == expected[api.split()[1]], api
     if SparkTwsTester is not None:
-        assert tester_outputs(SparkTwsTester, files) == expected
+        assert outputs_of_tester(SparkTwsTester, files) == expected
 
 
 def test_chained_aggregation_after_the_operator_with_a_watermark_on_its_output(spark, work):
