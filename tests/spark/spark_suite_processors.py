@@ -608,3 +608,68 @@ class Calls(Base):
 
     def handleInitialState(self, key, initialState, timerValues):  # noqa: N802, N803
         self.calls.update((0,))
+
+
+class RunningCount(Base):
+    """Spark's TwsTester fuzz case: the rows a key has had so far (value state), after each batch."""
+
+    def init(self, handle):
+        self.count = handle.getValueState("count", "count int")
+
+    def handleInputRows(self, key, rows, timerValues):  # noqa: N802, N803
+        seen = sum(len(frame) for frame in rows) if self.pandas else sum(1 for _ in rows)
+        (count,) = self.count.get() or (0,)
+        self.count.update((count + seen,))
+        yield self.emit(id=key[0], count=count + seen)
+
+    def handleInitialState(self, key, initialState, timerValues):  # noqa: N802, N803
+        initial = initialState["initial_count"]
+        self.count.update((int(initial.iloc[0] if self.pandas else initial),))
+
+
+class TopScores(Base):
+    """Spark's TwsTester fuzz case (top k): the ``K`` highest scores a key has had (list state),
+    all of them after each batch."""
+
+    K = 5
+
+    def init(self, handle):
+        self.top = handle.getListState("topK", "score double")
+
+    def handleInputRows(self, key, rows, timerValues):  # noqa: N802, N803
+        new = [float(s) for frame in rows for s in frame["score"]] if self.pandas else [r.score for r in rows]
+        top = sorted([s for (s,) in self.top.get()] + new, reverse=True)[: self.K]
+        self.top.put([(s,) for s in top])
+        if self.pandas:
+            yield pd.DataFrame({"id": [key[0]] * len(top), "score": top})
+        else:
+            yield from (Row(id=key[0], score=s) for s in top)
+
+
+class WordFrequency(Base):
+    """Spark's TwsTester fuzz case (word frequency): a count per word and key (map state); each
+    word of the batch with its new count."""
+
+    def init(self, handle):
+        self.counts = handle.getMapState("frequencies", "word string", "count int")
+
+    def handleInputRows(self, key, rows, timerValues):  # noqa: N802, N803
+        words = [w for frame in rows for w in frame["value"]] if self.pandas else [r.value for r in rows]
+        for word in sorted(set(words)):
+            count = (self.counts.getValue((word,)) or (0,))[0] + words.count(word)
+            self.counts.updateValue((word,), (count,))
+            yield self.emit(id=key[0], word=word, count=count)
+
+
+class ChainedEvents(Base):
+    """Spark's chaining case: no state; each row's event time passed on as ``outputTimestamp``."""
+
+    def init(self, handle):
+        pass
+
+    def handleInputRows(self, key, rows, timerValues):  # noqa: N802, N803
+        if self.pandas:
+            for frame in rows:
+                yield pd.DataFrame({"id": key[0], "outputTimestamp": frame["eventTime"]})
+        else:
+            yield from (Row(id=key[0], outputTimestamp=row.eventTime) for row in rows)

@@ -12,6 +12,8 @@ docs' table (docs/stateful-processor.md) maps each Spark test to the case here.
 import collections
 import datetime
 import json
+import random
+import string
 import sys
 import time
 
@@ -19,15 +21,22 @@ import pytest
 
 pytest.importorskip("pyspark")
 
+import pandas as pd  # noqa: E402
 from pyspark import cloudpickle  # noqa: E402
 from pyspark.sql import Row  # noqa: E402
 
 from kstate.spark import read_processor_state, transform_with_state  # noqa: E402
+from kstate.spark.testing import TwsTester  # noqa: E402
 
 from . import spark_suite_processors as p  # noqa: E402
 from .workload import collecting, input_stream, spark_for_tests, write_file  # noqa: E402
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+try:
+    from pyspark.sql.streaming.tws_tester import TwsTester as SparkTwsTester
+except ImportError:  # PySpark before 4.2
+    SparkTwsTester = None
 
 SPARK_TEST_CONF = {
     "spark.sql.shuffle.partitions": "5",
@@ -64,10 +73,10 @@ def counts(*batches):
     return expect(*[[{"id": i, "countAsString": c} for i, c in batch] for batch in batches])
 
 
-def collect(frame, checkpoint, batches, trigger="200 milliseconds", timeout=240):
+def collect(frame, checkpoint, batches, trigger="200 milliseconds", timeout=240, output_mode="update"):
     """The non-empty outputs of the query's first batches, in order, each a sorted list of
     tuples (the query runs until ``batches`` of them came)."""
-    query, outputs = collecting(frame, checkpoint, trigger)
+    query, outputs = collecting(frame, checkpoint, trigger, output_mode)
     deadline = time.monotonic() + timeout
     try:
         while len(outputs) < batches and query.exception() is None and time.monotonic() < deadline:
@@ -813,3 +822,102 @@ def test_a_watermark_without_event_time_filters_nothing(spark, work):
             time_mode=time_mode,
         )  # fmt: skip
         all_equal(results, [[("a", "20")], [("a", "4")], [("a", "2")]])
+
+
+FUZZ_CASES = {"running_count": p.RunningCount, "top_k": p.TopScores, "word_frequency": p.WordFrequency}
+
+
+def fuzz_batches(seed=20, batches=3, rows=60):
+    """Random input of Spark's TwsTester fuzz tests, per batch ``(case, id, value, score)`` rows:
+    six keys a case, five-letter values (one letter for word frequency), scores to 1/1000."""
+    rng = random.Random(seed)
+
+    def row(case):
+        letters = 1 if case == "word_frequency" else 5
+        value = "".join(rng.choices(string.ascii_lowercase, k=letters))
+        return (case, f"key{rng.randint(0, 5)}", value, rng.randint(0, 1_000_000) / 1000)
+
+    return [[row(case) for case in FUZZ_CASES for _ in range(rows)] for _ in range(batches)]
+
+
+def outputs_of_tester(tester_class, files):
+    """Per batch, the sorted ``(case, id, out)`` rows of ``tester_class`` (kstate's or Spark's
+    TwsTester), one tester per case and API, fed key by key as a batch groups them."""
+    results = {}
+    for api in ("pandas", "row"):
+        testers = {case: tester_class(make(api == "pandas")) for case, make in FUZZ_CASES.items()}
+        batches = []
+        for rows in files:
+            out = []
+            grouped = collections.defaultdict(list)
+            for case, key, value, score in rows:
+                grouped[(case, key)].append(Row(id=key, value=value, score=score))
+            for (case, key), values in grouped.items():
+                if api == "pandas":
+                    frame = testers[case].testInPandas(key, pd.DataFrame([v.asDict() for v in values]))
+                    records = frame.to_dict("records")
+                else:
+                    records = [r.asDict(recursive=True) for r in testers[case].test(key, values)]
+                out.extend((case, key, p.as_json(r)) for r in records)
+            batches.append(sorted(out))
+        results[api] = batches
+    return results
+
+
+def test_tws_tester_fuzz_equals_streaming_queries(spark, work):
+    """Spark's TwsTester fuzz tests (running count, top k, word frequency on random input, fixed
+    seed): kstate's TwsTester, Spark's (PySpark 4.2+) and the streaming queries of Spark's and
+    kstate's ``transform_with_state`` give the same rows batch by batch, on both APIs."""
+    files = fuzz_batches()
+    write_rows(work, files, ("case", "id", "value", "score"))
+    results = every_api(
+        spark, work, "fuzz", lambda: input_stream(spark, work, "case string, id string, value string, score double"),
+        ["case", "id"], lambda pandas: p.Suite(FUZZ_CASES, pandas), p.SUITE_OUTPUT, batches=len(files),
+    )  # fmt: skip
+    expected = outputs_of_tester(TwsTester, files)
+    assert all(batch for batch in expected["row"]) and expected["row"] == expected["pandas"]
+    for api, outputs in results.items():
+        assert outputs == expected[api.split()[1]], api
+    if SparkTwsTester is not None:
+        assert outputs_of_tester(SparkTwsTester, files) == expected
+
+
+def test_chained_aggregation_after_the_operator_with_a_watermark_on_its_output(spark, work):
+    """Spark's chaining case: an event-time processor (no state) passes each row's event time on
+    as ``outputTimestamp``; an Append-mode count by it (and by it and ``id``) follows. Spark names
+    the column with ``eventTimeColumnName``; kstate takes a ``.withWatermark`` on its output
+    instead (the same delay as the input's), and finalizes the same counts in the same batches:
+    10 s after batch 1, 11 s and 15 s after batch 2 (the row at 5 s is late and dropped)."""
+    files = [[("a", at(10)), ("b", at(15))], [("a", at(11)), ("c", at(25))], [("a", at(5))]]
+    write_rows(work, files, ("id", "eventTime"))
+    output = "id string, outputTimestamp timestamp"
+
+    def naive(seconds):
+        return at(seconds).replace(tzinfo=None)
+
+    # Spark's two groupings, one per API (each query costs seconds).
+    cases = {
+        "pandas": (("outputTimestamp",), [[(naive(10), 1)], [(naive(11), 1), (naive(15), 1)]]),
+        "row": (("outputTimestamp", "id"), [[(naive(10), "a", 1)], [(naive(11), "a", 1), (naive(15), "b", 1)]]),
+    }
+    for api, (grouping, want) in cases.items():
+        pandas = api == "pandas"
+        stream = input_stream(spark, work, "id string, eventTime timestamp")
+        frames = {}
+        grouped = stream.withWatermark("eventTime", "5 seconds").groupBy("id")
+        if hasattr(grouped, "transformWithState"):
+            method = "transformWithStateInPandas" if pandas else "transformWithState"
+            frames["spark"] = getattr(grouped, method)(
+                p.ChainedEvents(pandas), output, "Append", "EventTime", eventTimeColumnName="outputTimestamp"
+            )
+        name = f"chain-{len(grouping)}-{api}"
+        kstate = transform_with_state(
+            stream, ["id"], p.ChainedEvents(pandas), output, work / f"state-{name}", work / f"changelog-{name}",
+            name, num_partitions=3, time_mode="EventTime", event_time_column="eventTime",
+            watermark_delay_ms=5000, api=api, lock_timeout=60,
+        )  # fmt: skip
+        frames["kstate"] = kstate.withWatermark("outputTimestamp", "5 seconds")
+        for system, frame in frames.items():
+            counted = frame.groupBy(*grouping).count()
+            got = collect(counted, work / f"cp-{name}-{system}", 2, output_mode="append")
+            assert got == want, (system, api, grouping)

@@ -16,6 +16,7 @@ import pytest
 
 pytest.importorskip("pyspark")
 
+import pandas as pd  # noqa: E402
 from pyspark import cloudpickle  # noqa: E402
 from pyspark.sql import Row  # noqa: E402
 from pyspark.sql.streaming import StatefulProcessor  # noqa: E402
@@ -465,10 +466,11 @@ def test_a_killed_worker_then_the_state_read_back_typed_equal_the_reference(spar
 
 
 class Counts(StatefulProcessor):
-    """A count per user and per (user, category), typed with ``value_schema`` / ``n_schema``."""
+    """A count per user and per (user, category), typed with ``value_schema`` / ``n_schema``;
+    ``pandas``: the pandas API's form."""
 
-    def __init__(self, value_schema, n_schema):
-        self.value_schema, self.n_schema = value_schema, n_schema
+    def __init__(self, value_schema, n_schema, pandas=False):
+        self.value_schema, self.n_schema, self.pandas = value_schema, n_schema, pandas
 
     def init(self, handle):
         self.count = handle.getValueState("count", self.value_schema)
@@ -477,20 +479,27 @@ class Counts(StatefulProcessor):
     def handleInputRows(self, key, rows, timerValues):  # noqa: N802, N803
         stored = self.count.get()
         count = 0 if stored is None else stored[-1]
-        for row in rows:
+        categories = [c for frame in rows for c in frame["category"]] if self.pandas else [r.category for r in rows]
+        for category in categories:
             count += 1
-            n = self.per_category.getValue((row.category,))
-            self.per_category.updateValue((row.category,), ((n[-1] if n else 0) + 1,))
+            n = self.per_category.getValue((category,))
+            self.per_category.updateValue((category,), ((n[-1] if n else 0) + 1,))
         self.count.update((None, count) if "note" in self.value_schema else (count,))
         top = sum(n for (n,) in self.per_category.values())
-        yield Row(user=key[0], count=count, categories=top)
+        if self.pandas:
+            yield pd.DataFrame({"user": [key[0]], "count": [count], "categories": [top]})
+        else:
+            yield Row(user=key[0], count=count, categories=top)
 
 
 def changelog_files(root):
     return sorted((str(p.relative_to(root)), p.stat().st_size) for p in root.rglob("*") if p.is_file())
 
 
-def test_schema_evolution_reads_old_state_and_an_incompatible_change_fails_at_start(spark, work):
+@pytest.mark.parametrize("api", ["row", "pandas"])
+def test_schema_evolution_reads_old_state_and_an_incompatible_change_fails_at_start(spark, work, api):
+    """Spark's schema evolution cases, on either API: a compatible change reads the old state, an
+    incompatible one fails at start (kstate's rules, see the docs' Typed state)."""
     from kstate.errors import StateSchemaError
 
     # Files arrive as each query needs them: a query stopped after its batches cannot have run
@@ -503,7 +512,7 @@ def test_schema_evolution_reads_old_state_and_an_incompatible_change_fails_at_st
     def query(processor, batches, checkpoint="cp"):
         frame = transform_with_state(
             input_stream(spark, work, schema), ["user"], processor, output, work / "state", work / "changelog",
-            "typed", num_partitions=2, api="row", lock_timeout=60,
+            "typed", num_partitions=2, api=api, lock_timeout=60,
         )  # fmt: skip
         return run(frame, work / checkpoint, batches=batches)
 
@@ -513,11 +522,11 @@ def test_schema_evolution_reads_old_state_and_an_incompatible_change_fails_at_st
         counts.update(users)
         out.append(sorted((u, counts[u], counts[u]) for u in set(users)))
 
-    first = query(Counts("count int", "n int"), batches=2)
+    first = query(Counts("count int", "n int", pandas=api == "pandas"), batches=2)
     assert first == out[:2]
     # Compatible: a nullable field added in front, int widened to long (values and map values).
     write_file(work, 2, file_rows(2))
-    second = query(Counts("note string, count long", "n long"), batches=1)
+    second = query(Counts("note string, count long", "n long", pandas=api == "pandas"), batches=1)
     assert second == out[2:]
 
     # The state reader reads values of either schema as the current one: batch 1's were "count int".
@@ -532,7 +541,11 @@ def test_schema_evolution_reads_old_state_and_an_incompatible_change_fails_at_st
     after_two = collections.Counter(u for i in range(2) for u in file_rows(i)["user"])
     assert stored(batchId=1) == {u: (None, n) for u, n in after_two.items()}
     before = changelog_files(work / "changelog")
-    for incompatible in (Counts("count string", "n long"), Counts("note string, count long", "n int")):
+    incompatible_changes = (
+        Counts("count string", "n long", pandas=api == "pandas"),
+        Counts("note string, count long", "n int", pandas=api == "pandas"),
+    )
+    for incompatible in incompatible_changes:
         with pytest.raises(StateSchemaError, match="changed type"):
             query(incompatible, batches=1, checkpoint="cp-bad")
     assert changelog_files(work / "changelog") == before, "a refused query touches nothing"

@@ -113,8 +113,8 @@ def run_to_end(frame, work, on_batch):
     assert query.exception() is None
 
 
-def collecting(frame, checkpoint, trigger="200 milliseconds"):
-    """Starts the streaming ``frame`` (update mode, a ``processingTime`` trigger); returns the
+def collecting(frame, checkpoint, trigger="200 milliseconds", output_mode="update"):
+    """Starts the streaming ``frame`` (``output_mode``, a ``processingTime`` trigger); returns the
     query and ``{batch id: its rows as sorted tuples}`` of the batches with rows, filled as
     they run (at-least-once: a replay reports again)."""
     outputs = {}
@@ -125,7 +125,7 @@ def collecting(frame, checkpoint, trigger="200 milliseconds"):
             outputs[batch_id] = rows
 
     query = (
-        frame.writeStream.outputMode("update")
+        frame.writeStream.outputMode(output_mode)
         .foreachBatch(sink)
         .option("checkpointLocation", str(checkpoint))
         .trigger(processingTime=trigger)

@@ -555,8 +555,8 @@ class StatefulProcessorHandle:
         if name in self._variables:
             _delete(self._variables.pop(name))
         self._read_ahead.pop(name, None)
-        if self._stores is None:
-            return
+        if self._stores is None or name not in self._stores:
+            return  # declared nowhere: nothing was ever stored under it
         store = self._stores[name]
         with store.all() as entries:
             keys = [k for k, _ in entries]

@@ -16,7 +16,9 @@ fired = tester.setProcessingTime(60_000)             # timers due by then fire; 
 
 Processing time starts at 0 and the watermark at 0 (event time); both only move forward, by
 ``setProcessingTime`` and ``setWatermark``, each of which fires the timers due and then removes
-expired state, as the end of a micro-batch does. Schemas given as ``StructType`` are enforced;
+expired state, as the end of a micro-batch does. In ``EventTime`` mode ``eventTimeExtractor`` (a
+row's event time in ms) is required: rows at or below the watermark never reach the processor, as
+in a query. Schemas given as ``StructType`` are enforced;
 DDL strings need a Spark session to parse, so without one their values are stored as Spark
 normalizes them (tuples) but not checked.
 """
@@ -25,7 +27,7 @@ from __future__ import annotations
 
 import pickle
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from kstate.errors import InvalidArgumentError
@@ -38,6 +40,8 @@ from kstate.spark.state_variables import (
     ValueState,
 )
 from kstate.stores import Stores
+
+OUTPUT_MODES = {"append", "update", "complete"}
 
 
 def _typed(declared: Any) -> TypedSchemas | None:
@@ -52,7 +56,8 @@ def _typed(declared: Any) -> TypedSchemas | None:
 class TwsTester:
     """Runs ``processor`` key by key on in-memory state (see the module docstring).
     ``initialStateRow``: ``(key, Row)`` pairs, ``initialStatePandas``: ``(key, DataFrame)``
-    pairs, handed to ``handleInitialState`` at once."""
+    pairs, handed to ``handleInitialState`` at once. ``outputMode`` is checked, as Spark's tester
+    takes it; ``eventTimeExtractor``: see the module docstring."""
 
     def __init__(
         self,
@@ -60,11 +65,20 @@ class TwsTester:
         initialStateRow: Iterable[tuple[Any, Any]] | None = None,  # noqa: N803
         initialStatePandas: Iterable[tuple[Any, Any]] | None = None,  # noqa: N803
         timeMode: str = "None",  # noqa: N803
+        outputMode: str = "Append",  # noqa: N803
+        eventTimeExtractor: Callable[[Any], int] | None = None,  # noqa: N803
     ):
         if initialStateRow is not None and initialStatePandas is not None:
             raise InvalidArgumentError("give initialStateRow or initialStatePandas, not both")
+        if str(outputMode).lower() not in OUTPUT_MODES:
+            raise InvalidArgumentError(
+                f"outputMode must be one of {sorted(OUTPUT_MODES)} (any case), got {outputMode!r}"
+            )
         self.processor = processor
         self._time_mode = canonical_time_mode(timeMode)
+        if self._time_mode == "EventTime" and eventTimeExtractor is None:
+            raise InvalidArgumentError('timeMode "EventTime" needs eventTimeExtractor (a row\'s event time in ms)')
+        self._event_time = eventTimeExtractor
         self._processing_time = 0
         self._watermark = 0
         self._pandas = initialStatePandas is not None
@@ -90,12 +104,17 @@ class TwsTester:
         """``handleInputRows`` of ``key`` with ``input`` (``Row``s); its output ``Row``s."""
         self._pandas = False
         self._at(key)
+        if self._event_time is not None:
+            input = [row for row in input if self._event_time(row) > self._watermark]  # noqa: A001
         return list(self.processor.handleInputRows(self._key(key), iter(input), self._timer_values()))
 
     def testInPandas(self, key: Any, input: Any) -> Any:  # noqa: N802, A002
         """``handleInputRows`` of ``key`` with one ``pandas.DataFrame``; its output concatenated."""
         self._pandas = True
         self._at(key)
+        if self._event_time is not None and len(input):
+            on_time = input.apply(lambda row: self._event_time(row) > self._watermark, axis=1)
+            input = input[on_time].reset_index(drop=True)  # noqa: A001
         return self._frame(self.processor.handleInputRows(self._key(key), iter([input]), self._timer_values()))
 
     # -- time --------------------------------------------------------------------------------------
