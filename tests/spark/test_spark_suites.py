@@ -16,6 +16,7 @@ import random
 import string
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -80,6 +81,11 @@ def collect(frame, checkpoint, batches, trigger="200 milliseconds", timeout=240,
     deadline = time.monotonic() + timeout
     try:
         while len(outputs) < batches and query.exception() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        # The sink sees a batch's rows before Spark writes its commit log: stopping then leaves a
+        # checkpoint without that batch, which Spark's state reader refuses to read.
+        committed = Path(checkpoint) / "commits" / str(max(outputs, default=-1))
+        while outputs and not committed.exists() and query.exception() is None and time.monotonic() < deadline:
             time.sleep(0.1)
     finally:
         query.stop()
