@@ -64,9 +64,7 @@ def run_kstate(n_keys: int, where: str) -> dict:
                 staged = 0
     store.commit(changelog_offset=0)
     put_seconds = time.perf_counter() - started
-    rng = random.Random(1)
-    keys = [_key(rng.randrange(n_keys)) for _ in range(FETCHES)]
-    last = T0 + (WINDOWS - 1) * MINUTE
+    keys, last = _fetches(n_keys)
     started, rows = time.perf_counter(), 0
     for key in keys:
         for _row in store.fetch(key, T0, last):
@@ -99,9 +97,7 @@ def run_rocksdict(n_keys: int, where: str) -> dict:
                 batch = WriteBatch(raw_mode=True)
     db.write(batch)
     put_seconds = time.perf_counter() - started
-    rng = random.Random(1)
-    keys = [_key(rng.randrange(n_keys)) for _ in range(FETCHES)]
-    last = T0 + (WINDOWS - 1) * MINUTE
+    keys, last = _fetches(n_keys)
     started, rows = time.perf_counter(), 0
     for key in keys:
         upper = key + struct.pack(">qi", last, -1)
@@ -120,6 +116,12 @@ def run_rocksdict(n_keys: int, where: str) -> dict:
         raise SystemExit(f"fetch_all found {fetched_all} windows, expected {n_keys}")
     db.close()
     return _result(n_keys, put_seconds, fetch_seconds, fetch_all_seconds)
+
+
+def _fetches(n_keys: int) -> tuple[list[bytes], int]:
+    """The keys both libraries fetch (the same seeded draw) and the last window start."""
+    rng = random.Random(1)
+    return [_key(rng.randrange(n_keys)) for _ in range(FETCHES)], T0 + (WINDOWS - 1) * MINUTE
 
 
 def _result(n_keys: int, put_seconds: float, fetch_seconds: float, fetch_all_seconds: float) -> dict:
