@@ -5,12 +5,12 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use kstate_core::format::packed::{BinaryBuilder, BinaryColumn};
 use kstate_core::log::{
     compact_objects, filename_prefix, CleanupPolicy, CompactedObject, LogConfig, NewRecord,
     OffsetIndexEntry, OpenReport, Partition, SegmentObject, TimeIndexEntry, Topic,
     INVALID_TIMESTAMP,
 };
-use kstate_core::packed::{BinaryBuilder, BinaryColumn};
 use kstate_core::record::{
     decode_records, Compression, Magic, MessageSetBuilder, Record, TimestampType,
 };

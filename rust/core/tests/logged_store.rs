@@ -5,10 +5,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use kstate_core::changelog::{Changelog, Publisher};
-use kstate_core::checkpoint::OffsetCheckpoint;
+use kstate_core::format::checkpoint::OffsetCheckpoint;
 use kstate_core::log::{filename_prefix, LogConfig, NewRecord, Partition};
-use kstate_core::logged_store::{CommitStage, LoggedStore, StoreChangelog};
+use kstate_core::logged::changelog::{Changelog, Publisher};
+use kstate_core::logged::logged_store::{CommitStage, LoggedStore, StoreChangelog};
 use kstate_core::record::{decode_records, Compression, Magic, MessageSetBuilder};
 use kstate_core::{Direction, Error, KeyRange, KeyValueStore, StoreOptions, ValueFormat};
 

@@ -3,13 +3,15 @@
 use std::fs;
 use std::path::Path;
 
-use kstate_core::changelog::Changelog;
-use kstate_core::key_range::Direction;
-use kstate_core::key_schema::window;
+use kstate_core::format::key_schema::window;
+use kstate_core::format::timestamped::encode;
 use kstate_core::log::{LogConfig, Partition};
-use kstate_core::logged_store::{LoggedStore, StoreChangelog};
-use kstate_core::segmented::{scan, ScanCursor, SegmentQuery, SegmentReader, SegmentedKeys};
-use kstate_core::timestamped::encode;
+use kstate_core::logged::changelog::Changelog;
+use kstate_core::logged::logged_store::{LoggedStore, StoreChangelog};
+use kstate_core::segmented::segmented_store::{
+    scan, ScanCursor, SegmentQuery, SegmentReader, SegmentedKeys,
+};
+use kstate_core::store::key_range::Direction;
 use kstate_core::{
     SegmentedOptions, SegmentedStore, SessionStore, StoreOptions, Ttl, TtlClock, ValueFormat,
     WindowStore,
@@ -20,7 +22,7 @@ const MINUTE: i64 = 60_000;
 fn options(retention_ms: i64, format: ValueFormat, ttl: Option<Ttl>) -> SegmentedOptions {
     SegmentedOptions {
         retention_ms,
-        segment_interval: kstate_core::segments::segment_interval(retention_ms),
+        segment_interval: kstate_core::segmented::segments::segment_interval(retention_ms),
         format,
         store: StoreOptions {
             transactional: true,
@@ -125,7 +127,7 @@ fn window_fetches_are_inclusive_ordered_and_segmented() {
 }
 
 fn q_key(key: &[u8], start: i64) -> Vec<u8> {
-    kstate_core::key_schema::window::to_store_key(key, start, 0)
+    kstate_core::format::key_schema::window::to_store_key(key, start, 0)
 }
 
 #[test]
@@ -173,7 +175,7 @@ fn duplicates_get_sequence_numbers() {
     assert_eq!(got.len(), 2);
     assert_eq!(
         got[1].0,
-        kstate_core::key_schema::window::to_store_key(b"k", 0, 2)
+        kstate_core::format::key_schema::window::to_store_key(b"k", 0, 2)
     );
     assert_eq!(store.fetch(b"k", 0).unwrap(), Some(b"1".to_vec()));
 }
@@ -316,7 +318,8 @@ fn spilled_segments_commit_through_the_intent() {
     // Kafka's openExisting gives up on a store directory holding anything but segments.
     for entry in std::fs::read_dir(dir.path().join("w")).unwrap() {
         let name = entry.unwrap().file_name().into_string().unwrap();
-        let parsed = kstate_core::segments::parse_segment_name("w", &name, opts.segment_interval);
+        let parsed =
+            kstate_core::segmented::segments::parse_segment_name("w", &name, opts.segment_interval);
         assert!(parsed.is_some(), "{name} in the store directory");
     }
     assert!(dir.path().join(".w.300000.uncommitted").is_dir());

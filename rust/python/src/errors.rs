@@ -26,7 +26,7 @@ pub fn to_py(error: Error) -> PyErr {
         let (class, message) = match error {
             Error::Closed(m) => ("StoreClosedError", m),
             Error::InvalidState(m)
-                if m.starts_with(kstate_core::logged_store::STORE_BEHIND_CHANGELOG) =>
+                if m.starts_with(kstate_core::logged::logged_store::STORE_BEHIND_CHANGELOG) =>
             {
                 ("StoreBehindChangelogError", m)
             }

@@ -1,12 +1,12 @@
-//! Binds `kstate_core::store` for `kstate.key_value_store`: convert arguments, call the core,
+//! Binds `kstate_core::store::key_value` for `kstate.key_value_store`: convert arguments, call the core,
 //! map errors. No store logic lives here.
 
 use std::collections::HashMap;
 use std::path::Path;
 
-use kstate_core::changelog::{published_marker, Changelog};
-use kstate_core::packed::{BinaryBuilder, BinaryColumn};
-use kstate_core::store::VisitWrite;
+use kstate_core::format::packed::{BinaryBuilder, BinaryColumn};
+use kstate_core::logged::changelog::{published_marker, Changelog};
+use kstate_core::store::key_value::VisitWrite;
 use kstate_core::{
     Direction, KeyRange, KeyValueStore, ReadCommittedView, StoreOptions, Ttl, TtlClock, ValueFormat,
 };

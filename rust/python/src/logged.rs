@@ -6,10 +6,10 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use kstate_core::changelog::{Changelog, CleaningReport, Publisher};
-use kstate_core::checkpoint::OffsetCheckpoint;
+use kstate_core::format::checkpoint::OffsetCheckpoint;
 use kstate_core::log::LogConfig;
-use kstate_core::logged_store::{ChangelogTarget, LoggedStore, StoreChangelog};
+use kstate_core::logged::changelog::{Changelog, CleaningReport, Publisher};
+use kstate_core::logged::logged_store::{ChangelogTarget, LoggedStore, StoreChangelog};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 

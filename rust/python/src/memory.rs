@@ -1,9 +1,11 @@
-//! Binds `kstate_core::memory_budget` and `rocks_options` for `kstate.memory`: the process's
+//! Binds `kstate_core::store::memory_budget` and `rocks_options` for `kstate.memory`: the process's
 //! budget and RocksDB options as stores open them, and what memory the process uses.
 
 use std::sync::Arc;
 
-use kstate_core::memory_budget::{check_limit, DEFAULT_MEMORY_MAX_BYTES, MIN_MEMORY_MAX_BYTES};
+use kstate_core::store::memory_budget::{
+    check_limit, DEFAULT_MEMORY_MAX_BYTES, MIN_MEMORY_MAX_BYTES,
+};
 use kstate_core::{MemoryBudget, RocksConfig, StoreMemory};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};

@@ -9,7 +9,7 @@
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 
-use kstate_core::packed::{BinaryBuilder, BinaryColumn};
+use kstate_core::format::packed::{BinaryBuilder, BinaryColumn};
 use kstate_core::record::{
     self as codec, Compression, Entry, InnerRecords, Magic, MessageSetBuilder, RecordColumnsView,
     RecordView, TimestampType,

@@ -1,8 +1,8 @@
-//! Binds `kstate_core::row_codec` for `kstate.spark.row_codec`: Python objects in and out of the
+//! Binds `kstate_core::spark::row_codec` for `kstate.spark.row_codec`: Python objects in and out of the
 //! core's row layout, checked on write as Spark's `_make_type_verifier` checks them (same
 //! exception kind, Spark's message naming the field). The layout itself is the core's.
 
-use kstate_core::row_codec::{
+use kstate_core::spark::row_codec::{
     self as core, DataType, DecimalValue, Kind, NodeId, StructField, ValueSink, ValueSource, Width,
 };
 use pyo3::prelude::*;

@@ -1,9 +1,9 @@
-//! Binds `kstate_core::session_store` for `kstate.session_store`: convert, call the core, map
+//! Binds `kstate_core::segmented::session_store` for `kstate.session_store`: convert, call the core, map
 //! errors. No store logic lives here.
 
-use kstate_core::key_schema::session;
-use kstate_core::segmented::{SegmentReader, SegmentedKeys};
-use kstate_core::session_store::SessionQueries;
+use kstate_core::format::key_schema::session;
+use kstate_core::segmented::segmented_store::{SegmentReader, SegmentedKeys};
+use kstate_core::segmented::session_store::SessionQueries;
 use kstate_core::{SegmentedView, SessionStore};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};

@@ -1,7 +1,7 @@
-//! Binds `kstate_core::spark_hash` for `kstate.spark.hashing`: Spark's `hash()` and
+//! Binds `kstate_core::spark::hash` for `kstate.spark.hashing`: Spark's `hash()` and
 //! `HashPartitioning` partition ids over Arrow column buffers, computed without the GIL.
 
-use kstate_core::spark_hash::{hash_columns, to_partition_ids, ColumnBuffers, ColumnKind};
+use kstate_core::spark::hash::{hash_columns, to_partition_ids, ColumnBuffers, ColumnKind};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 

@@ -1,10 +1,10 @@
-//! Binds `kstate_core::upgrade` and `inspect` for `kstate.upgrade` and `kstate inspect`: offline
+//! Binds `kstate_core::tools::upgrade` and `inspect` for `kstate.upgrade` and `kstate inspect`: offline
 //! store-format upgrades, and what a store directory holds, read-only.
 
 use std::collections::HashMap;
 use std::path::Path;
 
-use kstate_core::{inspect, upgrade};
+use kstate_core::tools::{inspect, upgrade};
 use pyo3::prelude::*;
 
 use crate::errors::guard;

@@ -1,6 +1,6 @@
-//! Binds `kstate_core::timestamped` for `kstate.value_and_timestamp`.
+//! Binds `kstate_core::format::timestamped` for `kstate.value_and_timestamp`.
 
-use kstate_core::timestamped;
+use kstate_core::format::timestamped;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 

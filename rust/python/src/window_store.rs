@@ -1,9 +1,9 @@
-//! Binds `kstate_core::window_store` for `kstate.window_store`: convert, call the core, map
+//! Binds `kstate_core::segmented::window_store` for `kstate.window_store`: convert, call the core, map
 //! errors. No store logic lives here.
 
-use kstate_core::key_schema::window;
-use kstate_core::segmented::{SegmentReader, SegmentedKeys};
-use kstate_core::window_store::WindowQueries;
+use kstate_core::format::key_schema::window;
+use kstate_core::segmented::segmented_store::{SegmentReader, SegmentedKeys};
+use kstate_core::segmented::window_store::WindowQueries;
 use kstate_core::{SegmentedView, WindowStore};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};

@@ -4,9 +4,11 @@
 use std::collections::VecDeque;
 use std::path::Path;
 
-use kstate_core::segmented::{self, Row, ScanCursor, SegmentQuery, SegmentReader, SegmentedKeys};
-use kstate_core::session_store::SessionQueries;
-use kstate_core::window_store::WindowQueries;
+use kstate_core::segmented::segmented_store::{
+    self as segmented, Row, ScanCursor, SegmentQuery, SegmentReader, SegmentedKeys,
+};
+use kstate_core::segmented::session_store::SessionQueries;
+use kstate_core::segmented::window_store::WindowQueries;
 use kstate_core::{SegmentedOptions, SegmentedStore, SegmentedView, StoreOptions, ValueFormat};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyType};
@@ -306,7 +308,7 @@ macro_rules! segmented_store_methods {
 
             #[getter]
             fn stream_time(&self) -> i64 {
-                use kstate_core::segmented::SegmentReader;
+                use kstate_core::segmented::segmented_store::SegmentReader;
                 self.segments().stream_time()
             }
 
@@ -346,7 +348,7 @@ macro_rules! segmented_store_methods {
                 crate::key_value_store::PackedArray<'py>,
                 crate::key_value_store::PackedArray<'py>,
             )> {
-                use kstate_core::segmented::SegmentedKeys;
+                use kstate_core::segmented::segmented_store::SegmentedKeys;
                 let segments = self.logged.inner.store.segments_mut();
                 crate::key_value_store::packed_writes(py, large, |visit| {
                     segments.previous_values_of_staged(visit)
@@ -372,7 +374,7 @@ macro_rules! segmented_store_methods {
 
         impl $class {
             fn segments(&self) -> &kstate_core::SegmentedStore {
-                use kstate_core::segmented::SegmentedKeys;
+                use kstate_core::segmented::segmented_store::SegmentedKeys;
                 self.logged.inner.store.segments()
             }
         }

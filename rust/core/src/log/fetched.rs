@@ -8,7 +8,7 @@ use super::file_io::IoContext;
 use super::partition::Partition;
 use super::scan::{scan_entries, Visit, SCAN_CHUNK_BYTES};
 use crate::error::{Error, Result};
-use crate::timestamped::NO_TIMESTAMP;
+use crate::format::timestamped::NO_TIMESTAMP;
 
 /// What [`Partition::append_fetched`] appended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -10,7 +10,7 @@
 
 use super::offset_index::OffsetIndex;
 use super::time_index::TimeIndex;
-use crate::timestamped::NO_TIMESTAMP;
+use crate::format::timestamped::NO_TIMESTAMP;
 
 /// A segment's two indexes and what the rule needs to extend them.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -11,9 +11,9 @@ use super::recovery::{index_interval, load_segments, OpenReport};
 use super::segment::{LogSegment, MAX_SEGMENT_FILE_BYTES};
 use super::timestamp_validation::validate_timestamps;
 use crate::error::{Error, Result};
-use crate::packed::BinaryColumn;
+use crate::format::packed::BinaryColumn;
+use crate::format::timestamped::NO_TIMESTAMP;
 use crate::record::{Magic, MessageSetBuilder, TimestampType};
-use crate::timestamped::NO_TIMESTAMP;
 
 /// The message format kstate writes: v1 (KIP-32 timestamps), readable by every Kafka since 0.10.
 const WRITE_MAGIC: Magic = Magic::V1;

@@ -20,8 +20,8 @@ use super::scan::{
 };
 use super::time_index::{TimeIndex, TimeIndexEntry};
 use crate::error::{Error, Result};
+use crate::format::timestamped::NO_TIMESTAMP;
 use crate::record::shallow_entries;
-use crate::timestamped::NO_TIMESTAMP;
 
 /// Index positions are i32, so a segment file cannot grow past this.
 pub(crate) const MAX_SEGMENT_FILE_BYTES: u64 = i32::MAX as u64;

@@ -4,7 +4,7 @@
 
 use super::index_file::IndexEntry;
 use super::sparse_index::SparseIndex;
-use crate::timestamped::NO_TIMESTAMP;
+use crate::format::timestamped::NO_TIMESTAMP;
 
 /// One 12-byte `.timeindex` entry: i64 timestamp, then the i32 offset relative to the
 /// segment's base offset, both big-endian.

@@ -8,8 +8,8 @@
 
 use super::config::LogConfig;
 use crate::error::{Error, Result};
+use crate::format::timestamped::NO_TIMESTAMP;
 use crate::record::TimestampType;
-use crate::timestamped::NO_TIMESTAMP;
 
 /// The start of every timestamp rejection message.
 pub const INVALID_TIMESTAMP: &str = "INVALID_TIMESTAMP (32)";

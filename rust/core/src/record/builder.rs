@@ -5,7 +5,7 @@ use super::compression;
 use super::legacy::{self, write_entry};
 use super::{Compression, Magic, TimestampType};
 use crate::error::{Error, Result};
-use crate::timestamped::NO_TIMESTAMP;
+use crate::format::timestamped::NO_TIMESTAMP;
 
 /// Appends records and produces one message set: one entry per record when uncompressed,
 /// otherwise a single compressed wrapper holding them all.

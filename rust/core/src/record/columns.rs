@@ -5,7 +5,7 @@ use super::builder::MessageSetBuilder;
 use super::reader::{shallow_entries, RecordView};
 use super::{Compression, Magic, TimestampType};
 use crate::error::{Error, Result};
-use crate::packed::{BinaryBuilder, BinaryColumn};
+use crate::format::packed::{BinaryBuilder, BinaryColumn};
 
 /// Code of [`TimestampType::CreateTime`] in a timestamp-type column (Kafka's type id).
 pub const TIMESTAMP_TYPE_CREATE_TIME: u8 = 0;

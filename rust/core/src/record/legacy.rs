@@ -5,7 +5,7 @@
 use super::libdeflate::crc32;
 use super::{Compression, Magic, TimestampType};
 use crate::error::{Error, Result};
-use crate::timestamped::NO_TIMESTAMP;
+use crate::format::timestamped::NO_TIMESTAMP;
 
 /// Bytes before each message: the i64 offset and the i32 message size (`LOG_OVERHEAD`).
 pub(crate) const LOG_OVERHEAD: usize = 12;

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use foldhash::fast::RandomState;
 
-use crate::memory_budget::MemoryBudget;
+use crate::store::memory_budget::MemoryBudget;
 
 /// Bytes charged per entry besides key and value (hash table slot and two vector headers).
 const ENTRY_OVERHEAD: usize = 64;
@@ -277,7 +277,7 @@ mod tests {
     use super::*;
 
     fn cache(capacity: usize) -> ReadCache {
-        let budget = MemoryBudget::new(crate::memory_budget::MIN_MEMORY_MAX_BYTES).unwrap();
+        let budget = MemoryBudget::new(crate::store::memory_budget::MIN_MEMORY_MAX_BYTES).unwrap();
         ReadCache::new(capacity, budget)
     }
 

@@ -27,7 +27,7 @@ use rocksdb::{
 };
 
 use crate::error::{Error, Result};
-use crate::memory_budget::MemoryBudget;
+use crate::store::memory_budget::MemoryBudget;
 
 const BLOCK_BYTES: usize = 4 << 10;
 const BLOOM_BITS_PER_KEY: f64 = 10.0;

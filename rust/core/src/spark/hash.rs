@@ -12,7 +12,7 @@
 //! - several columns: each column's hash is seeded with the previous column's result.
 
 use crate::error::{Error, Result};
-use crate::packed::BinaryColumn;
+use crate::format::packed::BinaryColumn;
 
 /// The seed of Spark's `hash()` and of `HashPartitioning`.
 pub const SEED: i32 = 42;

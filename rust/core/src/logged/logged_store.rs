@@ -12,15 +12,15 @@
 //!
 //! With a remote changelog, 1 ends by uploading the records (the publication point) before the
 //! local marker; a crash in between is a crash between 1 and 2 once the caller has fetched the
-//! upload back into the local log ([`crate::changelog::Changelog::add_published`]).
+//! upload back into the local log ([`crate::logged::changelog::Changelog::add_published`]).
 
-use crate::changelog::{Changelog, CleaningReport};
-use crate::checkpoint::{OffsetCheckpoint, Offsets};
-use crate::committed::Write;
 use crate::error::{Error, Result};
+use crate::format::checkpoint::{OffsetCheckpoint, Offsets};
 use crate::log::NewRecord;
-use crate::segmented::SegmentedKeys;
-use crate::store::{CommitProgress, KeyValueStore};
+use crate::logged::changelog::{Changelog, CleaningReport};
+use crate::segmented::segmented_store::SegmentedKeys;
+use crate::store::committed::Write;
+use crate::store::key_value::{CommitProgress, KeyValueStore};
 
 /// How the error of a store whose offset is below its changelog's start begins: the store must
 /// be wiped and restored from scratch (Kafka Streams' `OffsetOutOfRange` -> wipe).
@@ -172,7 +172,7 @@ fn record_of<'a, S: ChangelogTarget>(
 ) -> Result<NewRecord<'a>> {
     let (timestamp, value) = match value {
         Some(v) if timestamped => {
-            let (ts, raw) = crate::timestamped::decode(v)?;
+            let (ts, raw) = crate::format::timestamped::decode(v)?;
             (ts, Some(raw))
         }
         other => (S::record_timestamp(key)?.unwrap_or(now_ms), other),

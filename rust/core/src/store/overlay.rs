@@ -16,8 +16,8 @@ use std::sync::OnceLock;
 use foldhash::fast::RandomState;
 use indexmap::IndexMap;
 
-use crate::committed::Write;
-use crate::key_range::{Direction, KeyRange};
+use crate::store::committed::Write;
+use crate::store::key_range::{Direction, KeyRange};
 
 #[derive(Debug, Default)]
 pub struct Overlay {

@@ -10,8 +10,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use rocksdb::compaction_filter::Decision;
 
 use crate::error::{Error, Result};
-use crate::key_range::Direction;
-use crate::merge::{merge_visit, SortedSource, VisitEntry};
+use crate::store::key_range::Direction;
+use crate::store::merge::{merge_visit, SortedSource, VisitEntry};
 
 /// What "now" is for expiry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -150,7 +150,7 @@ pub fn merge_live(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::timestamped::encode;
+    use crate::format::timestamped::encode;
 
     #[test]
     fn stream_time_expiry_is_ttl_or_more_behind_the_largest_timestamp() {
@@ -182,7 +182,7 @@ mod tests {
 
     #[test]
     fn merge_live_skips_expired_rows_and_counts_only_live_ones() {
-        use crate::merge::IterSource;
+        use crate::store::merge::IterSource;
         let ttl = Ttl::new(10, TtlClock::StreamTime).unwrap();
         ttl.observe(&encode(100, b""));
         let rows: Vec<(Vec<u8>, Vec<u8>)> = (0u8..10)

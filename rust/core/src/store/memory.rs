@@ -4,10 +4,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 use std::sync::RwLock;
 
-use crate::committed::{CommittedState, OffsetWrite, Write};
 use crate::error::{Error, Result};
-use crate::key_range::{Direction, KeyRange};
-use crate::merge::SortedSource;
+use crate::store::committed::{CommittedState, OffsetWrite, Write};
+use crate::store::key_range::{Direction, KeyRange};
+use crate::store::merge::SortedSource;
 
 #[derive(Default)]
 pub struct MemoryState {
@@ -135,7 +135,10 @@ impl CommittedState for MemoryState {
                 None => offsets.remove(key),
             };
             if let Some(time) = stream_time {
-                offsets.insert(crate::offsets::TTL_STREAM_TIME_KEY.to_string(), time);
+                offsets.insert(
+                    crate::format::offsets::TTL_STREAM_TIME_KEY.to_string(),
+                    time,
+                );
             }
         }
         Ok(())

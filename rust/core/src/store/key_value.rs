@@ -6,19 +6,19 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use rocksdb::WriteBatch;
 
-use crate::committed::{CommittedState, OffsetWrite, Write};
 use crate::error::{Error, Result};
-use crate::key_range::{Direction, KeyRange};
-use crate::memory::MemoryState;
-use crate::memory_budget::{MemoryProbe, StoreAccount, StoreMemory};
-use crate::merge::{IterSource, SortedSource, VisitEntry};
-use crate::offsets::{self, STATUS_CLOSED, STATUS_OPEN};
-use crate::overlay::Overlay;
-use crate::read_cache::{Generations, ReadCache};
-use crate::rocks::{RocksState, ValueFormat};
-use crate::rocks_options::RocksConfig;
-use crate::spill::Spill;
-use crate::ttl::{self, Ttl};
+use crate::format::offsets::{self, STATUS_CLOSED, STATUS_OPEN};
+use crate::store::committed::{CommittedState, OffsetWrite, Write};
+use crate::store::key_range::{Direction, KeyRange};
+use crate::store::memory::MemoryState;
+use crate::store::memory_budget::{MemoryProbe, StoreAccount, StoreMemory};
+use crate::store::merge::{IterSource, SortedSource, VisitEntry};
+use crate::store::overlay::Overlay;
+use crate::store::read_cache::{Generations, ReadCache};
+use crate::store::rocks::{RocksState, ValueFormat};
+use crate::store::rocks_options::RocksConfig;
+use crate::store::spill::Spill;
+use crate::store::ttl::{self, Ttl};
 
 /// Kafka's proposed default for `statestore.uncommitted.max.bytes` (64 MiB).
 pub const DEFAULT_MAX_UNCOMMITTED_BYTES: usize = 64 * 1024 * 1024;

@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use rocksdb::{Cache, WriteBufferManager};
 
 use crate::error::{Error, Result};
-use crate::read_cache::Generations;
+use crate::store::read_cache::Generations;
 
 /// A Spark Python worker's share of an executor: several workers (one per core) share its
 /// memory overhead, which Spark sizes at 10% of executor memory (at least 384 MiB).

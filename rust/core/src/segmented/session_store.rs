@@ -6,10 +6,12 @@
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::key_range::{successor, Direction, KeyRange};
-use crate::key_schema::session;
-use crate::segmented::{min_live_time, SegmentQuery, SegmentedKeys, SegmentedStore};
-use crate::segments::segment_id;
+use crate::format::key_schema::session;
+use crate::segmented::segmented_store::{
+    min_live_time, SegmentQuery, SegmentedKeys, SegmentedStore,
+};
+use crate::segmented::segments::segment_id;
+use crate::store::key_range::{successor, Direction, KeyRange};
 
 /// How a store's queries are shaped: retention and segment interval.
 #[derive(Debug, Clone, Copy)]

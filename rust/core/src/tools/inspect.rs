@@ -8,7 +8,7 @@ use std::path::Path;
 use rocksdb::{Options, DB};
 
 use crate::error::{Error, Result};
-use crate::offsets::{self, OFFSETS_CF, STATUS_KEY};
+use crate::format::offsets::{self, OFFSETS_CF, STATUS_KEY};
 
 /// What `summarize` found in a store directory.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -58,7 +58,7 @@ pub fn summarize(path: &Path) -> Result<StoreSummary> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{KeyValueStore, StoreOptions};
+    use crate::store::key_value::{KeyValueStore, StoreOptions};
     use crate::ValueFormat;
 
     #[test]

@@ -1,14 +1,14 @@
 //! What a store has committed: RocksDB on disk or an ordered map in memory, behind one trait so
-//! the transactional layer (`store.rs`) and read-committed views do not care which.
+//! the transactional layer (`key_value.rs`) and read-committed views do not care which.
 
 use std::path::Path;
 
 use rocksdb::WriteBatch;
 
 use crate::error::Result;
-use crate::key_range::{Direction, KeyRange};
-use crate::memory_budget::StoreMemory;
-use crate::merge::SortedSource;
+use crate::store::key_range::{Direction, KeyRange};
+use crate::store::memory_budget::StoreMemory;
+use crate::store::merge::SortedSource;
 
 /// A changelog offset write that goes into the same atomic batch as the data.
 #[derive(Debug, Clone, Copy)]
@@ -16,7 +16,7 @@ pub struct OffsetWrite<'a> {
     pub key: &'a str,
     /// `None` deletes the entry (a commit without changelog offset).
     pub offset: Option<i64>,
-    /// A TTL's stream time to record (under [`crate::offsets::TTL_STREAM_TIME_KEY`]); `None`
+    /// A TTL's stream time to record (under [`crate::format::offsets::TTL_STREAM_TIME_KEY`]); `None`
     /// leaves the recorded one.
     pub stream_time: Option<i64>,
 }

@@ -11,13 +11,13 @@ use rocksdb::{
     ColumnFamily, ColumnFamilyDescriptor, DBRawIterator, Options, WriteBatch, WriteOptions, DB,
 };
 
-use crate::committed::WriteSink;
 use crate::error::{Error, Result};
-use crate::key_range::{Direction, KeyRange};
-use crate::merge::SortedSource;
-use crate::overlay::Overlay;
-use crate::rocks::{range_iterator, step};
-use crate::rocks_options::RocksConfig;
+use crate::store::committed::WriteSink;
+use crate::store::key_range::{Direction, KeyRange};
+use crate::store::merge::SortedSource;
+use crate::store::overlay::Overlay;
+use crate::store::rocks::{range_iterator, step};
+use crate::store::rocks_options::RocksConfig;
 
 const WRITES_CF: &str = "writes";
 const MARKER_CF: &str = "commit";

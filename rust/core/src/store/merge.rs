@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 
 use crate::error::Result;
-use crate::key_range::Direction;
+use crate::store::key_range::Direction;
 
 /// One sorted input of a merge, positioned on its current entry.
 pub trait SortedSource {

@@ -9,7 +9,7 @@ use std::path::Path;
 use rocksdb::{Options, DB, DEFAULT_COLUMN_FAMILY_NAME};
 
 use crate::error::{Error, Result};
-use crate::rocks::{RocksState, ValueFormat, TIMESTAMPED_CF};
+use crate::store::rocks::{RocksState, ValueFormat, TIMESTAMPED_CF};
 
 /// Bytes of converted values per atomic batch.
 const UPGRADE_BATCH_BYTES: usize = 4 * 1024 * 1024;
@@ -107,7 +107,7 @@ pub fn upgrade_to_timestamped(path: &Path, progress: &mut dyn FnMut(u64, u64)) -
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::committed::CommittedState;
+    use crate::store::committed::CommittedState;
 
     #[test]
     fn a_plain_store_converts_with_timestamps_minus_one_and_dry_runs_change_nothing() {

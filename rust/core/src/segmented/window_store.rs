@@ -7,12 +7,12 @@
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::key_range::{successor, Direction, KeyRange};
-use crate::key_schema::window;
-use crate::segmented::{
+use crate::format::key_schema::window;
+use crate::segmented::segmented_store::{
     min_live_time, scan, ScanCursor, SegmentQuery, SegmentReader, SegmentedKeys, SegmentedStore,
 };
-use crate::segments::segment_id;
+use crate::segmented::segments::segment_id;
+use crate::store::key_range::{successor, Direction, KeyRange};
 
 /// How a store's queries are shaped: retention, segment interval, window size.
 #[derive(Debug, Clone, Copy)]

@@ -11,15 +11,15 @@ use rocksdb::{
     Options, ReadOptions, SstFileWriter, WriteBatch, WriteOptions, DB, DEFAULT_COLUMN_FAMILY_NAME,
 };
 
-use crate::committed::{CommittedState, OffsetWrite, Write, WriteSink};
 use crate::error::{Error, Result};
-use crate::key_range::{Direction, KeyRange};
-use crate::memory_budget::StoreMemory;
-use crate::merge::SortedSource;
-use crate::offsets::{self, OFFSETS_CF, STATUS_KEY};
-use crate::rocks_options::RocksConfig;
-use crate::timestamped;
-use crate::ttl::Ttl;
+use crate::format::offsets::{self, OFFSETS_CF, STATUS_KEY};
+use crate::format::timestamped;
+use crate::store::committed::{CommittedState, OffsetWrite, Write, WriteSink};
+use crate::store::key_range::{Direction, KeyRange};
+use crate::store::memory_budget::StoreMemory;
+use crate::store::merge::SortedSource;
+use crate::store::rocks_options::RocksConfig;
+use crate::store::ttl::Ttl;
 
 pub const TIMESTAMPED_CF: &str = "keyValueWithTimestamp";
 

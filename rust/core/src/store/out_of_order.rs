@@ -3,8 +3,8 @@
 //! timestamp wins whatever order the records arrive in.
 
 use crate::error::Result;
-use crate::store::KeyValueStore;
-use crate::timestamped;
+use crate::format::timestamped;
+use crate::store::key_value::KeyValueStore;
 
 impl KeyValueStore {
     /// Writes `stored` (`ValueAndTimestamp` bytes; `None` deletes) if `key` has no value or one
@@ -31,8 +31,8 @@ impl KeyValueStore {
 
 #[cfg(test)]
 mod tests {
-    use crate::store::{KeyValueStore, StoreOptions};
-    use crate::timestamped::encode;
+    use crate::format::timestamped::encode;
+    use crate::store::key_value::{KeyValueStore, StoreOptions};
 
     #[test]
     fn the_larger_timestamp_wins_in_any_order() {

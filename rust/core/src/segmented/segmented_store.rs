@@ -20,16 +20,18 @@ use std::sync::{Arc, RwLock};
 
 use rocksdb::WriteBatch;
 
-use crate::commit_intent::{self, IntentWriter};
-use crate::committed::Write;
 use crate::error::{Error, Result};
-use crate::key_range::{Direction, KeyRange};
-use crate::memory_budget::StoreMemory;
-use crate::merge::VisitEntry;
-use crate::rocks::ValueFormat;
-use crate::segments::{parse_segment_name, segment_id, segment_name};
-use crate::store::{CommitProgress, KeyValueStore, ReadCommittedView, StoreOptions, VisitWrite};
-use crate::ttl::Ttl;
+use crate::segmented::commit_intent::{self, IntentWriter};
+use crate::segmented::segments::{parse_segment_name, segment_id, segment_name};
+use crate::store::committed::Write;
+use crate::store::key_range::{Direction, KeyRange};
+use crate::store::key_value::{
+    CommitProgress, KeyValueStore, ReadCommittedView, StoreOptions, VisitWrite,
+};
+use crate::store::memory_budget::StoreMemory;
+use crate::store::merge::VisitEntry;
+use crate::store::rocks::ValueFormat;
+use crate::store::ttl::Ttl;
 
 /// Size of the batches a spilled segment's writes go into the commit intent in.
 const INTENT_BATCH_BYTES: usize = 4 * 1024 * 1024;
@@ -378,7 +380,7 @@ impl SegmentedStore {
         &mut self,
         id: i64,
         progress: &mut dyn FnMut(CommitProgress),
-    ) -> Result<crate::store::OpenReport> {
+    ) -> Result<crate::store::key_value::OpenReport> {
         let segment = segment_name(&self.name, id, self.options.segment_interval);
         let options = self.options.segment_store_options();
         let ttl = self.options.ttl.clone();
