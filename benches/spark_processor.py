@@ -11,8 +11,11 @@ count and total (value state), its last three amounts (list state) and a count p
 state), and emits ``(user, count, total, last three amounts, the counts of this batch's
 categories)``. It reads its state, computes, writes its state, and times the reads and writes
 (``perf_counter`` around each block: the state calls' share of its time) and its whole handler.
+The fifth mode, ``floor``, is the same plan with no state store: ``repartition(2, "user")``
+and ``mapInArrow`` running the same logic on dicts the Python worker keeps (no durability, no
+exactly once): what Spark's scan, shuffle and Arrow transfer cost alone.
 
-  .venv/bin/python benches/spark_processor.py              # all four modes, the table
+  .venv/bin/python benches/spark_processor.py              # all five modes, the table
   .venv/bin/python benches/spark_processor.py --modes kstate_row,kstate_pandas --repeat 1
 
 Each run is its own Python process (a fresh JVM) printing one JSON line, with a digest of its
@@ -37,12 +40,14 @@ from pathlib import Path
 
 from spark_modes import run_modes
 
-MODES = ("kstate_row", "kstate_pandas", "spark_row", "spark_pandas")
+MODES = ("floor", "kstate_row", "kstate_pandas", "spark_row", "spark_pandas")
 CATEGORIES = 5
 OUTPUT = "user string, count long, total long, recent string, categories string"
 OUTPUT_NAMES = [part.split()[0] for part in OUTPUT.split(", ")]
 TARGETS = {("kstate_row", "spark_row"): 20.0, ("kstate_row", "spark_pandas"): 10.0}
 TARGETS[("kstate_pandas", "spark_pandas")] = 5.0
+FLOOR_TARGET = 1.25  # kstate_row's time over the floor's (issue 24)
+EQUALS = {True: "yes", False: "NO", None: "not a state result"}
 
 
 def input_files(files: int, rows: int, keys: int) -> list[dict[str, list]]:
@@ -158,8 +163,43 @@ def processor(api: str, timings: str):
     return (RowActivity if api == "row" else PandasActivity)(timings)
 
 
+def floor_partition(batches):
+    """The floor: the processor's logic on plain dicts a Python worker keeps between tasks, over
+    one partition's rows grouped per user. No state store, no durability, no exactly once; and
+    as Spark may run a partition's next task in another worker, its output is not a state
+    result (not checked against the reference)."""
+    import types
+
+    import pyarrow as pa
+
+    held = sys.modules.get("kstate_bench_floor")
+    if held is None:
+        held = sys.modules["kstate_bench_floor"] = types.ModuleType("kstate_bench_floor")
+        held.totals, held.recent, held.categories = {}, {}, collections.defaultdict(collections.Counter)
+    per_user = collections.defaultdict(list)
+    for batch in batches:
+        columns = batch.to_pydict()
+        for user, category, amount in zip(columns["user"], columns["category"], columns["amount"]):
+            per_user[user].append((category, amount))
+    out = {name: [] for name in OUTPUT_NAMES}
+    for user, pairs in per_user.items():
+        seen = sorted({c for c, _ in pairs})
+        count, total = held.totals.get(user, (0, 0))
+        count, total = count + len(pairs), total + sum(a for _, a in pairs)
+        held.totals[user] = (count, total)
+        recent = held.recent[user] = (held.recent.get(user, []) + [a for _, a in pairs])[-3:]
+        counts = held.categories[user]
+        counts.update(c for c, _ in pairs)
+        row = (user, count, total, ",".join(map(str, recent)), ",".join(f"{c}:{counts[c]}" for c in seen))
+        for name, value in zip(OUTPUT_NAMES, row):
+            out[name].append(value)
+    yield pa.RecordBatch.from_pydict(out)
+
+
 def query_of(mode: str, df, work: Path):
     timings = work / "timings"
+    if mode == "floor":
+        return df.repartition(2, "user").mapInArrow(floor_partition, OUTPUT)
     api = mode.split("_")[1]
     if mode.startswith("spark"):
         grouped = df.groupBy("user")
@@ -245,7 +285,7 @@ def run_mode(mode: str, files: int, rows: int, keys: int) -> dict:
         "output_rows": len(got),
         "digest": digest(got),
         "reference_digest": digest(expected),
-        "matches_reference": got == expected,
+        "matches_reference": got == expected if mode != "floor" else None,
         "tasks": list(tasks.values()),
     }
     spark.stop()
@@ -262,7 +302,7 @@ def table(results: list[dict]) -> str:
     for r in results:
         lines.append(
             f"| {r['mode']} | {r['seconds']:.1f} | {r['rows_per_s']:,.0f} | {r['output_rows']:,} | "
-            f"`{r['digest']}` | {'yes' if r['matches_reference'] else 'NO'} |"
+            f"`{r['digest']}` | {EQUALS[r['matches_reference']]} |"
         )
     lines += ["", "| ratio | measured | target | met |", "|---|---:|---:|---|"]
     for (ours, theirs), target in TARGETS.items():
@@ -270,6 +310,11 @@ def table(results: list[dict]) -> str:
             ratio = by_mode[ours]["rows_per_s"] / by_mode[theirs]["rows_per_s"]
             met = "yes" if ratio >= target else "no"
             lines.append(f"| {ours} / {theirs} | {ratio:.2f}x | >= {target:.0f}x | {met} |")
+    for ours in ("kstate_row", "kstate_pandas"):
+        if ours in by_mode and "floor" in by_mode:
+            ratio = by_mode[ours]["seconds"] / by_mode["floor"]["seconds"]
+            met = "yes" if ratio <= FLOOR_TARGET else "no"
+            lines.append(f"| {ours} time / floor time | {ratio:.2f}x | <= {FLOOR_TARGET}x | {met} |")
     lines += [
         "",
         "Where the time goes, all micro-batches (task seconds summed over both partitions; "
@@ -297,8 +342,8 @@ def table(results: list[dict]) -> str:
 
 def main() -> None:
     runs = run_modes(__file__, __doc__, MODES, 20_000, run_mode, table)
-    digests = {r["digest"] for rs in runs.values() for r in rs}
-    wrong = [m for m, rs in runs.items() for r in rs if not r["matches_reference"]]
+    digests = {r["digest"] for m, rs in runs.items() for r in rs if m != "floor"}
+    wrong = [m for m, rs in runs.items() for r in rs if r["matches_reference"] is False]
     if len(digests) != 1 or wrong:
         sys.exit(f"results differ: digests {sorted(digests)}, not the reference: {wrong}")
 
