@@ -14,7 +14,7 @@ import pytest
 from kstate import Stores
 from kstate.errors import BatchConflictError, ProcessorStateError, StateLockTimeoutError
 from kstate.spark import StateBackend, TaskInfo
-from kstate.spark.batch_log import BatchLog
+from kstate.spark.protocol.batch_log import BatchLog
 
 
 def counts_builder():
@@ -142,7 +142,7 @@ CRASH_AFTER_ENTRY = """
 import os, signal, sys
 from kstate import Stores
 from kstate.spark import StateBackend, TaskInfo
-from kstate.spark import exactly_once
+from kstate.spark.protocol import exactly_once
 backend = StateBackend([Stores.key_value_store_builder(Stores.persistent_key_value_store("counts"), "string", "int64")],
                        sys.argv[1], sys.argv[2], "app")
 original = exactly_once.BatchLog.append
@@ -265,7 +265,7 @@ def test_an_in_place_upgrade_switches_once_every_partition_is_ready(tmp_path):
     the partitions' SubscriptionInfo bytes say when they are ready, the driver's AssignmentInfo
     says switch, and the next task replaces each store with its standby."""
     from kstate.rebalance import AssignmentInfo, SubscriptionInfo
-    from kstate.spark.upgrade import wait_for_build
+    from kstate.spark.protocol.upgrade import wait_for_build
     from kstate.upgrade import inspect_store
 
     old = StateBackend([counts_builder()], tmp_path / "state", tmp_path / "changelog", "app", lock_timeout=5)
@@ -327,7 +327,7 @@ time.sleep(60)  # the standby builds in the background until the process is kill
 
 
 def test_an_in_place_upgrade_killed_while_building_its_standby_resumes(tmp_path, kill_writer):
-    from kstate.spark.upgrade import wait_for_build
+    from kstate.spark.protocol.upgrade import wait_for_build
     from kstate.upgrade import inspect_store
 
     small = counts_builder().with_logging_enabled({"segment.bytes": 4096})

@@ -1,4 +1,4 @@
-"""kstate.spark.hashing against real Spark: the same Arrow data hashed by kstate and, as a Spark
+"""kstate.spark.routing.hashing against real Spark: the same Arrow data hashed by kstate and, as a Spark
 DataFrame, by Spark's ``hash()`` / ``pmod(hash(), n)``, and routed by ``repartition(n, *cols)``,
 must agree on every row. One SparkSession for the module; a few thousand random rows."""
 
@@ -16,7 +16,7 @@ from pyspark.sql import functions as F  # noqa: E402
 
 from kstate import _core  # noqa: E402
 from kstate.errors import InvalidArgumentError  # noqa: E402
-from kstate.spark.hashing import check_hashable, partition_ids, spark_hash  # noqa: E402
+from kstate.spark.routing.hashing import check_hashable, partition_ids, spark_hash  # noqa: E402
 
 from .workload import spark_for_tests  # noqa: E402
 

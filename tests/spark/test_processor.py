@@ -7,7 +7,7 @@ import pytest
 
 from kstate.errors import InvalidArgumentError
 from kstate.spark import StateBackend, StatefulProcessorHandle, TaskInfo
-from kstate.spark.processor import TIMERS_BY_KEY, TIMERS_BY_TIME, TTL_INDEX
+from kstate.spark.processor.processor import TIMERS_BY_KEY, TIMERS_BY_TIME, TTL_INDEX
 from kstate.stores import Stores
 
 NOW = 1_700_000_000_000
@@ -281,7 +281,7 @@ def test_the_change_feed_follows_the_published_history_without_rolled_back_attem
     again: the change feed's history is 0, 1 and the replay of 2, each with the entry before it
     (whose offsets start its records)."""
     from kstate.spark import BatchEntry
-    from kstate.spark.state_reader import effective_history
+    from kstate.spark.read.state_reader import effective_history
 
     log = [
         BatchEntry(0, {"v": 3}),
@@ -303,7 +303,7 @@ def test_grouping_keys_are_unpickled_as_plain_values_only():
     import pyarrow as pa
 
     from kstate.errors import ProcessorStateError
-    from kstate.spark.state_reader import plain_unpickle
+    from kstate.spark.read.state_reader import plain_unpickle
 
     zoned = pa.array([1, 2], pa.timestamp("us", "Europe/Berlin")).to_pylist()  # ZoneInfo time zones
     key = ("a", 1, 2.5, b"x", True, None, datetime.date(2024, 1, 2), datetime.datetime.now(datetime.timezone.utc))
@@ -359,9 +359,9 @@ def test_the_change_feed_reads_each_batchs_records_and_refuses_what_is_gone(tmp_
     from kstate.errors import ProcessorStateError
     from kstate.log.partition import Partition
     from kstate.spark import BatchEntry
-    from kstate.spark.batch_log import BatchLog
-    from kstate.spark.exactly_once import StateLayout
-    from kstate.spark.state_reader import _change_feed, _Variable, plain_unpickle
+    from kstate.spark.protocol.batch_log import BatchLog
+    from kstate.spark.protocol.exactly_once import StateLayout
+    from kstate.spark.read.state_reader import _change_feed, _Variable, plain_unpickle
 
     layout = StateLayout(None, tmp_path, "app")
     variable = _Variable("v", "value", (), None, False, True)

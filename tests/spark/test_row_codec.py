@@ -31,8 +31,8 @@ from pyspark.sql.types import (  # noqa: E402
 )
 
 from kstate.errors import CorruptedDataError, InvalidArgumentError, StateTypeError  # noqa: E402
-from kstate.spark.row_codec import compile_schema, evolution_problems, row_decoder, row_encoder  # noqa: E402
-from kstate.spark.state_variables import TypedCodec  # noqa: E402
+from kstate.spark.format.row_codec import compile_schema, evolution_problems, row_decoder, row_encoder  # noqa: E402
+from kstate.spark.processor.state_variables import TypedCodec  # noqa: E402
 
 from . import row_codec_reference as reference  # noqa: E402
 from .row_values import from_json, random_schema, random_value, same  # noqa: E402
@@ -315,7 +315,7 @@ def test_declared_state_variables_pickle_to_the_executors_with_their_codecs():
 
     from pyspark import cloudpickle
 
-    from kstate.spark.state_variables import StatefulProcessorHandle, TypedSchemas
+    from kstate.spark.processor.state_variables import StatefulProcessorHandle, TypedSchemas
 
     schema = StructType([StructField("n", LongType())])
     handle = StatefulProcessorHandle(

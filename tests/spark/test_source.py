@@ -8,7 +8,7 @@ from kstate.errors import InvalidArgumentError  # noqa: E402
 from kstate.log.files import first_offset_at, read_log  # noqa: E402
 from kstate.log.partition import Partition  # noqa: E402
 from kstate.log.records import Record, encode  # noqa: E402
-from kstate.spark.source import _options  # noqa: E402
+from kstate.spark.engine.source import _options  # noqa: E402
 
 
 def offsets(directory, start=0, end=None):

@@ -34,13 +34,13 @@ import pyarrow.compute as pc
 
 from kstate.errors import InvalidArgumentError, PartitioningChangedError, ProcessorStateError
 from kstate.log.object_store import ObjectStore, is_url
-from kstate.spark.batch_log import EMPTY_STATE, BatchEntry, BatchLog, RemoteBatchLog
-from kstate.spark.exactly_once import PartitionState, StateLayout
-from kstate.spark.hashing import partition_ids
-from kstate.spark.locking import FileLock
-from kstate.spark.partitioning import Partitioning, PartitioningLog, arrow_type_of, generation_application_id
-from kstate.spark.task import TaskInfo
-from kstate.spark.undo import RemoteUndoFiles, UndoFiles
+from kstate.spark.protocol.batch_log import EMPTY_STATE, BatchEntry, BatchLog, RemoteBatchLog
+from kstate.spark.protocol.exactly_once import PartitionState, StateLayout
+from kstate.spark.protocol.locking import FileLock
+from kstate.spark.protocol.task import TaskInfo
+from kstate.spark.protocol.undo import RemoteUndoFiles, UndoFiles
+from kstate.spark.routing.hashing import partition_ids
+from kstate.spark.routing.partitioning import Partitioning, PartitioningLog, arrow_type_of, generation_application_id
 from kstate.stores import (
     KeyValueBytesStoreSupplier,
     SessionBytesStoreSupplier,
@@ -116,7 +116,7 @@ class _Router:
         if codec == "pickle-after-expiry":
             return [pickle.loads(k[8:]) for k in keys]
         if codec == "ttl-index":
-            from kstate.spark.state_variables import ttl_index_grouping_key
+            from kstate.spark.processor.state_variables import ttl_index_grouping_key
 
             return [pickle.loads(ttl_index_grouping_key(k)) for k in keys]
         raise InvalidArgumentError(
@@ -404,7 +404,7 @@ def _stored(batch: Any, description: Mapping[str, Any]) -> pa.Table:
 def _stage_routed(
     store: str, description: Mapping[str, Any], batch: pa.Table, router: _Router, opened: list[Any]
 ) -> None:
-    from kstate.spark.exactly_once import _stage_raw
+    from kstate.spark.protocol.exactly_once import _stage_raw
 
     if batch.num_rows == 0:
         return
@@ -427,7 +427,7 @@ def _stage_event_times(
 ) -> None:
     """The event-time history into new partition 0 (the watermark reads every partition's
     records of earlier batches): one entry per batch, and the latest under the usual key."""
-    from kstate.spark.exactly_once import _stage_raw
+    from kstate.spark.protocol.exactly_once import _stage_raw
 
     name = next(b.name for b in builders if record.stores[b.name]["key"] == "event-time")
     latest = max(event_times.items(), key=lambda item: (item[1], item[0]))
@@ -445,7 +445,7 @@ def _finish_partition(
     report: RescaleReport,
 ) -> None:
     """Publishes a new partition's staged state with its batch log (see ``PartitionState.install``)."""
-    from kstate.spark.undo import _SCHEMA
+    from kstate.spark.protocol.undo import _SCHEMA
 
     chain = []
     for batch_id in batch_ids:

@@ -47,9 +47,9 @@ from pathlib import Path
 from typing import Any
 
 from kstate.errors import InvalidArgumentError, ProcessorStateError
-from kstate.spark.batch_log import BatchEntry
-from kstate.spark.session import refuse_spark_connect
-from kstate.spark.state_variables import NO_EXPIRY, TIMERS_BY_KEY, time_of
+from kstate.spark.engine.session import refuse_spark_connect
+from kstate.spark.processor.state_variables import NO_EXPIRY, TIMERS_BY_KEY, time_of
+from kstate.spark.protocol.batch_log import BatchEntry
 
 _LENGTH = struct.Struct(">I")
 _EXPIRY = struct.Struct(">q")
@@ -159,7 +159,7 @@ class _Variable:
         return self._decoder(() if self.key_schema is None else (self.key_schema,), versioned=False)
 
     def _decoder(self, schemas: tuple[Any, ...], versioned: bool) -> Any:
-        from kstate.spark.row_codec import row_decoder
+        from kstate.spark.format.row_codec import row_decoder
 
         if schemas:
             current = schemas[-1]
@@ -205,8 +205,8 @@ def read_processor_state(
     ``changelog_storage_options``: as the query's, for changelogs on an object store (the state,
     not the change feed, can be read from one). ``lock_timeout``: seconds a task waits for a
     running query's task of the same partition."""
-    from kstate.spark.partitioning import PartitioningLog
-    from kstate.spark.state_schemas import SchemaLog
+    from kstate.spark.format.state_schemas import SchemaLog
+    from kstate.spark.routing.partitioning import PartitioningLog
 
     refuse_spark_connect(
         spark,
@@ -257,7 +257,7 @@ def read_processor_state(
     if change_feed and url is not None:
         raise InvalidArgumentError("the change feed reads changelogs on a file system, not at a URL")
 
-    from kstate.spark.backend import StateBackend
+    from kstate.spark.engine.backend import StateBackend
     from kstate.stores import Stores
 
     builders = [
@@ -289,7 +289,7 @@ def read_processor_state(
     else:
 
         def partition_rows(partition: int) -> Iterator[tuple[Any, ...]]:
-            from kstate.spark.task import TaskInfo
+            from kstate.spark.protocol.task import TaskInfo
 
             task = TaskInfo.current()
             state = backend.partition_state(task, layout)

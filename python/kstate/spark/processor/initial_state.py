@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from kstate.errors import InvalidArgumentError
-from kstate.spark.batch_log import peek_head
+from kstate.spark.protocol.batch_log import peek_head
 
 log = logging.getLogger("kstate.spark")
 
@@ -31,8 +31,8 @@ def stage_initial_state(initial_state: Any, keys: list[str], backend: Any) -> Pa
     the state already published a batch; returns their directory."""
     from pyspark.sql import DataFrame
 
-    from kstate.spark.conversion import to_arrow_schema
-    from kstate.spark.partitioning import keys_of_schema
+    from kstate.spark.format.conversion import to_arrow_schema
+    from kstate.spark.routing.partitioning import keys_of_schema
 
     if not isinstance(initial_state, DataFrame):
         # df.groupBy(...): a GroupedData, classic or Spark Connect's (which is not a subclass of it)
@@ -66,7 +66,7 @@ def stage_initial_state(initial_state: Any, keys: list[str], backend: Any) -> Pa
         import pyarrow as pa
         from pyspark import TaskContext
 
-        from kstate.spark.partitioning import verify_batch
+        from kstate.spark.routing.partitioning import verify_batch
 
         partition = TaskContext.get().partitionId()
         collected = []
@@ -97,7 +97,7 @@ def read_initial_state(
     of ``Row``s; empty where the partition has none."""
     import pyarrow as pa
 
-    from kstate.spark.groups import iter_groups
+    from kstate.spark.routing.groups import iter_groups
 
     path = Path(directory) / f"part-{partition}.arrow"
     if not path.exists():

@@ -16,7 +16,7 @@ One task attempt of partition ``p`` in micro-batch ``N``:
    normal commit of the previous values, recorded as an entry restating the batch before.
 5. Runs the user's function, then commits: undo files, changelogs published, the batch log
    entry (the publication point), then each store's RocksDB commit at its published offset.
-   The stores stay open for this process's next task of the partition (``kstate.spark.idle``),
+   The stores stay open for this process's next task of the partition (``kstate.spark.protocol.idle``),
    which uses them as they are if nobody else held the publication lock in between.
 
 Offsets a batch log entry covers are never rewritten (rollbacks append), so a local store at any
@@ -44,12 +44,12 @@ from kstate.errors import BatchConflictError, CommitConflictError, InvalidArgume
 from kstate.key_value_store import KeyValueStore
 from kstate.log.remote import RemoteChangelog
 from kstate.memory import memory_usage
-from kstate.spark.batch_log import EMPTY_STATE, BatchEntry, BatchLog, RemoteBatchLog, peek_head
-from kstate.spark.idle import IDLE, RELEASE_REQUEST, Parked, release
-from kstate.spark.locking import FileLock, NoLock
-from kstate.spark.task import TaskInfo
-from kstate.spark.undo import RemoteUndoFiles, UndoFiles, previous_values
-from kstate.spark.upgrade import InPlaceUpgrade
+from kstate.spark.protocol.batch_log import EMPTY_STATE, BatchEntry, BatchLog, RemoteBatchLog, peek_head
+from kstate.spark.protocol.idle import IDLE, RELEASE_REQUEST, Parked, release
+from kstate.spark.protocol.locking import FileLock, NoLock
+from kstate.spark.protocol.task import TaskInfo
+from kstate.spark.protocol.undo import RemoteUndoFiles, UndoFiles, previous_values
+from kstate.spark.protocol.upgrade import InPlaceUpgrade
 from kstate.store_lifecycle import StoreLifecycle, now_ms
 from kstate.stores import StoreBuilder
 

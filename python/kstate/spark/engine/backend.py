@@ -12,7 +12,7 @@ function Spark calls:
 
 Each task opens the stores of ``TaskContext.partitionId()`` at the state after the previous
 micro-batch, runs the function, and commits once the function has consumed its input and
-returned: exactly once per micro-batch (see ``kstate.spark.exactly_once``).
+returned: exactly once per micro-batch (see ``kstate.spark.protocol.exactly_once``).
 """
 
 from __future__ import annotations
@@ -31,10 +31,14 @@ from kstate.config import CHANGELOG_DIR, CHANGELOG_STORAGE_OPTIONS
 from kstate.errors import InvalidArgumentError, MisroutedRowsError, PartitioningChangedError
 from kstate.log.object_store import is_url
 from kstate.rebalance import UpgradeConfig
-from kstate.spark.exactly_once import TASK_LOCK, PartitionState, StateLayout, TaskStores, Timings
-from kstate.spark.idle import RELEASE_REQUEST
-from kstate.spark.locking import FileLock
-from kstate.spark.partitioning import (
+from kstate.spark.engine.session import default_parallelism, refuse_spark_connect
+from kstate.spark.protocol.exactly_once import TASK_LOCK, PartitionState, StateLayout, TaskStores, Timings
+from kstate.spark.protocol.idle import RELEASE_REQUEST
+from kstate.spark.protocol.locking import FileLock
+from kstate.spark.protocol.progress import BatchProgress, TaskMetrics, progress_listener
+from kstate.spark.protocol.task import TaskInfo
+from kstate.spark.protocol.upgrade import InPlaceUpgrade, upgrade_listener
+from kstate.spark.routing.partitioning import (
     Partitioning,
     PartitioningLog,
     check_compatible,
@@ -45,10 +49,6 @@ from kstate.spark.partitioning import (
     verify_batch,
     verify_task_partition,
 )
-from kstate.spark.progress import BatchProgress, TaskMetrics, progress_listener
-from kstate.spark.session import default_parallelism, refuse_spark_connect
-from kstate.spark.task import TaskInfo
-from kstate.spark.upgrade import InPlaceUpgrade, upgrade_listener
 from kstate.stores import SessionBytesStoreSupplier, StoreBuilder, WindowBytesStoreSupplier
 
 log = logging.getLogger("kstate.spark")
@@ -118,7 +118,7 @@ class StateBackend:
     ``keys``: the columns the state is partitioned by, and ``num_partitions`` how many
     partitions (default: what the state was first written with, else Spark's default
     parallelism). Route rows with ``partition(df)``; every task checks that each row's keys hash
-    to its partition (``kstate.spark.partitioning``) before its function sees them.
+    to its partition (``kstate.spark.routing.partitioning``) before its function sees them.
     """
 
     def __init__(
@@ -264,7 +264,7 @@ class StateBackend:
         Spark's default parallelism), which adaptive query execution does not coalesce. Raises
         ``PartitioningChangedError`` if the state was written with another count or keys."""
         keys = self._require_keys("StateBackend.partition")
-        from kstate.spark.conversion import to_arrow_schema
+        from kstate.spark.format.conversion import to_arrow_schema
 
         wanted_keys = keys_of_schema(to_arrow_schema(df.schema), keys)
         wanted = num_partitions if num_partitions is not None else self.num_partitions
@@ -326,7 +326,7 @@ class StateBackend:
     def coordinate_upgrade(self, spark: Any, num_partitions: int) -> None:
         """The driver's half of an in-place upgrade (``upgrade=``): after each micro-batch of
         ``spark``'s streaming queries, reads the partitions' subscriptions and writes the
-        assignment that switches them once all are ready (see ``kstate.spark.upgrade``)."""
+        assignment that switches them once all are ready (see ``kstate.spark.protocol.upgrade``)."""
         if self.upgrade is None:
             raise InvalidArgumentError("the backend has no in-place upgrade (upgrade=...)")
         spark.streams.addListener(upgrade_listener(self.upgrade, num_partitions))
@@ -525,7 +525,7 @@ class StateBackend:
         (``format("kstate")``): every published write, ``offset`` in publication order;
         ``timestamp`` is the write's own for timestamped, window and session stores and its
         publication time otherwise, as Kafka Streams logs them. File-system changelogs only."""
-        from kstate.spark.source import register_data_source
+        from kstate.spark.engine.source import register_data_source
 
         if store not in {b.name for b in self.builders}:
             raise InvalidArgumentError(f"no store named {store!r}; the backend has {[b.name for b in self.builders]}")
@@ -558,7 +558,7 @@ class StateBackend:
     ) -> Any:
         from pyspark.sql.types import StructType
 
-        from kstate.spark.conversion import to_arrow_schema
+        from kstate.spark.format.conversion import to_arrow_schema
 
         keys = [keys] if isinstance(keys, str) else list(keys)
         if not keys:
@@ -569,7 +569,7 @@ class StateBackend:
         if isinstance(schema, str):
             schema = StructType.fromDDL(schema)
         arrow_schema = to_arrow_schema(schema)
-        from kstate.spark.groups import grouped_task
+        from kstate.spark.routing.groups import grouped_task
 
         partitioned = self.partition(df, num_partitions)
         return partitioned.mapInArrow(grouped_task(self, keys, fn, arrow_schema, pandas), schema)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kstate.errors import StateSchemaError
-from kstate.spark.record_log import RecordLog
+from kstate.spark.format.record_log import RecordLog
 
 FORMAT_VERSION = 1
 MAX_VERSIONS = 128
@@ -92,7 +92,7 @@ def reconcile(
 ) -> dict[str, VariableSchemas]:
     """The schemas each declared variable is read and written with, after checking them against
     what the state was written with (see the module docstring)."""
-    from kstate.spark.row_codec import evolution_problems
+    from kstate.spark.format.row_codec import evolution_problems
 
     current = log.current()
     if current is None and state_exists:

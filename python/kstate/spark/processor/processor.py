@@ -4,7 +4,7 @@
 A ``StatefulProcessor`` (``init(handle)``, ``handleInputRows(key, rows, timerValues)``,
 ``handleExpiredTimer(key, timerValues, expiredTimerInfo)``, ``handleInitialState(key,
 initialState, timerValues)``, ``close()``) declares its state variables in ``init`` with the
-handle's ``getValueState``, ``getListState`` and ``getMapState`` (``kstate.spark.state_variables``),
+handle's ``getValueState``, ``getListState`` and ``getMapState`` (``kstate.spark.processor.state_variables``),
 with Spark's names and arguments, so a processor written for Spark runs here with its imports
 changed. ``api="pandas"`` passes each key's rows as ``pandas.DataFrame``s and takes frames back
 (``transformWithStateInPandas``); ``api="row"`` passes ``pyspark.sql.Row``s and takes ``Row``s (or
@@ -22,14 +22,14 @@ batch's watermark are late and dropped before the processor sees them. Each part
 ``(batch id, largest event time so far)`` in a store of its own every batch, and a task reads the
 others' from their changelogs, taking only records of earlier batches, so a replayed batch sees
 the watermarks it saw before. With ``fire_idle_timers`` (the default in both time modes) the
-``kstate.spark.ticks`` source adds a batch without input when a timer is due or the watermark
+``kstate.spark.processor.ticks`` source adds a batch without input when a timer is due or the watermark
 advanced, as Spark runs batches without data. After the timers, values whose TTL ran out are
-deleted (``kstate.spark.state_variables``).
+deleted (``kstate.spark.processor.state_variables``).
 
 pandas input comes as Spark makes it: each key's rows in frames of at most
 ``spark.sql.execution.arrow.maxRecordsPerBatch`` rows (and ``maxBytesPerBatch`` bytes), timestamps
 naive in the session time zone; returned frames are converted with Spark's rules
-(``kstate.spark.conversion``).
+(``kstate.spark.format.conversion``).
 
 ``initial_state`` (a DataFrame, or Spark's ``df.groupBy(...)`` of one, with the key columns):
 before the query starts, its rows are routed as the state is (``repartition(n, *keys)``) and
@@ -50,11 +50,9 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from kstate.errors import InvalidArgumentError, StateSchemaError
-from kstate.spark.backend import StateBackend
-from kstate.spark.exactly_once import StateLayout, TaskStores
-from kstate.spark.groups import OutputBatcher, iter_groups
-from kstate.spark.state_schemas import SchemaLog, VariableSchemas, reconcile
-from kstate.spark.state_variables import (
+from kstate.spark.engine.backend import StateBackend
+from kstate.spark.format.state_schemas import SchemaLog, VariableSchemas, reconcile
+from kstate.spark.processor.state_variables import (
     TIMERS_BY_KEY,
     TIMERS_BY_TIME,
     TTL_INDEX,
@@ -65,6 +63,8 @@ from kstate.spark.state_variables import (
     TypedSchemas,
     ValueState,
 )
+from kstate.spark.protocol.exactly_once import StateLayout, TaskStores
+from kstate.spark.routing.groups import OutputBatcher, iter_groups
 from kstate.stores import Stores
 
 __all__ = [
@@ -213,7 +213,7 @@ def transform_with_state(
     ``fire_idle_timers`` (time modes with timers; default: Spark's
     ``spark.sql.streaming.noDataMicroBatches.enabled``, true unless set, on PySpark 4.1+; off on
     4.0, where an ``availableNow`` query with it would run as one batch): the query also reads
-    ``kstate.spark.ticks``, a source that adds a batch when a timer is due (or the watermark
+    ``kstate.spark.processor.ticks``, a source that adds a batch when a timer is due (or the watermark
     advanced) and no input came, as Spark runs batches without data; switching it on or off
     changes the query's sources, which its checkpoint records.
     ``num_partitions``: how many partitions the state has, recorded with it on the first run
@@ -222,7 +222,7 @@ def transform_with_state(
     ``backend_options`` go to ``StateBackend`` (``batch_id``, ``lock_timeout``, ...)."""
     from pyspark.sql.types import StructType
 
-    from kstate.spark.conversion import SessionConversion, average_row_bytes, to_arrow_schema
+    from kstate.spark.format.conversion import SessionConversion, average_row_bytes, to_arrow_schema
 
     time_mode = canonical_time_mode(time_mode)
     if api not in APIS:
@@ -260,26 +260,26 @@ def transform_with_state(
     conversion = SessionConversion.of(spark)
     arrow_schema = to_arrow_schema(output_schema, conversion.timezone)
     if fire_idle_timers is None and time_mode != "None":
-        from kstate.spark.ticks import supports_available_now
+        from kstate.spark.processor.ticks import supports_available_now
 
         no_data_batches = spark.conf.get("spark.sql.streaming.noDataMicroBatches.enabled", "true")
         fire_idle_timers = str(no_data_batches).strip().lower() == "true" and supports_available_now()
     ticking = fire_idle_timers and time_mode != "None"
     if ticking:
-        from kstate.spark.ticks import with_ticks
+        from kstate.spark.processor.ticks import with_ticks
 
         df = with_ticks(df, backend, time_mode, watermark_delay_ms)
     routed = backend.partition(df, num_partitions)
     initial_dir = None
     if initial_state is not None:
-        from kstate.spark.initial_state import stage_initial_state
+        from kstate.spark.processor.initial_state import stage_initial_state
 
         initial_dir = stage_initial_state(initial_state, keys, backend)
     pandas = api == "pandas"
 
     def process(batches: Iterator[Any], stores: TaskStores) -> Iterator[Any]:
         if ticking:
-            from kstate.spark.ticks import without_ticks
+            from kstate.spark.processor.ticks import without_ticks
 
             batches = without_ticks(batches)
         handle = StatefulProcessorHandle(stores, time_mode, schemas=typed)
@@ -292,7 +292,7 @@ def transform_with_state(
         output = OutputBatcher(arrow_schema, pandas=pandas, rows=not pandas, conversion=conversion)
         initial = {}
         if initial_dir is not None and stores.batch_id == 0:
-            from kstate.spark.initial_state import read_initial_state
+            from kstate.spark.processor.initial_state import read_initial_state
 
             initial = read_initial_state(initial_dir, stores.partition, keys, pandas, conversion)
         pickled_keys: list[bytes] = []
@@ -329,7 +329,7 @@ def transform_with_state(
                     handle.deleteTimer(expiry)  # after the handler, as Spark: it still lists the timer
             handle._remove_expired()
             if ticking:
-                from kstate.spark.ticks import record_next_due
+                from kstate.spark.processor.ticks import record_next_due
 
                 largest = _largest_event_time(stores[EVENT_TIME]) if time_mode == "EventTime" else None
                 record_next_due(stores.layout, stores.partition, handle._next_timer(), watermark, largest)

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from kstate.errors import KStateError
-from kstate.spark.locking import FileLock
-from kstate.spark.upgrade import wait_for_build
+from kstate.spark.protocol.locking import FileLock
+from kstate.spark.protocol.upgrade import wait_for_build
 
 log = logging.getLogger("kstate.spark")
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from kstate.errors import InvalidArgumentError
 from kstate.rebalance import AssignmentInfo, Leader, SubscriptionInfo, TaskId, TaskOffsetSum, UpgradeConfig, UpgradeMode
-from kstate.spark.progress import batch_listener
+from kstate.spark.protocol.progress import batch_listener
 from kstate.stores import KeyValueBytesStoreSupplier, StoreBuilder
 from kstate.upgrade import _RollOver, inspect_store, take_over
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
-    from kstate.spark.exactly_once import Timings
-    from kstate.spark.task import TaskInfo
+    from kstate.spark.protocol.exactly_once import Timings
+    from kstate.spark.protocol.task import TaskInfo
 
 log = logging.getLogger("kstate.spark")
 

@@ -17,9 +17,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 if TYPE_CHECKING:
-    from kstate.spark.backend import GroupFunction, StateBackend
-    from kstate.spark.conversion import SessionConversion
-    from kstate.spark.exactly_once import TaskStores
+    from kstate.spark.engine.backend import GroupFunction, StateBackend
+    from kstate.spark.format.conversion import SessionConversion
+    from kstate.spark.protocol.exactly_once import TaskStores
 
 
 def group_bounds(table: pa.Table, keys: Sequence[str]) -> list[tuple[int, int]]:

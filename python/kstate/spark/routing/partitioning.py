@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from kstate.errors import InvalidArgumentError, MisroutedRowsError, PartitioningChangedError
-from kstate.spark.record_log import RecordLog
+from kstate.spark.format.record_log import RecordLog
 
 FORMAT_VERSION = 1
 
@@ -237,7 +237,7 @@ def verify_batch(batch: Any, partitioning: Partitioning, partition: int, batch_i
     a ``pandas.DataFrame``) hashes to ``partition``: one native hash and one compare per batch."""
     import numpy as np
 
-    from kstate.spark.hashing import partition_ids
+    from kstate.spark.routing.hashing import partition_ids
 
     columns = key_columns(batch, partitioning)
     if not columns or len(columns[0]) == 0:

@@ -33,8 +33,8 @@ from typing import Any
 
 from kstate import _core
 from kstate.errors import DeletedStateVariableError, InvalidArgumentError, StateTypeError
-from kstate.spark.exactly_once import TaskStores
-from kstate.spark.row_codec import _plain
+from kstate.spark.format.row_codec import _plain
+from kstate.spark.protocol.exactly_once import TaskStores
 from kstate.store_lifecycle import now_ms
 
 TTL_INDEX = "tws.ttl"
@@ -84,7 +84,7 @@ def _check_ttl(ttl: Any) -> int | None:
 @dataclass(frozen=True)
 class TypedSchemas:
     """How a typed variable's values are read and written: every schema its stored values were
-    written with (``kstate.spark.state_schemas``), the one it writes with now, a map's key schema."""
+    written with (``kstate.spark.format.state_schemas``), the one it writes with now, a map's key schema."""
 
     versions: tuple[Any, ...]
     current: Any
@@ -93,12 +93,12 @@ class TypedSchemas:
 
 class TypedCodec:
     """Values of a ``StructType``: one byte naming the writer schema's index, then the row in
-    ``kstate.spark.row_codec``'s encoding (``versioned=False``: the row alone, for map keys).
+    ``kstate.spark.format.row_codec``'s encoding (``versioned=False``: the row alone, for map keys).
     Checked on write with the rules of Spark's type verifier; read back as tuples, any older
     schema's values as the current schema. ``native`` does the work (``_core.StateCodec``)."""
 
     def __init__(self, variable: str, schema: Any, versions: tuple[Any, ...] = (), versioned: bool = True):
-        from kstate.spark.row_codec import compile_schema, nested_rows
+        from kstate.spark.format.row_codec import compile_schema, nested_rows
 
         self._arguments = (variable, schema, versions, versioned)
         self.fields = len(schema.fields)
@@ -520,7 +520,7 @@ class StatefulProcessorHandle:
 
     def getValueState(self, stateName: str, schema: Any = None, ttlDurationMs: int | None = None) -> ValueState:  # noqa: N802, N803
         """A value per grouping key. ``schema`` (a ``StructType`` or DDL string): values are stored
-        typed (``kstate.spark.row_codec``), checked on write, read back as tuples;
+        typed (``kstate.spark.format.row_codec``), checked on write, read back as tuples;
         ``ttlDurationMs``: each update lives that long in processing time."""
         name, ttl_ms = self._declare(stateName, "value", ttlDurationMs, schema)
         return self._register(ValueState(self, name, self._value_codec(name, schema), ttl_ms))

@@ -19,7 +19,7 @@ from kstate.errors import StateLockTimeoutError
 
 log = logging.getLogger("kstate.spark")
 
-# A holder asked to release usually does within milliseconds (kstate.spark.idle), so waiting
+# A holder asked to release usually does within milliseconds (kstate.spark.protocol.idle), so waiting
 # starts with short polls and backs off to the longest.
 _FIRST_POLL_SECONDS = 0.002
 _POLL_SECONDS = 0.05
