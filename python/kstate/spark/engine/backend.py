@@ -31,13 +31,16 @@ from kstate.config import CHANGELOG_DIR, CHANGELOG_STORAGE_OPTIONS
 from kstate.errors import InvalidArgumentError, MisroutedRowsError, PartitioningChangedError
 from kstate.log.object_store import is_url
 from kstate.rebalance import UpgradeConfig
+from kstate.serdes import BytesSerde, DoubleSerde, LongSerde, StringSerde
 from kstate.spark.engine.session import default_parallelism, refuse_spark_connect
-from kstate.spark.protocol.exactly_once import TASK_LOCK, PartitionState, StateLayout, TaskStores, Timings
+from kstate.spark.format.conversion import to_arrow_schema
+from kstate.spark.protocol.exactly_once import TASK_LOCK, PartitionState, StateLayout, TaskStores
 from kstate.spark.protocol.idle import RELEASE_REQUEST
 from kstate.spark.protocol.locking import FileLock
-from kstate.spark.protocol.progress import BatchProgress, TaskMetrics, progress_listener
+from kstate.spark.protocol.progress import BatchProgress, TaskMetrics, Timings, progress_listener
 from kstate.spark.protocol.task import TaskInfo
 from kstate.spark.protocol.upgrade import InPlaceUpgrade, upgrade_listener
+from kstate.spark.routing.groups import OutputBatcher, iter_groups
 from kstate.spark.routing.partitioning import (
     Partitioning,
     PartitioningLog,
@@ -49,7 +52,8 @@ from kstate.spark.routing.partitioning import (
     verify_batch,
     verify_task_partition,
 )
-from kstate.stores import SessionBytesStoreSupplier, StoreBuilder, WindowBytesStoreSupplier
+from kstate.stores import StoreBuilder
+from kstate.suppliers import SessionBytesStoreSupplier, WindowBytesStoreSupplier
 
 log = logging.getLogger("kstate.spark")
 
@@ -60,8 +64,6 @@ GroupFunction = Callable[[tuple, Any, TaskStores], Any]
 
 def _arrow_type_of(serde: Any) -> Any:
     import pyarrow as pa
-
-    from kstate.serdes import BytesSerde, DoubleSerde, LongSerde, StringSerde
 
     for kind, arrow_type in ((BytesSerde, pa.binary()), (StringSerde, pa.string())):
         if isinstance(serde, kind):
@@ -264,7 +266,6 @@ class StateBackend:
         Spark's default parallelism), which adaptive query execution does not coalesce. Raises
         ``PartitioningChangedError`` if the state was written with another count or keys."""
         keys = self._require_keys("StateBackend.partition")
-        from kstate.spark.format.conversion import to_arrow_schema
 
         wanted_keys = keys_of_schema(to_arrow_schema(df.schema), keys)
         wanted = num_partitions if num_partitions is not None else self.num_partitions
@@ -464,8 +465,6 @@ class StateBackend:
         keep more history); further back raises ``ProcessorStateError``."""
         import pyarrow as pa
 
-        from kstate.stores import SessionBytesStoreSupplier, WindowBytesStoreSupplier
-
         builder = next((b for b in self.builders if b.name == store), None)
         if builder is None:
             raise InvalidArgumentError(f"no store named {store!r}; the backend has {[b.name for b in self.builders]}")
@@ -558,8 +557,6 @@ class StateBackend:
     ) -> Any:
         from pyspark.sql.types import StructType
 
-        from kstate.spark.format.conversion import to_arrow_schema
-
         keys = [keys] if isinstance(keys, str) else list(keys)
         if not keys:
             raise InvalidArgumentError("grouping needs at least one key column")
@@ -569,7 +566,24 @@ class StateBackend:
         if isinstance(schema, str):
             schema = StructType.fromDDL(schema)
         arrow_schema = to_arrow_schema(schema)
-        from kstate.spark.routing.groups import grouped_task
 
         partitioned = self.partition(df, num_partitions)
         return partitioned.mapInArrow(grouped_task(self, keys, fn, arrow_schema, pandas), schema)
+
+
+def grouped_task(
+    backend: StateBackend, keys: Sequence[str], fn: GroupFunction, schema: Any, pandas: bool
+) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """The ``mapInArrow`` function that calls ``fn(key, group, stores)`` for each group."""
+
+    def each_group(batches: Iterator[Any], stores: TaskStores) -> Iterator[Any]:
+        output = OutputBatcher(schema, pandas)
+        for key, group in iter_groups(batches, keys, pandas):
+            yield from output.add(fn(key, group, stores))
+        yield from output.flush()
+
+    def task(batches: Iterator[Any]) -> Iterator[Any]:
+        return backend.process(each_group, batches)
+
+    task.__name__ = getattr(fn, "__name__", "grouped")
+    return task

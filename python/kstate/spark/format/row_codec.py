@@ -99,20 +99,20 @@ def nested_rows(schema: Any) -> Callable[[tuple], tuple] | None:
 
 
 _ALREADY_PLAIN = frozenset({int, float, str, bool, bytes, type(None)})
-"""Exact types ``_plain`` returns as they are (the common case, checked first)."""
+"""Exact types ``plain`` returns as they are (the common case, checked first)."""
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     """A value as Spark stores it through a schema: rows and tuples as tuples, numpy scalars and
     pandas timestamps as Python values."""
     if type(value) in _ALREADY_PLAIN:
         return value
     if isinstance(value, tuple):
-        return tuple(_plain(v) for v in value)
+        return tuple(plain(v) for v in value)
     if isinstance(value, list):
-        return [_plain(v) for v in value]
+        return [plain(v) for v in value]
     if isinstance(value, dict):
-        return {_plain(k): _plain(v) for k, v in value.items()}
+        return {plain(k): plain(v) for k, v in value.items()}
     if hasattr(value, "item") and type(value).__module__ == "numpy":
         return value.item()
     if hasattr(value, "to_pydatetime"):
@@ -120,6 +120,11 @@ def _plain(value: Any) -> Any:
     if hasattr(value, "to_pytimedelta"):
         return value.to_pytimedelta()
     return value
+
+
+_plain = plain
+"""``plain`` by the name the native binding looks up (rust/python/src/row_codec.rs), until it
+stops importing Python (issue 22)."""
 
 
 def _micros(value: Any, ntz: bool) -> int:

@@ -22,6 +22,7 @@ from typing import Any
 
 from kstate.errors import StateSchemaError
 from kstate.spark.format.record_log import RecordLog
+from kstate.spark.format.row_codec import evolution_problems
 
 FORMAT_VERSION = 1
 MAX_VERSIONS = 128
@@ -92,7 +93,6 @@ def reconcile(
 ) -> dict[str, VariableSchemas]:
     """The schemas each declared variable is read and written with, after checking them against
     what the state was written with (see the module docstring)."""
-    from kstate.spark.format.row_codec import evolution_problems
 
     current = log.current()
     if current is None and state_exists:

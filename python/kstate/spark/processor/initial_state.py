@@ -19,7 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from kstate.errors import InvalidArgumentError
+from kstate.spark.format.conversion import to_arrow_schema
 from kstate.spark.protocol.batch_log import peek_head
+from kstate.spark.routing.groups import iter_groups
+from kstate.spark.routing.partitioning import keys_of_schema, verify_batch
 
 log = logging.getLogger("kstate.spark")
 
@@ -30,9 +33,6 @@ def stage_initial_state(initial_state: Any, keys: list[str], backend: Any) -> Pa
     """Routes ``initial_state`` (a DataFrame or a ``GroupedData``) into per-partition files unless
     the state already published a batch; returns their directory."""
     from pyspark.sql import DataFrame
-
-    from kstate.spark.format.conversion import to_arrow_schema
-    from kstate.spark.routing.partitioning import keys_of_schema
 
     if not isinstance(initial_state, DataFrame):
         # df.groupBy(...): a GroupedData, classic or Spark Connect's (which is not a subclass of it)
@@ -66,8 +66,6 @@ def stage_initial_state(initial_state: Any, keys: list[str], backend: Any) -> Pa
         import pyarrow as pa
         from pyspark import TaskContext
 
-        from kstate.spark.routing.partitioning import verify_batch
-
         partition = TaskContext.get().partitionId()
         collected = []
         for batch in batches:
@@ -96,8 +94,6 @@ def read_initial_state(
     """The initial state of ``partition`` per key tuple: a ``pandas.DataFrame`` each, or a list
     of ``Row``s; empty where the partition has none."""
     import pyarrow as pa
-
-    from kstate.spark.routing.groups import iter_groups
 
     path = Path(directory) / f"part-{partition}.arrow"
     if not path.exists():

@@ -50,8 +50,11 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from kstate.errors import InvalidArgumentError, StateSchemaError
+from kstate.log.files import read_log
 from kstate.spark.engine.backend import StateBackend
+from kstate.spark.format.conversion import SessionConversion, average_row_bytes, to_arrow_schema
 from kstate.spark.format.state_schemas import SchemaLog, VariableSchemas, reconcile
+from kstate.spark.processor.initial_state import read_initial_state, stage_initial_state
 from kstate.spark.processor.state_variables import (
     TIMERS_BY_KEY,
     TIMERS_BY_TIME,
@@ -222,8 +225,6 @@ def transform_with_state(
     ``backend_options`` go to ``StateBackend`` (``batch_id``, ``lock_timeout``, ...)."""
     from pyspark.sql.types import StructType
 
-    from kstate.spark.format.conversion import SessionConversion, average_row_bytes, to_arrow_schema
-
     time_mode = canonical_time_mode(time_mode)
     if api not in APIS:
         raise InvalidArgumentError(f"api must be one of {APIS}, got {api!r}")
@@ -272,8 +273,6 @@ def transform_with_state(
     routed = backend.partition(df, num_partitions)
     initial_dir = None
     if initial_state is not None:
-        from kstate.spark.processor.initial_state import stage_initial_state
-
         initial_dir = stage_initial_state(initial_state, keys, backend)
     pandas = api == "pandas"
 
@@ -292,8 +291,6 @@ def transform_with_state(
         output = OutputBatcher(arrow_schema, pandas=pandas, rows=not pandas, conversion=conversion)
         initial = {}
         if initial_dir is not None and stores.batch_id == 0:
-            from kstate.spark.processor.initial_state import read_initial_state
-
             initial = read_initial_state(initial_dir, stores.partition, keys, pandas, conversion)
         pickled_keys: list[bytes] = []
 
@@ -458,7 +455,6 @@ def _query_watermarks(layout: StateLayout, batch_id: int, delay_ms: int) -> tupl
     watermark) and for timers (the largest event time of every partition's earlier batches,
     minus ``delay_ms``; never below 0 and never going back), read from the partitions'
     event-time changelogs (published records only)."""
-    from kstate.log.files import read_log
 
     before_previous = before = None
     for directory in layout.changelog_dir.glob(f"{layout.application_id}-{EVENT_TIME}-changelog-*"):

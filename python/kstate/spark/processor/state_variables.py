@@ -33,7 +33,7 @@ from typing import Any
 
 from kstate import _core
 from kstate.errors import DeletedStateVariableError, InvalidArgumentError, StateTypeError
-from kstate.spark.format.row_codec import _plain
+from kstate.spark.format.row_codec import compile_schema, nested_rows, plain
 from kstate.spark.protocol.exactly_once import TaskStores
 from kstate.store_lifecycle import now_ms
 
@@ -98,8 +98,6 @@ class TypedCodec:
     schema's values as the current schema. ``native`` does the work (``_core.StateCodec``)."""
 
     def __init__(self, variable: str, schema: Any, versions: tuple[Any, ...] = (), versioned: bool = True):
-        from kstate.spark.format.row_codec import compile_schema, nested_rows
-
         self._arguments = (variable, schema, versions, versioned)
         self.fields = len(schema.fields)
         self.rows = nested_rows(schema)
@@ -120,13 +118,13 @@ class TypedCodec:
 
 
 class PickleCodec:
-    """Values as pickles; with a schema, normalized first as Spark stores them (``_plain``)."""
+    """Values as pickles; with a schema, normalized first as Spark stores them (``plain``)."""
 
     rows = None
 
     def __init__(self, schema: Any):
         self.schema = schema
-        self.native = _core.StateCodec.pickled(pickle.dumps, pickle.loads, None if schema is None else _plain)
+        self.native = _core.StateCodec.pickled(pickle.dumps, pickle.loads, None if schema is None else plain)
 
     def __reduce__(self) -> tuple:
         return PickleCodec, (self.schema,)

@@ -27,6 +27,8 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, SimpleDataSourceStreamReader
 
+from kstate.errors import InvalidArgumentError
+
 try:  # PySpark 4.1+: a source can keep an availableNow query's batches as they are
     from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 except ImportError:  # PySpark 4.0: Spark runs an availableNow query with this source as one batch
@@ -79,8 +81,6 @@ def with_ticks(df: Any, backend: Any, time_mode: str, watermark_delay_ms: int) -
     from pyspark.sql import functions
 
     if backend.layout.changelog_url is not None:
-        from kstate.errors import InvalidArgumentError
-
         raise InvalidArgumentError(
             "fire_idle_timers reads the partitions' timer records from a file-system changelog_dir; "
             "with changelogs on an object store pass fire_idle_timers=False"

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -43,10 +43,10 @@ from kstate.config import CHANGELOG_DIR, CHANGELOG_STORAGE_OPTIONS, ChangelogCon
 from kstate.errors import BatchConflictError, CommitConflictError, InvalidArgumentError, ProcessorStateError
 from kstate.key_value_store import KeyValueStore
 from kstate.log.remote import RemoteChangelog
-from kstate.memory import memory_usage
 from kstate.spark.protocol.batch_log import EMPTY_STATE, BatchEntry, BatchLog, RemoteBatchLog, peek_head
 from kstate.spark.protocol.idle import IDLE, RELEASE_REQUEST, Parked, release
 from kstate.spark.protocol.locking import FileLock, NoLock
+from kstate.spark.protocol.progress import Timings
 from kstate.spark.protocol.task import TaskInfo
 from kstate.spark.protocol.undo import RemoteUndoFiles, UndoFiles, previous_values
 from kstate.spark.protocol.upgrade import InPlaceUpgrade
@@ -100,30 +100,6 @@ class StateLayout:
 
     def changelog_partition_dir(self, store: str, partition: int) -> Path:
         return self.changelog_dir / f"{self.application_id}-{store}-changelog-{partition}"
-
-
-@dataclass
-class Timings:
-    """Seconds spent in kstate for one task: opening (locks, restore, rollback), of which
-    opening the stores and restoring them from their changelogs, and committing."""
-
-    open: float = 0.0
-    commit: float = 0.0
-    restore: float = 0.0
-    restored_records: int = 0
-    rolled_back_batches: int = 0
-    state_disk_bytes: int = 0
-    """Files of the partition's stores after the commit."""
-    memory_in_use: int = 0
-    """The worker process's memory budget in use after the commit (``kstate.memory``)."""
-    rss: int = 0
-    open_files: int = 0
-
-    def sample_memory(self, stores: Iterable[StoreLifecycle]) -> None:
-        """Records the stores' disk and the process's memory, as the commit left them."""
-        self.state_disk_bytes = sum(store.metrics()["disk_bytes"] for store in stores if store.is_open)
-        usage = memory_usage(stores=False)
-        self.memory_in_use, self.rss, self.open_files = usage["in_use"], usage["rss"], usage["open_files"]
 
 
 class TaskStores(Mapping[str, Any]):
@@ -402,7 +378,7 @@ class PartitionState:
         for name, store in self._stores.items():
             undo_file = undone.undo.get(name)
             if undo_file is not None:
-                _stage_raw(store, self._undo.read(undo_file))
+                stage_raw(store, self._undo.read(undo_file))
         restated = BatchEntry(
             batch_id=EMPTY_STATE if before is None else before.batch_id,
             offsets={},
@@ -443,7 +419,7 @@ class PartitionState:
                         f"partition {self.task.partition}: the state before batch {entry.batch_id} is no longer "
                         f"kept ({missing}); undo files are kept for the last {self.undo_retained_batches} batches"
                     ) from None
-                _stage_raw(self._stores[name], undo)
+                stage_raw(self._stores[name], undo)
             entry = None if entry.previous is None else self._log.entry(entry.previous)
         return EMPTY_STATE if entry is None else entry.batch_id
 
@@ -590,7 +566,7 @@ class PartitionState:
         self._publish_lock.release()
 
 
-def _stage_raw(store: StoreLifecycle, undo: Any) -> None:
+def stage_raw(store: StoreLifecycle, undo: Any) -> None:
     """Stages stored bytes exactly as recorded (``None`` deletes), with no serde in between;
     window and session stores by store key, into the segments the keys name."""
     keys = undo.column("key").combine_chunks()

@@ -6,14 +6,41 @@ keyed by query run and batch, and reported with the batch's progress event
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
+from kstate.memory import memory_usage
+
 if TYPE_CHECKING:
-    from kstate.spark.protocol.exactly_once import Timings
     from kstate.spark.protocol.task import TaskInfo
+    from kstate.store_lifecycle import StoreLifecycle
 
 log = logging.getLogger("kstate.spark")
+
+
+@dataclass
+class Timings:
+    """Seconds spent in kstate for one task: opening (locks, restore, rollback), of which
+    opening the stores and restoring them from their changelogs, and committing."""
+
+    open: float = 0.0
+    commit: float = 0.0
+    restore: float = 0.0
+    restored_records: int = 0
+    rolled_back_batches: int = 0
+    state_disk_bytes: int = 0
+    """Files of the partition's stores after the commit."""
+    memory_in_use: int = 0
+    """The worker process's memory budget in use after the commit (``kstate.memory``)."""
+    rss: int = 0
+    open_files: int = 0
+
+    def sample_memory(self, stores: Iterable[StoreLifecycle]) -> None:
+        """Records the stores' disk and the process's memory, as the commit left them."""
+        self.state_disk_bytes = sum(store.metrics()["disk_bytes"] for store in stores if store.is_open)
+        usage = memory_usage(stores=False)
+        self.memory_in_use, self.rss, self.open_files = usage["in_use"], usage["rss"], usage["open_files"]
 
 
 @dataclass(frozen=True)

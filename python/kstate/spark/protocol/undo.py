@@ -23,7 +23,8 @@ import pyarrow as pa
 from kstate.errors import ProcessorStateError
 from kstate.log.object_store import ObjectStore
 
-_SCHEMA = pa.schema([("key", pa.binary(), False), ("value", pa.binary())])
+UNDO_SCHEMA = pa.schema([("key", pa.binary(), False), ("value", pa.binary())])
+"""An undo file's rows: a stored key and its stored bytes before the batch (null: it had none)."""
 
 
 def _binary(packed: tuple[bytes, bytes, bytes, int], count: int) -> pa.Array:
@@ -36,7 +37,7 @@ def previous_values(native_store: Any) -> pa.RecordBatch:
     """The keys a store's uncommitted writes touch, with their committed values."""
     keys, values = native_store.previous_values_of_staged(False)
     count = (len(keys[1]) // 4) - 1
-    return pa.RecordBatch.from_arrays([_binary(keys, count), _binary(values, count)], schema=_SCHEMA)
+    return pa.RecordBatch.from_arrays([_binary(keys, count), _binary(values, count)], schema=UNDO_SCHEMA)
 
 
 class UndoFiles:
@@ -52,7 +53,7 @@ class UndoFiles:
         path = self.directory / name
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
-        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, _SCHEMA) as writer:
+        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, UNDO_SCHEMA) as writer:
             writer.write_batch(batch)
         with open(tmp, "rb+") as written:
             os.fsync(written.fileno())
@@ -99,7 +100,7 @@ class RemoteUndoFiles:
         name = f"{store}/{position}-{attempt}.arrow"
         with tempfile.TemporaryDirectory(prefix="kstate-undo-") as scratch:
             path = Path(scratch) / "undo.arrow"
-            with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, _SCHEMA) as writer:
+            with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, UNDO_SCHEMA) as writer:
                 writer.write_batch(batch)
             try:
                 self._store.create(f"{self.directory}/{name}", str(path))

@@ -28,8 +28,9 @@ from typing import Any
 from kstate.errors import InvalidArgumentError
 from kstate.rebalance import AssignmentInfo, Leader, SubscriptionInfo, TaskId, TaskOffsetSum, UpgradeConfig, UpgradeMode
 from kstate.spark.protocol.progress import batch_listener
-from kstate.stores import KeyValueBytesStoreSupplier, StoreBuilder
-from kstate.upgrade import _RollOver, inspect_store, take_over
+from kstate.stores import StoreBuilder
+from kstate.suppliers import KeyValueBytesStoreSupplier
+from kstate.upgrade import RollOver, inspect_store, take_over
 
 log = logging.getLogger("kstate.spark")
 
@@ -125,7 +126,7 @@ def _standby_offset(task_dir: Path, builder: StoreBuilder, partition: int, app: 
         running = _BUILDS.get(task_dir)
         if running is not None and running.is_alive():
             return -1
-    return _RollOver.of(builder, task_dir, partition, app).standby_offset()
+    return RollOver.of(builder, task_dir, partition, app).standby_offset()
 
 
 def start_build(builders: list[StoreBuilder], task_dir: Path, partition: int, app: str) -> None:
@@ -133,7 +134,7 @@ def start_build(builders: list[StoreBuilder], task_dir: Path, partition: int, ap
 
     def build() -> None:
         for builder in builders:
-            _RollOver.of(builder, task_dir, partition, app).catch_up()
+            RollOver.of(builder, task_dir, partition, app).catch_up()
 
     with _BUILDS_LOCK:
         running = _BUILDS.get(task_dir)

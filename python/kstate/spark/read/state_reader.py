@@ -47,9 +47,17 @@ from pathlib import Path
 from typing import Any
 
 from kstate.errors import InvalidArgumentError, ProcessorStateError
+from kstate.log.files import read_log
+from kstate.log.object_store import is_url
+from kstate.spark.engine.backend import StateBackend
 from kstate.spark.engine.session import refuse_spark_connect
+from kstate.spark.format.row_codec import row_decoder
+from kstate.spark.format.state_schemas import SchemaLog
 from kstate.spark.processor.state_variables import NO_EXPIRY, TIMERS_BY_KEY, time_of
 from kstate.spark.protocol.batch_log import BatchEntry
+from kstate.spark.protocol.task import TaskInfo
+from kstate.spark.routing.partitioning import PartitioningLog
+from kstate.stores import Stores
 
 _LENGTH = struct.Struct(">I")
 _EXPIRY = struct.Struct(">q")
@@ -159,8 +167,6 @@ class _Variable:
         return self._decoder(() if self.key_schema is None else (self.key_schema,), versioned=False)
 
     def _decoder(self, schemas: tuple[Any, ...], versioned: bool) -> Any:
-        from kstate.spark.format.row_codec import row_decoder
-
         if schemas:
             current = schemas[-1]
             readers = [row_decoder(writer, current) for writer in schemas]
@@ -205,8 +211,6 @@ def read_processor_state(
     ``changelog_storage_options``: as the query's, for changelogs on an object store (the state,
     not the change feed, can be read from one). ``lock_timeout``: seconds a task waits for a
     running query's task of the same partition."""
-    from kstate.spark.format.state_schemas import SchemaLog
-    from kstate.spark.routing.partitioning import PartitioningLog
 
     refuse_spark_connect(
         spark,
@@ -257,9 +261,6 @@ def read_processor_state(
     if change_feed and url is not None:
         raise InvalidArgumentError("the change feed reads changelogs on a file system, not at a URL")
 
-    from kstate.spark.engine.backend import StateBackend
-    from kstate.stores import Stores
-
     builders = [
         Stores.key_value_store_builder(Stores.persistent_key_value_store(name), "bytes", "bytes")
         for name in partitioning.stores
@@ -289,8 +290,6 @@ def read_processor_state(
     else:
 
         def partition_rows(partition: int) -> Iterator[tuple[Any, ...]]:
-            from kstate.spark.protocol.task import TaskInfo
-
             task = TaskInfo.current()
             state = backend.partition_state(task, layout)
             stores = state.open(read_only=True)
@@ -307,8 +306,6 @@ def read_processor_state(
 
 
 def _is_url(path: Any) -> bool:
-    from kstate.log.object_store import is_url
-
     return is_url(os.fspath(path))
 
 
@@ -409,8 +406,6 @@ def effective_history(entries: dict[int, BatchEntry]) -> list[tuple[BatchEntry, 
 
 
 def _read_batch_log(directory: Any) -> dict[int, BatchEntry]:
-    from kstate.log.files import read_log
-
     entries: dict[int, BatchEntry] = {}
     if not directory.exists():
         return entries
@@ -432,7 +427,6 @@ def _change_feed(
     """``variable``'s changes in batches ``start`` to ``end`` of one partition. ``rescaled``: the
     state is a rescale's generation, whose first published entry holds every re-routed entry
     (not a batch's writes), so the feed starts after it."""
-    from kstate.log.files import read_log
 
     entries = _read_batch_log(layout.batch_log_dir(partition))
     store = variable.name

@@ -16,10 +16,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kstate.errors import InvalidArgumentError
+
 if TYPE_CHECKING:
-    from kstate.spark.engine.backend import GroupFunction, StateBackend
     from kstate.spark.format.conversion import SessionConversion
-    from kstate.spark.protocol.exactly_once import TaskStores
 
 
 def group_bounds(table: pa.Table, keys: Sequence[str]) -> list[tuple[int, int]]:
@@ -142,7 +142,6 @@ class OutputBatcher:
 def _rows_table(rows: list[Any], schema: pa.Schema) -> pa.Table:
     """Output rows as ``schema``: a ``Row`` with field names by name (as Spark matches them),
     a plain tuple by position."""
-    from kstate.errors import InvalidArgumentError
 
     names = schema.names
     width = len(names)
@@ -162,21 +161,3 @@ def _rows_table(rows: list[Any], schema: pa.Schema) -> pa.Table:
         ordered.append(row)
     columns = list(zip(*ordered))
     return pa.table([pa.array(list(c), type=f.type) for c, f in zip(columns, schema)], schema=schema)
-
-
-def grouped_task(
-    backend: StateBackend, keys: Sequence[str], fn: GroupFunction, schema: pa.Schema, pandas: bool
-) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The ``mapInArrow`` function that calls ``fn(key, group, stores)`` for each group."""
-
-    def each_group(batches: Iterator[pa.RecordBatch], stores: TaskStores) -> Iterator[pa.RecordBatch]:
-        output = OutputBatcher(schema, pandas)
-        for key, group in iter_groups(batches, keys, pandas):
-            yield from output.add(fn(key, group, stores))
-        yield from output.flush()
-
-    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        return backend.process(each_group, batches)
-
-    task.__name__ = getattr(fn, "__name__", "grouped")
-    return task

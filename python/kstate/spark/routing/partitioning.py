@@ -31,8 +31,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from kstate.errors import InvalidArgumentError, MisroutedRowsError, PartitioningChangedError
+from kstate.errors import CorruptedDataError, InvalidArgumentError, MisroutedRowsError, PartitioningChangedError
 from kstate.spark.format.record_log import RecordLog
+from kstate.spark.routing.hashing import partition_ids
 
 FORMAT_VERSION = 1
 
@@ -124,8 +125,6 @@ class Partitioning:
 
     @classmethod
     def from_bytes(cls, raw: bytes, seq: int) -> Partitioning:
-        from kstate.errors import CorruptedDataError
-
         try:
             fields = json.loads(raw)
             if fields.pop("format") != FORMAT_VERSION:
@@ -236,8 +235,6 @@ def verify_batch(batch: Any, partitioning: Partitioning, partition: int, batch_i
     """Raises ``MisroutedRowsError`` unless every row of ``batch`` (a ``pyarrow.RecordBatch`` or
     a ``pandas.DataFrame``) hashes to ``partition``: one native hash and one compare per batch."""
     import numpy as np
-
-    from kstate.spark.routing.hashing import partition_ids
 
     columns = key_columns(batch, partitioning)
     if not columns or len(columns[0]) == 0:
