@@ -18,7 +18,7 @@ from kstate import _core  # noqa: E402
 from kstate.errors import InvalidArgumentError  # noqa: E402
 from kstate.spark.routing.hashing import check_hashable, partition_ids, spark_hash  # noqa: E402
 
-from .workload import spark_for_tests  # noqa: E402
+from ..workload import spark_for_tests  # noqa: E402
 
 ROWS = 3000
 PARTITION_COUNTS = (1, 2, 7, 200)

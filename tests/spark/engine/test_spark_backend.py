@@ -25,7 +25,7 @@ from pyspark import cloudpickle  # noqa: E402
 from kstate import Stores  # noqa: E402
 from kstate.spark import StateBackend  # noqa: E402
 
-from .workload import (  # noqa: E402
+from ..workload import (  # noqa: E402
     ROWS,
     SCHEMA,
     RunningCount,

@@ -29,8 +29,8 @@ from pyspark.sql import Row  # noqa: E402
 from kstate.spark import read_processor_state, transform_with_state  # noqa: E402
 from kstate.spark.testing import TwsTester  # noqa: E402
 
-from . import spark_suite_processors as p  # noqa: E402
-from .workload import collecting, input_stream, spark_for_tests, write_file  # noqa: E402
+from .. import spark_suite_processors as p  # noqa: E402
+from ..workload import collecting, input_stream, spark_for_tests, write_file  # noqa: E402
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 

@@ -16,7 +16,7 @@ from pyspark import cloudpickle  # noqa: E402
 from kstate import Stores  # noqa: E402
 from kstate.spark import StateBackend, StatefulProcessor, transform_with_state  # noqa: E402
 
-from .workload import input_stream, run_to_end, running_count, spark_for_tests, write_file  # noqa: E402
+from ..workload import input_stream, run_to_end, running_count, spark_for_tests, write_file  # noqa: E402
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 

@@ -1,5 +1,5 @@
 """The pure-Python row codec kstate shipped before the native one (issue 13), kept verbatim as the
-independent oracle the native codec is checked against (tests/spark/test_row_codec.py)."""
+independent oracle the native codec is checked against (tests/spark/format/test_row_codec.py)."""
 
 # ruff: noqa
 from __future__ import annotations
