@@ -10,7 +10,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from kstate.spark.ticks import needs_batch
+from kstate.spark.processor.ticks import needs_batch
 
 CALLS = 200
 

@@ -38,7 +38,7 @@ def measure(keys: int, typed: bool, work: Path, only: str | None = None) -> dict
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
     from kstate.spark import StateBackend, StatefulProcessorHandle, TaskInfo
-    from kstate.spark.state_variables import TypedSchemas
+    from kstate.spark.processor.state_variables import TypedSchemas
     from kstate.stores import Stores
 
     value_schema = StructType([StructField("count", LongType()), StructField("total", LongType())])
@@ -107,7 +107,7 @@ def measure(keys: int, typed: bool, work: Path, only: str | None = None) -> dict
 def codec_only(mode: str, count: int) -> None:
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-    from kstate.spark.state_variables import TypedCodec
+    from kstate.spark.processor.state_variables import TypedCodec
 
     schema = StructType([StructField("count", LongType()), StructField("total", LongType())])
     codec = TypedCodec("totals", schema, (schema,))

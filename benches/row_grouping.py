@@ -14,7 +14,7 @@ import time
 import pyarrow as pa
 from pyspark.sql import Row
 
-from kstate.spark.groups import OutputBatcher, iter_groups
+from kstate.spark.routing.groups import OutputBatcher, iter_groups
 
 ROWS = 50_000
 USERS = 20_000

@@ -15,15 +15,11 @@ if TYPE_CHECKING:
     from typing import Any
 
     from kstate import errors, rebalance, serdes
-    from kstate.key_value_store import KeyValue, KeyValueIterator, KeyValueStore, ReadOnlyKeyValueStore
+    from kstate.key_value_store import KeyValueStore, ReadOnlyKeyValueStore
     from kstate.session_store import ReadOnlySessionStore, SessionStore
-    from kstate.stores import (
-        KeyValueBytesStoreSupplier,
-        SessionBytesStoreSupplier,
-        StoreBuilder,
-        Stores,
-        WindowBytesStoreSupplier,
-    )
+    from kstate.store_reads import KeyValue, KeyValueIterator
+    from kstate.stores import StoreBuilder, Stores
+    from kstate.suppliers import KeyValueBytesStoreSupplier, SessionBytesStoreSupplier, WindowBytesStoreSupplier
     from kstate.timestamped_key_value_store import TimestampedKeyValueStore
     from kstate.timestamped_session_store import TimestampedSessionStore
     from kstate.timestamped_window_store import TimestampedWindowStore
@@ -44,15 +40,11 @@ _LAZY: "dict[str, tuple[str, str | None]]" = {
     **{
         name: (module, name)
         for module, names in {
-            "kstate.key_value_store": ("KeyValue", "KeyValueIterator", "KeyValueStore", "ReadOnlyKeyValueStore"),
+            "kstate.key_value_store": ("KeyValueStore", "ReadOnlyKeyValueStore"),
+            "kstate.store_reads": ("KeyValue", "KeyValueIterator"),
             "kstate.session_store": ("ReadOnlySessionStore", "SessionStore"),
-            "kstate.stores": (
-                "KeyValueBytesStoreSupplier",
-                "SessionBytesStoreSupplier",
-                "StoreBuilder",
-                "Stores",
-                "WindowBytesStoreSupplier",
-            ),
+            "kstate.stores": ("StoreBuilder", "Stores"),
+            "kstate.suppliers": ("KeyValueBytesStoreSupplier", "SessionBytesStoreSupplier", "WindowBytesStoreSupplier"),
             "kstate.timestamped_key_value_store": ("TimestampedKeyValueStore",),
             "kstate.timestamped_session_store": ("TimestampedSessionStore",),
             "kstate.timestamped_window_store": ("TimestampedWindowStore",),

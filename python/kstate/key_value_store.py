@@ -8,202 +8,25 @@ on-disk layout is Kafka Streams' (``<task_dir>/rocksdb/<name>``, KIP-1035 ``offs
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator, Mapping
-from itertools import chain, starmap
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from kstate import _core, arrow_numbers
 from kstate.config import ChangelogConfig, StoreConfig
 from kstate.errors import InvalidArgumentError
 from kstate.log.remote import RemoteChangelog
-from kstate.serdes import BytesSerde, Serde, StringSerde, key_bytes
+from kstate.serdes import BytesSerde, Serde, StringSerde
 from kstate.store_lifecycle import StoreLifecycle, Unopened, progress_logger
+from kstate.store_reads import KeyValueReads, is_arrow
 
 if TYPE_CHECKING:
-    from kstate.stores import KeyValueBytesStoreSupplier
+    from kstate.suppliers import KeyValueBytesStoreSupplier
 
 log = logging.getLogger("kstate.store")
 
 
-class KeyValue(NamedTuple):
-    """One entry of an iterator (Kafka's ``KeyValue``)."""
-
-    key: Any
-    value: Any
-
-
-def _is_arrow(obj: Any) -> bool:
-    return type(obj).__module__.startswith("pyarrow") and hasattr(obj, "type")
-
-
-class KeyValueIterator:
-    """Iterator over store entries in key order (or reverse). Use as a context manager or call
-    ``close()`` when done early; once its store is closed it raises ``StoreClosedError`` (after
-    the rows of the chunk it already read, at most 2,048)."""
-
-    __slots__ = ("_native", "_decode", "_rows")
-
-    def __init__(self, native: _core.RangeIterator, decode: Callable[[bytes, bytes | None], Any] | None = None):
-        # Rows come in native chunks (lists of finished rows) that Python's own iterators walk,
-        # so a ``for`` loop over ``iter(self)`` makes no call into the binding per row; ``decode``
-        # (serdes other than bytes) turns stored bytes into the entry as each row is taken.
-        self._native = native
-        self._decode = decode
-        rows = chain.from_iterable(iter(native.next_chunk, None))
-        self._rows: Iterator[Any] = rows if decode is None else starmap(decode, rows)
-
-    def __iter__(self) -> Iterator[Any]:
-        return self._rows
-
-    def __next__(self) -> Any:
-        return next(self._rows)
-
-    def peek_next_key(self) -> Any:
-        """The key ``next()`` would return, or ``None`` at the end."""
-        key = self._native.peek_next_key()
-        return key if key is None or self._decode is None else self._decode(key, None)
-
-    def close(self) -> None:
-        self._native.close()
-        self._rows = iter(())
-
-    def __enter__(self) -> KeyValueIterator:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-class _Reads:
-    """Read operations shared by a store and its read-only views. ``_reader`` is the native store
-    or view; subclasses provide ``_key_bytes`` and ``_value_of``."""
-
-    _reader: Any
-    _key_serde: Serde
-    _value_serde: Serde
-
-    def _key_bytes(self, key: Any) -> bytes:
-        return key_bytes(self._key_serde, key)
-
-    def _value_of(self, stored: bytes) -> Any:
-        return self._value_serde.deserialize(stored)
-
-    def _entry(self, key: bytes, stored: bytes | None) -> Any:
-        k = self._key_serde.deserialize(key)
-        return k if stored is None else KeyValue(k, self._value_of(stored))
-
-    name: str
-
-    def get(self, key: Any) -> Any:
-        """The value of ``key``, or ``None``."""
-        stored = self._reader.get(self._key_bytes(key))
-        return None if stored is None else self._value_of(stored)
-
-    def get_many(self, keys: Any) -> Any:
-        """Values of many keys in one call: a list for a list, an Arrow array for an Arrow array."""
-        reader = self._reader
-        if _is_arrow(keys):
-            return self._get_many_arrow(reader, keys)
-        if self._raw_bytes():
-            return reader.get_many(keys)
-        stored = reader.get_many([self._key_bytes(k) for k in keys])
-        value_of = self._value_of
-        return [None if s is None else value_of(s) for s in stored]
-
-    def _get_many_arrow(self, reader: Any, keys: Any) -> Any:
-        import pyarrow as pa
-
-        if isinstance(keys, pa.ChunkedArray):
-            keys = keys.combine_chunks()
-        numbers = self._stored_numbers()
-        if not (self._packs_keys(keys.type) and (self._packs_values() or numbers is not None)):
-            return pa.array(self.get_many(keys.to_pylist()))
-        large = pa.types.is_large_binary(keys.type) or pa.types.is_large_string(keys.type)
-        validity, offsets, data = keys.buffers()
-        out_validity, out_offsets, out_data, nulls = reader.get_many_packed(
-            offsets.to_pybytes(),
-            data.to_pybytes() if data is not None else b"",
-            validity.to_pybytes() if validity is not None else None,
-            keys.offset,
-            len(keys),
-            large,
-        )
-        if numbers is not None:
-            return arrow_numbers.from_packed((out_validity, out_offsets, out_data, nulls), len(keys), large, numbers)
-        if isinstance(self._value_serde, StringSerde):
-            out_type = pa.large_string() if large else pa.string()
-        else:
-            out_type = pa.large_binary() if large else pa.binary()
-        buffers = [pa.py_buffer(out_validity), pa.py_buffer(out_offsets), pa.py_buffer(out_data)]
-        return pa.Array.from_buffers(out_type, len(keys), buffers, null_count=nulls)
-
-    def _packs_keys(self, arrow_type: Any) -> bool:
-        import pyarrow as pa
-
-        t = arrow_type
-        if isinstance(self._key_serde, BytesSerde):
-            return pa.types.is_binary(t) or pa.types.is_large_binary(t)
-        if isinstance(self._key_serde, StringSerde):
-            return pa.types.is_string(t) or pa.types.is_large_string(t)
-        return False
-
-    def _packs_values(self) -> bool:
-        """Whether stored value bytes are the serialized value itself (no timestamp to strip)."""
-        return isinstance(self._value_serde, (BytesSerde, StringSerde))
-
-    def _stored_numbers(self) -> Any:
-        """The numpy dtype of stored values that are 8-byte big-endian numbers (``int64`` /
-        ``float64`` serdes, no timestamp), which the Arrow paths convert in bulk; else ``None``."""
-        return arrow_numbers.stored_dtype(self._value_serde)
-
-    def _raw_bytes(self) -> bool:
-        """Whether keys and values are stored exactly as given (bytes serdes, no timestamps)."""
-        return type(self._key_serde) is BytesSerde and type(self._value_serde) is BytesSerde and self._packs_values()
-
-    def range(self, from_key: Any, to_key: Any) -> KeyValueIterator:
-        """Entries with ``from_key <= key <= to_key`` in serialized-key order; ``None`` is unbounded."""
-        return self._iterate(from_key, to_key, reverse=False)
-
-    def reverse_range(self, from_key: Any, to_key: Any) -> KeyValueIterator:
-        return self._iterate(from_key, to_key, reverse=True)
-
-    def all(self) -> KeyValueIterator:
-        return self._iterate(None, None, reverse=False)
-
-    def reverse_all(self) -> KeyValueIterator:
-        return self._iterate(None, None, reverse=True)
-
-    def prefix_scan(self, prefix: Any, prefix_serde: Any = None) -> KeyValueIterator:
-        """Entries whose serialized key starts with the serialized ``prefix``."""
-        from kstate.serdes import serde_for
-
-        serde = self._key_serde if prefix_serde is None else serde_for(prefix_serde)
-        raw = serde.serialize(prefix)
-        if raw is None:
-            raise InvalidArgumentError("prefix cannot be None")
-        if self._raw_bytes():
-            return KeyValueIterator(self._reader.prefix_scan(raw, False, KeyValue))
-        return KeyValueIterator(self._reader.prefix_scan(raw), self._entry)
-
-    def _iterate(self, from_key: Any, to_key: Any, reverse: bool) -> KeyValueIterator:
-        lower = None if from_key is None else self._key_bytes(from_key)
-        upper = None if to_key is None else self._key_bytes(to_key)
-        if lower is not None and upper is not None and lower > upper:
-            log.warning("range with from_key > to_key returns no entries (serialized keys compared as bytes)")
-        if self._raw_bytes():
-            return KeyValueIterator(self._reader.range(lower, upper, reverse, KeyValue))
-        return KeyValueIterator(self._reader.range(lower, upper, reverse), self._entry)
-
-    def approximate_num_entries(self) -> int:
-        """An estimate of the number of entries (RocksDB's ``estimate-num-keys`` plus staged writes)."""
-        return self._reader.approximate_num_entries()
-
-    def __iter__(self) -> Iterator[Any]:
-        return self.all()
-
-
-class ReadOnlyKeyValueStore(_Reads):
+class ReadOnlyKeyValueStore(KeyValueReads):
     """Reads of a store without its writes. ``read_committed`` views see only committed state and
     may be used from another thread while the writer works (interactive queries)."""
 
@@ -225,7 +48,7 @@ class ReadOnlyKeyValueStore(_Reads):
         return self._store._stored_numbers()
 
 
-class KeyValueStore(StoreLifecycle, _Reads):
+class KeyValueStore(StoreLifecycle, KeyValueReads):
     """A key-value store. Build one with ``Stores.key_value_store_builder(...).build()``, then
     ``init(task_dir)``; or use it as a context manager after ``init``."""
 
@@ -352,12 +175,12 @@ class KeyValueStore(StoreLifecycle, _Reads):
         sequences / Arrow arrays ``put_all(keys, values)``."""
         native = self._reader
         if values is None:
-            keys, vals = _entries(entries.items() if isinstance(entries, Mapping) else entries)
+            keys, vals = keys_and_values(entries.items() if isinstance(entries, Mapping) else entries)
         else:
-            if _is_arrow(entries) and _is_arrow(values) and self._put_all_packed(native, entries, values):
+            if is_arrow(entries) and is_arrow(values) and self._put_all_packed(native, entries, values):
                 return
-            keys = entries.to_pylist() if _is_arrow(entries) else entries
-            vals = values.to_pylist() if _is_arrow(values) else values
+            keys = entries.to_pylist() if is_arrow(entries) else entries
+            vals = values.to_pylist() if is_arrow(values) else values
         if self._raw_bytes():
             native.put_all(keys, vals)
             return
@@ -407,7 +230,8 @@ def _column(arr: Any) -> tuple:
     )
 
 
-def _entries(pairs: Iterable[tuple[Any, Any]]) -> tuple[list, list]:
+def keys_and_values(pairs: Iterable[tuple[Any, Any]]) -> tuple[list, list]:
+    """The keys and the values of ``(key, value)`` pairs, as two lists (for ``put_all``)."""
     keys, values = [], []
     for k, v in pairs:
         keys.append(k)

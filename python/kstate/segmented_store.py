@@ -15,74 +15,20 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
-from kstate import _core
 from kstate.config import ChangelogConfig, StoreConfig
-from kstate.serdes import BytesSerde, Serde, key_bytes
+from kstate.serdes import Serde
 from kstate.store_lifecycle import StoreLifecycle, Unopened, progress_logger
-from kstate.value_and_timestamp import NO_TIMESTAMP, ValueAndTimestamp
-from kstate.windowed import Windowed, WindowedIterator
+from kstate.store_reads import SegmentedReads
 
 if TYPE_CHECKING:
-    from kstate.stores import SegmentedBytesStoreSupplier
+    from kstate.suppliers import SegmentedBytesStoreSupplier
 
 log = logging.getLogger("kstate.store")
 
 
-class _SegmentedReads:
-    """Value and key conversion shared by a store and its read-only views. ``_reader`` is the
-    native store or view."""
-
-    _reader: Any
-    _key_serde: Serde
-    _value_serde: Serde
-    _timestamped_bytes: bool
-    _raw: bool
-    name: str
-
-    def _key_bytes(self, key: Any) -> bytes:
-        return key_bytes(self._key_serde, key)
-
-    def _raw_bytes(self) -> bool:
-        """Whether keys and values are stored exactly as given (bytes serdes, no timestamps):
-        then the hottest calls skip the conversions and go straight to the native store, which
-        raises the same typed errors for ``None`` or non-bytes arguments."""
-        return (
-            type(self._key_serde) is BytesSerde
-            and type(self._value_serde) is BytesSerde
-            and not (self._timestamped_bytes)
-        )
-
-    def _optional_key_bytes(self, key: Any) -> bytes | None:
-        return None if key is None else self._key_bytes(key)
-
-    def _value_and_timestamp_of(self, stored: bytes) -> ValueAndTimestamp:
-        if not self._timestamped_bytes:
-            return ValueAndTimestamp(self._value_serde.deserialize(stored), NO_TIMESTAMP)
-        timestamp, raw = _core.decode_value_and_timestamp(stored)
-        return ValueAndTimestamp(self._value_serde.deserialize(raw), timestamp)
-
-    def _value_of(self, stored: bytes) -> Any:
-        if self._timestamped_bytes:
-            return self._value_serde.deserialize(_core.decode_value_and_timestamp(stored)[1])
-        return self._value_serde.deserialize(stored)
-
-    def _decoder(self, with_timestamp: bool) -> Callable[[bytes], Any]:
-        return self._value_and_timestamp_of if with_timestamp else self._value_of
-
-    def _windowed_iterator(self, native: Any, with_timestamp: bool) -> WindowedIterator:
-        """Rows as ``KeyValue(Windowed(key, start, end), value)``: made natively with bytes serdes."""
-        from kstate.key_value_store import KeyValue
-
-        if self._raw and not with_timestamp:
-            return WindowedIterator(native.finished_rows(KeyValue, Windowed), None)
-        key_of = self._key_serde.deserialize
-        value_of = self._decoder(with_timestamp)
-        return WindowedIterator(native, lambda k, start, end, v: KeyValue(Windowed(key_of(k), start, end), value_of(v)))
-
-
-class _SegmentedView(_SegmentedReads):
+class SegmentedView(SegmentedReads):
     """A read-only view of a window or session store; ``read_committed`` views see only
     committed state and may be used from another thread while the writer works."""
 
@@ -96,7 +42,7 @@ class _SegmentedView(_SegmentedReads):
         self._raw = self._raw_bytes()
 
 
-class SegmentedStore(StoreLifecycle, _SegmentedReads):
+class SegmentedStore(StoreLifecycle, SegmentedReads):
     """Lifecycle and transactions of window and session stores. Build one with ``Stores``, then
     ``init(task_dir)``; or use it as a context manager after ``init``."""
 

@@ -13,15 +13,9 @@ from typing import Any, Callable
 
 from kstate import _core
 from kstate.errors import InvalidArgumentError
-from kstate.key_value_store import (
-    KeyValue,
-    KeyValueIterator,
-    KeyValueStore,
-    ReadOnlyKeyValueStore,
-    _entries,
-    _Reads,
-)
+from kstate.key_value_store import KeyValueStore, ReadOnlyKeyValueStore, keys_and_values
 from kstate.store_lifecycle import now_ms
+from kstate.store_reads import KeyValue, KeyValueIterator, KeyValueReads
 from kstate.value_and_timestamp import NO_TIMESTAMP, ValueAndTimestamp
 
 
@@ -31,7 +25,7 @@ def _check_timestamp(timestamp: Any) -> int:
     return timestamp
 
 
-class _TimestampedReads(_Reads):
+class _TimestampedReads(KeyValueReads):
     """The ``*_with_timestamp`` reads, shared by the store and its read-only views."""
 
     _value_and_timestamp_of: Callable[[bytes], ValueAndTimestamp]
@@ -149,7 +143,7 @@ class TimestampedKeyValueStore(_TimestampedReads, KeyValueStore):
 
     def put_all_with_timestamp(self, entries: Any) -> None:
         """Write ``(key, ValueAndTimestamp)`` pairs (or a dict of them) in one call."""
-        keys, values = _entries(entries.items() if isinstance(entries, Mapping) else entries)
+        keys, values = keys_and_values(entries.items() if isinstance(entries, Mapping) else entries)
         for v in values:
             if v is not None and not isinstance(v, ValueAndTimestamp):
                 raise InvalidArgumentError(f"put_all_with_timestamp needs ValueAndTimestamp values, got {v!r}")

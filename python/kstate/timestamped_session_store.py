@@ -11,12 +11,13 @@ from typing import Any
 
 from kstate import _core
 from kstate.errors import InvalidArgumentError
-from kstate.session_store import ReadOnlySessionStore, SessionStore, _session_of, _SessionReads
+from kstate.session_store import ReadOnlySessionStore, SessionStore, session_of
+from kstate.store_reads import SessionReads
 from kstate.value_and_timestamp import ValueAndTimestamp
 from kstate.windowed import MAX_TIME, WindowedIterator, check_time
 
 
-class _WithTimestampReads(_SessionReads):
+class _WithTimestampReads(SessionReads):
     """The ``*_with_timestamp`` reads: aggregates come as ``ValueAndTimestamp``."""
 
     def fetch_with_timestamp(self, key_or_from: Any, key_to: Any = ...) -> WindowedIterator:
@@ -68,4 +69,4 @@ class TimestampedSessionStore(_WithTimestampReads, SessionStore):
             if timestamp is None:
                 raise InvalidArgumentError("put_with_timestamp needs a timestamp or a ValueAndTimestamp")
             aggregate = ValueAndTimestamp(aggregate, check_time("timestamp", timestamp))
-        return self.put(_session_of(session_key), aggregate)
+        return self.put(session_of(session_key), aggregate)

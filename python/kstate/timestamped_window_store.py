@@ -11,12 +11,13 @@ from typing import Any
 
 from kstate import _core
 from kstate.errors import InvalidArgumentError
+from kstate.store_reads import WindowReads
 from kstate.value_and_timestamp import ValueAndTimestamp
-from kstate.window_store import ReadOnlyWindowStore, WindowStore, _WindowReads
+from kstate.window_store import ReadOnlyWindowStore, WindowStore
 from kstate.windowed import MAX_TIME, MIN_TIME, WindowedIterator, check_time
 
 
-class _WithTimestampReads(_WindowReads):
+class _WithTimestampReads(WindowReads):
     """The ``*_with_timestamp`` reads: values come as ``ValueAndTimestamp``."""
 
     def fetch_with_timestamp(self, *args: Any) -> Any:

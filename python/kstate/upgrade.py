@@ -72,7 +72,7 @@ def upgrade_store(path: str | os.PathLike, dry_run: bool = False) -> StoreInspec
     return found
 
 
-class _RollOver(NamedTuple):
+class RollOver(NamedTuple):
     """Where a roll-over upgrade of one store works: the live store, its standby, the old store
     while it is being replaced, and the changelog partition the standby is built from."""
 
@@ -84,7 +84,7 @@ class _RollOver(NamedTuple):
     offset_key: str
 
     @classmethod
-    def of(cls, builder: StoreBuilder, task_dir: Path, partition: int | None, application_id: str | None) -> _RollOver:
+    def of(cls, builder: StoreBuilder, task_dir: Path, partition: int | None, application_id: str | None) -> RollOver:
         supplier = builder.supplier
         if not (supplier.persistent and supplier.timestamped and builder.logging is not None):
             raise InvalidArgumentError(
@@ -165,7 +165,7 @@ def build_standby(
     ``task_dir``, at ``<task_dir>/rocksdb/.<name>.standby``, from the store's changelog, with a
     progress bar; the store itself is not touched and may keep serving in another process.
     Returns the records restored."""
-    roll = _RollOver.of(builder, Path(task_dir), partition, application_id)
+    roll = RollOver.of(builder, Path(task_dir), partition, application_id)
     restored = roll.catch_up()
     log.info("Standby of %s: %d changelog records restored from %s", roll.name, restored, roll.changelog)
     return restored
@@ -181,7 +181,7 @@ def take_over(
     """Replaces the (closed) store with its standby: catches the standby up with the changelog,
     moves the old store to ``.<name>.old``, the standby into its place, and deletes the old one.
     Run again after a crash, it finishes where it stopped. Returns the records restored."""
-    roll = _RollOver.of(builder, Path(task_dir), partition, application_id)
+    roll = RollOver.of(builder, Path(task_dir), partition, application_id)
     if roll.old.exists():  # a takeover a crash interrupted
         if not roll.live.exists():
             roll.standby.rename(roll.live)
@@ -199,7 +199,7 @@ def take_over(
     return restored
 
 
-def _check_closed(roll: _RollOver) -> None:
+def _check_closed(roll: RollOver) -> None:
     """The live store must be closed: opening it takes RocksDB's lock, which fails while another
     process has it open."""
     timestamped = inspect_store(roll.live).format in ("timestamped", "upgrading")

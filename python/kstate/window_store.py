@@ -12,84 +12,17 @@ from __future__ import annotations
 from typing import Any
 
 from kstate import _core
-from kstate.errors import InvalidArgumentError
-from kstate.key_value_store import KeyValue
-from kstate.segmented_store import SegmentedStore, _SegmentedReads, _SegmentedView
-from kstate.windowed import MAX_TIME, MIN_TIME, WindowedIterator, check_time
+from kstate.segmented_store import SegmentedStore, SegmentedView
+from kstate.store_reads import WindowReads
+from kstate.windowed import MAX_TIME, MIN_TIME, check_time
 
 
-class _WindowReads(_SegmentedReads):
-    """Reads shared by a window store and its read-only views."""
-
-    def fetch(self, *args: Any) -> Any:
-        """Kafka's three ``fetch`` forms:
-
-        - ``fetch(key, time)``: the value of the window of ``key`` starting at ``time``, or ``None``
-          (with duplicates, the first one put);
-        - ``fetch(key, time_from, time_to)``: ``KeyValue(window start, value)`` of the windows of
-          ``key`` starting in ``[time_from, time_to]``, oldest first;
-        - ``fetch(key_from, key_to, time_from, time_to)``: ``KeyValue(Windowed, value)`` of the keys
-          in ``[key_from, key_to]`` (``None``: unbounded).
-        """
-        if len(args) == 2:
-            key, time = args
-            if type(time) is not int or not MIN_TIME <= time <= MAX_TIME:
-                check_time("time", time)
-            if self._raw:
-                return self._reader.fetch(key, time)
-            stored = self._reader.fetch(self._key_bytes(key), time)
-            return None if stored is None else self._value_of(stored)
-        return self._iterate(args, reverse=False, with_timestamp=False)
-
-    def backward_fetch(self, *args: Any) -> WindowedIterator:
-        """``fetch(key, time_from, time_to)`` or ``fetch(key_from, key_to, time_from, time_to)``,
-        newest first."""
-        return self._iterate(args, reverse=True, with_timestamp=False)
-
-    def all(self) -> WindowedIterator:
-        """Every live window: ``KeyValue(Windowed, value)``, oldest segment first."""
-        return self._iterate((None, None, MIN_TIME, MAX_TIME), reverse=False, with_timestamp=False)
-
-    def backward_all(self) -> WindowedIterator:
-        return self._iterate((None, None, MIN_TIME, MAX_TIME), reverse=True, with_timestamp=False)
-
-    def fetch_all(self, time_from: int, time_to: int) -> WindowedIterator:
-        """Every window starting in ``[time_from, time_to]``: ``KeyValue(Windowed, value)``."""
-        return self._iterate((None, None, time_from, time_to), reverse=False, with_timestamp=False)
-
-    def backward_fetch_all(self, time_from: int, time_to: int) -> WindowedIterator:
-        return self._iterate((None, None, time_from, time_to), reverse=True, with_timestamp=False)
-
-    def _iterate(self, args: tuple, reverse: bool, with_timestamp: bool) -> WindowedIterator:
-        reader = self._reader
-        if len(args) == 3:
-            key, time_from, time_to = args
-            native = reader.fetch_key(
-                self._key_bytes(key), check_time("time_from", time_from), check_time("time_to", time_to), reverse
-            )
-            if self._raw and not with_timestamp:
-                return WindowedIterator(native.finished_rows(KeyValue), None)
-            value_of = self._decoder(with_timestamp)
-            return WindowedIterator(native, lambda k, start, end, v: KeyValue(start, value_of(v)))
-        if len(args) == 4:
-            key_from, key_to, time_from, time_to = args
-            lower, upper = self._optional_key_bytes(key_from), self._optional_key_bytes(key_to)
-            native = reader.fetch_range(
-                lower, upper, check_time("time_from", time_from), check_time("time_to", time_to), reverse
-            )
-            return self._windowed_iterator(native, with_timestamp)
-        raise InvalidArgumentError(
-            f"fetch takes (key, time), (key, time_from, time_to) or (key_from, key_to, time_from, time_to); "
-            f"got {len(args)} arguments"
-        )
-
-
-class ReadOnlyWindowStore(_WindowReads, _SegmentedView):
+class ReadOnlyWindowStore(WindowReads, SegmentedView):
     """Reads of a window store without its writes. ``read_committed`` views see only committed
     state and may be used from another thread while the writer works."""
 
 
-class WindowStore(_WindowReads, SegmentedStore):
+class WindowStore(WindowReads, SegmentedStore):
     """A window store. Build one with ``Stores.window_store_builder(...).build()``, then
     ``init(task_dir)``."""
 

@@ -23,7 +23,7 @@ from pyspark.sql.streaming import StatefulProcessor  # noqa: E402
 from kstate import Stores  # noqa: E402
 from kstate.errors import SparkConnectUnsupportedError  # noqa: E402
 from kstate.spark import StateBackend, configure_environment, read_processor_state, transform_with_state  # noqa: E402
-from kstate.spark.session import is_spark_connect  # noqa: E402
+from kstate.spark.engine.session import is_spark_connect  # noqa: E402
 
 from .workload import (  # noqa: E402
     SCHEMA,

@@ -18,8 +18,8 @@ import pytest
 from kstate import Stores, Windowed
 from kstate.errors import InvalidArgumentError, MisroutedRowsError, PartitioningChangedError
 from kstate.spark import StateBackend, TaskInfo
-from kstate.spark.hashing import partition_ids
 from kstate.spark.rescale import rescale
+from kstate.spark.routing.hashing import partition_ids
 
 DAY = 86_400_000
 MINUTE = 60_000
@@ -231,7 +231,7 @@ def test_rolling_back_further_than_the_kept_undo_still_fails_after_a_rescale(tmp
 
 KILLED_RESCALE = """
 import os, signal, sys
-from kstate.spark import exactly_once
+from kstate.spark.protocol import exactly_once
 from kstate.spark.rescale import rescale
 original = exactly_once.PartitionState.install
 def install_then_die(self, history, floor=None):
@@ -267,7 +267,7 @@ def test_partition_ids_spread_keys(tmp_path):
 def test_the_event_time_watermark_reads_the_same_after_a_rescale(tmp_path):
     """transform_with_state's event-time store is per partition, not per key: a rescale keeps its
     history so the query-wide watermark of every batch (replays included) stays what it was."""
-    from kstate.spark.processor import EVENT_TIME, _query_watermarks, _tracking_event_time
+    from kstate.spark.processor.processor import EVENT_TIME, _query_watermarks, _tracking_event_time
 
     def backend(num_partitions=None):
         stores = [

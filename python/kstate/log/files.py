@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from kstate.log.records import decode_arrow, shallow_entries
+
 _PUBLISHED_MARKER = ".kstate-published"
 _CHUNK_BYTES = 16 * 1024 * 1024
 
@@ -27,7 +29,6 @@ def _published_end(partition_dir: Path) -> int | None:
 def read_log(partition_dir: Path, start: int = 0, end: int | None = None) -> Iterator[Any]:
     """Record batches (``kstate.log.records.arrow_schema``) of the records with ``start <= offset
     < end`` in a partition directory, read from its segment files."""
-    from kstate.log.records import decode_arrow, shallow_entries
 
     published = _published_end(partition_dir)
     if published is not None:

@@ -33,20 +33,20 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kstate.errors import InvalidArgumentError, PartitioningChangedError, ProcessorStateError
+from kstate.log.files import read_log
 from kstate.log.object_store import ObjectStore, is_url
-from kstate.spark.batch_log import EMPTY_STATE, BatchEntry, BatchLog, RemoteBatchLog
-from kstate.spark.exactly_once import PartitionState, StateLayout
-from kstate.spark.hashing import partition_ids
-from kstate.spark.locking import FileLock
-from kstate.spark.partitioning import Partitioning, PartitioningLog, arrow_type_of, generation_application_id
-from kstate.spark.task import TaskInfo
-from kstate.spark.undo import RemoteUndoFiles, UndoFiles
-from kstate.stores import (
-    KeyValueBytesStoreSupplier,
-    SessionBytesStoreSupplier,
-    StoreBuilder,
-    WindowBytesStoreSupplier,
-)
+from kstate.log.records import decode_arrow
+from kstate.log.remote import RemoteChangelog, resolve
+from kstate.spark.processor.state_variables import ttl_index_grouping_key
+from kstate.spark.protocol.batch_log import EMPTY_STATE, BatchEntry, BatchLog, RemoteBatchLog
+from kstate.spark.protocol.exactly_once import PartitionState, StateLayout, stage_raw
+from kstate.spark.protocol.locking import FileLock
+from kstate.spark.protocol.task import TaskInfo
+from kstate.spark.protocol.undo import UNDO_SCHEMA, RemoteUndoFiles, UndoFiles
+from kstate.spark.routing.hashing import partition_ids
+from kstate.spark.routing.partitioning import Partitioning, PartitioningLog, arrow_type_of, generation_application_id
+from kstate.stores import StoreBuilder
+from kstate.suppliers import KeyValueBytesStoreSupplier, SessionBytesStoreSupplier, WindowBytesStoreSupplier
 
 log = logging.getLogger("kstate.spark.rescale")
 
@@ -116,8 +116,6 @@ class _Router:
         if codec == "pickle-after-expiry":
             return [pickle.loads(k[8:]) for k in keys]
         if codec == "ttl-index":
-            from kstate.spark.state_variables import ttl_index_grouping_key
-
             return [pickle.loads(ttl_index_grouping_key(k)) for k in keys]
         raise InvalidArgumentError(
             f"store {store!r}: kstate cannot tell its key columns from its keys ({codec}); pass "
@@ -184,9 +182,6 @@ class _Location:
 
 def _changelog_batches(location: _Location, layout: StateLayout, store: str, partition: int, end: int) -> Iterator[Any]:
     """Record batches (key, value) of a store's changelog with offsets ``<= end``."""
-    from kstate.log.files import read_log
-    from kstate.log.records import decode_arrow
-    from kstate.log.remote import RemoteChangelog, resolve
 
     if location.url is None:
         for batch in read_log(layout.changelog_partition_dir(store, partition), 0, end + 1):
@@ -404,14 +399,12 @@ def _stored(batch: Any, description: Mapping[str, Any]) -> pa.Table:
 def _stage_routed(
     store: str, description: Mapping[str, Any], batch: pa.Table, router: _Router, opened: list[Any]
 ) -> None:
-    from kstate.spark.exactly_once import _stage_raw
-
     if batch.num_rows == 0:
         return
     table = batch
     ids = router.partitions(store, description, table.column("key").combine_chunks())
     for target in np.unique(ids):
-        _stage_raw(opened[int(target)][store], table.filter(pa.array(ids == target)))
+        stage_raw(opened[int(target)][store], table.filter(pa.array(ids == target)))
 
 
 def _collect_event_times(batch: Any, event_times: dict[int, int]) -> None:
@@ -427,13 +420,12 @@ def _stage_event_times(
 ) -> None:
     """The event-time history into new partition 0 (the watermark reads every partition's
     records of earlier batches): one entry per batch, and the latest under the usual key."""
-    from kstate.spark.exactly_once import _stage_raw
 
     name = next(b.name for b in builders if record.stores[b.name]["key"] == "event-time")
     latest = max(event_times.items(), key=lambda item: (item[1], item[0]))
     keys = [b"batch-%020d" % b for b in sorted(event_times)] + [_EVENT_TIME_LATEST]
     values = [_BATCH_AND_TIME.pack(b, event_times[b]) for b in sorted(event_times)] + [_BATCH_AND_TIME.pack(*latest)]
-    _stage_raw(opened[0][name], pa.table({"key": pa.array(keys, pa.binary()), "value": pa.array(values, pa.binary())}))
+    stage_raw(opened[0][name], pa.table({"key": pa.array(keys, pa.binary()), "value": pa.array(values, pa.binary())}))
 
 
 def _finish_partition(
@@ -445,15 +437,14 @@ def _finish_partition(
     report: RescaleReport,
 ) -> None:
     """Publishes a new partition's staged state with its batch log (see ``PartitionState.install``)."""
-    from kstate.spark.undo import _SCHEMA
 
     chain = []
     for batch_id in batch_ids:
         undo = {}
         for store, tables in history.get(batch_id, {}).items():
-            table = pa.concat_tables([t.cast(_SCHEMA) for t in tables]).combine_chunks()
+            table = pa.concat_tables([t.cast(UNDO_SCHEMA) for t in tables]).combine_chunks()
             undo[store] = pa.RecordBatch.from_arrays(
-                [table.column(0).chunk(0), table.column(1).chunk(0)], schema=_SCHEMA
+                [table.column(0).chunk(0), table.column(1).chunk(0)], schema=UNDO_SCHEMA
             )
         chain.append((batch_id, undo))
     staged = any(stores_of[name]._open_native().uncommitted()[0] for name in stores_of)

@@ -31,8 +31,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from kstate.errors import InvalidArgumentError
-from kstate.spark.processor import ExpiredTimerInfo, TimerValues, canonical_time_mode, state_store_names
-from kstate.spark.state_variables import (
+from kstate.spark.processor.processor import ExpiredTimerInfo, TimerValues, canonical_time_mode, state_store_names
+from kstate.spark.processor.state_variables import (
     ListState,
     MapState,
     StatefulProcessorHandle,

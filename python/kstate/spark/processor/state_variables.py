@@ -1,0 +1,645 @@
+"""The state variables of a ``StatefulProcessor`` on kstate stores, with Spark's method and
+argument names (``pyspark.sql.streaming.stateful_processor``, 4.1+).
+
+Each state variable is a kstate store named after it; every entry's key starts with the grouping
+key (pickled), every value with its expiry (8 bytes, big-endian; ``NO_EXPIRY`` without a TTL):
+
+- value state: ``<grouping key>`` -> ``<expiry><value>``;
+- list state: one entry per element, ``<u32 length><grouping key><u64 sequence>`` ->
+  ``<expiry><element>``, so ``appendValue`` is one put (the next sequence number is found once
+  per key and task, by one reverse seek);
+- map state: ``<u32 length><grouping key><map key>`` -> ``<expiry><value>``.
+
+Values and map keys are pickled (protocol 4). A pickle runs code when it is read: keep changelogs
+where only this application writes. With a schema (Spark's ``schema``, ``userKeySchema``,
+``valueSchema``) values and map keys are normalized as Spark stores them (a ``Row`` or a tuple
+becomes a tuple, numpy scalars Python numbers), so ``get`` returns tuples as Spark does and
+``Row(a=1)`` and ``(1,)`` are the same map key.
+
+TTL (``ttlDurationMs``) is in processing time, as Spark's: each write stamps its value (list: its
+element; map: its entry) with the batch's processing time + TTL; reads hide values whose expiry
+is at or before the batch's processing time, and after each batch a task deletes them from the
+store, found through a TTL index (store ``tws.ttl``: ``<expiry><u8 length><name><u32 length>
+<grouping key><suffix>``, empty values), as Spark's secondary TTL index does.
+"""
+
+from __future__ import annotations
+
+import pickle
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kstate import _core
+from kstate.errors import DeletedStateVariableError, InvalidArgumentError, StateTypeError
+from kstate.spark.format.row_codec import compile_schema, nested_rows, plain
+from kstate.spark.protocol.exactly_once import TaskStores
+from kstate.store_lifecycle import now_ms
+
+TTL_INDEX = "tws.ttl"
+TIMERS_BY_TIME = "tws.timers-by-time"
+TIMERS_BY_KEY = "tws.timers-by-key"
+NO_EXPIRY = (1 << 63) - 1
+_EXPIRY = struct.Struct(">q")
+_ORDERED_TIME = struct.Struct(">Q")
+_LENGTH = struct.Struct(">I")
+_SEQUENCE = struct.Struct(">Q")
+_LAST_SEQUENCE = (1 << 64) - 1
+
+
+def ordered_time(ms: int) -> bytes:
+    """Big-endian with the sign bit flipped: sorts as the signed value."""
+    return _ORDERED_TIME.pack(ms + (1 << 63))
+
+
+def time_of(raw: bytes) -> int:
+    return _ORDERED_TIME.unpack_from(raw)[0] - (1 << 63)
+
+
+def key_prefix(key: bytes) -> bytes:
+    return _LENGTH.pack(len(key)) + key
+
+
+def expiry_of(stored: bytes) -> int:
+    return _EXPIRY.unpack_from(stored)[0]
+
+
+def _check_name(name: Any) -> str:
+    if not isinstance(name, str) or not name:
+        raise InvalidArgumentError(f"a state variable needs a name (stateName), got {name!r}")
+    if name.startswith("tws."):
+        raise InvalidArgumentError(f"state variable names starting with 'tws.' are kstate's own, got {name!r}")
+    return name
+
+
+def _check_ttl(ttl: Any) -> int | None:
+    if ttl is None:
+        return None
+    if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl <= 0:
+        raise InvalidArgumentError(f"ttlDurationMs must be an int > 0 (ms) or None, got {ttl!r}")
+    return ttl
+
+
+@dataclass(frozen=True)
+class TypedSchemas:
+    """How a typed variable's values are read and written: every schema its stored values were
+    written with (``kstate.spark.format.state_schemas``), the one it writes with now, a map's key schema."""
+
+    versions: tuple[Any, ...]
+    current: Any
+    key: Any = None
+
+
+class TypedCodec:
+    """Values of a ``StructType``: one byte naming the writer schema's index, then the row in
+    ``kstate.spark.format.row_codec``'s encoding (``versioned=False``: the row alone, for map keys).
+    Checked on write with the rules of Spark's type verifier; read back as tuples, any older
+    schema's values as the current schema. ``native`` does the work (``_core.StateCodec``)."""
+
+    def __init__(self, variable: str, schema: Any, versions: tuple[Any, ...] = (), versioned: bool = True):
+        self._arguments = (variable, schema, versions, versioned)
+        self.fields = len(schema.fields)
+        self.rows = nested_rows(schema)
+        """Gives a decoded value's nested structs as ``Row``s, as Spark's state does (``None``:
+        the schema has none)."""
+        current = compile_schema(schema, variable)
+        if versioned:
+            readers = [compile_schema(v).reader(current) for v in versions]
+            self.native = _core.StateCodec.typed(current, versions.index(schema), readers)
+        else:
+            self.native = _core.StateCodec.typed(current, None, [])
+        self.encode = self.native.encode
+        self.decode = self.native.decode
+
+    def __reduce__(self) -> tuple:
+        # A processor is pickled to the executors with the variables its init declared.
+        return TypedCodec, self._arguments
+
+
+class PickleCodec:
+    """Values as pickles; with a schema, normalized first as Spark stores them (``plain``)."""
+
+    rows = None
+
+    def __init__(self, schema: Any):
+        self.schema = schema
+        self.native = _core.StateCodec.pickled(pickle.dumps, pickle.loads, None if schema is None else plain)
+
+    def __reduce__(self) -> tuple:
+        return PickleCodec, (self.schema,)
+
+
+@dataclass(frozen=True)
+class Declared:
+    """What ``init`` declared of one state variable."""
+
+    kind: str
+    """``value``, ``list``, ``map``, or ``deleted`` (named only by ``deleteIfExists``)."""
+    ttl_ms: int | None = None
+    schema: Any = None
+    """The value schema as given (``StructType``, DDL string or ``None``)."""
+    key_schema: Any = None
+
+
+def _require_value(value: Any, name: str) -> None:
+    if value is None:
+        raise InvalidArgumentError(f"state variable {name!r}: a state value cannot be None (use clear())")
+
+
+class _Variable:
+    """What every state variable shares. Each state call is one native call on the store
+    (``_native``) through the variable's codec (``_core.StateCodec``)."""
+
+    def __init__(self, handle: StatefulProcessorHandle, name: str, codec: Any, ttl_ms: int | None):
+        self._handle = handle
+        self._name = name
+        self._ttl_ms = ttl_ms
+        self._store: Any = None if handle._stores is None else handle._stores[name]
+        self._native: Any = None if self._store is None else self._store._reader
+        self._value_codec = codec
+        self._codec = codec.native
+        self._rows = codec.rows
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A processor is pickled to the executors with the variables its init declared (on the
+        # driver, without stores): the native codecs are rebuilt from their Python owners.
+        state = dict(self.__dict__)
+        for derived in ("_codec", "_rows", "_keys", "_key_rows"):
+            state.pop(derived, None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._codec = self._value_codec.native
+        self._rows = self._value_codec.rows
+        if "_key_codec" in state:
+            self._keys = self._key_codec.native
+            self._key_rows = self._key_codec.rows
+
+    def _expiry(self) -> int:
+        return NO_EXPIRY if self._ttl_ms is None else self._handle._now_ms + self._ttl_ms
+
+    def _index(self, expiry: int, suffix: bytes) -> None:
+        """Records ``expiry`` of the current key's entry ``suffix`` in the TTL index."""
+        if expiry != NO_EXPIRY:
+            handle = self._handle
+            entry = ordered_time(expiry) + handle._ttl_names[self._name] + handle._current_prefix + suffix
+            handle._ttl_store.put(entry, b"")
+
+    def _live(self, stored: bytes | None) -> bool:
+        return stored is not None and _EXPIRY.unpack_from(stored)[0] > self._handle._now_ms
+
+    def _any_live(self) -> bool:
+        """Whether the current key has a live entry (list and map state)."""
+        return self._codec.any_live(self._native, self._handle._current_prefix, self._handle._now_ms)
+
+    def _delete_prefixed(self) -> None:
+        self._codec.delete_all(self._native, self._handle._current_prefix)
+
+
+class ValueState(_Variable):
+    """One value per grouping key (Spark's ``ValueState``)."""
+
+    def _read_ahead_value(self) -> Any:
+        """The current key's stored value as read ahead for every key of the input
+        (``StatefulProcessorHandle._read_ahead``, kept until the key's first write; ``None``:
+        absent), or ``_NOT_READ``: the call reads the store."""
+        read_ahead = self._handle._read_ahead.get(self._name)
+        return read_ahead.get(self._handle._current_key, _NOT_READ) if read_ahead else _NOT_READ
+
+    def exists(self) -> bool:
+        stored = self._read_ahead_value()
+        if stored is not _NOT_READ:
+            return self._live(stored)
+        return self._codec.exists(self._native, self._handle._current_key, self._handle._now_ms)
+
+    def get(self) -> Any:
+        """The value, or ``None`` if there is none (or it expired)."""
+        stored = self._read_ahead_value()
+        if stored is not _NOT_READ:
+            value = self._codec.decode_live(stored, self._handle._now_ms)
+        else:
+            value = self._codec.get(self._native, self._handle._current_key, self._handle._now_ms)
+        return value if self._rows is None or value is None else self._rows(value)
+
+    def update(self, newValue: Any) -> None:  # noqa: N803
+        _require_value(newValue, self._name)
+        expiry = self._expiry()
+        self._forget_read_ahead()
+        self._codec.put(self._native, self._handle._current_key, expiry, newValue)
+        self._index(expiry, b"")
+
+    def clear(self) -> None:
+        self._forget_read_ahead()
+        self._store.delete(self._handle._current_key)
+
+    def _forget_read_ahead(self) -> None:
+        read_ahead = self._handle._read_ahead.get(self._name)
+        if read_ahead is not None:
+            read_ahead.pop(self._handle._current_key, None)
+
+
+_NOT_READ = object()
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+class ListState(_Variable):
+    """A list per grouping key (Spark's ``ListState``): one store entry per element, so
+    ``appendValue`` costs one put whatever the list's length."""
+
+    def __init__(self, handle: StatefulProcessorHandle, name: str, codec: Any, ttl_ms: int | None):
+        super().__init__(handle, name, codec, ttl_ms)
+        self._next_for: bytes | None = None
+        self._next = 0
+
+    def _next_sequence(self) -> int:
+        prefix = self._handle._current_prefix
+        if self._next_for != prefix:
+            last = prefix + _SEQUENCE.pack(_LAST_SEQUENCE)
+            with self._store.reverse_range(prefix + _SEQUENCE.pack(0), last) as entries:
+                newest = next(entries, None)
+            self._next = 0 if newest is None else _SEQUENCE.unpack_from(newest[0], len(prefix))[0] + 1
+            self._next_for = prefix
+        return self._next
+
+    def exists(self) -> bool:
+        return self._any_live()
+
+    def get(self) -> Iterator[Any]:
+        handle = self._handle
+        values = self._codec.scan_live(self._native, handle._current_prefix, handle._now_ms)
+        return iter(values if self._rows is None else map(self._rows, values))
+
+    def put(self, newState: Sequence[Any]) -> None:  # noqa: N803
+        """Replaces the list with ``newState`` (non-empty, as Spark requires)."""
+        values = self._checked(newState)
+        expiry = self._expiry()
+        prefix = self._handle._current_prefix
+        # One native call: the new elements are 0..n-1, the old ones past them are deleted.
+        suffixes = self._codec.replace_list(self._native, prefix, expiry, values)
+        self._next, self._next_for = len(values), prefix
+        for suffix in suffixes or ():
+            self._index(expiry, suffix)
+
+    def appendValue(self, newState: Any) -> None:  # noqa: N802, N803
+        _require_value(newState, self._name)
+        self._append([newState])
+
+    def appendList(self, newState: Sequence[Any]) -> None:  # noqa: N802, N803
+        self._append(self._checked(newState))
+
+    def clear(self) -> None:
+        self._delete_prefixed()
+        self._next, self._next_for = 0, self._handle._current_prefix
+
+    def _checked(self, values: Any) -> list[Any]:
+        if values is None or isinstance(values, (str, bytes)):
+            raise InvalidArgumentError(f"list state {self._name!r}: expected a list of values, got {values!r}")
+        values = list(values)
+        if not values:
+            raise InvalidArgumentError(f"list state {self._name!r}: the list must not be empty (use clear())")
+        for value in values:
+            _require_value(value, self._name)
+        return values
+
+    def _append(self, values: list[Any]) -> None:
+        first = self._next_sequence()
+        expiry = self._expiry()
+        suffixes = self._codec.append_all(self._native, self._handle._current_prefix, first, expiry, values)
+        self._next = first + len(values)
+        for suffix in suffixes or ():
+            self._index(expiry, suffix)
+
+
+class MapState(_Variable):
+    """A map per grouping key (Spark's ``MapState``): one store entry per map key, found by a
+    prefix scan of the grouping key; a TTL applies per entry."""
+
+    def __init__(self, handle: StatefulProcessorHandle, name: str, key_codec: Any, codec: Any, ttl_ms: int | None):
+        super().__init__(handle, name, codec, ttl_ms)
+        self._key_codec = key_codec
+        self._keys = key_codec.native
+        self._key_rows = key_codec.rows
+        self._bare_keys = getattr(key_codec, "fields", 0) == 1
+
+    def _spark_key(self, key: Any) -> Any:
+        """``key`` as Spark's serializer takes it: with a one-field key schema a bare string of
+        one character is that field (Spark iterates what it is given: a longer string would
+        be cut to its first character, so kstate refuses it)."""
+        if self._bare_keys and isinstance(key, str):
+            if len(key) != 1:
+                raise StateTypeError(
+                    f"map state {self._name!r}: a map key of a one-field key schema is a tuple, e.g. ({key!r},); "
+                    f"Spark would store the bare string {key!r} as its first character only"
+                )
+            return (key,)
+        return key
+
+    def _user_key(self, key: Any) -> bytes:
+        _require_value(key, self._name)
+        return self._keys.encode(self._spark_key(key))
+
+    def exists(self) -> bool:
+        return self._any_live()
+
+    def getValue(self, key: Any) -> Any:  # noqa: N802
+        _require_value(key, self._name)
+        handle = self._handle
+        value = self._codec.map_get(
+            self._native, handle._current_prefix, self._keys, self._spark_key(key), handle._now_ms
+        )
+        return value if self._rows is None or value is None else self._rows(value)
+
+    def containsKey(self, key: Any) -> bool:  # noqa: N802
+        return self._codec.exists(
+            self._native, self._handle._current_prefix + self._user_key(key), self._handle._now_ms
+        )
+
+    def updateValue(self, key: Any, value: Any) -> None:  # noqa: N802
+        _require_value(value, self._name)
+        _require_value(key, self._name)
+        handle = self._handle
+        expiry = NO_EXPIRY if self._ttl_ms is None else handle._now_ms + self._ttl_ms
+        key = self._spark_key(key)
+        user_key = self._codec.map_put(self._native, handle._current_prefix, self._keys, key, expiry, value)
+        if user_key is not None:
+            self._index(expiry, user_key)
+
+    def iterator(self) -> Iterator[tuple[Any, Any]]:
+        handle = self._handle
+        entries = self._codec.scan_live(self._native, handle._current_prefix, handle._now_ms, self._keys)
+        if self._rows is None and self._key_rows is None:
+            return iter(entries)
+        keys, values = self._key_rows or _same, self._rows or _same
+        return ((keys(k), values(v)) for k, v in entries)
+
+    def keys(self) -> Iterator[Any]:
+        return (k for k, _ in self.iterator())
+
+    def values(self) -> Iterator[Any]:
+        return (v for _, v in self.iterator())
+
+    def removeKey(self, key: Any) -> None:  # noqa: N802
+        self._store.delete(self._handle._current_prefix + self._user_key(key))
+
+    def clear(self) -> None:
+        self._delete_prefixed()
+
+
+_SPARK_ERRORS = {
+    ("value", "exists"): "Error checking value state exists",
+    ("value", "get"): "Error getting value state",
+    ("value", "update"): "Error updating value state",
+    ("value", "clear"): "Error clearing value state",
+    ("list", "exists"): "Error checking value state exists",
+    ("list", "put"): "Error updating value state",
+    ("list", "appendValue"): "Error updating value state",
+    ("list", "appendList"): "Error updating value state",
+    ("list", "clear"): "Error clearing value state",
+    ("map", "exists"): "Error checking map state exists",
+    ("map", "getValue"): "Error getting value",
+    ("map", "containsKey"): "Error checking if map state contains key",
+    ("map", "updateValue"): "Error updating map state value",
+    ("map", "removeKey"): "Error removing key from map state",
+    ("map", "clear"): "Error clearing map state",
+}
+"""The messages Spark's state clients raise when the state server fails a call (processors match them)."""
+_ERROR_CLASS: list[type] = []
+
+
+def deleted_variable_error(kind: str, name: str, method: str) -> DeletedStateVariableError:
+    """The error of a call on a deleted variable: Spark's message, and a ``PySparkRuntimeError``
+    too where PySpark is installed."""
+    if not _ERROR_CLASS:
+        try:
+            from pyspark.errors import PySparkRuntimeError
+        except ImportError:
+            _ERROR_CLASS.append(DeletedStateVariableError)
+        else:
+            _ERROR_CLASS.append(type("DeletedStateVariableError", (DeletedStateVariableError, PySparkRuntimeError), {}))
+    prefix = _SPARK_ERRORS.get((kind, method), f"Error calling {method} on {kind} state")
+    return _ERROR_CLASS[0](f"{prefix}: state variable {name!r} was deleted by deleteIfExists")
+
+
+class _DeletedVariable(_Variable):
+    """What a variable becomes once ``handle.deleteIfExists`` deleted it: every call raises, as
+    in Spark, whose state server has dropped the variable."""
+
+    _kind = "value"
+
+    def __getattr__(self, method: str) -> Any:
+        if method.startswith("_"):
+            raise AttributeError(method)
+
+        def deleted(*_: Any, **__: Any) -> Any:
+            raise deleted_variable_error(self._kind, self._name, method)
+
+        return deleted
+
+
+def _delete(variable: _Variable) -> None:
+    kind = "list" if isinstance(variable, ListState) else "map" if isinstance(variable, MapState) else "value"
+    variable.__class__ = _DeletedVariable
+    variable._kind = kind
+
+
+class StatefulProcessorHandle:
+    """What ``init`` gets (Spark's ``StatefulProcessorHandle``): declares state variables
+    (``getValueState``, ``getListState``, ``getMapState``), drops old ones
+    (``deleteIfExists``) and manages the current key's timers."""
+
+    def __init__(
+        self,
+        stores: TaskStores | None,
+        time_mode: str = "None",
+        now: int | None = None,
+        schemas: dict[str, TypedSchemas] | None = None,
+    ):
+        self._stores = stores
+        self._schemas = schemas or {}
+        self._time_mode = time_mode
+        self._now_ms = now_ms() if now is None else now
+        self.declared: dict[str, Declared] = {}
+        self._ttl_names: dict[str, bytes] = {}
+        self._ttl_store: Any = None
+        self._read_ahead: dict[str, dict[bytes, bytes | None]] = {}
+        """Per value-state variable, stored values read for many keys at once (``_read_ahead``)."""
+        self._current_key = b""
+        self._current_prefix = key_prefix(b"")
+        self._variables: dict[str, _Variable] = {}
+        """The variables ``init`` got, by name (``deleteIfExists`` turns one into a deleted one)."""
+
+    def _set_key(self, pickled_key: bytes) -> None:
+        self._current_key = pickled_key
+        self._current_prefix = key_prefix(pickled_key)
+
+    def _read_ahead_values(self, pickled_keys: list[bytes]) -> None:
+        """Reads every value-state variable's values of ``pickled_keys`` with one ``get_many``
+        each, for ``get`` / ``exists`` to take instead of one store read per call; a key's
+        update or clear drops its read-ahead value. An empty list drops them all."""
+        self._read_ahead = {}
+        if not pickled_keys or self._stores is None:
+            return
+        for name, declared in self.declared.items():
+            if declared.kind == "value":
+                self._read_ahead[name] = dict(zip(pickled_keys, self._stores[name].get_many(pickled_keys)))
+
+    def _declare(self, name: Any, kind: str, ttl: Any, schema: Any, key_schema: Any = None) -> tuple[str, int | None]:
+        name = _check_name(name)
+        ttl_ms = _check_ttl(ttl)
+        known = self.declared.get(name)
+        if known is not None and known.kind not in (kind, "deleted"):
+            raise InvalidArgumentError(f"state variable {name!r} is declared twice, as {known.kind} and {kind}")
+        self.declared[name] = Declared(kind, ttl_ms, schema, key_schema)
+        if ttl_ms is not None:
+            encoded = name.encode()
+            if len(encoded) > 255:
+                raise InvalidArgumentError(f"a state variable with a TTL needs a name under 256 bytes, got {name!r}")
+            self._ttl_names[name] = bytes([len(encoded)]) + encoded
+            if self._stores is not None:
+                self._ttl_store = self._stores[TTL_INDEX]
+        return name, ttl_ms
+
+    def _value_codec(self, name: str, schema: Any) -> Any:
+        typed = self._schemas.get(name)
+        if typed is not None:
+            return TypedCodec(name, typed.current, typed.versions)
+        return PickleCodec(schema)
+
+    def _key_codec(self, name: str, schema: Any) -> Any:
+        typed = self._schemas.get(name)
+        if typed is not None and typed.key is not None:
+            return TypedCodec(name, typed.key, versioned=False)
+        return PickleCodec(schema)
+
+    def getValueState(self, stateName: str, schema: Any = None, ttlDurationMs: int | None = None) -> ValueState:  # noqa: N802, N803
+        """A value per grouping key. ``schema`` (a ``StructType`` or DDL string): values are stored
+        typed (``kstate.spark.format.row_codec``), checked on write, read back as tuples;
+        ``ttlDurationMs``: each update lives that long in processing time."""
+        name, ttl_ms = self._declare(stateName, "value", ttlDurationMs, schema)
+        return self._register(ValueState(self, name, self._value_codec(name, schema), ttl_ms))
+
+    def getListState(self, stateName: str, schema: Any = None, ttlDurationMs: int | None = None) -> ListState:  # noqa: N802, N803
+        """A list per grouping key; a TTL applies to each element from when it was written."""
+        name, ttl_ms = self._declare(stateName, "list", ttlDurationMs, schema)
+        return self._register(ListState(self, name, self._value_codec(name, schema), ttl_ms))
+
+    def getMapState(  # noqa: N802
+        self,
+        stateName: str,  # noqa: N803
+        userKeySchema: Any = None,  # noqa: N803
+        valueSchema: Any = None,  # noqa: N803
+        ttlDurationMs: int | None = None,  # noqa: N803
+    ) -> MapState:
+        """A map per grouping key; a TTL applies to each entry from its last update."""
+        name, ttl_ms = self._declare(stateName, "map", ttlDurationMs, valueSchema, userKeySchema)
+        codecs = self._key_codec(name, userKeySchema), self._value_codec(name, valueSchema)
+        return self._register(MapState(self, name, *codecs, ttl_ms))
+
+    def _register(self, variable: Any) -> Any:
+        self._variables[variable._name] = variable
+        return variable
+
+    def deleteIfExists(self, stateName: str) -> None:  # noqa: N802, N803
+        """Deletes every key's value of state variable ``stateName`` in this partition (a variable
+        a previous version of the processor used), as Spark does."""
+        name = _check_name(stateName)
+        if name not in self.declared:
+            self.declared[name] = Declared("deleted")
+        if name in self._variables:
+            _delete(self._variables.pop(name))
+        self._read_ahead.pop(name, None)
+        if self._stores is None or name not in self._stores:
+            return  # declared nowhere: nothing was ever stored under it
+        store = self._stores[name]
+        with store.all() as entries:
+            keys = [k for k, _ in entries]
+        if keys:
+            store.put_all(keys, [None] * len(keys))
+
+    # -- timers ----------------------------------------------------------------------------------
+
+    def _timer_stores(self) -> tuple[Any, Any]:
+        if self._time_mode == "None":
+            raise InvalidArgumentError('timers need time_mode "ProcessingTime" or "EventTime"')
+        if self._stores is None:
+            raise InvalidArgumentError("timers are registered while processing a key, not in init")
+        return self._stores[TIMERS_BY_TIME], self._stores[TIMERS_BY_KEY]
+
+    def registerTimer(self, expiryTimestampMs: int) -> None:  # noqa: N802, N803
+        """Fire ``handleExpiredTimer`` for the current key once ``expiryTimestampMs`` has passed."""
+        by_time, by_key = self._timer_stores()
+        expiry = ordered_time(int(expiryTimestampMs))
+        by_time.put(expiry + self._current_key, b"")
+        by_key.put(self._current_prefix + expiry, b"")
+
+    def deleteTimer(self, expiryTimestampMs: int) -> None:  # noqa: N802, N803
+        by_time, by_key = self._timer_stores()
+        expiry = ordered_time(int(expiryTimestampMs))
+        by_time.delete(expiry + self._current_key)
+        by_key.delete(self._current_prefix + expiry)
+
+    def listTimers(self) -> Iterator[int]:  # noqa: N802
+        """The current key's timers, earliest first."""
+        _, by_key = self._timer_stores()
+        prefix = self._current_prefix
+        with by_key.prefix_scan(prefix) as entries:
+            expiries = [time_of(k[len(prefix) :]) for k, _ in entries]
+        return iter(expiries)
+
+    def _has_timer(self, expiry_ms: int) -> bool:
+        """Whether the current key still has the timer at ``expiry_ms``."""
+        by_time, _ = self._timer_stores()
+        return by_time.get(ordered_time(expiry_ms) + self._current_key) is not None
+
+    def _next_timer(self) -> int | None:
+        """The earliest timer of any key (``None``: none)."""
+        by_time, _ = self._timer_stores()
+        with by_time.all() as entries:
+            first = next(entries, None)
+        return None if first is None else time_of(first[0])
+
+    def _due_timers(self, until_ms: int) -> list[tuple[int, bytes]]:
+        """``(expiry, pickled key)`` of every timer due at ``until_ms``, earliest first."""
+        by_time, _ = self._timer_stores()
+        # Every key is <expiry><pickled key>: those below <until + 1> are due.
+        with by_time.range(None, ordered_time(until_ms + 1)) as entries:
+            return [(time_of(k), k[8:]) for k, _ in entries]
+
+    # -- TTL -------------------------------------------------------------------------------------
+
+    def _remove_expired(self) -> int:
+        """Deletes every entry whose TTL ran out by this batch's processing time (entries written
+        again since keep their newer expiry); returns how many."""
+        index = self._ttl_store
+        if index is None:
+            return 0
+        with index.range(None, ordered_time(self._now_ms + 1)) as entries:
+            due = [k for k, _ in entries]
+        removed = 0
+        for raw in due:
+            name_end = 9 + raw[8]
+            name = raw[9:name_end].decode()
+            (length,) = _LENGTH.unpack_from(raw, name_end)
+            key_start = name_end + 4
+            declared = self.declared.get(name)
+            if declared is not None and declared.kind != "deleted":
+                store = self._stores[name]
+                state_key = raw[key_start : key_start + length] if declared.kind == "value" else raw[name_end:]
+                stored = store.get(state_key)
+                if stored is not None and expiry_of(stored) <= self._now_ms:
+                    store.delete(state_key)
+                    removed += 1
+            index.delete(raw)
+        return removed
+
+
+def ttl_index_grouping_key(raw: bytes) -> bytes:
+    """The pickled grouping key of a TTL index entry (for a rescale)."""
+    name_end = 9 + raw[8]
+    (length,) = _LENGTH.unpack_from(raw, name_end)
+    return raw[name_end + 4 : name_end + 4 + length]

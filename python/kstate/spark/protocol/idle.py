@@ -1,0 +1,91 @@
+"""Stores kept open between the tasks of a reused Python worker.
+
+Spark reuses Python workers across tasks (``spark.python.worker.reuse``), so the next micro-batch
+of a partition often runs in the process that committed the last one. Closing the stores after
+each task would throw away RocksDB's open files and kstate's read cache, and the next task would
+pay for a RocksDB open and cold reads. So a committed task parks its stores here, still holding
+its task directory's lock, and the next task of that partition in this process takes them back.
+Parked stores close their changelogs (which live in the directory every executor shares), so a
+task of the partition on another executor can open them; a parked store whose partition was
+published elsewhere meanwhile is closed and reopened instead of reused.
+
+Another worker that needs the partition asks for it: it creates ``.kstate-release`` in the task
+directory while it waits for the lock, and a daemon thread here closes parked stores named by a
+request and releases their lock. Only parked stores are given up; a running task keeps its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kstate.errors import KStateError
+from kstate.spark.protocol.locking import FileLock
+from kstate.spark.protocol.upgrade import wait_for_build
+
+log = logging.getLogger("kstate.spark")
+
+RELEASE_REQUEST = ".kstate-release"
+_POLL_SECONDS = 0.01
+
+
+@dataclass
+class Parked:
+    """Open stores of one partition with what they were committed at."""
+
+    stores: dict[str, Any]
+    task_lock: FileLock
+    head_position: int | None
+    """The batch log position the stores are at (``None``: before the first entry)."""
+    publish_token: str
+    """What this process wrote into the publication lock file when it last held it."""
+
+
+class IdleStores:
+    """Parked stores by task directory; thread-safe."""
+
+    def __init__(self) -> None:
+        self._parked: dict[Path, Parked] = {}
+        self._lock = threading.Lock()
+        self._watcher: threading.Thread | None = None
+
+    def take(self, task_dir: Path) -> Parked | None:
+        with self._lock:
+            return self._parked.pop(task_dir, None)
+
+    def park(self, task_dir: Path, parked: Parked) -> None:
+        with self._lock:
+            self._parked[task_dir] = parked
+            if self._watcher is None:
+                self._watcher = threading.Thread(target=self._watch, name="kstate-idle-stores", daemon=True)
+                self._watcher.start()
+
+    def _watch(self) -> None:
+        stop = threading.Event()
+        while not stop.wait(_POLL_SECONDS):
+            with self._lock:
+                requested = [d for d in self._parked if (d / RELEASE_REQUEST).exists()]
+                for task_dir in requested:
+                    wait_for_build(task_dir)  # a standby build of an in-place upgrade writes there too
+                    release(self._parked.pop(task_dir))
+                    log.info("released the stores of %s to another worker", task_dir)
+
+
+def release(parked: Parked) -> None:
+    """Closes parked stores and gives up their task directory's lock. Stores whose directory was
+    deleted under them may fail to close; they hold nothing anyone needs, so that is logged."""
+    try:
+        for name, store in parked.stores.items():
+            try:
+                store.close()
+            except KStateError as error:
+                log.warning("closing parked store %s failed: %s", name, error)
+    finally:
+        parked.task_lock.release()
+
+
+IDLE = IdleStores()
+"""This process's parked stores."""

@@ -1,0 +1,163 @@
+"""Groups of a partition, for the grouped helpers (``StateBackend.apply_in_arrow/_pandas``).
+
+Spark's ``groupBy(...).applyInPandas`` calls its function once per group and offers no hook at
+the end of a task, where a micro-batch must commit. So the helpers run the same plan themselves:
+``StateBackend.partition`` by the keys (Spark's hash partitioning, a fixed count), then, in one ``mapInArrow`` task, the
+partition's rows sorted by key (in Arrow) and cut where the key changes. A partition's rows of
+one micro-batch are held in memory at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kstate.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from kstate.spark.format.conversion import SessionConversion
+
+
+def group_bounds(table: pa.Table, keys: Sequence[str]) -> list[tuple[int, int]]:
+    """``(start, length)`` of each run of equal keys in ``table`` (sorted by ``keys``)."""
+    n = table.num_rows
+    if n == 0:
+        return []
+    changed = np.zeros(n - 1, dtype=bool)
+    for name in keys:
+        column = table.column(name).combine_chunks()
+        before, after = column.slice(0, n - 1), column.slice(1)
+        differs = pc.coalesce(pc.not_equal(before, after), pc.not_equal(pc.is_null(before), pc.is_null(after)))
+        changed |= differs.to_numpy(zero_copy_only=False)
+    starts = np.concatenate(([0], np.flatnonzero(changed) + 1))
+    ends = np.append(starts[1:], n)
+    return [(int(s), int(e - s)) for s, e in zip(starts, ends)]
+
+
+def iter_groups(
+    batches: Iterator[pa.RecordBatch],
+    keys: Sequence[str],
+    pandas: bool = False,
+    rows: bool = False,
+    before: Callable[[list[tuple]], None] | None = None,
+    conversion: SessionConversion | None = None,
+) -> Iterator[tuple[tuple, Any]]:
+    """``(key tuple, rows)`` of every group in a partition's batches, in key order: an Arrow table
+    per group, with ``pandas`` a ``pandas.DataFrame`` (index 0..n-1), with ``rows`` a list of
+    ``pyspark.sql.Row``. The partition converts to pandas (or Python rows) once, and groups are
+    slices of it. ``before(every key)`` is called once before the first group (to read state
+    for all of them at once). ``conversion``: pandas frames as Spark's session makes them
+    (timestamps in the session time zone)."""
+    collected = list(batches)
+    if not collected:
+        return  # a partition without input (Spark still runs its task)
+    table = pa.Table.from_batches(collected)
+    if table.num_rows == 0:
+        return
+    table = table.sort_by([(k, "ascending") for k in keys])
+    key_columns = [table.column(k) for k in keys]
+    frame = None
+    if pandas:
+        from pandas import RangeIndex
+
+        frame = table.to_pandas() if conversion is None else conversion.to_pandas(table)
+    every_row = python_rows(table) if rows else None
+    bounds = group_bounds(table, keys)
+    starts = pa.array([start for start, _ in bounds], pa.int64())
+    group_keys = list(zip(*(column.take(starts).to_pylist() for column in key_columns)))
+    if before is not None:
+        before(group_keys)
+    for key, (start, length) in zip(group_keys, bounds):
+        if every_row is not None:
+            yield key, every_row[start : start + length]
+        elif frame is None:
+            yield key, table.slice(start, length)
+        else:
+            group = frame.iloc[start : start + length]
+            group.index = RangeIndex(length)  # a view with its own index, no copy of the rows
+            yield key, group
+
+
+def python_rows(table: pa.Table) -> list[Any]:
+    """Every row of ``table`` as a ``pyspark.sql.Row`` with its column names, built column-wise."""
+    from pyspark.sql import Row
+
+    make = Row(*table.column_names)
+    columns = [table.column(i).to_pylist() for i in range(table.num_columns)]
+    return [make(*values) for values in zip(*columns)]
+
+
+class OutputBatcher:
+    """Collects what a function returns per group (pandas frames, Arrow tables or batches, or with
+    ``rows`` single ``Row``s or tuples) and hands it to Spark in record batches of ``schema`` of
+    about ``size`` rows: one conversion per batch, not per group."""
+
+    def __init__(
+        self,
+        schema: pa.Schema,
+        pandas: bool,
+        size: int = 10_000,
+        rows: bool = False,
+        conversion: SessionConversion | None = None,
+    ):
+        self.schema = schema
+        self.conversion = conversion
+        self.pandas = pandas
+        self.rows = rows
+        self.size = size
+        self._pending: list[Any] = []
+        self._count = 0
+
+    def add(self, result: Any) -> list[pa.RecordBatch]:
+        """Takes one result (``None`` adds nothing); returns the batches now due."""
+        if result is None:
+            return []
+        self._pending.append(result)
+        self._count += 1 if self.rows else len(result)
+        return self.flush() if self._count >= self.size else []
+
+    def flush(self) -> list[pa.RecordBatch]:
+        if not self._pending:
+            return []
+        pending, self._pending, self._count = self._pending, [], 0
+        if self.rows:
+            table = _rows_table(pending, self.schema)
+        elif self.pandas:
+            import pandas as pd
+
+            frame = pd.concat(pending, ignore_index=True)
+            if self.conversion is not None:
+                return self.conversion.from_pandas(frame, self.schema).to_batches()
+            table = pa.Table.from_pandas(frame, schema=self.schema, preserve_index=False)
+        else:
+            tables = [pa.Table.from_batches([r]) if isinstance(r, pa.RecordBatch) else r for r in pending]
+            table = pa.concat_tables([t.select(self.schema.names).cast(self.schema) for t in tables])
+        return table.select(self.schema.names).cast(self.schema).to_batches()
+
+
+def _rows_table(rows: list[Any], schema: pa.Schema) -> pa.Table:
+    """Output rows as ``schema``: a ``Row`` with field names by name (as Spark matches them),
+    a plain tuple by position."""
+
+    names = schema.names
+    width = len(names)
+    ordered = []
+    for row in rows:
+        fields = getattr(row, "__fields__", None)
+        if fields is not None and list(fields) != names:
+            as_dict = row.asDict()
+            missing = [n for n in names if n not in as_dict]
+            if missing:
+                raise InvalidArgumentError(f"an output Row lacks the fields {missing} of the output schema: {row!r}")
+            row = tuple(as_dict[n] for n in names)
+        elif not isinstance(row, tuple) or len(row) != width:
+            raise InvalidArgumentError(
+                f"handleInputRows must yield Rows (or tuples) of the {width} output columns {names}, got {row!r}"
+            )
+        ordered.append(row)
+    columns = list(zip(*ordered))
+    return pa.table([pa.array(list(c), type=f.type) for c, f in zip(columns, schema)], schema=schema)

@@ -1,0 +1,398 @@
+"""The StatefulProcessor state variables on kstate stores, without Spark: Spark's names and
+arguments, TTL per value / list element / map entry, list appends, deleteIfExists, timers."""
+
+import pickle
+
+import pytest
+
+from kstate.errors import InvalidArgumentError
+from kstate.spark import StateBackend, StatefulProcessorHandle, TaskInfo
+from kstate.spark.processor.processor import TIMERS_BY_KEY, TIMERS_BY_TIME, TTL_INDEX
+from kstate.stores import Stores
+
+NOW = 1_700_000_000_000
+
+
+@pytest.fixture
+def open_handle(tmp_path):
+    states = []
+
+    def make(batch, names=("v", "l", "m"), time_mode="None", now=NOW):
+        builders = [
+            Stores.key_value_store_builder(Stores.persistent_key_value_store(n), "bytes", "bytes") for n in names
+        ]
+        state = StateBackend(builders, tmp_path / "state", tmp_path / "log", "app").partition_state(TaskInfo(0, batch))
+        states.append(state)
+        return state, StatefulProcessorHandle(state.open(), time_mode, now=now)
+
+    yield make
+    for state in states:
+        state.abort()
+
+
+def key(handle, value):
+    handle._set_key(pickle.dumps((value,), protocol=4))
+
+
+def test_value_list_and_map_state_per_key_survive_commits(open_handle):
+    state, handle = open_handle(0)
+    value, items, mapping = handle.getValueState("v"), handle.getListState("l"), handle.getMapState("m")
+    for k in ("a", "b"):
+        key(handle, k)
+        assert not value.exists() and list(items.get()) == [] and not mapping.exists()
+        value.update((1, k))
+        items.appendValue(k)
+        items.appendList([1, 2])
+        mapping.updateValue("x", 10)
+        mapping.updateValue(("y", 2), {"deep": k})
+    state.commit()
+    state, handle = open_handle(1)
+    value, items, mapping = handle.getValueState("v"), handle.getListState("l"), handle.getMapState("m")
+    key(handle, "a")
+    assert value.get() == (1, "a") and list(items.get()) == ["a", 1, 2]
+    items.appendValue(3)
+    assert list(items.get()) == ["a", 1, 2, 3], "an append after a reopen goes after the stored elements"
+    assert dict(mapping.iterator()) == {"x": 10, ("y", 2): {"deep": "a"}}
+    assert mapping.containsKey("x") and mapping.getValue("nope") is None
+    mapping.removeKey("x")
+    assert list(mapping.keys()) == [("y", 2)]
+    mapping.clear()
+    value.clear()
+    items.clear()
+    assert not mapping.exists() and not value.exists() and not items.exists()
+    key(handle, "b")
+    assert value.get() == (1, "b") and mapping.getValue("x") == 10 and list(items.get()) == ["b", 1, 2]
+
+
+def test_spark_keyword_arguments(open_handle):
+    names = ("v", "l", "m", TTL_INDEX, TIMERS_BY_TIME, TIMERS_BY_KEY)
+    _, handle = open_handle(0, names=names, time_mode="ProcessingTime")
+    value = handle.getValueState(stateName="v", schema="c long", ttlDurationMs=1000)
+    items = handle.getListState(stateName="l", schema="c long", ttlDurationMs=1000)
+    mapping = handle.getMapState(stateName="m", userKeySchema="k string", valueSchema="c long", ttlDurationMs=1000)
+    key(handle, "a")
+    value.update(newValue=(1,))
+    items.put(newState=[(1,)])
+    items.appendValue(newState=(2,))
+    items.appendList(newState=[(3,)])
+    mapping.updateValue(key=("k",), value=(4,))
+    handle.registerTimer(expiryTimestampMs=5)
+    assert list(handle.listTimers()) == [5]
+    handle.deleteTimer(expiryTimestampMs=5)
+    assert value.get() == (1,) and list(items.get()) == [(1,), (2,), (3,)] and mapping.getValue(("k",)) == (4,)
+
+
+def test_a_schema_stores_values_as_spark_does(open_handle):
+    """With a schema, a Row and a tuple are the same map key and values come back as tuples with
+    Python numbers (Spark normalizes numpy scalars)."""
+    np = pytest.importorskip("numpy")
+    from pyspark.sql import Row
+
+    _, handle = open_handle(0)
+    value, mapping = handle.getValueState("v", "c long, name string"), handle.getMapState("m", "k string", "n long")
+    key(handle, "a")
+    value.update(Row(c=np.int64(3), name="x"))
+    stored = value.get()
+    assert stored == (3, "x") and type(stored) is tuple and type(stored[0]) is int
+    mapping.updateValue(Row(k="p"), (np.int64(1),))
+    mapping.updateValue(("p",), (2,))
+    assert list(mapping.iterator()) == [(("p",), (2,))]
+
+
+def test_values_spark_refuses_are_refused(open_handle):
+    _, handle = open_handle(0)
+    value, items, mapping = handle.getValueState("v"), handle.getListState("l"), handle.getMapState("m")
+    key(handle, "a")
+    for bad in (
+        lambda: value.update(None),
+        lambda: items.put([]),
+        lambda: items.appendList([]),
+        lambda: items.appendList([(1,), None]),
+        lambda: items.appendValue(None),
+        lambda: mapping.updateValue("k", None),
+        lambda: mapping.updateValue(None, (1,)),
+        lambda: handle.getValueState("v2", ttlDurationMs=0),
+        lambda: handle.getValueState("tws.x"),
+    ):
+        with pytest.raises(InvalidArgumentError):
+            bad()
+    assert not value.exists() and not items.exists() and not mapping.exists()
+
+
+def test_ttl_expires_values_list_elements_and_map_entries_by_processing_time(open_handle):
+    names = ("v", "l", "m", TTL_INDEX)
+    state, handle = open_handle(0, names=names, now=NOW)
+    value = handle.getValueState("v", ttlDurationMs=1000)
+    items = handle.getListState("l", ttlDurationMs=1000)
+    mapping = handle.getMapState("m", ttlDurationMs=1000)
+    key(handle, "a")
+    value.update(1)
+    items.appendValue("old")
+    mapping.updateValue("old", 1)
+    assert value.get() == 1, "visible for the rest of the batch"
+    state.commit()
+
+    # Half a TTL later: new elements and entries get their own expiry; the value is rewritten.
+    state, handle = open_handle(1, names=names, now=NOW + 500)
+    value = handle.getValueState("v", ttlDurationMs=1000)
+    items = handle.getListState("l", ttlDurationMs=1000)
+    mapping = handle.getMapState("m", ttlDurationMs=1000)
+    key(handle, "a")
+    value.update(2)
+    items.appendValue("new")
+    mapping.updateValue("new", 2)
+    state.commit()
+
+    # At the first expiry (now >= expiry, as Spark): the old element and entry are gone.
+    state, handle = open_handle(2, names=names, now=NOW + 1000)
+    value = handle.getValueState("v", ttlDurationMs=1000)
+    items = handle.getListState("l", ttlDurationMs=1000)
+    mapping = handle.getMapState("m", ttlDurationMs=1000)
+    key(handle, "a")
+    assert value.get() == 2 and list(items.get()) == ["new"] and dict(mapping.iterator()) == {"new": 2}
+    assert not mapping.containsKey("old") and mapping.getValue("old") is None
+    assert handle._remove_expired() == 2, "the old list element and map entry leave the stores"
+    state.commit()
+
+    state, handle = open_handle(3, names=names, now=NOW + 1500)
+    value = handle.getValueState("v", ttlDurationMs=1000)
+    items = handle.getListState("l", ttlDurationMs=1000)
+    mapping = handle.getMapState("m", ttlDurationMs=1000)
+    key(handle, "a")
+    assert not value.exists() and not items.exists() and not mapping.exists()
+    assert handle._remove_expired() == 3
+    stores = state._stores
+    for name in names:
+        with stores[name].all() as entries:
+            assert list(entries) == [], f"{name} still holds entries"
+
+
+def test_rewritten_values_outlive_their_first_expiry(open_handle):
+    names = ("v", TTL_INDEX)
+    state, handle = open_handle(0, names=names, now=NOW)
+    value = handle.getValueState("v", ttlDurationMs=100)
+    key(handle, "a")
+    value.update(1)
+    state.commit()
+    state, handle = open_handle(1, names=names, now=NOW + 50)
+    value = handle.getValueState("v", ttlDurationMs=100)
+    key(handle, "a")
+    value.update(2)
+    state.commit()
+    state, handle = open_handle(2, names=names, now=NOW + 120)
+    value = handle.getValueState("v", ttlDurationMs=100)
+    assert handle._remove_expired() == 0, "the first index entry is stale: the value was updated since"
+    key(handle, "a")
+    assert value.get() == 2
+
+
+def test_values_read_ahead_for_many_keys_give_way_to_later_writes(open_handle):
+    state, handle = open_handle(0, names=("v", "w", TTL_INDEX))
+    value = handle.getValueState("v", ttlDurationMs=10)
+    for k in ("a", "b", "c"):
+        key(handle, k)
+        value.update(k)
+    state.commit()
+    state, handle = open_handle(1, names=("v", "w", TTL_INDEX), now=NOW + 5)
+    value, same = handle.getValueState("v", ttlDurationMs=10), handle.getValueState("v", ttlDurationMs=10)
+    other = handle.getValueState("w")
+    keys = [pickle.dumps((k,), protocol=4) for k in ("a", "b", "c", "new")]
+    handle._read_ahead_values(keys)
+    key(handle, "a")
+    assert value.get() == "a" and same.exists()
+    same.update("a2")
+    assert value.get() == "a2", "a write through any handle of the variable replaces the read-ahead value"
+    key(handle, "b")
+    value.clear()
+    assert not same.exists() and same.get() is None
+    key(handle, "new")
+    assert value.get() is None and other.get() is None
+    other.update(1)
+    assert other.get() == 1
+    handle._read_ahead_values([])
+    key(handle, "a")
+    assert value.get() == "a2"
+    state.commit()
+    state, handle = open_handle(2, names=("v", "w", TTL_INDEX), now=NOW + 10)
+    value = handle.getValueState("v", ttlDurationMs=10)
+    handle._read_ahead_values(keys)
+    key(handle, "c")
+    assert value.get() is None and not value.exists(), "a read-ahead value expires as a stored one"
+    key(handle, "a")
+    assert value.get() == "a2"
+
+
+def test_delete_if_exists_drops_every_key_of_a_variable(open_handle):
+    state, handle = open_handle(0, names=("v", "old"))
+    old = handle.getMapState("old")
+    for k in ("a", "b"):
+        key(handle, k)
+        old.updateValue("x", 1)
+    state.commit()
+    state, handle = open_handle(1, names=("v", "old"))
+    handle.deleteIfExists("old")
+    assert handle.declared["old"].kind == "deleted"
+    with state._stores["old"].all() as entries:
+        assert list(entries) == []
+
+
+def test_list_appends_write_one_entry_each(open_handle):
+    """An append is one put of one element: the store holds one entry per element, and reading
+    the list back is one prefix scan."""
+    state, handle = open_handle(0, names=("l",))
+    items = handle.getListState("l")
+    key(handle, "a")
+    for i in range(1000):
+        items.appendValue(i)
+    with state._stores["l"].all() as entries:
+        assert len(list(entries)) == 1000
+    assert list(items.get()) == list(range(1000))
+
+
+def test_a_name_declared_as_two_kinds_is_an_error(open_handle):
+    _, handle = open_handle(0, names=("v",))
+    handle.getValueState("v")
+    with pytest.raises(InvalidArgumentError, match="declared twice"):
+        handle.getMapState("v")
+
+
+def test_timers_per_key_are_listed_deleted_and_found_due_in_expiry_order(open_handle):
+    _, handle = open_handle(0, names=("v", TIMERS_BY_TIME, TIMERS_BY_KEY), time_mode="ProcessingTime")
+    for k, expiries in ((b"a", [300, -5, 100]), (b"b", [100, 2**40])):
+        handle._set_key(k)
+        for expiry in expiries:
+            handle.registerTimer(expiry)
+    handle._set_key(b"a")
+    assert list(handle.listTimers()) == [-5, 100, 300]
+    handle.deleteTimer(300)
+    assert list(handle.listTimers()) == [-5, 100]
+    assert handle._due_timers(100) == [(-5, b"a"), (100, b"a"), (100, b"b")]
+    assert handle._due_timers(99) == [(-5, b"a")]
+
+
+def test_timers_need_a_time_mode(open_handle):
+    _, handle = open_handle(0, names=("v",))
+    with pytest.raises(InvalidArgumentError, match="time_mode"):
+        handle.registerTimer(5)
+
+
+def test_the_change_feed_follows_the_published_history_without_rolled_back_attempts():
+    """Batch 2 published, rolled back for a replay (an entry restating batch 1), then published
+    again: the change feed's history is 0, 1 and the replay of 2, each with the entry before it
+    (whose offsets start its records)."""
+    from kstate.spark import BatchEntry
+    from kstate.spark.read.state_reader import effective_history
+
+    log = [
+        BatchEntry(0, {"v": 3}),
+        BatchEntry(1, {"v": 5}, previous=0),
+        BatchEntry(2, {"v": 9}, previous=1),
+        BatchEntry(1, {"v": 12}, previous=0, restates=2),
+        BatchEntry(2, {"v": 15}, previous=3),
+    ]
+    entries = {i: BatchEntry(**{**e.__dict__, "position": i}) for i, e in enumerate(log)}
+    history = [(e.batch_id, e.position, None if b is None else b.position) for e, b in effective_history(entries)]
+    assert history == [(0, 0, None), (1, 1, 0), (2, 4, 3)]
+    assert effective_history({}) == []
+
+
+def test_grouping_keys_are_unpickled_as_plain_values_only():
+    import datetime
+    import os
+
+    import pyarrow as pa
+
+    from kstate.errors import ProcessorStateError
+    from kstate.spark.read.state_reader import plain_unpickle
+
+    zoned = pa.array([1, 2], pa.timestamp("us", "Europe/Berlin")).to_pylist()  # ZoneInfo time zones
+    key = ("a", 1, 2.5, b"x", True, None, datetime.date(2024, 1, 2), datetime.datetime.now(datetime.timezone.utc))
+    assert plain_unpickle(pickle.dumps(key + tuple(zoned), protocol=4)) == key + tuple(zoned)
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, ("echo unpickled > /dev/null",))
+
+    class Reach:
+        def __reduce__(self):  # getattr(ZoneInfo, "__base__"): a step towards any class
+            import zoneinfo
+
+            return (getattr, (zoneinfo.ZoneInfo, "__base__"))
+
+    with pytest.raises(ProcessorStateError, match="does not unpickle"):
+        plain_unpickle(pickle.dumps(("a", Evil()), protocol=4))
+    with pytest.raises(ProcessorStateError, match="refuses"):
+        plain_unpickle(pickle.dumps(("a", Reach()), protocol=4))
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({}, "stateVarName"),
+        ({"stateVarName": "v", "readRegisteredTimers": True}, "one of them"),
+        ({"stateVarName": "v", "readChangeFeed": "true"}, "changeStartBatchId"),
+        ({"stateVarName": "v", "readChangeFeed": True, "changeStartBatchId": 3, "changeEndBatchId": 2}, "smaller"),
+        ({"stateVarName": "v", "readChangeFeed": True, "changeStartBatchId": 1, "batchId": 1}, "together"),
+        ({"stateVarName": "v", "changeStartBatchId": 1}, "readChangeFeed=True"),
+        ({"stateVarName": "v", "flattenCollectionTypes": "yes"}, "boolean"),
+        ({"stateVarName": "v", "batchId": -1}, "batch id"),
+    ],
+)
+def test_state_reader_options_are_checked_as_spark_checks_them(tmp_path, options, message):
+    from kstate.spark import read_processor_state
+
+    with pytest.raises(InvalidArgumentError, match=message):
+        read_processor_state(None, tmp_path, "app", **options)
+
+
+def test_the_state_reader_names_a_missing_application(tmp_path):
+    from kstate.spark import read_processor_state
+
+    with pytest.raises(InvalidArgumentError, match="has the query run a batch"):
+        read_processor_state(None, tmp_path, "app", stateVarName="v")
+
+
+def test_the_change_feed_reads_each_batchs_records_and_refuses_what_is_gone(tmp_path):
+    """The change feed of one partition from real log files: the records between each published
+    batch's entry and the one before (a rolled-back attempt left out); a gap (compaction) and a
+    rescale's installing entry are errors, not a partial feed."""
+    from kstate.errors import ProcessorStateError
+    from kstate.log.partition import Partition
+    from kstate.spark import BatchEntry
+    from kstate.spark.protocol.batch_log import BatchLog
+    from kstate.spark.protocol.exactly_once import StateLayout
+    from kstate.spark.read.state_reader import _change_feed, _Variable, plain_unpickle
+
+    layout = StateLayout(None, tmp_path, "app")
+    variable = _Variable("v", "value", (), None, False, True)
+    records = [("a", 1), ("b", 2), ("a", 3), ("a", None), ("b", 4)]  # offsets 0-4
+    with Partition.open(layout.changelog_partition_dir("v", 0)) as changelog:
+        changelog.append(
+            [(pickle.dumps((k,)), None if v is None else b"\x00" * 8 + pickle.dumps(v)) for k, v in records], 1
+        )
+    batches = BatchLog(layout.batch_log_dir(0))
+    batches.append(BatchEntry(0, {"v": 1}))  # position 0: offsets 0-1
+    batches.append(BatchEntry(1, {"v": 2}, previous=0))  # 1: offset 2, then rolled back
+    batches.append(BatchEntry(0, {"v": 3}, previous=None, restates=1))  # 2: offset 3 undoes it
+    batches.append(BatchEntry(1, {"v": 4}, previous=2))  # 3: the replay, offset 4
+    batches.close()
+
+    def feed(start, end=None, rescaled=False):
+        rows = _change_feed(layout, variable, 0, start, end, plain_unpickle, rescaled)
+        return [(b, change, key[0], value) for b, change, key, value, _ in rows]
+
+    assert feed(0) == [(0, "update", "a", "1"), (0, "update", "b", "2"), (1, "update", "b", "4")]
+    assert feed(1, 1) == [(1, "update", "b", "4")]
+    with pytest.raises(ProcessorStateError, match="rescale"):
+        feed(0, rescaled=True)
+    assert feed(1, rescaled=True) == [(1, "update", "b", "4")]
+    # A compacted changelog misses offsets: the feed says so.
+    gap = tmp_path / "gap"
+    gapped = StateLayout(None, gap, "app")
+    with Partition.open(gapped.changelog_partition_dir("v", 0)) as changelog:
+        changelog.append([(pickle.dumps(("a",)), b"\x00" * 8 + pickle.dumps(1))], 1)
+    batches = BatchLog(gapped.batch_log_dir(0))
+    batches.append(BatchEntry(0, {"v": 1}))
+    batches.close()
+    with pytest.raises(ProcessorStateError, match="no longer holds"):
+        list(_change_feed(gapped, variable, 0, 0, None, plain_unpickle))
