@@ -152,6 +152,9 @@ def _decimal_text(text: str) -> decimal.Decimal:
     return decimal.Decimal(text)
 
 
+_core.register_row_conversions(_plain, _micros, _timestamp_of, _unscaled, _decimal_of, _decimal_text)
+
+
 def row_encoder(schema: Any) -> Callable[[bytearray, Any], None]:
     """Appends a row (tuple, ``Row`` or dict) of ``schema`` to a bytearray, checked first."""
     encode = compile_schema(schema).encode

@@ -6,7 +6,7 @@ use kstate_core::{Direction, KeyRange, KeyValueStore};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 
-use crate::errors::{guard, raise};
+use crate::errors::{guard, raise, ErrorClass};
 use crate::key_value_store::NativeKeyValueStore;
 use crate::row_codec::{decode_row, RowCodec, RowReader};
 
@@ -50,7 +50,7 @@ fn expiry_of(stored: &[u8]) -> PyResult<i64> {
         .map(|head| i64::from_be_bytes(head.try_into().expect("8 bytes")))
         .ok_or_else(|| {
             raise(
-                "CorruptedDataError",
+                ErrorClass::CorruptedDataError,
                 format!("state value of {} bytes has no expiry", stored.len()),
             )
         })
@@ -97,7 +97,7 @@ impl StateCodec {
                     .and_then(|v| readers.get(*v as usize))
                     .ok_or_else(|| {
                         raise(
-                            "CorruptedDataError",
+                            ErrorClass::CorruptedDataError,
                             format!(
                                 "typed state value names schema {:?}, which was never recorded",
                                 raw.first()
@@ -110,7 +110,7 @@ impl StateCodec {
         };
         if end != raw.len() {
             return Err(raise(
-                "CorruptedDataError",
+                ErrorClass::CorruptedDataError,
                 format!("typed state value: {} trailing bytes", raw.len() - end),
             ));
         }

@@ -265,7 +265,7 @@ impl<S: ChangelogTarget> LoggedStore<S> {
                 )))
             }
             Some(c) if c + 1 < start => {
-                return Err(Error::InvalidState(format!(
+                return Err(Error::StoreBehindChangelog(format!(
                     "{STORE_BEHIND_CHANGELOG} the store is at changelog offset {c} but the \
                      changelog starts at {start}; its local state must be restored from scratch"
                 )))
