@@ -14,6 +14,7 @@ mod remote;
 mod row_codec;
 mod session_store;
 mod spark_hash;
+mod state_layout;
 mod state_variables;
 mod upgrade;
 mod value_and_timestamp;
@@ -31,6 +32,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(row_codec::register_row_conversions, m)?)?;
     m.add_class::<row_codec::RowReader>()?;
     m.add_class::<state_variables::StateCodec>()?;
+    state_layout::register(m)?;
     m.add_class::<key_value_store::NativeReadCommittedView>()?;
     m.add_class::<key_value_store::RangeIterator>()?;
     m.add_function(wrap_pyfunction!(key_value_store::retract_changelog, m)?)?;
