@@ -17,6 +17,9 @@ pub enum Error {
     /// A log rejected a batch whose timestamps are out of range (Kafka's `INVALID_TIMESTAMP`,
     /// error 32); nothing of the batch was written. The caller's fault, like `InvalidArgument`.
     InvalidTimestamp(String),
+    /// Rebalance metadata the group protocol cannot reconcile (Kafka's `TaskAssignmentException`):
+    /// a subscription or assignment newer than the other side can take.
+    TaskAssignment(String),
     /// Bytes on disk that do not have the layout they must have.
     Corrupted(String),
     /// RocksDB or the file system failed.
@@ -36,6 +39,7 @@ impl fmt::Display for Error {
             | Error::StoreBehindChangelog(m)
             | Error::InvalidArgument(m)
             | Error::InvalidTimestamp(m)
+            | Error::TaskAssignment(m)
             | Error::Corrupted(m)
             | Error::Storage(m)
             | Error::StorageCorrupted(m) => f.write_str(m),

@@ -14,9 +14,23 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple, PyType};
 
-/// Every exception class of `kstate.errors`, parents before their subclasses.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ErrorClass {
+/// Declares `ErrorClass` and `ErrorClass::ALL` from one list.
+macro_rules! error_classes {
+    ($($class:ident),+ $(,)?) => {
+        /// Every exception class of `kstate.errors`, parents before their subclasses.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        #[allow(clippy::enum_variant_names)] // each variant is named as its Python class (`name()`)
+        pub enum ErrorClass {
+            $($class),+
+        }
+
+        impl ErrorClass {
+            const ALL: &'static [ErrorClass] = &[$(ErrorClass::$class),+];
+        }
+    };
+}
+
+error_classes!(
     KStateError,
     InvalidStateStoreError,
     StoreClosedError,
@@ -40,7 +54,7 @@ pub enum ErrorClass {
     JavaNotFoundError,
     StateSchemaError,
     DeletedStateVariableError,
-}
+);
 
 /// A base of a class: another kstate class (created before it) or a builtin.
 enum Base {
@@ -55,32 +69,6 @@ use Base::Kstate;
 use ErrorClass::*;
 
 impl ErrorClass {
-    const ALL: [ErrorClass; 23] = [
-        KStateError,
-        InvalidStateStoreError,
-        StoreClosedError,
-        StoreBehindChangelogError,
-        StateLockTimeoutError,
-        BatchConflictError,
-        ProcessorStateError,
-        StoreCorruptedError,
-        RemoteStorageError,
-        CommitConflictError,
-        CorruptedDataError,
-        TaskAssignmentError,
-        InvalidArgumentError,
-        StateTypeError,
-        InvalidTimestampError,
-        SerializationError,
-        PartitioningError,
-        MisroutedRowsError,
-        PartitioningChangedError,
-        SparkConnectUnsupportedError,
-        JavaNotFoundError,
-        StateSchemaError,
-        DeletedStateVariableError,
-    ];
-
     /// The class's bases and docstring.
     fn definition(self) -> (&'static [Base], &'static str) {
         match self {
@@ -219,6 +207,7 @@ impl ErrorClass {
             Error::StoreBehindChangelog(_) => StoreBehindChangelogError,
             Error::InvalidArgument(_) => InvalidArgumentError,
             Error::InvalidTimestamp(_) => InvalidTimestampError,
+            Error::TaskAssignment(_) => TaskAssignmentError,
             Error::Corrupted(_) => CorruptedDataError,
             Error::Storage(_) => ProcessorStateError,
             Error::StorageCorrupted(_) => StoreCorruptedError,
@@ -240,7 +229,7 @@ static CLASSES: PyOnceLock<Vec<Py<PyType>>> = PyOnceLock::new();
 fn classes(py: Python<'_>) -> PyResult<&Vec<Py<PyType>>> {
     CLASSES.get_or_try_init(py, || {
         let mut created: Vec<Py<PyType>> = Vec::with_capacity(ErrorClass::ALL.len());
-        for class in ErrorClass::ALL {
+        for &class in ErrorClass::ALL {
             let (bases, doc) = class.definition();
             let bases = bases.iter().map(|base| match base {
                 Kstate(parent) => created[*parent as usize].bind(py).clone(),
@@ -265,7 +254,7 @@ fn classes(py: Python<'_>) -> PyResult<&Vec<Py<PyType>>> {
 
 /// Adds every class to `kstate._core` under its name.
 pub fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
-    for class in ErrorClass::ALL {
+    for &class in ErrorClass::ALL {
         module.add(class.name(), class.class(module.py())?)?;
     }
     Ok(())
