@@ -103,8 +103,8 @@ static TIMESTAMP_TYPE_MEMBERS: PyOnceLock<[Py<PyAny>; 3]> = PyOnceLock::new();
 
 /// Called by `kstate.log.records` with its `TimestampType` (the first registration stays).
 #[pyfunction]
-pub fn register_timestamp_type(py: Python<'_>, class: Py<PyAny>) {
-    let _ = TIMESTAMP_TYPE_CLASS.set(py, class);
+pub fn register_timestamp_type(py: Python<'_>, timestamp_type: Py<PyAny>) {
+    let _ = TIMESTAMP_TYPE_CLASS.set(py, timestamp_type);
 }
 
 fn timestamp_type_class(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
