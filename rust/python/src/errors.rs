@@ -260,18 +260,15 @@ pub fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     Ok(())
 }
 
-fn raise_in(py: Python<'_>, class: ErrorClass, message: String) -> PyErr {
-    match class.class(py) {
-        Ok(class) => PyErr::from_type(class.clone(), message),
-        Err(e) => e,
-    }
-}
-
 /// An instance of `kstate.errors.<class>` with `message`.
 pub fn raise(class: ErrorClass, message: String) -> PyErr {
-    Python::attach(|py| raise_in(py, class, message))
+    Python::attach(|py| match class.class(py) {
+        Ok(class) => PyErr::from_type(class.clone(), message),
+        Err(e) => e,
+    })
 }
 
+/// A core error as its `kstate.errors` class, its message unchanged.
 pub fn to_py(error: Error) -> PyErr {
     raise(ErrorClass::of(&error), error.to_string())
 }
