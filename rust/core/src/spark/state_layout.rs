@@ -35,7 +35,7 @@ const SEQUENCE_LEN: usize = 8;
 const SIGN: u64 = 1 << 63;
 
 fn corrupted(what: &str, raw: &[u8]) -> Error {
-    Error::Corrupted(format!("processor state: {what} of {} bytes", raw.len()))
+    Error::Corrupted(format!("processor state: {what} ({} bytes)", raw.len()))
 }
 
 fn be8(raw: &[u8]) -> [u8; 8] {
@@ -58,7 +58,7 @@ pub fn begin_stored_value(expiry: i64, out: &mut Vec<u8>) {
 /// Splits a stored value into its expiry and the value's bytes.
 pub fn split_stored(stored: &[u8]) -> Result<(i64, &[u8])> {
     if stored.len() < EXPIRY_LEN {
-        return Err(corrupted("a state value without its 8-byte expiry", stored));
+        return Err(corrupted("a value shorter than its 8-byte expiry", stored));
     }
     Ok((i64::from_be_bytes(be8(stored)), &stored[EXPIRY_LEN..]))
 }
@@ -88,7 +88,7 @@ pub fn split_prefixed(raw: &[u8]) -> Result<(&[u8], &[u8])> {
         .get(..LENGTH_LEN)
         .map(|l| u32::from_be_bytes(l.try_into().expect("4 bytes")) as usize)
         .filter(|length| raw.len() - LENGTH_LEN >= *length)
-        .ok_or_else(|| corrupted("a length-prefixed state key", raw))?;
+        .ok_or_else(|| corrupted("a key shorter than its length prefix says", raw))?;
     let (key, rest) = raw[LENGTH_LEN..].split_at(length);
     Ok((key, rest))
 }
@@ -111,7 +111,7 @@ pub fn list_bounds(prefix: &[u8]) -> (Vec<u8>, Vec<u8>) {
 pub fn list_sequence(key: &[u8], prefix: &[u8]) -> Result<u64> {
     match key.strip_prefix(prefix) {
         Some(suffix) if suffix.len() == SEQUENCE_LEN => Ok(u64::from_be_bytes(be8(suffix))),
-        _ => Err(corrupted("a list element key", key)),
+        _ => Err(corrupted("not a list element key of this prefix", key)),
     }
 }
 
@@ -123,7 +123,7 @@ pub fn ordered_time(ms: i64) -> [u8; 8] {
 /// The milliseconds of the [`ordered_time`] that `raw` starts with.
 pub fn time_of(raw: &[u8]) -> Result<i64> {
     if raw.len() < TIME_LEN {
-        return Err(corrupted("a time", raw));
+        return Err(corrupted("a time shorter than 8 bytes", raw));
     }
     Ok((u64::from_be_bytes(be8(raw)) ^ SIGN) as i64)
 }
@@ -143,7 +143,7 @@ pub fn split_timer_by_time(raw: &[u8]) -> Result<(i64, &[u8])> {
 pub fn split_timer_by_key(raw: &[u8]) -> Result<(&[u8], i64)> {
     let (key, time) = split_prefixed(raw)?;
     if time.len() != TIME_LEN {
-        return Err(corrupted("a timer key", raw));
+        return Err(corrupted("a by-key timer key without its 8-byte time", raw));
     }
     Ok((key, time_of(time)?))
 }
@@ -177,7 +177,7 @@ pub struct TtlEntry<'a> {
 
 /// Reads a TTL index entry.
 pub fn split_ttl_entry(raw: &[u8]) -> Result<TtlEntry<'_>> {
-    let bad = || corrupted("a TTL index entry", raw);
+    let bad = || corrupted("a TTL index entry cut short or with a name not UTF-8", raw);
     let expiry = time_of(raw)?;
     let name_length = *raw.get(TIME_LEN).ok_or_else(bad)? as usize;
     let name_end = TIME_LEN + 1 + name_length;
@@ -204,7 +204,7 @@ pub fn event_time_record(batch_id: i64, time_ms: i64) -> [u8; 16] {
 /// `(batch id, largest event time)` of an event-time record.
 pub fn split_event_time_record(raw: &[u8]) -> Result<(i64, i64)> {
     if raw.len() != 16 {
-        return Err(corrupted("an event-time record", raw));
+        return Err(corrupted("an event-time record not of 16 bytes", raw));
     }
     Ok((
         i64::from_be_bytes(be8(raw)),
