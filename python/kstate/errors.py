@@ -1,126 +1,64 @@
-"""The exceptions kstate raises. Every failure of a kstate call is a ``KStateError``."""
+"""The exceptions kstate raises. Every failure of a kstate call is a ``KStateError``.
+
+The classes (with their docstrings and bases) are created by the native module
+(``rust/python/src/errors.rs``), so Rust raises them without importing Python; this module is
+their public path. ``import kstate.errors`` stays light: the native module loads when a class is
+first looked up.
+"""
 
 from __future__ import annotations
 
+import sys
 
-class KStateError(Exception):
-    """Base class of every kstate error."""
-
-
-class InvalidStateStoreError(KStateError):
-    """The store cannot serve the call in its current state (Kafka's ``InvalidStateStoreException``)."""
-
-
-class StoreClosedError(InvalidStateStoreError):
-    """The store, or the store an iterator or view belongs to, is closed or was never initialized."""
-
-
-class StoreBehindChangelogError(InvalidStateStoreError):
-    """A logged store's offset is below its changelog's start (compaction or retention removed
-    what it would replay): its local state is restored from scratch."""
-
-
-class StateLockTimeoutError(InvalidStateStoreError):
-    """Another process held the lock of a task directory or of a changelog partition for longer
-    than the wait allowed (kstate.spark: a zombie attempt of the same partition, or a Python
-    worker that hangs)."""
-
-
-class BatchConflictError(KStateError):
-    """kstate.spark: another attempt of the same partition and micro-batch (speculation, a
-    zombie) published the batch first; this attempt published nothing and gives up."""
-
-
-class ProcessorStateError(KStateError):
-    """RocksDB or the file system failed (Kafka's ``ProcessorStateException``)."""
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers know the name)
+if TYPE_CHECKING:
+    from kstate._core import BatchConflictError as BatchConflictError
+    from kstate._core import CommitConflictError as CommitConflictError
+    from kstate._core import CorruptedDataError as CorruptedDataError
+    from kstate._core import DeletedStateVariableError as DeletedStateVariableError
+    from kstate._core import InvalidArgumentError as InvalidArgumentError
+    from kstate._core import InvalidStateStoreError as InvalidStateStoreError
+    from kstate._core import InvalidTimestampError as InvalidTimestampError
+    from kstate._core import JavaNotFoundError as JavaNotFoundError
+    from kstate._core import KStateError as KStateError
+    from kstate._core import MisroutedRowsError as MisroutedRowsError
+    from kstate._core import PartitioningChangedError as PartitioningChangedError
+    from kstate._core import PartitioningError as PartitioningError
+    from kstate._core import ProcessorStateError as ProcessorStateError
+    from kstate._core import RemoteStorageError as RemoteStorageError
+    from kstate._core import SerializationError as SerializationError
+    from kstate._core import SparkConnectUnsupportedError as SparkConnectUnsupportedError
+    from kstate._core import StateLockTimeoutError as StateLockTimeoutError
+    from kstate._core import StateSchemaError as StateSchemaError
+    from kstate._core import StateTypeError as StateTypeError
+    from kstate._core import StoreBehindChangelogError as StoreBehindChangelogError
+    from kstate._core import StoreClosedError as StoreClosedError
+    from kstate._core import StoreCorruptedError as StoreCorruptedError
+    from kstate._core import TaskAssignmentError as TaskAssignmentError
 
 
-class RemoteStorageError(ProcessorStateError):
-    """The object store holding a remote changelog failed or refused a request (unreachable,
-    missing bucket, no permission). A commit that raises it applied nothing locally, and
-    retrying it is safe: if the failed attempt did reach the object store after all, the retry
-    gets ``CommitConflictError`` and ``recover()`` applies that commit exactly once."""
+def __getattr__(name: str) -> type[Exception]:
+    if name not in __all__:
+        raise AttributeError(f"module 'kstate.errors' has no attribute {name!r}")
+    __import__("kstate._core")  # importlib.import_module without importing importlib
+    for exported in __all__:  # every later lookup is a plain module attribute
+        globals()[exported] = getattr(sys.modules["kstate._core"], exported)
+    return globals()[name]  # type: ignore[no-any-return]
 
 
-class CommitConflictError(InvalidStateStoreError):
-    """Another writer published to the changelog at this offset first (first writer wins: two
-    attempts of the same batch, or a writer that fell behind). Nothing of the commit was applied;
-    ``recover()`` drops its writes and brings the store to what the changelog holds (Kafka's
-    ``ProducerFencedException``)."""
-
-
-class CorruptedDataError(KStateError):
-    """Bytes read from disk, or received from another instance, do not have the layout their format
-    requires."""
-
-
-class TaskAssignmentError(KStateError):
-    """Rebalance metadata that the group protocol cannot reconcile (Kafka's ``TaskAssignmentException``):
-    e.g. a subscription newer than a pre-probing leader reads, or an assignment newer than the
-    subscription sent."""
-
-
-class InvalidArgumentError(KStateError, ValueError):
-    """An argument or configuration value that can never be valid."""
-
-
-class StateTypeError(InvalidArgumentError, TypeError):
-    """kstate.spark: a typed state value of a type its schema does not accept. A ``TypeError`` too,
-    as Spark's type verifier raises one for it (a null where none may be, or an integer out of
-    range, is a plain ``InvalidArgumentError``: a ``ValueError``, as Spark's)."""
-
-
-class InvalidTimestampError(InvalidArgumentError):
-    """A log rejected a batch of records whose timestamps are out of the allowed range (Kafka's
-    ``INVALID_TIMESTAMP``, error 32); nothing of the batch was written."""
-
-
-class SerializationError(KStateError, ValueError):
-    """A key or value could not be serialized or deserialized by its serde."""
-
-
-class PartitioningError(KStateError):
-    """kstate.spark: rows or a query do not fit how the application's state is partitioned."""
-
-
-class MisroutedRowsError(PartitioningError):
-    """A task got rows whose keys hash to another partition than the one it runs (adaptive query
-    execution coalescing partitions, a repartition on other columns or with another count, or
-    none): their state is elsewhere. The task commits nothing."""
-
-
-class PartitioningChangedError(PartitioningError):
-    """A query's partition count or key columns differ from those the state was written with;
-    keep them, or rescale the state (``kstate rescale``)."""
-
-
-class SparkConnectUnsupportedError(KStateError):
-    """kstate.spark: a call that needs Spark's classic driver API (the ``SparkContext``: RDDs,
-    accumulators) made with a Spark Connect session; the message names what works there."""
-
-
-class JavaNotFoundError(KStateError):
-    """Spark cannot start: this machine has no Java runtime (``kstate.spark.local_session``)."""
-
-
-class StateSchemaError(KStateError):
-    """kstate.spark: a processor's state schemas cannot read the state stored with other schemas
-    (an incompatible change), raised before the query starts; the state is untouched."""
-
-
-class DeletedStateVariableError(KStateError, RuntimeError):
-    """kstate.spark: a call on a state variable after ``handle.deleteIfExists`` deleted it (Spark
-    fails such calls too; kstate.spark raises a subclass that is also PySpark's
-    ``PySparkRuntimeError``, with Spark's message, so processors catching that work unchanged)."""
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
 
 
 __all__ = [
     "KStateError",
     "InvalidStateStoreError",
     "StoreClosedError",
+    "StoreBehindChangelogError",
     "StateLockTimeoutError",
     "BatchConflictError",
     "ProcessorStateError",
+    "StoreCorruptedError",
     "RemoteStorageError",
     "CommitConflictError",
     "CorruptedDataError",
@@ -129,12 +67,11 @@ __all__ = [
     "StateTypeError",
     "InvalidTimestampError",
     "SerializationError",
-    "JavaNotFoundError",
-    "SparkConnectUnsupportedError",
     "PartitioningError",
     "MisroutedRowsError",
     "PartitioningChangedError",
+    "SparkConnectUnsupportedError",
+    "JavaNotFoundError",
     "StateSchemaError",
-    "StoreBehindChangelogError",
     "DeletedStateVariableError",
 ]

@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import Enum, IntEnum
 from typing import Any, Generic, TypeVar, Union
 
 from kstate import _core
-from kstate.errors import InvalidArgumentError, InvalidStateStoreError, TaskAssignmentError
+from kstate.errors import InvalidArgumentError
 
 LATEST_SUPPORTED_VERSION = 11
 """The newest metadata version kstate reads and writes (Kafka 3.2+)."""
@@ -478,16 +477,6 @@ class ProbingProtocol(Enum):
     CURRENT = "current"
 
 
-@contextmanager
-def _as_task_assignment_error() -> Iterator[None]:
-    """The core reports protocol violations as invalid state; to Python they are Kafka's
-    ``TaskAssignmentException``."""
-    try:
-        yield
-    except InvalidStateStoreError as error:
-        raise TaskAssignmentError(str(error)) from None
-
-
 @dataclass(frozen=True)
 class LeaderPlan:
     assignment_version: int
@@ -516,8 +505,7 @@ class Leader:
         newer subscription, or a newer one arrives while a member still sends version 1 or 2."""
         versions = [(s.version, s.latest_supported_version) for s in subscriptions]
         latest = _version("latest_supported_version", self.latest_supported_version)
-        with _as_task_assignment_error():
-            version, commonly, future, empty = _core.leader_plan(latest, self.protocol.value, versions)
+        version, commonly, future, empty = _core.leader_plan(latest, self.protocol.value, versions)
         return LeaderPlan(version, commonly, tuple(future), empty)
 
     def probing_assignment(self) -> AssignmentInfo:
@@ -567,10 +555,9 @@ class Member:
     def on_assignment(self, assignment: AssignmentInfo) -> MemberReaction:
         """Raises ``TaskAssignmentError`` for an assignment newer than the subscription sent, or
         one advertising a version newer than this member supports."""
-        with _as_task_assignment_error():
-            apply, rejoin, change = self._native.on_assignment(
-                assignment.version, assignment.commonly_supported_version, assignment.next_rebalance_ms
-            )
+        apply, rejoin, change = self._native.on_assignment(
+            assignment.version, assignment.commonly_supported_version, assignment.next_rebalance_ms
+        )
         return MemberReaction(apply, rejoin, change)
 
     def __repr__(self) -> str:

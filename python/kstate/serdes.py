@@ -13,7 +13,7 @@ import pickle
 import struct
 from typing import Any, Protocol, runtime_checkable
 
-from kstate.errors import InvalidArgumentError, SerializationError
+from kstate import errors  # the classes load with the native module, when one is raised
 
 
 @runtime_checkable
@@ -26,10 +26,10 @@ class Serde(Protocol):
 def key_bytes(serde: Serde, key: Any) -> bytes:
     """``key`` serialized for a store, which takes no null keys."""
     if key is None:
-        raise InvalidArgumentError("key cannot be None")
+        raise errors.InvalidArgumentError("key cannot be None")
     raw = serde.serialize(key)
     if raw is None:
-        raise InvalidArgumentError(f"key serde turned {key!r} into None")
+        raise errors.InvalidArgumentError(f"key serde turned {key!r} into None")
     return raw
 
 
@@ -41,7 +41,7 @@ class BytesSerde:
             return obj
         if isinstance(obj, (bytes, bytearray, memoryview)):
             return bytes(obj)
-        raise SerializationError(f"BytesSerde needs bytes, got {type(obj).__name__}")
+        raise errors.SerializationError(f"BytesSerde needs bytes, got {type(obj).__name__}")
 
     def deserialize(self, data: bytes) -> bytes:
         return data
@@ -54,17 +54,17 @@ class StringSerde:
         if obj is None:
             return None
         if not isinstance(obj, str):
-            raise SerializationError(f"StringSerde needs str, got {type(obj).__name__}")
+            raise errors.SerializationError(f"StringSerde needs str, got {type(obj).__name__}")
         try:
             return obj.encode("utf-8")
         except UnicodeEncodeError as e:  # a lone surrogate ("\ud800") has no UTF-8 form
-            raise SerializationError(f"StringSerde: {obj!r} is not valid Unicode text: {e}") from e
+            raise errors.SerializationError(f"StringSerde: {obj!r} is not valid Unicode text: {e}") from e
 
     def deserialize(self, data: bytes) -> str:
         try:
             return data.decode("utf-8")
         except UnicodeDecodeError as e:
-            raise SerializationError(f"stored bytes are not UTF-8: {e}") from e
+            raise errors.SerializationError(f"stored bytes are not UTF-8: {e}") from e
 
 
 class _StructSerde:
@@ -76,15 +76,15 @@ class _StructSerde:
         if obj is None:
             return None
         if isinstance(obj, bool) or not isinstance(obj, self._types):
-            raise SerializationError(f"{type(self).__name__} cannot serialize {type(obj).__name__}")
+            raise errors.SerializationError(f"{type(self).__name__} cannot serialize {type(obj).__name__}")
         try:
             return self._format.pack(obj)
         except struct.error as e:
-            raise SerializationError(f"{type(self).__name__}: {e}") from e
+            raise errors.SerializationError(f"{type(self).__name__}: {e}") from e
 
     def deserialize(self, data: bytes) -> Any:
         if len(data) != self._format.size:
-            raise SerializationError(
+            raise errors.SerializationError(
                 f"size of data received by {self._kafka_name} is not {self._format.size} (got {len(data)})"
             )
         return self._format.unpack(data)[0]
@@ -115,13 +115,13 @@ class JsonSerde:
         try:
             return json.dumps(obj, separators=(",", ":")).encode("utf-8")
         except (TypeError, ValueError) as e:
-            raise SerializationError(f"JsonSerde: {e}") from e
+            raise errors.SerializationError(f"JsonSerde: {e}") from e
 
     def deserialize(self, data: bytes) -> Any:
         try:
             return json.loads(data)
         except ValueError as e:
-            raise SerializationError(f"JsonSerde: stored bytes are not JSON: {e}") from e
+            raise errors.SerializationError(f"JsonSerde: stored bytes are not JSON: {e}") from e
 
 
 class PickleSerde:
@@ -133,13 +133,13 @@ class PickleSerde:
         try:
             return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
         except (pickle.PicklingError, TypeError, AttributeError) as e:
-            raise SerializationError(f"PickleSerde: {e}") from e
+            raise errors.SerializationError(f"PickleSerde: {e}") from e
 
     def deserialize(self, data: bytes) -> Any:
         try:
             return pickle.loads(data)  # noqa: S301 - the store's own bytes
         except Exception as e:
-            raise SerializationError(f"PickleSerde: {e}") from e
+            raise errors.SerializationError(f"PickleSerde: {e}") from e
 
 
 _BY_NAME: dict[Any, type] = {
@@ -173,7 +173,7 @@ def serde_for(spec: Any) -> Serde:
         pass
     if hasattr(spec, "serialize") and hasattr(spec, "deserialize") and not isinstance(spec, type):
         return spec
-    raise InvalidArgumentError(
+    raise errors.InvalidArgumentError(
         f"not a serde: {spec!r}; pass an object with serialize/deserialize, a type "
         "(bytes, str, int, float) or one of " + ", ".join(sorted(k for k in _BY_NAME if isinstance(k, str)))
     )

@@ -5,13 +5,15 @@ import pyarrow as pa
 import pytest
 from rocksdict import AccessType, Options, Rdict
 
-from kstate import KeyValue, ValueAndTimestamp
+from kstate import KeyValue, Stores, ValueAndTimestamp
 from kstate.errors import (
     CorruptedDataError,
     InvalidArgumentError,
     InvalidStateStoreError,
+    ProcessorStateError,
     SerializationError,
     StoreClosedError,
+    StoreCorruptedError,
 )
 
 KINDS = [("persistent", True), ("persistent", False), ("memory", True), ("memory", False)]
@@ -247,3 +249,21 @@ def test_iterators_yield_key_value_rows_for_every_serde(open_store):
     with raw.reverse_all() as rows:
         assert rows.peek_next_key() == b"ab"
         assert [kv.key for kv in rows] == [b"ab", b"a"]
+
+
+def test_a_damaged_store_file_is_a_store_corrupted_error(task_dir):
+    """RocksDB's Corruption status reaches Python as its own class, still a ProcessorStateError
+    (kstate.spark rebuilds such a store from its changelog: chosen by class, not by message);
+    other storage failures stay plain ProcessorStateErrors."""
+    builder = Stores.key_value_store_builder(Stores.persistent_key_value_store("store"), "bytes", "bytes")
+    store = builder.build().init(task_dir)
+    store.put(b"k", b"v")
+    store.commit()
+    store.close()
+    (manifest,) = task_dir.glob("rocksdb/store/MANIFEST-*")
+    data = bytearray(manifest.read_bytes())
+    data[10:] = bytes(b ^ 0xFF for b in data[10:])
+    manifest.write_bytes(bytes(data))
+    with pytest.raises(StoreCorruptedError, match="Corruption") as raised:
+        builder.build().init(task_dir)
+    assert isinstance(raised.value, ProcessorStateError)

@@ -64,6 +64,9 @@ class TimestampType(enum.IntEnum):
         raise InvalidArgumentError(f"{value!r} is not a timestamp type: use one of {names} or -1, 0, 1")
 
 
+_core.register_timestamp_type(TimestampType)  # records report their type as a member of it
+
+
 class Compression(enum.IntEnum):
     """The codec of a compressed wrapper; the values are Kafka's codec ids (attribute bits 0-2).
 

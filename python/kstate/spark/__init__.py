@@ -21,11 +21,8 @@ stores (``docs/stateful-processor.md``); ``kstate.spark.testing.TwsTester`` test
 ``read_processor_state`` reads its state as Spark's state data source does (typed, per variable).
 """
 
-import sys
-
 from kstate.spark.engine.backend import StateBackend
 from kstate.spark.engine.session import configure_environment, local_session
-from kstate.spark.format import row_codec
 from kstate.spark.processor.processor import (
     ExpiredTimerInfo,
     ListState,
@@ -41,10 +38,6 @@ from kstate.spark.protocol.exactly_once import PartitionState, TaskStores
 from kstate.spark.protocol.progress import BatchProgress
 from kstate.spark.protocol.task import TaskInfo
 from kstate.spark.read.state_reader import read_processor_state
-
-# The native binding (rust/python/src/row_codec.rs) still looks its Python helpers up at the
-# module's former path; this goes when the binding stops importing Python (issue 22, Rust side).
-sys.modules.setdefault("kstate.spark.row_codec", row_codec)
 
 
 def register_data_source(spark):  # noqa: ANN001, ANN201

@@ -20,7 +20,6 @@ import logging
 import pickle
 import re
 import shutil
-import struct
 import tempfile
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping
@@ -32,12 +31,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kstate import _core
 from kstate.errors import InvalidArgumentError, PartitioningChangedError, ProcessorStateError
 from kstate.log.files import read_log
 from kstate.log.object_store import ObjectStore, is_url
 from kstate.log.records import decode_arrow
 from kstate.log.remote import RemoteChangelog, resolve
-from kstate.spark.processor.state_variables import ttl_index_grouping_key
 from kstate.spark.protocol.batch_log import EMPTY_STATE, BatchEntry, BatchLog, RemoteBatchLog
 from kstate.spark.protocol.exactly_once import PartitionState, StateLayout, stage_raw
 from kstate.spark.protocol.locking import FileLock
@@ -56,8 +55,6 @@ KeyFunction = Callable[[bytes], tuple]
 _SUFFIX = {"key_value": 0, "window": 12, "session": 16}
 """Window store keys end in start (8) + seq (4), session keys in end (8) + start (8)."""
 _MAX_HISTORY = 1000
-_EVENT_TIME_LATEST = b"max"
-_BATCH_AND_TIME = struct.Struct(">qq")
 
 
 @dataclass
@@ -112,11 +109,11 @@ class _Router:
         if codec == "pickle":
             return [pickle.loads(k) for k in keys]
         if codec == "pickle-prefixed":
-            return [pickle.loads(k[4 : 4 + struct.unpack(">I", k[:4])[0]]) for k in keys]
+            return [pickle.loads(_core.state_split_prefixed(k)[0]) for k in keys]
         if codec == "pickle-after-expiry":
-            return [pickle.loads(k[8:]) for k in keys]
+            return [pickle.loads(_core.state_split_timer_by_time(k)[1]) for k in keys]
         if codec == "ttl-index":
-            return [pickle.loads(ttl_index_grouping_key(k)) for k in keys]
+            return [pickle.loads(_core.state_split_ttl_entry(k)[2]) for k in keys]
         raise InvalidArgumentError(
             f"store {store!r}: kstate cannot tell its key columns from its keys ({codec}); pass "
             f"key_functions={{{store!r}: fn}} with fn(key bytes) -> tuple of key column values"
@@ -390,7 +387,7 @@ def _stored(batch: Any, description: Mapping[str, Any]) -> pa.Table:
     if not description["timestamped"]:
         return pa.Table.from_batches([batch.select(["key", "value"])])
     values = [
-        None if v is None else struct.pack(">q", t) + v
+        None if v is None else _core.encode_value_and_timestamp(t, v)
         for t, v in zip(batch.column("timestamp").to_pylist(), batch.column("value").to_pylist())
     ]
     return pa.table({"key": batch.column("key"), "value": pa.array(values, pa.binary())})
@@ -411,7 +408,7 @@ def _collect_event_times(batch: Any, event_times: dict[int, int]) -> None:
     """transform_with_state's event-time store: the largest event time per batch id."""
     for value in batch.column("value").to_pylist():
         if value is not None:
-            batch_id, time_ms = _BATCH_AND_TIME.unpack(value)
+            batch_id, time_ms = _core.split_event_time_record(value)
             event_times[batch_id] = max(time_ms, event_times.get(batch_id, time_ms))
 
 
@@ -423,8 +420,9 @@ def _stage_event_times(
 
     name = next(b.name for b in builders if record.stores[b.name]["key"] == "event-time")
     latest = max(event_times.items(), key=lambda item: (item[1], item[0]))
-    keys = [b"batch-%020d" % b for b in sorted(event_times)] + [_EVENT_TIME_LATEST]
-    values = [_BATCH_AND_TIME.pack(b, event_times[b]) for b in sorted(event_times)] + [_BATCH_AND_TIME.pack(*latest)]
+    batches = sorted(event_times)
+    keys = [_core.event_time_history_key(b) for b in batches] + [_core.LATEST_EVENT_TIME_KEY]
+    values = [_core.event_time_record(b, event_times[b]) for b in batches] + [_core.event_time_record(*latest)]
     stage_raw(opened[0][name], pa.table({"key": pa.array(keys, pa.binary()), "value": pa.array(values, pa.binary())}))
 
 

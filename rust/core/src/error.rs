@@ -1,4 +1,5 @@
-//! The one error type of the core. The binding layer maps each variant to a `kstate.errors` class.
+//! The one error type of the core. Each variant is one exception class of `kstate.errors`; the
+//! binding maps them by one exhaustive match (`rust/python/src/errors.rs`), never by message.
 
 use std::fmt;
 
@@ -8,12 +9,24 @@ pub enum Error {
     Closed(String),
     /// A call that is not valid in the store's current state or configuration.
     InvalidState(String),
+    /// A logged store's offset is below its changelog's start: compaction or retention removed
+    /// what it would replay, so its local state must be restored from scratch.
+    StoreBehindChangelog(String),
     /// An argument that can never be valid (bad bounds, bad config value).
     InvalidArgument(String),
+    /// A log rejected a batch whose timestamps are out of range (Kafka's `INVALID_TIMESTAMP`,
+    /// error 32); nothing of the batch was written. The caller's fault, like `InvalidArgument`.
+    InvalidTimestamp(String),
+    /// Rebalance metadata the group protocol cannot reconcile (Kafka's `TaskAssignmentException`):
+    /// a subscription or assignment newer than the other side can take.
+    TaskAssignment(String),
     /// Bytes on disk that do not have the layout they must have.
     Corrupted(String),
     /// RocksDB or the file system failed.
     Storage(String),
+    /// RocksDB found its own files damaged (its `Corruption` status): a store that is a copy of
+    /// a changelog can be rebuilt from it.
+    StorageCorrupted(String),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -23,18 +36,36 @@ impl fmt::Display for Error {
         match self {
             Error::Closed(m)
             | Error::InvalidState(m)
+            | Error::StoreBehindChangelog(m)
             | Error::InvalidArgument(m)
+            | Error::InvalidTimestamp(m)
+            | Error::TaskAssignment(m)
             | Error::Corrupted(m)
-            | Error::Storage(m) => f.write_str(m),
+            | Error::Storage(m)
+            | Error::StorageCorrupted(m) => f.write_str(m),
         }
     }
 }
 
 impl std::error::Error for Error {}
 
+impl Error {
+    /// A RocksDB failure with `context` before its status: `StorageCorrupted` when RocksDB's
+    /// status is `Corruption` (decided by the status's kind, not by the message), else `Storage`.
+    pub fn rocksdb(e: rocksdb::Error, context: impl fmt::Display) -> Self {
+        let corrupted = e.kind() == rocksdb::ErrorKind::Corruption;
+        let message = format!("{context}: {}", e.into_string());
+        if corrupted {
+            Error::StorageCorrupted(message)
+        } else {
+            Error::Storage(message)
+        }
+    }
+}
+
 impl From<rocksdb::Error> for Error {
     fn from(e: rocksdb::Error) -> Self {
-        Error::Storage(format!("RocksDB: {}", e.into_string()))
+        Error::rocksdb(e, "RocksDB")
     }
 }
 

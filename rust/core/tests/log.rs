@@ -807,7 +807,7 @@ fn out_of_range_timestamps_reject_the_whole_batch() {
         (-1, Some(b"d".to_vec()), None),
     ];
     let error = append_rows(&mut partition, &batch, NOW).unwrap_err();
-    let Error::InvalidArgument(message) = error else {
+    let Error::InvalidTimestamp(message) = error else {
         panic!("{error:?}")
     };
     assert!(message.starts_with(INVALID_TIMESTAMP), "{message}");

@@ -14,7 +14,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple, PyType};
 use pyo3::{ffi, intern};
 
-use crate::errors::{guard, raise};
+use crate::errors::{guard, raise, ErrorClass};
 use crate::logged::{log_config, logged_store_methods, Logged};
 use crate::memory::{rocks_config, store_memory_dict};
 use crate::progress::Progress;
@@ -64,11 +64,11 @@ pub(crate) fn as_bytes<'a>(obj: &'a Bound<'_, PyAny>, what: &str) -> PyResult<&'
     match obj.cast::<PyBytes>() {
         Ok(b) => Ok(b.as_bytes()),
         Err(_) if obj.is_none() => Err(raise(
-            "InvalidArgumentError",
+            ErrorClass::InvalidArgumentError,
             format!("{what} cannot be None"),
         )),
         Err(_) => Err(raise(
-            "SerializationError",
+            ErrorClass::SerializationError,
             format!(
                 "{what} must be bytes, got {}",
                 obj.get_type().name().map_or("?".into(), |n| n.to_string())
@@ -606,7 +606,7 @@ impl RowType {
     pub(crate) fn new(py: Python<'_>, row_type: Py<PyType>) -> PyResult<Self> {
         if !row_type.bind(py).is_subclass_of::<PyTuple>()? {
             return Err(raise(
-                "InvalidArgumentError",
+                ErrorClass::InvalidArgumentError,
                 "row_type must be a tuple subclass".into(),
             ));
         }

@@ -14,6 +14,7 @@ mod remote;
 mod row_codec;
 mod session_store;
 mod spark_hash;
+mod state_layout;
 mod state_variables;
 mod upgrade;
 mod value_and_timestamp;
@@ -25,15 +26,19 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // `kstate.__version__`: the workspace version this module was built from, without
     // importlib.metadata (whose import costs more than the rest of `import kstate`).
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    errors::register(m)?;
     m.add_class::<key_value_store::NativeKeyValueStore>()?;
     m.add_class::<row_codec::RowCodec>()?;
+    m.add_function(wrap_pyfunction!(row_codec::register_row_conversions, m)?)?;
     m.add_class::<row_codec::RowReader>()?;
     m.add_class::<state_variables::StateCodec>()?;
+    state_layout::register(m)?;
     m.add_class::<key_value_store::NativeReadCommittedView>()?;
     m.add_class::<key_value_store::RangeIterator>()?;
     m.add_function(wrap_pyfunction!(key_value_store::retract_changelog, m)?)?;
     m.add_class::<partition::NativePartition>()?;
     m.add_class::<records::Record>()?;
+    m.add_function(wrap_pyfunction!(records::register_timestamp_type, m)?)?;
     m.add_class::<records::RecordChunks>()?;
     m.add_class::<records::ColumnBuffer>()?;
     m.add_function(wrap_pyfunction!(records::encode_records, m)?)?;

@@ -13,7 +13,7 @@ use kstate_core::logged::logged_store::{ChangelogTarget, LoggedStore, StoreChang
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::errors::{guard, raise};
+use crate::errors::{guard, raise, ErrorClass};
 
 /// A store with its changelog, and what the Python publish callable of a remote changelog
 /// raised (raised again by the commit it failed).
@@ -42,7 +42,7 @@ impl<S: ChangelogTarget> Logged<S> {
     pub fn changelog(&mut self) -> PyResult<&mut Changelog> {
         self.inner.changelog_mut().ok_or_else(|| {
             raise(
-                "InvalidStateStoreError",
+                ErrorClass::InvalidStateStoreError,
                 "the store has no changelog".into(),
             )
         })

@@ -20,7 +20,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 
-use crate::errors::{guard, to_py};
+use crate::errors::{guard, raise, to_py, ErrorClass};
 
 /// `(validity, offsets, data, null_count)` of an Arrow binary array built here.
 type PackedArray = (ColumnBuffer, ColumnBuffer, ColumnBuffer, usize);
@@ -95,13 +95,28 @@ fn timestamp_type_id(timestamp_type: Option<TimestampType>) -> i8 {
     }
 }
 
-/// `kstate.log.records.TimestampType`, the class records report their type with.
+/// `kstate.log.records.TimestampType`, the class records report their type with: registered by
+/// that module when it loads (`register_timestamp_type`), so this module imports no Python of kstate.
 static TIMESTAMP_TYPE_CLASS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 /// Its members for ids -1, 0 and 1, so a getter returns one without a call into Python.
 static TIMESTAMP_TYPE_MEMBERS: PyOnceLock<[Py<PyAny>; 3]> = PyOnceLock::new();
 
+/// Called by `kstate.log.records` with its `TimestampType` (the first registration stays).
+#[pyfunction]
+pub fn register_timestamp_type(py: Python<'_>, timestamp_type: Py<PyAny>) {
+    let _ = TIMESTAMP_TYPE_CLASS.set(py, timestamp_type);
+}
+
 fn timestamp_type_class(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
-    TIMESTAMP_TYPE_CLASS.import(py, "kstate.log.records", "TimestampType")
+    TIMESTAMP_TYPE_CLASS
+        .get(py)
+        .map(|class| class.bind(py))
+        .ok_or_else(|| {
+            raise(
+                ErrorClass::KStateError,
+                "records need kstate.log.records (which registers TimestampType): import it".into(),
+            )
+        })
 }
 
 fn timestamp_type_member(py: Python<'_>, id: i8) -> PyResult<Bound<'_, PyAny>> {

@@ -12,10 +12,11 @@ use pyo3::types::{
 };
 use pyo3::{intern, IntoPyObjectExt};
 
-use crate::errors::{raise, to_py};
+use crate::errors::{raise, to_py, ErrorClass};
 
-/// Python functions of `kstate.spark.row_codec` the conversions use (temporal and decimal
-/// arithmetic exactly as Python does it) and the types checked against.
+/// The Python functions the conversions use (temporal and decimal arithmetic exactly as Python
+/// does it), registered by `kstate.spark.row_codec` when it loads (`register_row_conversions`),
+/// and the standard types checked against.
 struct Helpers {
     plain: Py<PyAny>,
     micros: Py<PyAny>,
@@ -31,23 +32,43 @@ struct Helpers {
 
 static HELPERS: PyOnceLock<Helpers> = PyOnceLock::new();
 
-fn helpers(py: Python<'_>) -> PyResult<&Helpers> {
-    HELPERS.get_or_try_init(py, || {
-        let module = py.import("kstate.spark.row_codec")?;
-        let datetime = py.import("datetime")?;
-        let get = |name: &str| module.getattr(name).map(Bound::unbind);
-        Ok(Helpers {
-            plain: get("_plain")?,
-            micros: get("_micros")?,
-            timestamp_of: get("_timestamp_of")?,
-            unscaled: get("_unscaled")?,
-            decimal_of: get("_decimal_of")?,
-            decimal_text: get("_decimal_text")?,
+/// Called by `kstate.spark.row_codec` with its conversions (the first registration stays).
+#[pyfunction]
+pub fn register_row_conversions(
+    py: Python<'_>,
+    plain: Py<PyAny>,
+    micros: Py<PyAny>,
+    timestamp_of: Py<PyAny>,
+    unscaled: Py<PyAny>,
+    decimal_of: Py<PyAny>,
+    decimal_text: Py<PyAny>,
+) -> PyResult<()> {
+    let datetime = py.import("datetime")?;
+    let _ = HELPERS.set(
+        py,
+        Helpers {
+            plain,
+            micros,
+            timestamp_of,
+            unscaled,
+            decimal_of,
+            decimal_text,
             date_type: datetime.getattr("date")?.unbind(),
             datetime_type: datetime.getattr("datetime")?.unbind(),
             decimal_type: py.import("decimal")?.getattr("Decimal")?.unbind(),
             array_type: py.import("array")?.getattr("array")?.unbind(),
-        })
+        },
+    );
+    Ok(())
+}
+
+fn helpers(py: Python<'_>) -> PyResult<&Helpers> {
+    HELPERS.get(py).ok_or_else(|| {
+        raise(
+            ErrorClass::KStateError,
+            "typed state needs kstate.spark.row_codec (which registers its conversions): import it"
+                .into(),
+        )
     })
 }
 
@@ -139,7 +160,7 @@ impl RowCodec {
         let codec = core::RowCodec::new(fields);
         if types.len() != codec.nodes().len() {
             return Err(raise(
-                "KStateError",
+                ErrorClass::KStateError,
                 "schema spec and compiled schema differ".into(),
             ));
         }
@@ -249,9 +270,9 @@ impl RowCodec {
                 };
                 raise(
                     if type_error {
-                        "StateTypeError"
+                        ErrorClass::StateTypeError
                     } else {
-                        "InvalidArgumentError"
+                        ErrorClass::InvalidArgumentError
                     },
                     text,
                 )
@@ -278,7 +299,7 @@ pub(crate) fn decode_row<'py>(
         .map_err(|e| match e {
             CodecError::Py(e) => e,
             CodecError::Core(e) => to_py(e),
-            CodecError::Mismatch { message, .. } => raise("CorruptedDataError", message),
+            CodecError::Mismatch { message, .. } => raise(ErrorClass::CorruptedDataError, message),
         })?;
     Ok((value, pos))
 }

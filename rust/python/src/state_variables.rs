@@ -2,19 +2,17 @@
 //! is one native call here (read the store, check the expiry prefix, decode; or check, encode
 //! and stage), on the task's `KeyValueStore` directly.
 
+use kstate_core::spark::state_layout::{self as layout, NO_EXPIRY};
 use kstate_core::{Direction, KeyRange, KeyValueStore};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 
-use crate::errors::{guard, raise};
+use crate::errors::{guard, raise, to_py, ErrorClass};
 use crate::key_value_store::NativeKeyValueStore;
 use crate::row_codec::{decode_row, RowCodec, RowReader};
 
 /// The pickle protocol of pickled state (`state_variables.PickleCodec`).
 const PICKLE_PROTOCOL: u8 = 4;
-
-/// The expiry of a value without a TTL (`state_variables.NO_EXPIRY`).
-const NO_EXPIRY: i64 = i64::MAX;
 
 /// Every entry of a list or map variable: the keys under `prefix`, in order, with their stored bytes.
 fn entries_under(store: &KeyValueStore, prefix: &[u8]) -> PyResult<Vec<(Vec<u8>, Vec<u8>)>> {
@@ -45,15 +43,7 @@ pub struct StateCodec {
 }
 
 fn expiry_of(stored: &[u8]) -> PyResult<i64> {
-    stored
-        .get(..8)
-        .map(|head| i64::from_be_bytes(head.try_into().expect("8 bytes")))
-        .ok_or_else(|| {
-            raise(
-                "CorruptedDataError",
-                format!("state value of {} bytes has no expiry", stored.len()),
-            )
-        })
+    layout::expiry_of(stored).map_err(to_py)
 }
 
 impl StateCodec {
@@ -97,7 +87,7 @@ impl StateCodec {
                     .and_then(|v| readers.get(*v as usize))
                     .ok_or_else(|| {
                         raise(
-                            "CorruptedDataError",
+                            ErrorClass::CorruptedDataError,
                             format!(
                                 "typed state value names schema {:?}, which was never recorded",
                                 raw.first()
@@ -110,7 +100,7 @@ impl StateCodec {
         };
         if end != raw.len() {
             return Err(raise(
-                "CorruptedDataError",
+                ErrorClass::CorruptedDataError,
                 format!("typed state value: {} trailing bytes", raw.len() - end),
             ));
         }
@@ -124,17 +114,18 @@ impl StateCodec {
         stored: Option<&[u8]>,
         now_ms: i64,
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
-        match stored {
-            Some(stored) if expiry_of(stored)? > now_ms => {
-                Ok(Some(self.decode_raw(py, &stored[8..])?))
-            }
+        let Some(stored) = stored else {
+            return Ok(None);
+        };
+        match layout::split_stored(stored).map_err(to_py)? {
+            (expiry, value) if expiry > now_ms => Ok(Some(self.decode_raw(py, value)?)),
             _ => Ok(None),
         }
     }
 
     fn stored(&self, py: Python<'_>, expiry: i64, value: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
         let mut out = Vec::with_capacity(32);
-        out.extend_from_slice(&expiry.to_be_bytes());
+        layout::begin_stored_value(expiry, &mut out);
         self.encode_into(py, value, &mut out)?;
         Ok(out)
     }
@@ -335,7 +326,7 @@ impl StateCodec {
     }
 
     /// List state: stages `values` as elements `first, first + 1, ...` under `prefix` (keys
-    /// `<prefix><u64 BE sequence>`); returns their sequence suffixes when they expire, else `None`.
+    /// `state_layout::list_key`); returns their sequence suffixes when they expire, else `None`.
     fn append_all<'py>(
         &self,
         py: Python<'py>,
@@ -347,8 +338,7 @@ impl StateCodec {
     ) -> PyResult<Option<Vec<Bound<'py, PyBytes>>>> {
         let mut writes = Vec::with_capacity(values.len());
         for (i, value) in values.iter().enumerate() {
-            let mut key = prefix.to_vec();
-            key.extend_from_slice(&(first + i as u64).to_be_bytes());
+            let key = layout::list_key(prefix, first + i as u64);
             writes.push((key, self.stored(py, expiry, value)?));
         }
         let mut store = store.try_borrow_mut()?;
@@ -382,11 +372,7 @@ impl StateCodec {
             entries_under(&store.try_borrow()?.logged.inner.store, prefix)?
                 .into_iter()
                 .map(|(k, _)| k)
-                .filter(|k| {
-                    k.len() != prefix.len() + 8
-                        || u64::from_be_bytes(k[prefix.len()..].try_into().expect("8 bytes"))
-                            >= count
-                })
+                .filter(|k| !layout::list_sequence(k, prefix).is_ok_and(|s| s < count))
                 .collect()
         };
         let suffixes = self.append_all(py, store, prefix, 0, expiry, values)?;

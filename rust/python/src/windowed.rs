@@ -13,7 +13,7 @@ use kstate_core::{SegmentedOptions, SegmentedStore, SegmentedView, StoreOptions,
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyType};
 
-use crate::errors::guard;
+use crate::errors::{guard, ErrorClass};
 use crate::key_value_store::{ttl_of, RowType};
 use crate::progress::Progress;
 use crate::session_store::NativeSessionStore;
@@ -32,7 +32,7 @@ pub fn millis(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<i64> {
     };
     value.ok_or_else(|| {
         crate::errors::raise(
-            "InvalidArgumentError",
+            ErrorClass::InvalidArgumentError,
             format!("{what} must be an int (ms) in 64 bits, got {obj}"),
         )
     })
@@ -269,7 +269,7 @@ pub fn put_store_keys<T: SegmentedKeys + Send>(
 ) -> PyResult<()> {
     if keys.len() != values.len() {
         return Err(crate::errors::raise(
-            "InvalidArgumentError",
+            ErrorClass::InvalidArgumentError,
             format!("{} keys but {} values", keys.len(), values.len()),
         ));
     }

@@ -122,11 +122,6 @@ def plain(value: Any) -> Any:
     return value
 
 
-_plain = plain
-"""``plain`` by the name the native binding looks up (rust/python/src/row_codec.rs), until it
-stops importing Python (issue 22)."""
-
-
 def _micros(value: Any, ntz: bool) -> int:
     """A datetime as microseconds since the epoch (naive: local time, as Spark reads it; a
     timestamp_ntz's fields as UTC)."""
@@ -155,6 +150,9 @@ def _decimal_of(unscaled: int, scale: int) -> decimal.Decimal:
 
 def _decimal_text(text: str) -> decimal.Decimal:
     return decimal.Decimal(text)
+
+
+_core.register_row_conversions(plain, _micros, _timestamp_of, _unscaled, _decimal_of, _decimal_text)
 
 
 def row_encoder(schema: Any) -> Callable[[bytearray, Any], None]:

@@ -45,10 +45,10 @@ from __future__ import annotations
 
 import os
 import pickle
-import struct
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from kstate import _core
 from kstate.errors import InvalidArgumentError, StateSchemaError
 from kstate.log.files import read_log
 from kstate.spark.engine.backend import StateBackend
@@ -92,7 +92,6 @@ EVENT_TIME = "tws.event-time"
 NO_STATE = "tws.no-state"
 """The store of a processor without state variables or timers (always empty): kstate's exactly-once
 bookkeeping is per store."""
-_MAX_EVENT_TIME = b"max"
 _KEY_CODECS = {
     "value": "pickle",
     "list": "pickle-prefixed",
@@ -105,7 +104,6 @@ _KEY_CODECS = {
     NO_STATE: "pickle",
 }
 """How each store's keys hold the pickled grouping key (for a rescale)."""
-_BATCH_AND_TIME = struct.Struct(">qq")
 
 
 def _pickled(obj: Any) -> bytes:
@@ -427,7 +425,7 @@ def _tracking_event_time(
 
     largest = _largest_event_time(store)
     if largest is not None:
-        store.put(_MAX_EVENT_TIME, _BATCH_AND_TIME.pack(batch_id, largest))
+        store.put(_core.LATEST_EVENT_TIME_KEY, _core.event_time_record(batch_id, largest))
     for batch in batches:
         times = batch.column(column)
         late_bound = late_watermark
@@ -440,14 +438,14 @@ def _tracking_event_time(
             batch_max = pc.max(times).as_py()
         if batch_max is not None and (largest is None or batch_max > largest):
             largest = batch_max
-            store.put(_MAX_EVENT_TIME, _BATCH_AND_TIME.pack(batch_id, largest))
+            store.put(_core.LATEST_EVENT_TIME_KEY, _core.event_time_record(batch_id, largest))
         on_time = pc.invert(pc.fill_null(pc.less_equal(times, late_bound), False))
         yield batch if pc.all(on_time).as_py() else batch.filter(on_time)
 
 
 def _largest_event_time(store: Any) -> int | None:
-    stored = store.get(_MAX_EVENT_TIME)
-    return None if stored is None else _BATCH_AND_TIME.unpack(stored)[1]
+    stored = store.get(_core.LATEST_EVENT_TIME_KEY)
+    return None if stored is None else _core.split_event_time_record(stored)[1]
 
 
 def _query_watermarks(layout: StateLayout, batch_id: int, delay_ms: int) -> tuple[int, int]:
@@ -462,7 +460,7 @@ def _query_watermarks(layout: StateLayout, batch_id: int, delay_ms: int) -> tupl
             for value in batch.column("value").to_pylist():
                 if value is None:
                     continue
-                recorded_batch, time = _BATCH_AND_TIME.unpack(value)
+                recorded_batch, time = _core.split_event_time_record(value)
                 if recorded_batch < batch_id and (before is None or time > before):
                     before = time
                 if recorded_batch < batch_id - 1 and (before_previous is None or time > before_previous):

@@ -2,7 +2,8 @@
 argument names (``pyspark.sql.streaming.stateful_processor``, 4.1+).
 
 Each state variable is a kstate store named after it; every entry's key starts with the grouping
-key (pickled), every value with its expiry (8 bytes, big-endian; ``NO_EXPIRY`` without a TTL):
+key (pickled), every value with its expiry (8 bytes, big-endian; ``NO_EXPIRY`` without a TTL).
+The bytes are defined once, in ``rust/core/src/spark/state_layout.rs`` (``kstate._core.state_*``):
 
 - value state: ``<grouping key>`` -> ``<expiry><value>``;
 - list state: one entry per element, ``<u32 length><grouping key><u64 sequence>`` ->
@@ -26,7 +27,6 @@ store, found through a TTL index (store ``tws.ttl``: ``<expiry><u8 length><name>
 from __future__ import annotations
 
 import pickle
-import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -40,29 +40,7 @@ from kstate.store_lifecycle import now_ms
 TTL_INDEX = "tws.ttl"
 TIMERS_BY_TIME = "tws.timers-by-time"
 TIMERS_BY_KEY = "tws.timers-by-key"
-NO_EXPIRY = (1 << 63) - 1
-_EXPIRY = struct.Struct(">q")
-_ORDERED_TIME = struct.Struct(">Q")
-_LENGTH = struct.Struct(">I")
-_SEQUENCE = struct.Struct(">Q")
-_LAST_SEQUENCE = (1 << 64) - 1
-
-
-def ordered_time(ms: int) -> bytes:
-    """Big-endian with the sign bit flipped: sorts as the signed value."""
-    return _ORDERED_TIME.pack(ms + (1 << 63))
-
-
-def time_of(raw: bytes) -> int:
-    return _ORDERED_TIME.unpack_from(raw)[0] - (1 << 63)
-
-
-def key_prefix(key: bytes) -> bytes:
-    return _LENGTH.pack(len(key)) + key
-
-
-def expiry_of(stored: bytes) -> int:
-    return _EXPIRY.unpack_from(stored)[0]
+NO_EXPIRY = _core.STATE_NO_EXPIRY
 
 
 def _check_name(name: Any) -> str:
@@ -184,11 +162,11 @@ class _Variable:
         """Records ``expiry`` of the current key's entry ``suffix`` in the TTL index."""
         if expiry != NO_EXPIRY:
             handle = self._handle
-            entry = ordered_time(expiry) + handle._ttl_names[self._name] + handle._current_prefix + suffix
+            entry = _core.state_ttl_entry(expiry, handle._ttl_names[self._name], handle._current_prefix, suffix)
             handle._ttl_store.put(entry, b"")
 
     def _live(self, stored: bytes | None) -> bool:
-        return stored is not None and _EXPIRY.unpack_from(stored)[0] > self._handle._now_ms
+        return stored is not None and _core.state_expiry_of(stored) > self._handle._now_ms
 
     def _any_live(self) -> bool:
         """Whether the current key has a live entry (list and map state)."""
@@ -259,10 +237,10 @@ class ListState(_Variable):
     def _next_sequence(self) -> int:
         prefix = self._handle._current_prefix
         if self._next_for != prefix:
-            last = prefix + _SEQUENCE.pack(_LAST_SEQUENCE)
-            with self._store.reverse_range(prefix + _SEQUENCE.pack(0), last) as entries:
+            first, last = _core.state_list_bounds(prefix)
+            with self._store.reverse_range(first, last) as entries:
                 newest = next(entries, None)
-            self._next = 0 if newest is None else _SEQUENCE.unpack_from(newest[0], len(prefix))[0] + 1
+            self._next = 0 if newest is None else _core.state_list_sequence(newest[0], prefix) + 1
             self._next_for = prefix
         return self._next
 
@@ -469,13 +447,13 @@ class StatefulProcessorHandle:
         self._read_ahead: dict[str, dict[bytes, bytes | None]] = {}
         """Per value-state variable, stored values read for many keys at once (``_read_ahead``)."""
         self._current_key = b""
-        self._current_prefix = key_prefix(b"")
+        self._current_prefix = _core.state_key_prefix(b"")
         self._variables: dict[str, _Variable] = {}
         """The variables ``init`` got, by name (``deleteIfExists`` turns one into a deleted one)."""
 
     def _set_key(self, pickled_key: bytes) -> None:
         self._current_key = pickled_key
-        self._current_prefix = key_prefix(pickled_key)
+        self._current_prefix = _core.state_key_prefix(pickled_key)
 
     def _read_ahead_values(self, pickled_keys: list[bytes]) -> None:
         """Reads every value-state variable's values of ``pickled_keys`` with one ``get_many``
@@ -496,10 +474,7 @@ class StatefulProcessorHandle:
             raise InvalidArgumentError(f"state variable {name!r} is declared twice, as {known.kind} and {kind}")
         self.declared[name] = Declared(kind, ttl_ms, schema, key_schema)
         if ttl_ms is not None:
-            encoded = name.encode()
-            if len(encoded) > 255:
-                raise InvalidArgumentError(f"a state variable with a TTL needs a name under 256 bytes, got {name!r}")
-            self._ttl_names[name] = bytes([len(encoded)]) + encoded
+            self._ttl_names[name] = _core.state_ttl_name(name)
             if self._stores is not None:
                 self._ttl_store = self._stores[TTL_INDEX]
         return name, ttl_ms
@@ -573,42 +548,43 @@ class StatefulProcessorHandle:
     def registerTimer(self, expiryTimestampMs: int) -> None:  # noqa: N802, N803
         """Fire ``handleExpiredTimer`` for the current key once ``expiryTimestampMs`` has passed."""
         by_time, by_key = self._timer_stores()
-        expiry = ordered_time(int(expiryTimestampMs))
-        by_time.put(expiry + self._current_key, b"")
-        by_key.put(self._current_prefix + expiry, b"")
+        time_key, key_key = _core.state_timer_keys(int(expiryTimestampMs), self._current_key, self._current_prefix)
+        by_time.put(time_key, b"")
+        by_key.put(key_key, b"")
 
     def deleteTimer(self, expiryTimestampMs: int) -> None:  # noqa: N802, N803
         by_time, by_key = self._timer_stores()
-        expiry = ordered_time(int(expiryTimestampMs))
-        by_time.delete(expiry + self._current_key)
-        by_key.delete(self._current_prefix + expiry)
+        time_key, key_key = _core.state_timer_keys(int(expiryTimestampMs), self._current_key, self._current_prefix)
+        by_time.delete(time_key)
+        by_key.delete(key_key)
 
     def listTimers(self) -> Iterator[int]:  # noqa: N802
         """The current key's timers, earliest first."""
         _, by_key = self._timer_stores()
         prefix = self._current_prefix
         with by_key.prefix_scan(prefix) as entries:
-            expiries = [time_of(k[len(prefix) :]) for k, _ in entries]
+            expiries = [_core.state_split_timer_by_key(k)[1] for k, _ in entries]
         return iter(expiries)
 
     def _has_timer(self, expiry_ms: int) -> bool:
         """Whether the current key still has the timer at ``expiry_ms``."""
         by_time, _ = self._timer_stores()
-        return by_time.get(ordered_time(expiry_ms) + self._current_key) is not None
+        time_key, _ = _core.state_timer_keys(expiry_ms, self._current_key, self._current_prefix)
+        return by_time.get(time_key) is not None
 
     def _next_timer(self) -> int | None:
         """The earliest timer of any key (``None``: none)."""
         by_time, _ = self._timer_stores()
         with by_time.all() as entries:
             first = next(entries, None)
-        return None if first is None else time_of(first[0])
+        return None if first is None else _core.state_time_of(first[0])
 
     def _due_timers(self, until_ms: int) -> list[tuple[int, bytes]]:
         """``(expiry, pickled key)`` of every timer due at ``until_ms``, earliest first."""
         by_time, _ = self._timer_stores()
-        # Every key is <expiry><pickled key>: those below <until + 1> are due.
-        with by_time.range(None, ordered_time(until_ms + 1)) as entries:
-            return [(time_of(k), k[8:]) for k, _ in entries]
+        # Keys sort by expiry: those below <until + 1> are due.
+        with by_time.range(None, _core.state_ordered_time(until_ms + 1)) as entries:
+            return [_core.state_split_timer_by_time(k) for k, _ in entries]
 
     # -- TTL -------------------------------------------------------------------------------------
 
@@ -618,28 +594,18 @@ class StatefulProcessorHandle:
         index = self._ttl_store
         if index is None:
             return 0
-        with index.range(None, ordered_time(self._now_ms + 1)) as entries:
+        with index.range(None, _core.state_ordered_time(self._now_ms + 1)) as entries:
             due = [k for k, _ in entries]
         removed = 0
         for raw in due:
-            name_end = 9 + raw[8]
-            name = raw[9:name_end].decode()
-            (length,) = _LENGTH.unpack_from(raw, name_end)
-            key_start = name_end + 4
+            _, name, key, prefixed = _core.state_split_ttl_entry(raw)
             declared = self.declared.get(name)
             if declared is not None and declared.kind != "deleted":
                 store = self._stores[name]
-                state_key = raw[key_start : key_start + length] if declared.kind == "value" else raw[name_end:]
+                state_key = key if declared.kind == "value" else prefixed
                 stored = store.get(state_key)
-                if stored is not None and expiry_of(stored) <= self._now_ms:
+                if stored is not None and _core.state_expiry_of(stored) <= self._now_ms:
                     store.delete(state_key)
                     removed += 1
             index.delete(raw)
         return removed
-
-
-def ttl_index_grouping_key(raw: bytes) -> bytes:
-    """The pickled grouping key of a TTL index entry (for a rescale)."""
-    name_end = 9 + raw[8]
-    (length,) = _LENGTH.unpack_from(raw, name_end)
-    return raw[name_end + 4 : name_end + 4 + length]

@@ -40,7 +40,13 @@ from typing import Any
 
 from kstate import _core
 from kstate.config import CHANGELOG_DIR, CHANGELOG_STORAGE_OPTIONS, ChangelogConfig
-from kstate.errors import BatchConflictError, CommitConflictError, InvalidArgumentError, ProcessorStateError
+from kstate.errors import (
+    BatchConflictError,
+    CommitConflictError,
+    InvalidArgumentError,
+    ProcessorStateError,
+    StoreCorruptedError,
+)
 from kstate.key_value_store import KeyValueStore
 from kstate.log.remote import RemoteChangelog
 from kstate.spark.protocol.batch_log import EMPTY_STATE, BatchEntry, BatchLog, RemoteBatchLog, peek_head
@@ -355,9 +361,7 @@ class PartitionState:
             store.restore_until = recorded.get(builder.name, -1)
             try:
                 store.init(task_dir, partition=self.task.partition, application_id=self.layout.application_id)
-            except ProcessorStateError as error:
-                if "Corruption" not in str(error):
-                    raise
+            except StoreCorruptedError as error:
                 # Local state is a copy of the changelog: a damaged one is rebuilt from it.
                 log.warning(
                     "partition %d: store %s is damaged (%s); restoring it from its changelog",

@@ -40,12 +40,12 @@ from __future__ import annotations
 import io
 import os
 import pickle
-import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kstate import _core
 from kstate.errors import InvalidArgumentError, ProcessorStateError
 from kstate.log.files import read_log
 from kstate.log.object_store import is_url
@@ -53,14 +53,12 @@ from kstate.spark.engine.backend import StateBackend
 from kstate.spark.engine.session import refuse_spark_connect
 from kstate.spark.format.row_codec import row_decoder
 from kstate.spark.format.state_schemas import SchemaLog
-from kstate.spark.processor.state_variables import NO_EXPIRY, TIMERS_BY_KEY, time_of
+from kstate.spark.processor.state_variables import NO_EXPIRY, TIMERS_BY_KEY
 from kstate.spark.protocol.batch_log import BatchEntry
 from kstate.spark.protocol.task import TaskInfo
 from kstate.spark.routing.partitioning import PartitioningLog
 from kstate.stores import Stores
 
-_LENGTH = struct.Struct(">I")
-_EXPIRY = struct.Struct(">q")
 _PLAIN_CLASSES = {
     ("datetime", "date"),
     ("datetime", "datetime"),
@@ -154,11 +152,11 @@ class _Variable:
         """``stored bytes -> row value`` (``<8-byte expiry><value>``)."""
         plain = self._decoder(self.values, versioned=True)
         if not self.ttl:
-            return lambda raw: plain(raw, 8)
+            return lambda raw: plain(_core.state_split_stored(raw)[1], 0)
 
         def with_expiry(raw: bytes) -> Any:
-            expiry = _EXPIRY.unpack_from(raw)[0]
-            return (plain(raw, 8), None if expiry == NO_EXPIRY else expiry)
+            expiry, value = _core.state_split_stored(raw)
+            return (plain(value, 0), None if expiry == NO_EXPIRY else expiry)
 
         return with_expiry
 
@@ -337,13 +335,6 @@ def _schema(variable: _Variable, key_type: Any, flatten: bool, change_feed: bool
     return out.add("partition_id", IntegerType())
 
 
-def _split_prefixed(store_key: bytes) -> tuple[bytes, int]:
-    """A list / map / timer entry's key: ``<u32 length><pickled grouping key><rest>``; returns
-    the pickled key and where the rest starts."""
-    (length,) = _LENGTH.unpack_from(store_key)
-    return store_key[4 : 4 + length], 4 + length
-
-
 def _state_rows(
     variable: _Variable, stored: Iterator[tuple[bytes, bytes]], partition: int, flatten: bool, key_decoder: Any
 ) -> Iterator[tuple[Any, ...]]:
@@ -352,8 +343,8 @@ def _state_rows(
     kind = variable.kind
     if kind == "timers":
         for store_key, _ in stored:
-            pickled, at = _split_prefixed(store_key)
-            yield (key_decoder(pickled), time_of(store_key[at:]), partition)
+            pickled, expiry = _core.state_split_timer_by_key(store_key)
+            yield (key_decoder(pickled), expiry, partition)
         return
     value_of = variable.value_decoder()
     if kind == "value":
@@ -363,7 +354,7 @@ def _state_rows(
     user_key_of = variable.user_key_decoder()
     if flatten:
         for store_key, raw in stored:
-            pickled, at = _split_prefixed(store_key)
+            pickled, at = _core.state_split_prefixed(store_key)
             if kind == "list":
                 yield (key_decoder(pickled), value_of(raw), partition)
             else:
@@ -378,7 +369,7 @@ def _state_rows(
     current: bytes | None = None
     entries: list[tuple[bytes, bytes, int]] = []
     for store_key, raw in stored:
-        pickled, at = _split_prefixed(store_key)
+        pickled, at = _core.state_split_prefixed(store_key)
         if pickled != current and entries:
             yield (key_decoder(current), collected(entries), partition)
             entries = []
@@ -464,7 +455,7 @@ def _change_feed(
                     partition,
                 )
                 continue
-            pickled, at = _split_prefixed(store_key)
+            pickled, at = _core.state_split_prefixed(store_key)
             value = None if raw is None else value_of(raw)
             if variable.kind == "map":
                 assert user_key_of is not None

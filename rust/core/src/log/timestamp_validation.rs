@@ -2,9 +2,8 @@
 //! `message.timestamp.type = CreateTime`, a record timestamp other than -1 must lie within
 //! `[now - before.max.ms, now + after.max.ms]`, or the whole batch is rejected.
 //!
-//! The rejection is [`Error::InvalidArgument`] whose message starts with Kafka's error name
-//! and code, `INVALID_TIMESTAMP (32)`: the core's error kinds are about who is at fault, and a
-//! bad timestamp is the caller's. Bindings can match on that prefix.
+//! The rejection is [`Error::InvalidTimestamp`], its message starting with Kafka's error name
+//! and code, `INVALID_TIMESTAMP (32)`.
 
 use super::config::LogConfig;
 use crate::error::{Error, Result};
@@ -31,7 +30,7 @@ pub(crate) fn validate_timestamps(
     for timestamp in timestamps {
         total += 1;
         if timestamp < NO_TIMESTAMP {
-            return Err(Error::InvalidArgument(format!(
+            return Err(Error::InvalidTimestamp(format!(
                 "{INVALID_TIMESTAMP}: record {} has timestamp {timestamp}, which is negative and \
                  not -1 (no timestamp); nothing was appended",
                 total - 1
@@ -47,7 +46,7 @@ pub(crate) fn validate_timestamps(
     let Some(first_bad) = first_bad else {
         return Ok(());
     };
-    Err(Error::InvalidArgument(format!(
+    Err(Error::InvalidTimestamp(format!(
         "{INVALID_TIMESTAMP}: {out_of_range} of {total} records have timestamps outside \
          [{}, {}] (now {now_ms}, message.timestamp.before.max.ms {before_max}, \
          message.timestamp.after.max.ms {after_max}; first rejected timestamp {first_bad}); \

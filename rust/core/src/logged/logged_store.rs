@@ -22,9 +22,9 @@ use crate::segmented::segmented_store::SegmentedKeys;
 use crate::store::committed::Write;
 use crate::store::key_value::{CommitProgress, KeyValueStore};
 
-/// How the error of a store whose offset is below its changelog's start begins: the store must
-/// be wiped and restored from scratch (Kafka Streams' `OffsetOutOfRange` -> wipe).
-pub const STORE_BEHIND_CHANGELOG: &str = "store behind its changelog:";
+/// How the message of [`Error::StoreBehindChangelog`] begins: the store must be wiped and
+/// restored from scratch (Kafka Streams' `OffsetOutOfRange` -> wipe).
+const STORE_BEHIND_CHANGELOG: &str = "store behind its changelog:";
 
 /// Staged bytes turned into changelog records per append.
 const CHANGELOG_CHUNK_BYTES: usize = 4 * 1024 * 1024;
@@ -265,7 +265,7 @@ impl<S: ChangelogTarget> LoggedStore<S> {
                 )))
             }
             Some(c) if c + 1 < start => {
-                return Err(Error::InvalidState(format!(
+                return Err(Error::StoreBehindChangelog(format!(
                     "{STORE_BEHIND_CHANGELOG} the store is at changelog offset {c} but the \
                      changelog starts at {start}; its local state must be restored from scratch"
                 )))

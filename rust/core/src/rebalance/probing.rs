@@ -120,14 +120,14 @@ impl Leader {
         if let Some(&first_future) = future_members.first() {
             let future_version = subscriptions[first_future].version;
             if latest < EARLIEST_PROBEABLE_VERSION {
-                return Err(Error::InvalidState(format!(
+                return Err(Error::TaskAssignment(format!(
                     "a version {latest} leader cannot read subscription version \
                      {future_version} and cannot probe (probing needs version \
                      {EARLIEST_PROBEABLE_VERSION}); new instances must set upgrade.from"
                 )));
             }
             if min_received < EARLIEST_PROBEABLE_VERSION {
-                return Err(Error::InvalidState(format!(
+                return Err(Error::TaskAssignment(format!(
                     "received a future subscription (version {future_version}) and a version \
                      {min_received} subscription at the same time: version probing needs every \
                      member at version {EARLIEST_PROBEABLE_VERSION} or later"
@@ -228,12 +228,12 @@ impl Member {
         let received = assignment.version;
         let commonly = assignment.commonly_supported_version;
         if received < 1 {
-            return Err(Error::InvalidState(format!(
+            return Err(Error::TaskAssignment(format!(
                 "received an assignment of invalid version {received}"
             )));
         }
         if received > self.used_version {
-            return Err(Error::InvalidState(format!(
+            return Err(Error::TaskAssignment(format!(
                 "received an assignment of version {received}, newer than the version {} \
                  subscription this member sent",
                 self.used_version
@@ -246,7 +246,7 @@ impl Member {
         };
         if received >= EARLIEST_PROBEABLE_VERSION {
             if commonly > self.latest_supported_version {
-                return Err(Error::InvalidState(format!(
+                return Err(Error::TaskAssignment(format!(
                     "the leader says the group supports version {commonly}, newer than this \
                      member's latest {}",
                     self.latest_supported_version

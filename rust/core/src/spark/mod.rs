@@ -1,5 +1,7 @@
 //! What kstate's Spark integration needs in bytes: Spark's `hash()` and partition ids over Arrow
-//! buffers, and typed state's row encoding of a Spark `StructType`.
+//! buffers, typed state's row encoding of a Spark `StructType`, and the byte layout of a
+//! processor's state (variables, timers, TTL index, event time).
 
 pub mod hash;
 pub mod row_codec;
+pub mod state_layout;

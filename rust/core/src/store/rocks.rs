@@ -98,11 +98,7 @@ impl RocksState {
             descriptors.push(ColumnFamilyDescriptor::new(f, cf_options));
         }
         let db = DB::open_cf_descriptors(&opts, path, descriptors).map_err(|e| {
-            Error::Storage(format!(
-                "error opening store at {}: {}",
-                path.display(),
-                e.into_string()
-            ))
+            Error::rocksdb(e, format_args!("error opening store at {}", path.display()))
         })?;
         for family in &existing {
             if wanted.contains(&family.as_str()) {

@@ -1,0 +1,162 @@
+//! Binds `kstate_core::spark::state_layout` for `kstate.spark`'s state variables, state reader,
+//! processor and rescale: the keys and values of processor state, built and read by the core.
+
+use kstate_core::spark::state_layout as layout;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+use crate::errors::to_py;
+
+type Bytes<'py> = Bound<'py, PyBytes>;
+
+#[pyfunction]
+pub fn state_key_prefix<'py>(py: Python<'py>, key: &[u8]) -> PyResult<Bytes<'py>> {
+    Ok(PyBytes::new(py, &layout::key_prefix(key).map_err(to_py)?))
+}
+
+/// `(grouping key, offset of the rest)` of a length-prefixed key.
+#[pyfunction]
+pub fn state_split_prefixed<'py>(py: Python<'py>, raw: &[u8]) -> PyResult<(Bytes<'py>, usize)> {
+    let (key, rest) = layout::split_prefixed(raw).map_err(to_py)?;
+    Ok((PyBytes::new(py, key), raw.len() - rest.len()))
+}
+
+#[pyfunction]
+pub fn state_expiry_of(stored: &[u8]) -> PyResult<i64> {
+    layout::expiry_of(stored).map_err(to_py)
+}
+
+/// `(expiry, value bytes)` of a stored value.
+#[pyfunction]
+pub fn state_split_stored<'py>(py: Python<'py>, stored: &[u8]) -> PyResult<(i64, Bytes<'py>)> {
+    let (expiry, value) = layout::split_stored(stored).map_err(to_py)?;
+    Ok((expiry, PyBytes::new(py, value)))
+}
+
+#[pyfunction]
+pub fn state_ordered_time<'py>(py: Python<'py>, ms: i64) -> Bytes<'py> {
+    PyBytes::new(py, &layout::ordered_time(ms))
+}
+
+/// The milliseconds of the ordered time at `raw[offset:]`.
+#[pyfunction]
+#[pyo3(signature = (raw, offset=0))]
+pub fn state_time_of(raw: &[u8], offset: usize) -> PyResult<i64> {
+    layout::time_of(raw.get(offset..).unwrap_or_default()).map_err(to_py)
+}
+
+/// `(first, last)` possible element keys of the list under `prefix` (inclusive).
+#[pyfunction]
+pub fn state_list_bounds<'py>(py: Python<'py>, prefix: &[u8]) -> (Bytes<'py>, Bytes<'py>) {
+    let (first, last) = layout::list_bounds(prefix);
+    (PyBytes::new(py, &first), PyBytes::new(py, &last))
+}
+
+#[pyfunction]
+pub fn state_list_sequence(key: &[u8], prefix: &[u8]) -> PyResult<u64> {
+    layout::list_sequence(key, prefix).map_err(to_py)
+}
+
+/// `(by-time key, by-key key)` of a timer.
+#[pyfunction]
+pub fn state_timer_keys<'py>(
+    py: Python<'py>,
+    expiry_ms: i64,
+    key: &[u8],
+    prefix: &[u8],
+) -> (Bytes<'py>, Bytes<'py>) {
+    let (by_time, by_key) = layout::timer_keys(expiry_ms, key, prefix);
+    (PyBytes::new(py, &by_time), PyBytes::new(py, &by_key))
+}
+
+/// `(expiry, grouping key)` of a by-time timer key.
+#[pyfunction]
+pub fn state_split_timer_by_time<'py>(py: Python<'py>, raw: &[u8]) -> PyResult<(i64, Bytes<'py>)> {
+    let (expiry, key) = layout::split_timer_by_time(raw).map_err(to_py)?;
+    Ok((expiry, PyBytes::new(py, key)))
+}
+
+/// `(grouping key, expiry)` of a by-key timer key.
+#[pyfunction]
+pub fn state_split_timer_by_key<'py>(py: Python<'py>, raw: &[u8]) -> PyResult<(Bytes<'py>, i64)> {
+    let (key, expiry) = layout::split_timer_by_key(raw).map_err(to_py)?;
+    Ok((PyBytes::new(py, key), expiry))
+}
+
+#[pyfunction]
+pub fn state_ttl_name<'py>(py: Python<'py>, name: &str) -> PyResult<Bytes<'py>> {
+    Ok(PyBytes::new(py, &layout::ttl_name(name).map_err(to_py)?))
+}
+
+#[pyfunction]
+pub fn state_ttl_entry<'py>(
+    py: Python<'py>,
+    expiry: i64,
+    ttl_name: &[u8],
+    prefix: &[u8],
+    suffix: &[u8],
+) -> Bytes<'py> {
+    PyBytes::new(py, &layout::ttl_entry(expiry, ttl_name, prefix, suffix))
+}
+
+/// `(expiry, variable name, grouping key, <prefix><suffix>)` of a TTL index entry.
+#[pyfunction]
+pub fn state_split_ttl_entry<'py>(
+    py: Python<'py>,
+    raw: &[u8],
+) -> PyResult<(i64, String, Bytes<'py>, Bytes<'py>)> {
+    let entry = layout::split_ttl_entry(raw).map_err(to_py)?;
+    Ok((
+        entry.expiry,
+        entry.name.to_owned(),
+        PyBytes::new(py, entry.key),
+        PyBytes::new(py, entry.prefixed),
+    ))
+}
+
+#[pyfunction]
+pub fn event_time_record<'py>(py: Python<'py>, batch_id: i64, time_ms: i64) -> Bytes<'py> {
+    PyBytes::new(py, &layout::event_time_record(batch_id, time_ms))
+}
+
+/// `(batch id, largest event time)` of an event-time record.
+#[pyfunction]
+pub fn split_event_time_record(raw: &[u8]) -> PyResult<(i64, i64)> {
+    layout::split_event_time_record(raw).map_err(to_py)
+}
+
+#[pyfunction]
+pub fn event_time_history_key<'py>(py: Python<'py>, batch_id: i64) -> Bytes<'py> {
+    PyBytes::new(py, &layout::event_time_history_key(batch_id))
+}
+
+/// Registers the functions and `STATE_NO_EXPIRY`, `LATEST_EVENT_TIME_KEY`.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("STATE_NO_EXPIRY", layout::NO_EXPIRY)?;
+    m.add(
+        "LATEST_EVENT_TIME_KEY",
+        PyBytes::new(m.py(), layout::LATEST_EVENT_TIME_KEY),
+    )?;
+    for function in [
+        wrap_pyfunction!(state_key_prefix, m)?,
+        wrap_pyfunction!(state_split_prefixed, m)?,
+        wrap_pyfunction!(state_expiry_of, m)?,
+        wrap_pyfunction!(state_split_stored, m)?,
+        wrap_pyfunction!(state_ordered_time, m)?,
+        wrap_pyfunction!(state_time_of, m)?,
+        wrap_pyfunction!(state_list_bounds, m)?,
+        wrap_pyfunction!(state_list_sequence, m)?,
+        wrap_pyfunction!(state_timer_keys, m)?,
+        wrap_pyfunction!(state_split_timer_by_time, m)?,
+        wrap_pyfunction!(state_split_timer_by_key, m)?,
+        wrap_pyfunction!(state_ttl_name, m)?,
+        wrap_pyfunction!(state_ttl_entry, m)?,
+        wrap_pyfunction!(state_split_ttl_entry, m)?,
+        wrap_pyfunction!(event_time_record, m)?,
+        wrap_pyfunction!(split_event_time_record, m)?,
+        wrap_pyfunction!(event_time_history_key, m)?,
+    ] {
+        m.add_function(function)?;
+    }
+    Ok(())
+}
