@@ -243,8 +243,8 @@ class KeyValueStore(_Logged):
     ) -> tuple[tuple[bytes, bytes, bytes, int], tuple[bytes, bytes, bytes, int]]: ...
     def read_committed_view(self) -> ReadCommittedView: ...
 
-# row_codec.rs (kstate.spark.row_codec): a StructType's row encoding. `spec` is
-# kstate.spark.row_codec._spec(schema); `name` is what Spark's verifier calls the row.
+# row_codec.rs (kstate.spark.format.row_codec): a StructType's row encoding. `spec` is
+# kstate.spark.format.row_codec._spec(schema); `name` is what Spark's verifier calls the row.
 
 def register_row_conversions(
     plain: Callable[[Any], Any],
@@ -267,7 +267,7 @@ class RowCodec:
 class RowReader:
     def decode(self, raw: bytes, offset: int = 0) -> tuple[tuple[Any, ...], int]: ...
 
-# state_variables.rs (kstate.spark.state_variables): one native call per state call. Stored
+# state_variables.rs (kstate.spark.processor.state_variables): one native call per state call. Stored
 # values are <i64 BE expiry><value>; list keys <prefix><u64 BE sequence>, map keys <prefix><key>.
 
 # state_layout.rs: processor state's keys and values (rust/core/src/spark/state_layout.rs)
@@ -336,7 +336,7 @@ def compact_changelog_objects(
     progress: Callable[[int, int], Any] | None = None,
 ) -> tuple[list[tuple[int, int, str, int]], dict[str, int]]: ...
 
-# spark_hash.rs (kstate.spark.hashing): Spark's hash() of `count` rows as little-endian i32s, or
+# spark_hash.rs (kstate.spark.routing.hashing): Spark's hash() of `count` rows as little-endian i32s, or
 # pmod(hash, num_partitions). A column is (kind, offsets, data, validity, offset): kind one of null,
 # bool, int8, int16, int32, int64, float32, float64, date32, timestamp_us, binary, large_binary;
 # offsets for the binary kinds only; offset is the array's element offset into every buffer.

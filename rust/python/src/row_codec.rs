@@ -1,4 +1,4 @@
-//! Binds `kstate_core::spark::row_codec` for `kstate.spark.row_codec`: Python objects in and out of the
+//! Binds `kstate_core::spark::row_codec` for `kstate.spark.format.row_codec`: Python objects in and out of the
 //! core's row layout, checked on write as Spark's `_make_type_verifier` checks them (same
 //! exception kind, Spark's message naming the field). The layout itself is the core's.
 
@@ -15,7 +15,7 @@ use pyo3::{intern, IntoPyObjectExt};
 use crate::errors::{raise, to_py, ErrorClass};
 
 /// The Python functions the conversions use (temporal and decimal arithmetic exactly as Python
-/// does it), registered by `kstate.spark.row_codec` when it loads (`register_row_conversions`),
+/// does it), registered by `kstate.spark.format.row_codec` when it loads (`register_row_conversions`),
 /// and the standard types checked against.
 struct Helpers {
     plain: Py<PyAny>,
@@ -32,7 +32,7 @@ struct Helpers {
 
 static HELPERS: PyOnceLock<Helpers> = PyOnceLock::new();
 
-/// Called by `kstate.spark.row_codec` with its conversions (the first registration stays).
+/// Called by `kstate.spark.format.row_codec` with its conversions (the first registration stays).
 #[pyfunction]
 pub fn register_row_conversions(
     py: Python<'_>,
@@ -66,7 +66,7 @@ fn helpers(py: Python<'_>) -> PyResult<&Helpers> {
     HELPERS.get(py).ok_or_else(|| {
         raise(
             ErrorClass::KStateError,
-            "typed state needs kstate.spark.row_codec (which registers its conversions): import it"
+            "typed state needs kstate.spark.format.row_codec (which registers its conversions): import it"
                 .into(),
         )
     })
@@ -306,7 +306,7 @@ pub(crate) fn decode_row<'py>(
 
 #[pymethods]
 impl RowCodec {
-    /// `spec`: `kstate.spark.row_codec._spec(schema)`; `name`: the name Spark's verifier gives
+    /// `spec`: `kstate.spark.format.row_codec._spec(schema)`; `name`: the name Spark's verifier gives
     /// the row (the state variable's), or `None`.
     #[new]
     #[pyo3(signature = (spec, name=None))]

@@ -1,4 +1,4 @@
-//! Binds `kstate_core::spark::hash` for `kstate.spark.hashing`: Spark's `hash()` and
+//! Binds `kstate_core::spark::hash` for `kstate.spark.routing.hashing`: Spark's `hash()` and
 //! `HashPartitioning` partition ids over Arrow column buffers, computed without the GIL.
 
 use kstate_core::spark::hash::{hash_columns, to_partition_ids, ColumnBuffers, ColumnKind};

@@ -1,4 +1,4 @@
-//! Binds the per-call work of `kstate.spark.state_variables`: each state call a processor makes
+//! Binds the per-call work of `kstate.spark.processor.state_variables`: each state call a processor makes
 //! is one native call here (read the store, check the expiry prefix, decode; or check, encode
 //! and stage), on the task's `KeyValueStore` directly.
 

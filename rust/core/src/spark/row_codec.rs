@@ -1,4 +1,4 @@
-//! Typed state values (`kstate.spark.row_codec`): a Spark `StructType`'s binary row encoding.
+//! Typed state values (`kstate.spark.format.row_codec`): a Spark `StructType`'s binary row encoding.
 //!
 //! A row is a null bitmap (`ceil(n / 8)` bytes, bit `i % 8` of byte `i / 8` set when field `i` is
 //! null) followed by the non-null fields in schema order. Booleans are one byte; every integer
