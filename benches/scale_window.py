@@ -5,8 +5,8 @@ library in a process of its own, alternating, best of the runs. benches/README.m
 
     .venv/bin/python benches/scale_window.py 1000000 [--runs 2] [--dir /var/tmp]
 
-Rows: puts in time order (a minute of every key, then the next), kstate ``put`` per window and a
-commit every 100k, rocksdict a ``WriteBatch`` of 100k; then ``fetch(key, t0, t9)`` of 20k random
+Rows: puts in time order (a minute of every key, then the next), kstate ``put_all`` of 100k
+windows and a commit, rocksdict a ``WriteBatch`` of 100k; then ``fetch(key, t0, t9)`` of 20k random
 keys (all 10 windows of one key: rocksdict iterates ``items(from_key=key || t0)`` up to
 ``key || t9``), and ``fetch_all(t5, t5)`` (one minute of every key; kstate filters the segment's
 rows by time natively, rocksdict scans every row and compares the time bytes in Python, as a
@@ -52,16 +52,19 @@ def run_kstate(n_keys: int, where: str) -> dict:
     config = {"statestore.memory.max.bytes": BUDGET}
     store = Stores.window_store_builder(supplier, "bytes", "bytes").with_config(config).build()
     store.init(f"{where}/app/0_0")
-    put = store.put
-    started, staged = time.perf_counter(), 0
+    started, keys, values = time.perf_counter(), [], []
     for w in range(WINDOWS):
         start = T0 + w * MINUTE
         for i in range(n_keys):
-            put(_key(i), VALUES[i % 4096], start)
-            staged += 1
-            if staged == COMMIT_EVERY:
+            keys.append(_key(i))
+            values.append(VALUES[i % 4096])
+            if len(keys) == COMMIT_EVERY:
+                store.put_all(keys, values, [start] * len(keys))
                 store.commit(changelog_offset=0)
-                staged = 0
+                keys, values = [], []
+        if keys:
+            store.put_all(keys, values, [start] * len(keys))
+            keys, values = [], []
     store.commit(changelog_offset=0)
     put_seconds = time.perf_counter() - started
     keys, last = _fetches(n_keys)

@@ -77,13 +77,30 @@ pub(crate) fn as_bytes<'a>(obj: &'a Bound<'_, PyAny>, what: &str) -> PyResult<&'
     }
 }
 
-fn bytes_list<'py>(items: &Bound<'py, PyAny>) -> PyResult<Vec<Bound<'py, PyBytes>>> {
+pub(crate) fn bytes_list<'py>(items: &Bound<'py, PyAny>) -> PyResult<Vec<Bound<'py, PyBytes>>> {
     items
         .try_iter()?
         .map(|item| {
             let item = item?;
             as_bytes(&item, "key")?;
             Ok(item.cast_into::<PyBytes>()?)
+        })
+        .collect()
+}
+
+/// Each item of `items` as bytes or `None` (a delete).
+pub(crate) fn optional_bytes_list<'py>(
+    items: &Bound<'py, PyAny>,
+) -> PyResult<Vec<Option<Bound<'py, PyBytes>>>> {
+    items
+        .try_iter()?
+        .map(|item| {
+            let item = item?;
+            if item.is_none() {
+                return Ok(None);
+            }
+            as_bytes(&item, "value")?;
+            Ok(Some(item.cast_into::<PyBytes>()?))
         })
         .collect()
 }
@@ -332,17 +349,7 @@ impl NativeKeyValueStore {
     /// Writes `keys[i] -> values[i]`; a `None` value deletes.
     fn put_all(&mut self, keys: &Bound<'_, PyAny>, values: &Bound<'_, PyAny>) -> PyResult<()> {
         let keys = bytes_list(keys)?;
-        let values: Vec<Option<Bound<'_, PyBytes>>> = values
-            .try_iter()?
-            .map(|v| {
-                let v = v?;
-                if v.is_none() {
-                    Ok(None)
-                } else {
-                    Ok(Some(v.cast_into::<PyBytes>()?))
-                }
-            })
-            .collect::<PyResult<_>>()?;
+        let values = optional_bytes_list(values)?;
         if keys.len() != values.len() {
             return Err(crate::errors::to_py(kstate_core::Error::InvalidArgument(
                 format!(

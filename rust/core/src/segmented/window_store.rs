@@ -202,6 +202,23 @@ impl WindowStore {
         self.segments.put(&store_key, window_start, value)
     }
 
+    /// `put` of each `(key, value, window_start)` in turn; returns how many were dropped as
+    /// expired. Every window start is checked before anything is written.
+    pub fn put_all(&mut self, writes: &[(&[u8], Option<&[u8]>, i64)]) -> Result<usize> {
+        if let Some((_, _, start)) = writes.iter().find(|(_, _, start)| *start < 0) {
+            return Err(Error::InvalidArgument(format!(
+                "window start must be >= 0, got {start}"
+            )));
+        }
+        let mut dropped = 0;
+        for &(key, value, window_start) in writes {
+            if !self.put(key, value, window_start)? {
+                dropped += 1;
+            }
+        }
+        Ok(dropped)
+    }
+
     /// `fetch(key, time)`: the value of the window of `key` starting at `time`. With duplicates,
     /// the one with the lowest sequence number.
     pub fn fetch(&mut self, key: &[u8], time: i64) -> Result<Option<Vec<u8>>> {
