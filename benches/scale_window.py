@@ -137,6 +137,28 @@ def _result(n_keys: int, put_seconds: float, fetch_seconds: float, fetch_all_sec
     }
 
 
+def alternating_runs(script: str, n_keys: int, runs: int, where: str | None) -> dict[str, list[dict]]:
+    """``runs`` runs of ``script --child LIBRARY N_KEYS DIR`` per library, each in a process of its
+    own, alternating (each library first in every other run): their JSON results."""
+    libraries = ["kstate", "rocksdict"]
+    results: dict[str, list[dict]] = {library: [] for library in libraries}
+    for run in range(runs):
+        for library in libraries if run % 2 == 0 else libraries[::-1]:
+            directory = tempfile.mkdtemp(prefix=f"kstate-{library}-", dir=where)
+            try:
+                out = subprocess.run(
+                    [sys.executable, script, "--child", library, str(n_keys), directory],
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                ).stdout
+            finally:
+                shutil.rmtree(directory, ignore_errors=True)
+            results[library].append(json.loads(out.strip().splitlines()[-1]))
+            print(f"<!-- {library} {n_keys:,} run {run + 1}: {json.dumps(results[library][-1])} -->", flush=True)
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("keys", type=int, nargs="*")
@@ -151,23 +173,8 @@ def main() -> None:
         return
     print("| library | windows | put windows/s | fetch(key, t0, t9) /s | fetch_all rows scanned/s | peak RSS MiB |")
     print("|---|---:|---:|---:|---:|---:|")
-    libraries = ["kstate", "rocksdict"]
     for n_keys in args.keys:
-        runs: dict[str, list[dict]] = {library: [] for library in libraries}
-        for run in range(args.runs):
-            for library in libraries if run % 2 == 0 else libraries[::-1]:
-                where = tempfile.mkdtemp(prefix=f"kstate-window-{library}-", dir=args.dir)
-                try:
-                    out = subprocess.run(
-                        [sys.executable, __file__, "--child", library, str(n_keys), where],
-                        check=True,
-                        capture_output=True,
-                        text=True,
-                    ).stdout
-                finally:
-                    shutil.rmtree(where, ignore_errors=True)
-                runs[library].append(json.loads(out.strip().splitlines()[-1]))
-                print(f"<!-- {library} {n_keys:,} run {run + 1}: {json.dumps(runs[library][-1])} -->", flush=True)
+        runs = alternating_runs(__file__, n_keys, args.runs, args.dir)
         best = {}
         for library, results in runs.items():
             best[library] = {k: max(r[k] for r in results) for k in ("put_rate", "fetch_rate", "fetch_all_rate")}

@@ -609,6 +609,13 @@ pub(crate) struct RowType {
     tuple_new: Py<PyAny>,
 }
 
+/// Whether this Python's tuples lack 3.14's cached hash field. Asked once: `version_info`
+/// parses `sys.version` each time, ~7,700 instructions, once per iterator a query opens.
+fn tuples_without_cached_hash(py: Python<'_>) -> bool {
+    static BEFORE_3_14: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *BEFORE_3_14.get_or_init(|| py.version_info() < (3, 14))
+}
+
 impl RowType {
     pub(crate) fn new(py: Python<'_>, row_type: Py<PyType>) -> PyResult<Self> {
         if !row_type.bind(py).is_subclass_of::<PyTuple>()? {
@@ -623,7 +630,7 @@ impl RowType {
         // `PyType_GetSlot` supports on every Python of the stable ABI.
         let alloc = unsafe {
             let heap = ffi::PyType_GetFlags(type_ptr) & ffi::Py_TPFLAGS_HEAPTYPE != 0;
-            let slot = if heap && py.version_info() < (3, 14) {
+            let slot = if heap && tuples_without_cached_hash(py) {
                 ffi::PyType_GetSlot(type_ptr, ffi::Py_tp_alloc)
             } else {
                 std::ptr::null_mut()
