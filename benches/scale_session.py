@@ -136,9 +136,7 @@ def main() -> None:
         print(json.dumps(run(n_keys, where)), flush=True)
         return
     rates = ("put_rate", "find_rate", "fetch_rate")
-    print(
-        "| library | sessions | put sessions/s | find_sessions(key, t - gap, t + gap) /s | fetch(key) /s | peak RSS MiB |"
-    )
+    print("| library | sessions | put sessions/s | find_sessions(key, t ± gap) /s | fetch(key) /s | peak RSS MiB |")
     print("|---|---:|---:|---:|---:|---:|")
     for n_keys in args.keys:
         runs = alternating_runs(__file__, n_keys, args.runs, args.dir)
