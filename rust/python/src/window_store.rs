@@ -3,7 +3,7 @@
 
 use kstate_core::format::key_schema::window;
 use kstate_core::segmented::segmented_store::{SegmentReader, SegmentedKeys};
-use kstate_core::segmented::window_store::WindowQueries;
+use kstate_core::segmented::window_store::{WindowQueries, WindowWrite};
 use kstate_core::{SegmentedView, WindowStore};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
@@ -87,7 +87,7 @@ impl NativeWindowStore {
                 ),
             )));
         }
-        let writes: Vec<(&[u8], Option<&[u8]>, i64)> = keys
+        let writes: Vec<WindowWrite<'_>> = keys
             .iter()
             .zip(&values)
             .zip(starts)

@@ -122,6 +122,9 @@ impl WindowQueries {
     }
 }
 
+/// A window put: key, value (`None` deletes) and window start.
+pub type WindowWrite<'a> = (&'a [u8], Option<&'a [u8]>, i64);
+
 pub struct WindowStore {
     segments: SegmentedStore,
     queries: WindowQueries,
@@ -204,7 +207,7 @@ impl WindowStore {
 
     /// `put` of each `(key, value, window_start)` in turn; returns how many were dropped as
     /// expired. Every window start is checked before anything is written.
-    pub fn put_all(&mut self, writes: &[(&[u8], Option<&[u8]>, i64)]) -> Result<usize> {
+    pub fn put_all(&mut self, writes: &[WindowWrite<'_>]) -> Result<usize> {
         if let Some((_, _, start)) = writes.iter().find(|(_, _, start)| *start < 0) {
             return Err(Error::InvalidArgument(format!(
                 "window start must be >= 0, got {start}"
