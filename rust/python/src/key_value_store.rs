@@ -63,28 +63,33 @@ const MAX_CHUNK: usize = 2048;
 pub(crate) fn as_bytes<'a>(obj: &'a Bound<'_, PyAny>, what: &str) -> PyResult<&'a [u8]> {
     match obj.cast::<PyBytes>() {
         Ok(b) => Ok(b.as_bytes()),
-        Err(_) if obj.is_none() => Err(raise(
-            "InvalidArgumentError",
-            format!("{what} cannot be None"),
-        )),
-        Err(_) => Err(raise(
-            "SerializationError",
-            format!(
-                "{what} must be bytes, got {}",
-                obj.get_type().name().map_or("?".into(), |n| n.to_string())
-            ),
-        )),
+        Err(_) => Err(not_bytes(obj, what)),
     }
+}
+
+/// `obj` as bytes, consumed (one type check per item of a list).
+fn into_bytes<'py>(obj: Bound<'py, PyAny>, what: &str) -> PyResult<Bound<'py, PyBytes>> {
+    obj.cast_into::<PyBytes>()
+        .map_err(|error| not_bytes(&error.into_inner(), what))
+}
+
+fn not_bytes(obj: &Bound<'_, PyAny>, what: &str) -> PyErr {
+    if obj.is_none() {
+        return raise("InvalidArgumentError", format!("{what} cannot be None"));
+    }
+    raise(
+        "SerializationError",
+        format!(
+            "{what} must be bytes, got {}",
+            obj.get_type().name().map_or("?".into(), |n| n.to_string())
+        ),
+    )
 }
 
 pub(crate) fn bytes_list<'py>(items: &Bound<'py, PyAny>) -> PyResult<Vec<Bound<'py, PyBytes>>> {
     items
         .try_iter()?
-        .map(|item| {
-            let item = item?;
-            as_bytes(&item, "key")?;
-            Ok(item.cast_into::<PyBytes>()?)
-        })
+        .map(|item| into_bytes(item?, "key"))
         .collect()
 }
 
@@ -99,8 +104,7 @@ pub(crate) fn optional_bytes_list<'py>(
             if item.is_none() {
                 return Ok(None);
             }
-            as_bytes(&item, "value")?;
-            Ok(Some(item.cast_into::<PyBytes>()?))
+            into_bytes(item, "value").map(Some)
         })
         .collect()
 }
