@@ -15,14 +15,12 @@ t - gap)`` while the key matches and the session starts at or before ``t + gap``
 
 from __future__ import annotations
 
-import argparse
-import json
 import random
 import struct
 import time
 
 from scale import peak_rss  # benches/scale.py
-from scale_window import BUDGET, COMMIT_EVERY, MINUTE, T0, VALUES, _key, alternating_runs
+from scale_window import BUDGET, COMMIT_EVERY, MINUTE, T0, VALUES, alternating_runs, arguments, row_key
 
 SESSIONS = 10
 LENGTH = 30_000
@@ -42,7 +40,7 @@ def _store_key(key: bytes, start: int, end: int) -> bytes:
 def _lookups(n_keys: int) -> tuple[list[bytes], int]:
     """The keys both libraries look up (the same seeded draw) and the record time."""
     rng = random.Random(1)
-    return [_key(rng.randrange(n_keys)) for _ in range(LOOKUPS)], _session(SESSIONS // 2)[0] + 10_000
+    return [row_key(rng.randrange(n_keys)) for _ in range(LOOKUPS)], _session(SESSIONS // 2)[0] + 10_000
 
 
 def run_kstate(n_keys: int, where: str) -> dict:
@@ -57,7 +55,7 @@ def run_kstate(n_keys: int, where: str) -> dict:
     for s in range(SESSIONS):
         start, end = _session(s)
         for i in range(n_keys):
-            put(Windowed(_key(i), start, end), VALUES[i % 4096])
+            put(Windowed(row_key(i), start, end), VALUES[i % 4096])
             staged += 1
             if staged == COMMIT_EVERY:
                 store.commit(changelog_offset=0)
@@ -87,7 +85,7 @@ def run_rocksdict(n_keys: int, where: str) -> dict:
     for s in range(SESSIONS):
         start, end = _session(s)
         for i in range(n_keys):
-            batch.put(_store_key(_key(i), start, end), VALUES[i % 4096])
+            batch.put(_store_key(row_key(i), start, end), VALUES[i % 4096])
             if len(batch) == COMMIT_EVERY:
                 db.write(batch)
                 batch = WriteBatch(raw_mode=True)
@@ -124,16 +122,8 @@ def _result(n_keys: int, put_seconds: float, found: int, find_seconds: float, fe
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("keys", type=int, nargs="*")
-    parser.add_argument("--runs", type=int, default=2)
-    parser.add_argument("--dir", default=None)
-    parser.add_argument("--child", nargs=3, metavar=("LIBRARY", "KEYS", "DIR"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.child:
-        library, n_keys, where = args.child[0], int(args.child[1]), args.child[2]
-        run = run_kstate if library == "kstate" else run_rocksdict
-        print(json.dumps(run(n_keys, where)), flush=True)
+    args = arguments(__doc__, run_kstate, run_rocksdict)
+    if args is None:
         return
     rates = ("put_rate", "find_rate", "fetch_rate")
     print("| library | sessions | put sessions/s | find_sessions(key, t ± gap) /s | fetch(key) /s | peak RSS MiB |")

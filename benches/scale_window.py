@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 
 from scale import peak_rss  # benches/scale.py
 
@@ -37,7 +38,7 @@ BUDGET = 256 << 20
 VALUES = [os.urandom(100) for _ in range(4096)]
 
 
-def _key(i: int) -> bytes:
+def row_key(i: int) -> bytes:
     return b"key-%012d" % i
 
 
@@ -56,7 +57,7 @@ def run_kstate(n_keys: int, where: str) -> dict:
     for w in range(WINDOWS):
         start = T0 + w * MINUTE
         for i in range(n_keys):
-            keys.append(_key(i))
+            keys.append(row_key(i))
             values.append(VALUES[i % 4096])
             if len(keys) == COMMIT_EVERY:
                 store.put_all(keys, values, [start] * len(keys))
@@ -94,7 +95,7 @@ def run_rocksdict(n_keys: int, where: str) -> dict:
     for w in range(WINDOWS):
         start = T0 + w * MINUTE
         for i in range(n_keys):
-            batch.put(_store_key(_key(i), start), VALUES[i % 4096])
+            batch.put(_store_key(row_key(i), start), VALUES[i % 4096])
             if len(batch) == COMMIT_EVERY:
                 db.write(batch)
                 batch = WriteBatch(raw_mode=True)
@@ -124,7 +125,7 @@ def run_rocksdict(n_keys: int, where: str) -> dict:
 def _fetches(n_keys: int) -> tuple[list[bytes], int]:
     """The keys both libraries fetch (the same seeded draw) and the last window start."""
     rng = random.Random(1)
-    return [_key(rng.randrange(n_keys)) for _ in range(FETCHES)], T0 + (WINDOWS - 1) * MINUTE
+    return [row_key(rng.randrange(n_keys)) for _ in range(FETCHES)], T0 + (WINDOWS - 1) * MINUTE
 
 
 def _result(n_keys: int, put_seconds: float, fetch_seconds: float, fetch_all_seconds: float) -> dict:
@@ -159,17 +160,25 @@ def alternating_runs(script: str, n_keys: int, runs: int, where: str | None) -> 
     return results
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def arguments(doc: str | None, run_kstate: Callable, run_rocksdict: Callable) -> argparse.Namespace | None:
+    """The command line of a bench of this shape; ``None`` once a ``--child`` run printed its result."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("keys", type=int, nargs="*")
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--dir", default=None)
     parser.add_argument("--child", nargs=3, metavar=("LIBRARY", "KEYS", "DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.child:
-        library, n_keys, where = args.child[0], int(args.child[1]), args.child[2]
-        run = run_kstate if library == "kstate" else run_rocksdict
-        print(json.dumps(run(n_keys, where)), flush=True)
+    if not args.child:
+        return args
+    library, n_keys, where = args.child[0], int(args.child[1]), args.child[2]
+    run = run_kstate if library == "kstate" else run_rocksdict
+    print(json.dumps(run(n_keys, where)), flush=True)
+    return None
+
+
+def main() -> None:
+    args = arguments(__doc__, run_kstate, run_rocksdict)
+    if args is None:
         return
     print("| library | windows | put windows/s | fetch(key, t0, t9) /s | fetch_all rows scanned/s | peak RSS MiB |")
     print("|---|---:|---:|---:|---:|---:|")
