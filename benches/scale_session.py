@@ -5,8 +5,8 @@ library in a process of its own, alternating, best of the runs. benches/README.m
 
     .venv/bin/python benches/scale_session.py 500000 [--runs 2] [--dir /var/tmp]
 
-Rows: puts in time order (a minute of every key, then the next), kstate ``put`` per session and a
-commit every 100k, rocksdict a ``WriteBatch`` of 100k; then the lookup a session aggregation
+Rows: puts in time order (a minute of every key, then the next), kstate ``put_all`` of 100k
+sessions and a commit, rocksdict a ``WriteBatch`` of 100k; then the lookup a session aggregation
 makes for each record, ``find_sessions(key, t - gap, t + gap)`` of 20k random keys at a time
 inside their sixth session (one session found; rocksdict iterates ``items(from_key=key ||
 t - gap)`` while the key matches and the session starts at or before ``t + gap``), and
@@ -50,16 +50,17 @@ def run_kstate(n_keys: int, where: str) -> dict:
     config = {"statestore.memory.max.bytes": BUDGET}
     store = Stores.session_store_builder(supplier, "bytes", "bytes").with_config(config).build()
     store.init(f"{where}/app/0_0")
-    put = store.put
-    started, staged = time.perf_counter(), 0
+    started, sessions, aggregates = time.perf_counter(), [], []
     for s in range(SESSIONS):
         start, end = _session(s)
         for i in range(n_keys):
-            put(Windowed(row_key(i), start, end), VALUES[i % 4096])
-            staged += 1
-            if staged == COMMIT_EVERY:
+            sessions.append(Windowed(row_key(i), start, end))
+            aggregates.append(VALUES[i % 4096])
+            if len(sessions) == COMMIT_EVERY:
+                store.put_all(sessions, aggregates)
                 store.commit(changelog_offset=0)
-                staged = 0
+                sessions, aggregates = [], []
+    store.put_all(sessions, aggregates)
     store.commit(changelog_offset=0)
     put_seconds = time.perf_counter() - started
     keys, t = _lookups(n_keys)

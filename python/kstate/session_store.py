@@ -9,6 +9,7 @@ serialized-key order; bounds are inclusive, as in Kafka.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from kstate import _core
@@ -107,6 +108,23 @@ class SessionStore(_SessionReads, SegmentedStore):
         session = _session_of(session_key)
         stored = self._stored(aggregate, session.end)
         return self._reader.put(self._key_bytes(session.key), session.start, session.end, stored)
+
+    def put_all(self, entries: Any, aggregates: Any = None) -> int:
+        """``put`` of many sessions in one call: ``(Windowed(key, start, end), aggregate)`` pairs
+        (or a dict of them), or two sequences ``put_all(session_keys, aggregates)``. Returns how
+        many were dropped as expired (counted in ``dropped_records``). Nothing is written if an
+        entry is invalid."""
+        if aggregates is None:
+            pairs = list(entries.items() if isinstance(entries, Mapping) else entries)
+            entries, aggregates = [pair[0] for pair in pairs], [pair[1] for pair in pairs]
+        sessions = [_session_of(session_key) for session_key in entries]
+        starts, ends = [s.start for s in sessions], [s.end for s in sessions]
+        if self._raw:
+            return self._reader.put_all([s.key for s in sessions], starts, ends, aggregates)
+        stored = [self._stored(aggregate, end) for aggregate, end in zip(aggregates, ends)]
+        if len(stored) != len(sessions):
+            raise InvalidArgumentError(f"put_all got {len(sessions)} sessions and {len(stored)} aggregates")
+        return self._reader.put_all([self._key_bytes(s.key) for s in sessions], starts, ends, stored)
 
     def remove(self, session_key: Any) -> None:
         """Remove the session ``Windowed(key, start, end)``. Like Kafka's ``remove`` it advances
