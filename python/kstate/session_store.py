@@ -117,14 +117,19 @@ class SessionStore(_SessionReads, SegmentedStore):
         if aggregates is None:
             pairs = list(entries.items() if isinstance(entries, Mapping) else entries)
             entries, aggregates = [pair[0] for pair in pairs], [pair[1] for pair in pairs]
-        sessions = [_session_of(session_key) for session_key in entries]
-        starts, ends = [s.start for s in sessions], [s.end for s in sessions]
+        sessions = entries if isinstance(entries, list) else list(entries)
+        for session_key in sessions:
+            if not isinstance(session_key, tuple) or len(session_key) != 3:
+                _session_of(session_key)  # raises its error
+        # Times are checked natively (ints in 64 bits, as check_time), keys and values too.
+        keys = [session[0] for session in sessions]
+        starts, ends = [session[1] for session in sessions], [session[2] for session in sessions]
         if self._raw:
-            return self._reader.put_all([s.key for s in sessions], starts, ends, aggregates)
-        stored = [self._stored(aggregate, end) for aggregate, end in zip(aggregates, ends)]
+            return self._reader.put_all(keys, starts, ends, aggregates)
+        stored = [self._stored(aggregate, check_time("session end", end)) for aggregate, end in zip(aggregates, ends)]
         if len(stored) != len(sessions):
             raise InvalidArgumentError(f"put_all got {len(sessions)} sessions and {len(stored)} aggregates")
-        return self._reader.put_all([self._key_bytes(s.key) for s in sessions], starts, ends, stored)
+        return self._reader.put_all([self._key_bytes(key) for key in keys], starts, ends, stored)
 
     def remove(self, session_key: Any) -> None:
         """Remove the session ``Windowed(key, start, end)``. Like Kafka's ``remove`` it advances

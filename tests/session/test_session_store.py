@@ -127,6 +127,8 @@ def test_put_all_is_put_of_each_session(task_dir, serdes):
         assert store.put_all([(Windowed(k("a"), 0, 10), v(1)), (Windowed(k("b"), 5, 20), v(2))]) == 0
         assert store.put_all({Windowed(k("a"), 30, 40): v(3)}) == 0
         assert store.put_all([Windowed(k("b"), 5, 20)], [None]) == 0, "None removes"
+        with pytest.raises(InvalidArgumentError):
+            store.put_all([Windowed(k("b"), 5, "late")], [v(1)])
         # Past retention a session is dropped and counted, as put does.
         assert store.put_all([Windowed(k("c"), 0, 6 * MINUTE), Windowed(k("a"), 0, 10)], [v(4), v(5)]) == 1
         assert store.dropped_records == 1
@@ -142,6 +144,8 @@ def test_session_put_all_checks_every_entry_before_writing(task_dir):
         for entries, aggregates, error in [
             ([good, Windowed(b"k", 10, 0)], [b"v", b"v"], InvalidArgumentError),  # ends before it starts
             ([good, (b"k", 0)], [b"v", b"v"], InvalidArgumentError),
+            ([good, Windowed(b"k", 0, "late")], [b"v", b"v"], InvalidArgumentError),
+            ([good, Windowed(b"k", True, 10)], [b"v", b"v"], InvalidArgumentError),
             ([good, Windowed(None, 0, 10)], [b"v", b"v"], InvalidArgumentError),
             ([good, Windowed("text", 0, 10)], [b"v", b"v"], SerializationError),
             ([good, good], [b"v", "text"], SerializationError),
