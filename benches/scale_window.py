@@ -5,8 +5,8 @@ library in a process of its own, alternating, best of the runs. benches/README.m
 
     .venv/bin/python benches/scale_window.py 1000000 [--runs 2] [--dir /var/tmp]
 
-Rows: puts in time order (a minute of every key, then the next), kstate ``put`` per window and a
-commit every 100k, rocksdict a ``WriteBatch`` of 100k; then ``fetch(key, t0, t9)`` of 20k random
+Rows: puts in time order (a minute of every key, then the next), kstate ``put_all`` of 100k
+windows and a commit, rocksdict a ``WriteBatch`` of 100k; then ``fetch(key, t0, t9)`` of 20k random
 keys (all 10 windows of one key: rocksdict iterates ``items(from_key=key || t0)`` up to
 ``key || t9``), and ``fetch_all(t5, t5)`` (one minute of every key; kstate filters the segment's
 rows by time natively, rocksdict scans every row and compares the time bytes in Python, as a
@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 
 from scale import peak_rss  # benches/scale.py
 
@@ -37,7 +38,7 @@ BUDGET = 256 << 20
 VALUES = [os.urandom(100) for _ in range(4096)]
 
 
-def _key(i: int) -> bytes:
+def row_key(i: int) -> bytes:
     return b"key-%012d" % i
 
 
@@ -52,16 +53,19 @@ def run_kstate(n_keys: int, where: str) -> dict:
     config = {"statestore.memory.max.bytes": BUDGET}
     store = Stores.window_store_builder(supplier, "bytes", "bytes").with_config(config).build()
     store.init(f"{where}/app/0_0")
-    put = store.put
-    started, staged = time.perf_counter(), 0
+    started, keys, values = time.perf_counter(), [], []
     for w in range(WINDOWS):
         start = T0 + w * MINUTE
         for i in range(n_keys):
-            put(_key(i), VALUES[i % 4096], start)
-            staged += 1
-            if staged == COMMIT_EVERY:
+            keys.append(row_key(i))
+            values.append(VALUES[i % 4096])
+            if len(keys) == COMMIT_EVERY:
+                store.put_all(keys, values, [start] * len(keys))
                 store.commit(changelog_offset=0)
-                staged = 0
+                keys, values = [], []
+        if keys:
+            store.put_all(keys, values, [start] * len(keys))
+            keys, values = [], []
     store.commit(changelog_offset=0)
     put_seconds = time.perf_counter() - started
     keys, last = _fetches(n_keys)
@@ -91,7 +95,7 @@ def run_rocksdict(n_keys: int, where: str) -> dict:
     for w in range(WINDOWS):
         start = T0 + w * MINUTE
         for i in range(n_keys):
-            batch.put(_store_key(_key(i), start), VALUES[i % 4096])
+            batch.put(_store_key(row_key(i), start), VALUES[i % 4096])
             if len(batch) == COMMIT_EVERY:
                 db.write(batch)
                 batch = WriteBatch(raw_mode=True)
@@ -121,7 +125,7 @@ def run_rocksdict(n_keys: int, where: str) -> dict:
 def _fetches(n_keys: int) -> tuple[list[bytes], int]:
     """The keys both libraries fetch (the same seeded draw) and the last window start."""
     rng = random.Random(1)
-    return [_key(rng.randrange(n_keys)) for _ in range(FETCHES)], T0 + (WINDOWS - 1) * MINUTE
+    return [row_key(rng.randrange(n_keys)) for _ in range(FETCHES)], T0 + (WINDOWS - 1) * MINUTE
 
 
 def _result(n_keys: int, put_seconds: float, fetch_seconds: float, fetch_all_seconds: float) -> dict:
@@ -134,37 +138,52 @@ def _result(n_keys: int, put_seconds: float, fetch_seconds: float, fetch_all_sec
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def alternating_runs(script: str, n_keys: int, runs: int, where: str | None) -> dict[str, list[dict]]:
+    """``runs`` runs of ``script --child LIBRARY N_KEYS DIR`` per library, each in a process of its
+    own, alternating (each library first in every other run): their JSON results."""
+    libraries = ["kstate", "rocksdict"]
+    results: dict[str, list[dict]] = {library: [] for library in libraries}
+    for run in range(runs):
+        for library in libraries if run % 2 == 0 else libraries[::-1]:
+            directory = tempfile.mkdtemp(prefix=f"kstate-{library}-", dir=where)
+            try:
+                out = subprocess.run(
+                    [sys.executable, script, "--child", library, str(n_keys), directory],
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                ).stdout
+            finally:
+                shutil.rmtree(directory, ignore_errors=True)
+            results[library].append(json.loads(out.strip().splitlines()[-1]))
+            print(f"<!-- {library} {n_keys:,} run {run + 1}: {json.dumps(results[library][-1])} -->", flush=True)
+    return results
+
+
+def arguments(doc: str | None, run_kstate: Callable, run_rocksdict: Callable) -> argparse.Namespace | None:
+    """The command line of a bench of this shape; ``None`` once a ``--child`` run printed its result."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("keys", type=int, nargs="*")
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--dir", default=None)
     parser.add_argument("--child", nargs=3, metavar=("LIBRARY", "KEYS", "DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.child:
-        library, n_keys, where = args.child[0], int(args.child[1]), args.child[2]
-        run = run_kstate if library == "kstate" else run_rocksdict
-        print(json.dumps(run(n_keys, where)), flush=True)
+    if not args.child:
+        return args
+    library, n_keys, where = args.child[0], int(args.child[1]), args.child[2]
+    run = run_kstate if library == "kstate" else run_rocksdict
+    print(json.dumps(run(n_keys, where)), flush=True)
+    return None
+
+
+def main() -> None:
+    args = arguments(__doc__, run_kstate, run_rocksdict)
+    if args is None:
         return
     print("| library | windows | put windows/s | fetch(key, t0, t9) /s | fetch_all rows scanned/s | peak RSS MiB |")
     print("|---|---:|---:|---:|---:|---:|")
-    libraries = ["kstate", "rocksdict"]
     for n_keys in args.keys:
-        runs: dict[str, list[dict]] = {library: [] for library in libraries}
-        for run in range(args.runs):
-            for library in libraries if run % 2 == 0 else libraries[::-1]:
-                where = tempfile.mkdtemp(prefix=f"kstate-window-{library}-", dir=args.dir)
-                try:
-                    out = subprocess.run(
-                        [sys.executable, __file__, "--child", library, str(n_keys), where],
-                        check=True,
-                        capture_output=True,
-                        text=True,
-                    ).stdout
-                finally:
-                    shutil.rmtree(where, ignore_errors=True)
-                runs[library].append(json.loads(out.strip().splitlines()[-1]))
-                print(f"<!-- {library} {n_keys:,} run {run + 1}: {json.dumps(runs[library][-1])} -->", flush=True)
+        runs = alternating_runs(__file__, n_keys, args.runs, args.dir)
         best = {}
         for library, results in runs.items():
             best[library] = {k: max(r[k] for r in results) for k in ("put_rate", "fetch_rate", "fetch_all_rate")}

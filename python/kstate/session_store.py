@@ -9,6 +9,7 @@ serialized-key order; bounds are inclusive, as in Kafka.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from kstate import _core
@@ -51,6 +52,28 @@ class SessionStore(SessionReads, SegmentedStore):
         session = session_of(session_key)
         stored = self._stored(aggregate, session.end)
         return self._reader.put(self._key_bytes(session.key), session.start, session.end, stored)
+
+    def put_all(self, entries: Any, aggregates: Any = None) -> int:
+        """``put`` of many sessions in one call: ``(Windowed(key, start, end), aggregate)`` pairs
+        (or a dict of them), or two sequences ``put_all(session_keys, aggregates)``. Returns how
+        many were dropped as expired (counted in ``dropped_records``). Nothing is written if an
+        entry is invalid."""
+        if aggregates is None:
+            pairs = list(entries.items() if isinstance(entries, Mapping) else entries)
+            entries, aggregates = [pair[0] for pair in pairs], [pair[1] for pair in pairs]
+        sessions = entries if isinstance(entries, list) else list(entries)
+        for session_key in sessions:
+            if not isinstance(session_key, tuple) or len(session_key) != 3:
+                _session_of(session_key)  # raises its error
+        # Times are checked natively (ints in 64 bits, as check_time), keys and values too.
+        keys = [session[0] for session in sessions]
+        starts, ends = [session[1] for session in sessions], [session[2] for session in sessions]
+        if self._raw:
+            return self._reader.put_all(keys, starts, ends, aggregates)
+        stored = [self._stored(aggregate, check_time("session end", end)) for aggregate, end in zip(aggregates, ends)]
+        if len(stored) != len(sessions):
+            raise InvalidArgumentError(f"put_all got {len(sessions)} sessions and {len(stored)} aggregates")
+        return self._reader.put_all([self._key_bytes(key) for key in keys], starts, ends, stored)
 
     def remove(self, session_key: Any) -> None:
         """Remove the session ``Windowed(key, start, end)``. Like Kafka's ``remove`` it advances

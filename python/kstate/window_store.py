@@ -61,3 +61,31 @@ class WindowStore(WindowReads, SegmentedStore):
         if self._raw:
             return self._reader.put(key, value, window_start)
         return self._reader.put(self._key_bytes(key), self._stored(value, window_start), window_start)
+
+    def put_all(self, entries: Any, values: Any = None, window_starts: Any = None) -> int:
+        """``put`` of many windows in one call: an iterable of ``(key, value, window_start)``
+        triples, or three sequences ``put_all(keys, values, window_starts)``. Returns how many
+        puts were dropped because their window had expired (counted in ``dropped_records``).
+        Nothing is written if an entry is invalid."""
+        if values is None and window_starts is None:
+            keys, values, window_starts = _columns(entries)
+        elif values is None or window_starts is None:
+            raise InvalidArgumentError("put_all takes (key, value, window_start) triples or three sequences")
+        else:
+            keys = entries
+        if self._raw:
+            return self._reader.put_all(keys, values, window_starts)
+        starts = [check_time("window_start", start) for start in window_starts]
+        stored = self._stored
+        return self._reader.put_all(
+            [self._key_bytes(k) for k in keys], [stored(v, s) for v, s in zip(values, starts)], starts
+        )
+
+
+def _columns(triples: Any) -> tuple[list, list, list]:
+    keys, values, starts = [], [], []
+    for key, value, start in triples:
+        keys.append(key)
+        values.append(value)
+        starts.append(start)
+    return keys, values, starts

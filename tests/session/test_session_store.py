@@ -6,7 +6,7 @@ import struct
 import pytest
 
 from kstate import KeyValue, Stores, TimestampedSessionStore, ValueAndTimestamp, Windowed
-from kstate.errors import InvalidArgumentError, StoreClosedError
+from kstate.errors import InvalidArgumentError, SerializationError, StoreClosedError
 
 MINUTE = 60_000
 
@@ -117,3 +117,40 @@ def test_argument_errors(open_session):
         open_session(timestamped=True, persistent=False).put_with_timestamp(Windowed("k", 0, 1), 1)
     with pytest.raises(InvalidArgumentError):
         Stores.session_store_builder(Stores.persistent_timestamped_session_store("s", 1))
+
+
+@pytest.mark.parametrize("serdes", [("bytes", "bytes"), ("string", "int64")], ids=["bytes", "string"])
+def test_put_all_is_put_of_each_session(task_dir, serdes):
+    supplier = Stores.persistent_session_store("s", 3 * MINUTE)
+    k, v = (str.encode, lambda n: b"%d" % n) if serdes[0] == "bytes" else (str, int)
+    with Stores.session_store_builder(supplier, *serdes).build().init(task_dir) as store:
+        assert store.put_all([(Windowed(k("a"), 0, 10), v(1)), (Windowed(k("b"), 5, 20), v(2))]) == 0
+        assert store.put_all({Windowed(k("a"), 30, 40): v(3)}) == 0
+        assert store.put_all([Windowed(k("b"), 5, 20)], [None]) == 0, "None removes"
+        with pytest.raises(InvalidArgumentError):
+            store.put_all([Windowed(k("b"), 5, "late")], [v(1)])
+        # Past retention a session is dropped and counted, as put does.
+        assert store.put_all([Windowed(k("c"), 0, 6 * MINUTE), Windowed(k("a"), 0, 10)], [v(4), v(5)]) == 1
+        assert store.dropped_records == 1
+        store.commit(1)
+    with Stores.session_store_builder(supplier, *serdes).build().init(task_dir) as store:
+        assert [(kv.key, kv.value) for kv in store.fetch(k("a"), k("c"))] == [(Windowed(k("c"), 0, 6 * MINUTE), v(4))]
+
+
+def test_session_put_all_checks_every_entry_before_writing(task_dir):
+    supplier = Stores.persistent_session_store("s", 3 * MINUTE)
+    with Stores.session_store_builder(supplier).build().init(task_dir) as store:
+        good = Windowed(b"k", 0, 10)
+        for entries, aggregates, error in [
+            ([good, Windowed(b"k", 10, 0)], [b"v", b"v"], InvalidArgumentError),  # ends before it starts
+            ([good, (b"k", 0)], [b"v", b"v"], InvalidArgumentError),
+            ([good, Windowed(b"k", 0, "late")], [b"v", b"v"], InvalidArgumentError),
+            ([good, Windowed(b"k", True, 10)], [b"v", b"v"], InvalidArgumentError),
+            ([good, Windowed(None, 0, 10)], [b"v", b"v"], InvalidArgumentError),
+            ([good, Windowed("text", 0, 10)], [b"v", b"v"], SerializationError),
+            ([good, good], [b"v", "text"], SerializationError),
+            ([good, good], [b"v"], InvalidArgumentError),
+        ]:
+            with pytest.raises(error):
+                store.put_all(entries, aggregates)
+        assert list(store.fetch(b"k")) == [], "nothing written by a call that raised"

@@ -269,3 +269,43 @@ def test_plain_segments_open_in_upgrade_mode_as_timestamped(task_dir, column_fam
         b"old" + key: b"\xff" * 8 + b"legacy",
         b"new" + key: struct.pack(">q", 5) + b"v",
     }
+
+
+@pytest.mark.parametrize("serdes", [("bytes", "bytes"), ("string", "string")], ids=["bytes", "string"])
+def test_put_all_is_put_of_each_window(task_dir, serdes):
+    supplier = Stores.persistent_window_store("w", 3 * MINUTE, MINUTE)
+    with Stores.window_store_builder(supplier, *serdes).build().init(task_dir) as store:
+        k = (lambda s: s.encode()) if serdes[0] == "bytes" else str
+        triples = [(k("a"), k("a0"), 0), (k("b"), k("b1"), MINUTE), (k("a"), k("a1"), MINUTE)]
+        assert store.put_all(triples) == 0
+        assert store.put_all([k("b")], [None], [MINUTE]) == 0, "None deletes"
+        assert store.put_all(iter([(k("c"), k("c20"), 20 * MINUTE)])) == 0
+        # Dropped as expired, counted as put counts them; three sequences are the other form.
+        assert store.put_all([k("a"), k("c")], [k("late"), k("c21")], [MINUTE, 21 * MINUTE]) == 1
+        assert store.dropped_records == 1
+        assert list(store.fetch(k("c"), 0, 30 * MINUTE)) == [
+            KeyValue(20 * MINUTE, k("c20")),
+            KeyValue(21 * MINUTE, k("c21")),
+        ]
+        store.commit(1)
+    with Stores.window_store_builder(supplier, *serdes).build().init(task_dir) as store:
+        assert [kv.value for kv in store.all()] == [k("c20"), k("c21")]
+
+
+def test_put_all_checks_every_entry_before_writing(task_dir):
+    store = Stores.window_store_builder(Stores.persistent_window_store("w", MINUTE, MINUTE)).build().init(task_dir)
+    with store:
+        bad_calls = [
+            (([b"k", b"k"], [b"v", b"v"], [0, -1]), InvalidArgumentError),
+            (([b"k", b"k"], [b"v", b"v"], [0, "soon"]), InvalidArgumentError),
+            (([b"k", None], [b"v", b"v"], [0, 0]), InvalidArgumentError),
+            (([b"k", "text"], [b"v", b"v"], [0, 0]), SerializationError),
+            (([b"k", b"k"], [b"v", "text"], [0, 0]), SerializationError),
+            (([b"k", b"k"], [b"v"], [0, 0]), InvalidArgumentError),
+            (([b"k"], [b"v"], None), InvalidArgumentError),
+        ]
+        for args, error in bad_calls:
+            with pytest.raises(error):
+                store.put_all(*args)
+        assert list(store.all()) == [], "nothing written by a call that raised"
+        assert store.put_all([(b"k", b"v", 0)]) == 0 and store.fetch(b"k", 0) == b"v"

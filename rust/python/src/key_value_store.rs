@@ -63,27 +63,48 @@ const MAX_CHUNK: usize = 2048;
 pub(crate) fn as_bytes<'a>(obj: &'a Bound<'_, PyAny>, what: &str) -> PyResult<&'a [u8]> {
     match obj.cast::<PyBytes>() {
         Ok(b) => Ok(b.as_bytes()),
-        Err(_) if obj.is_none() => Err(raise(
-            ErrorClass::InvalidArgumentError,
-            format!("{what} cannot be None"),
-        )),
-        Err(_) => Err(raise(
-            ErrorClass::SerializationError,
-            format!(
-                "{what} must be bytes, got {}",
-                obj.get_type().name().map_or("?".into(), |n| n.to_string())
-            ),
-        )),
+        Err(_) => Err(not_bytes(obj, what)),
     }
 }
 
-fn bytes_list<'py>(items: &Bound<'py, PyAny>) -> PyResult<Vec<Bound<'py, PyBytes>>> {
+/// `obj` as bytes, consumed (one type check per item of a list).
+fn into_bytes<'py>(obj: Bound<'py, PyAny>, what: &str) -> PyResult<Bound<'py, PyBytes>> {
+    obj.cast_into::<PyBytes>()
+        .map_err(|error| not_bytes(&error.into_inner(), what))
+}
+
+fn not_bytes(obj: &Bound<'_, PyAny>, what: &str) -> PyErr {
+    if obj.is_none() {
+        return raise(ErrorClass::InvalidArgumentError, format!("{what} cannot be None"));
+    }
+    raise(
+        ErrorClass::SerializationError,
+        format!(
+            "{what} must be bytes, got {}",
+            obj.get_type().name().map_or("?".into(), |n| n.to_string())
+        ),
+    )
+}
+
+pub(crate) fn bytes_list<'py>(items: &Bound<'py, PyAny>) -> PyResult<Vec<Bound<'py, PyBytes>>> {
+    items
+        .try_iter()?
+        .map(|item| into_bytes(item?, "key"))
+        .collect()
+}
+
+/// Each item of `items` as bytes or `None` (a delete).
+pub(crate) fn optional_bytes_list<'py>(
+    items: &Bound<'py, PyAny>,
+) -> PyResult<Vec<Option<Bound<'py, PyBytes>>>> {
     items
         .try_iter()?
         .map(|item| {
             let item = item?;
-            as_bytes(&item, "key")?;
-            Ok(item.cast_into::<PyBytes>()?)
+            if item.is_none() {
+                return Ok(None);
+            }
+            into_bytes(item, "value").map(Some)
         })
         .collect()
 }
@@ -332,17 +353,7 @@ impl NativeKeyValueStore {
     /// Writes `keys[i] -> values[i]`; a `None` value deletes.
     fn put_all(&mut self, keys: &Bound<'_, PyAny>, values: &Bound<'_, PyAny>) -> PyResult<()> {
         let keys = bytes_list(keys)?;
-        let values: Vec<Option<Bound<'_, PyBytes>>> = values
-            .try_iter()?
-            .map(|v| {
-                let v = v?;
-                if v.is_none() {
-                    Ok(None)
-                } else {
-                    Ok(Some(v.cast_into::<PyBytes>()?))
-                }
-            })
-            .collect::<PyResult<_>>()?;
+        let values = optional_bytes_list(values)?;
         if keys.len() != values.len() {
             return Err(crate::errors::to_py(kstate_core::Error::InvalidArgument(
                 format!(
@@ -602,6 +613,13 @@ pub(crate) struct RowType {
     tuple_new: Py<PyAny>,
 }
 
+/// Whether this Python's tuples lack 3.14's cached hash field. Asked once: `version_info`
+/// parses `sys.version` each time, ~7,700 instructions, once per iterator a query opens.
+fn tuples_without_cached_hash(py: Python<'_>) -> bool {
+    static BEFORE_3_14: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *BEFORE_3_14.get_or_init(|| py.version_info() < (3, 14))
+}
+
 impl RowType {
     pub(crate) fn new(py: Python<'_>, row_type: Py<PyType>) -> PyResult<Self> {
         if !row_type.bind(py).is_subclass_of::<PyTuple>()? {
@@ -616,7 +634,7 @@ impl RowType {
         // `PyType_GetSlot` supports on every Python of the stable ABI.
         let alloc = unsafe {
             let heap = ffi::PyType_GetFlags(type_ptr) & ffi::Py_TPFLAGS_HEAPTYPE != 0;
-            let slot = if heap && py.version_info() < (3, 14) {
+            let slot = if heap && tuples_without_cached_hash(py) {
                 ffi::PyType_GetSlot(type_ptr, ffi::Py_tp_alloc)
             } else {
                 std::ptr::null_mut()

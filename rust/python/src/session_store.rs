@@ -3,16 +3,19 @@
 
 use kstate_core::format::key_schema::session;
 use kstate_core::segmented::segmented_store::{SegmentReader, SegmentedKeys};
-use kstate_core::segmented::session_store::SessionQueries;
+use kstate_core::segmented::session_store::{SessionQueries, SessionWrite};
 use kstate_core::{SegmentedView, SessionStore};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
 use crate::errors::guard;
-use crate::key_value_store::{as_bytes, direction, optional_value};
+use crate::key_value_store::{
+    as_bytes, bytes_list, direction, optional_bytes_list, optional_value,
+};
 use crate::logged::{logged_store_methods, Logged};
 use crate::windowed::{
-    open_segmented, segmented_store_methods, Decoder, SegmentedConfig, Source, WindowedIterator,
+    millis, open_segmented, segmented_store_methods, Decoder, SegmentedConfig, Source,
+    WindowedIterator,
 };
 
 #[pyclass(module = "kstate._core", name = "SessionStore")]
@@ -55,6 +58,44 @@ impl NativeSessionStore {
         let key = as_bytes(key, "key")?;
         let value = optional_value(value)?;
         guard(|| self.logged.inner.store.put(key, start, end, value))
+    }
+
+    /// `put` of `keys[i], starts[i], ends[i], values[i]` in one call; returns how many were
+    /// dropped as expired. Nothing is written if an argument is bad.
+    fn put_all(
+        &mut self,
+        keys: &Bound<'_, PyAny>,
+        starts: &Bound<'_, PyAny>,
+        ends: &Bound<'_, PyAny>,
+        values: &Bound<'_, PyAny>,
+    ) -> PyResult<usize> {
+        let keys = bytes_list(keys)?;
+        let values = optional_bytes_list(values)?;
+        let times = |times: &Bound<'_, PyAny>, what: &str| -> PyResult<Vec<i64>> {
+            times.try_iter()?.map(|t| millis(&t?, what)).collect()
+        };
+        let (starts, ends) = (times(starts, "session start")?, times(ends, "session end")?);
+        if [values.len(), starts.len(), ends.len()] != [keys.len(); 3] {
+            return Err(crate::errors::to_py(kstate_core::Error::InvalidArgument(
+                format!(
+                    "put_all got {} keys, {} starts, {} ends and {} values",
+                    keys.len(),
+                    starts.len(),
+                    ends.len(),
+                    values.len()
+                ),
+            )));
+        }
+        let writes: Vec<SessionWrite<'_>> = keys
+            .iter()
+            .zip(starts)
+            .zip(ends)
+            .zip(&values)
+            .map(|(((k, start), end), v)| {
+                (k.as_bytes(), start, end, v.as_ref().map(|b| b.as_bytes()))
+            })
+            .collect();
+        guard(|| self.logged.inner.store.put_all(&writes))
     }
 
     fn remove(&mut self, key: &Bound<'_, PyAny>, start: i64, end: i64) -> PyResult<()> {

@@ -3,13 +3,15 @@
 
 use kstate_core::format::key_schema::window;
 use kstate_core::segmented::segmented_store::{SegmentReader, SegmentedKeys};
-use kstate_core::segmented::window_store::WindowQueries;
+use kstate_core::segmented::window_store::{WindowQueries, WindowWrite};
 use kstate_core::{SegmentedView, WindowStore};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
 use crate::errors::guard;
-use crate::key_value_store::{as_bytes, direction, optional_value};
+use crate::key_value_store::{
+    as_bytes, bytes_list, direction, optional_bytes_list, optional_value,
+};
 use crate::logged::{logged_store_methods, Logged};
 use crate::windowed::{
     millis, open_segmented, segmented_store_methods, Decoder, SegmentedConfig, Source,
@@ -59,6 +61,39 @@ impl NativeWindowStore {
         let value = optional_value(value)?;
         let window_start = millis(window_start, "window_start")?;
         guard(|| self.logged.inner.store.put(key, value, window_start))
+    }
+
+    /// `put` of `keys[i], values[i], window_starts[i]` in one call (a `None` value deletes);
+    /// returns how many were dropped as expired. Nothing is written if an argument is bad.
+    fn put_all(
+        &mut self,
+        keys: &Bound<'_, PyAny>,
+        values: &Bound<'_, PyAny>,
+        window_starts: &Bound<'_, PyAny>,
+    ) -> PyResult<usize> {
+        let keys = bytes_list(keys)?;
+        let values = optional_bytes_list(values)?;
+        let starts = window_starts
+            .try_iter()?
+            .map(|start| millis(&start?, "window_start"))
+            .collect::<PyResult<Vec<i64>>>()?;
+        if keys.len() != values.len() || keys.len() != starts.len() {
+            return Err(crate::errors::to_py(kstate_core::Error::InvalidArgument(
+                format!(
+                    "put_all got {} keys, {} values and {} window starts",
+                    keys.len(),
+                    values.len(),
+                    starts.len()
+                ),
+            )));
+        }
+        let writes: Vec<WindowWrite<'_>> = keys
+            .iter()
+            .zip(&values)
+            .zip(starts)
+            .map(|((k, v), start)| (k.as_bytes(), v.as_ref().map(|b| b.as_bytes()), start))
+            .collect();
+        guard(|| self.logged.inner.store.put_all(&writes))
     }
 
     fn fetch<'py>(

@@ -72,6 +72,9 @@ impl SessionQueries {
     }
 }
 
+/// A session put: key, session start and end, aggregate (`None` removes the session).
+pub type SessionWrite<'a> = (&'a [u8], i64, i64, Option<&'a [u8]>);
+
 pub struct SessionStore {
     segments: SegmentedStore,
     queries: SessionQueries,
@@ -120,6 +123,21 @@ impl SessionStore {
         check_session(start, end)?;
         self.segments
             .put(&session::to_store_key(key, start, end), end, value)
+    }
+
+    /// `put` of each `(key, start, end, value)` in turn; returns how many were dropped as
+    /// expired. Every session's bounds are checked before anything is written.
+    pub fn put_all(&mut self, writes: &[SessionWrite<'_>]) -> Result<usize> {
+        for &(_, start, end, _) in writes {
+            check_session(start, end)?;
+        }
+        let mut dropped = 0;
+        for &(key, start, end, value) in writes {
+            if !self.put(key, start, end, value)? {
+                dropped += 1;
+            }
+        }
+        Ok(dropped)
     }
 
     /// Removes a session (Kafka's `remove`: no segment is created, no drop counted).

@@ -122,6 +122,9 @@ impl WindowQueries {
     }
 }
 
+/// A window put: key, value (`None` deletes) and window start.
+pub type WindowWrite<'a> = (&'a [u8], Option<&'a [u8]>, i64);
+
 pub struct WindowStore {
     segments: SegmentedStore,
     queries: WindowQueries,
@@ -200,6 +203,23 @@ impl WindowStore {
         };
         let store_key = window::to_store_key(key, window_start, seq);
         self.segments.put(&store_key, window_start, value)
+    }
+
+    /// `put` of each `(key, value, window_start)` in turn; returns how many were dropped as
+    /// expired. Every window start is checked before anything is written.
+    pub fn put_all(&mut self, writes: &[WindowWrite<'_>]) -> Result<usize> {
+        if let Some((_, _, start)) = writes.iter().find(|(_, _, start)| *start < 0) {
+            return Err(Error::InvalidArgument(format!(
+                "window start must be >= 0, got {start}"
+            )));
+        }
+        let mut dropped = 0;
+        for &(key, value, window_start) in writes {
+            if !self.put(key, value, window_start)? {
+                dropped += 1;
+            }
+        }
+        Ok(dropped)
     }
 
     /// `fetch(key, time)`: the value of the window of `key` starting at `time`. With duplicates,

@@ -92,6 +92,12 @@ pub trait CommittedState: Send + Sync {
     /// Makes everything applied so far durable (memtable flush for RocksDB).
     fn flush(&self) -> Result<()>;
 
+    /// `flush`, returning at once when `wait` is false (RocksDB flushes in the background).
+    fn flush_memtables(&self, wait: bool) -> Result<()> {
+        let _ = wait;
+        self.flush()
+    }
+
     /// Compacts the stored data now (RocksDB), running compaction filters such as TTL's.
     fn compact(&self) -> Result<()> {
         Ok(())

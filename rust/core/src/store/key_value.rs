@@ -127,8 +127,8 @@ impl MemoryProbe for SharedState {
         self.with(|c| Ok(c.active_memtable_bytes())).unwrap_or(0)
     }
 
-    fn flush(&self) -> Result<()> {
-        match self.with(|c| c.flush()) {
+    fn flush(&self, wait: bool) -> Result<()> {
+        match self.with(|c| c.flush_memtables(wait)) {
             Err(Error::Closed(_)) => Ok(()),
             other => other,
         }

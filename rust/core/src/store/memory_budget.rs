@@ -96,8 +96,8 @@ pub trait MemoryProbe: Send + Sync {
     fn probe(&self) -> Result<StoreMemory>;
     /// Bytes in the memtables that take writes (not those already being flushed).
     fn active_memtable_bytes(&self) -> usize;
-    /// Flushes the memtables to disk and waits.
-    fn flush(&self) -> Result<()>;
+    /// Flushes the memtables to disk; with `wait`, returns once they are written.
+    fn flush(&self, wait: bool) -> Result<()>;
 }
 
 pub struct MemoryBudget {
@@ -349,17 +349,25 @@ impl MemoryBudget {
         self.rebalance();
     }
 
-    /// After a store wrote to RocksDB: past the memtable share, flushes the largest memtables of
-    /// any open store until half the share is left, and waits for the flushes: the writer slows
-    /// to what the disk takes instead of memtables piling up. RocksDB's write buffer manager
+    /// After a store wrote to RocksDB: past the memtable share, flushes the largest active
+    /// memtables of any open store until half the share is left. RocksDB's write buffer manager
     /// flushes only the database being written, so many stores written once per commit would
     /// each keep a memtable and together pass any bound.
+    ///
+    /// The flushes run in the background while the writer stages its next batch (waiting for
+    /// them stalled a commit for 0.2-0.7 s every few commits of a large store: benches/README.md),
+    /// and memtables already being flushed are left to finish: while the active ones hold under
+    /// half the share, a new flush would only cut a small table file behind the large one.
+    /// Memtables are charged to the block cache, so until a flush ends they take their room from
+    /// cached blocks, not from outside the budget. Past one and a half shares the flushes have
+    /// fallen behind the writers: then the writer waits for them, slowing to what the disk takes.
     pub fn relieve_memtables(&self) -> Result<()> {
         let limit = self.write_buffers.get_buffer_size();
         let mut usage = self.write_buffers.get_usage();
         if usage <= limit {
             return Ok(());
         }
+        let behind = usage > limit + limit / 2;
         let Ok(_relieving) = self.relieving.try_lock() else {
             return Ok(()); // another thread is at it
         };
@@ -370,12 +378,14 @@ impl MemoryBudget {
             .filter(|(bytes, _)| *bytes > 0)
             .collect();
         candidates.sort_unstable_by_key(|(bytes, _)| std::cmp::Reverse(*bytes));
+        let mut active: usize = candidates.iter().map(|(bytes, _)| bytes).sum();
         for (bytes, account) in candidates {
-            if usage <= limit / 2 {
+            if usage <= limit / 2 || (!behind && active <= limit / 2) {
                 break;
             }
-            account.probe.flush()?;
+            account.probe.flush(behind)?;
             usage = usage.saturating_sub(bytes);
+            active -= bytes;
         }
         Ok(())
     }
@@ -500,7 +510,7 @@ mod tests {
         fn active_memtable_bytes(&self) -> usize {
             0
         }
-        fn flush(&self) -> Result<()> {
+        fn flush(&self, _wait: bool) -> Result<()> {
             Ok(())
         }
     }

@@ -484,8 +484,12 @@ impl CommittedState for RocksState {
     }
 
     fn flush(&self) -> Result<()> {
+        self.flush_memtables(true)
+    }
+
+    fn flush_memtables(&self, wait: bool) -> Result<()> {
         let mut options = FlushOptions::default();
-        options.set_wait(true);
+        options.set_wait(wait);
         let families = [
             self.cf(DEFAULT_COLUMN_FAMILY_NAME)?,
             self.cf(self.data_cf)?,
