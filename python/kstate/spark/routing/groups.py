@@ -83,12 +83,39 @@ def iter_groups(
 
 
 def python_rows(table: pa.Table) -> list[Any]:
-    """Every row of ``table`` as a ``pyspark.sql.Row`` with its column names, built column-wise."""
-    from pyspark.sql import Row
-
-    make = Row(*table.column_names)
+    """Every row of ``table`` as a ``pyspark.sql.Row`` with its column names, built column-wise
+    (``row_class``: each row is one tuple allocation)."""
+    row = row_class(tuple(table.column_names))
     columns = [table.column(i).to_pylist() for i in range(table.num_columns)]
-    return [make(*values) for values in zip(*columns)]
+    return list(map(row.of, zip(*columns)))
+
+
+_ROW_CLASSES: dict[tuple[str, ...], type] = {}
+
+
+def row_class(names: tuple[str, ...]) -> Any:
+    """A subclass of ``pyspark.sql.Row`` (named ``Row``) whose rows have the fields ``names``:
+    its ``of(values)`` makes a row with one tuple allocation (``Row(*names)(*values)`` runs three
+    Python frames and a per-row ``__fields__`` dict), and each field is a descriptor reading its
+    position, where ``Row.__getattr__`` searches the names on every access. A row behaves as
+    Spark's: ``isinstance(row, Row)``, ``__fields__``, ``asDict``, ``row["name"]``, ``repr``,
+    equality and pickling (to a plain ``Row``) are Row's own; names Row or tuple already define
+    (``count``, ``index``, ``asDict``, dunders) keep Row's meaning, as on Spark's rows; a repeated
+    name reads its first position, as ``__fields__.index`` does."""
+    cls = _ROW_CLASSES.get(names)
+    if cls is None:
+        from operator import itemgetter
+
+        from pyspark.sql import Row
+
+        fields: dict[str, Any] = {"__fields__": Row(*names), "__slots__": ()}
+        for position, name in reversed(list(enumerate(names))):
+            if not name.startswith("__") and not hasattr(Row, name):
+                fields[name] = property(itemgetter(position))
+        cls = type("Row", (Row,), fields)
+        cls.of = classmethod(tuple.__new__)
+        _ROW_CLASSES[names] = cls
+    return cls
 
 
 class OutputBatcher:

@@ -1,0 +1,81 @@
+"""The Row API's input rows (``kstate.spark.routing.groups.python_rows``) behave as the
+``pyspark.sql.Row``s Spark builds, in everything a processor can observe; no Spark session."""
+
+import pickle
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+import pyarrow as pa  # noqa: E402
+from pyspark import cloudpickle  # noqa: E402
+from pyspark.errors import PySparkAttributeError, PySparkRuntimeError  # noqa: E402
+from pyspark.sql import Row  # noqa: E402
+
+from kstate.spark.routing.groups import iter_groups, python_rows  # noqa: E402
+
+# Names that shadow Row's and tuple's own attributes keep those attributes' meaning on Spark's rows.
+TABLE = pa.table(
+    {
+        "user": ["a", "b", None],
+        "count": [1, 2, 3],
+        "index": [4, 5, 6],
+        "asDict": [7, 8, 9],
+        "amount": [1.5, None, 2.5],
+        "tags": [["x"], [], None],
+    }
+)
+
+
+def spark_rows(table):
+    columns = [c.to_pylist() for c in table.columns]
+    return [Row(*table.column_names)(*values) for values in zip(*columns)]
+
+
+@pytest.mark.parametrize("position", range(3))
+def test_rows_are_sparks_rows_in_all_a_processor_sees(position):
+    ours, theirs = python_rows(TABLE)[position], spark_rows(TABLE)[position]
+    assert isinstance(ours, Row) and type(ours).__name__ == "Row"
+    assert ours == theirs and tuple(ours) == tuple(theirs)
+    hashable = TABLE.drop_columns(["tags"])
+    assert hash(python_rows(hashable)[position]) == hash(spark_rows(hashable)[position])
+    assert repr(ours) == repr(theirs)
+    assert list(ours.__fields__) == list(theirs.__fields__) == TABLE.column_names
+    assert ours.asDict() == theirs.asDict() and ours.asDict(True) == theirs.asDict(True)
+    for name in ("user", "amount", "tags"):
+        assert getattr(ours, name) == getattr(theirs, name) == ours[name]
+    # tuple's and Row's own attributes win over fields of the same name, as on Spark's rows
+    assert ours.count(ours[1]) == theirs.count(theirs[1]) == 1
+    assert ours.index(ours[0]) == theirs.index(theirs[0]) == 0
+    assert ours["count"] == theirs["count"] and ours["asDict"] == theirs["asDict"]
+    assert ours[1:3] == theirs[1:3] and ("user" in ours) and ("nope" not in ours)
+    for dump, load in ((pickle.dumps, pickle.loads), (cloudpickle.dumps, pickle.loads)):
+        back = load(dump(ours))
+        assert back == theirs and repr(back) == repr(theirs) and back.user == theirs.user
+
+
+def test_unknown_fields_and_writes_fail_as_on_sparks_rows():
+    ours, theirs = python_rows(TABLE)[0], spark_rows(TABLE)[0]
+    for row in (ours, theirs):
+        with pytest.raises(PySparkAttributeError):
+            _ = row.nope
+        with pytest.raises(PySparkAttributeError):
+            _ = row.__nope__
+        with pytest.raises(PySparkRuntimeError):
+            row.user = "c"
+
+
+def test_a_repeated_name_reads_its_first_column():
+    table = pa.Table.from_arrays([pa.array([1]), pa.array([2])], names=["v", "v"])
+    ours, theirs = python_rows(table)[0], spark_rows(table)[0]
+    assert ours.v == theirs.v == 1 and ours["v"] == theirs["v"] == 1 and ours == theirs
+
+
+def test_groups_of_rows_are_slices_of_the_partitions_rows():
+    batches = pa.table({"user": ["b", "a", "b"], "amount": [1, 2, 3]}).to_batches()
+    groups = dict(iter_groups(iter(batches), ["user"], rows=True))
+    assert {k: [(r.user, r.amount) for r in rows] for k, rows in groups.items()} == {
+        ("a",): [("a", 2)],
+        ("b",): [("b", 1), ("b", 3)],
+    }
+    assert all(isinstance(r, Row) for rows in groups.values() for r in rows)
