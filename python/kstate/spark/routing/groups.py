@@ -10,6 +10,7 @@ one micro-batch are held in memory at once.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
@@ -104,8 +105,6 @@ def row_class(names: tuple[str, ...]) -> Any:
     name reads its first position, as ``__fields__.index`` does."""
     cls = _ROW_CLASSES.get(names)
     if cls is None:
-        from operator import itemgetter
-
         from pyspark.sql import Row
 
         fields: dict[str, Any] = {"__fields__": Row(*names), "__slots__": ()}
