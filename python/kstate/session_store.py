@@ -64,7 +64,7 @@ class SessionStore(SessionReads, SegmentedStore):
         sessions = entries if isinstance(entries, list) else list(entries)
         for session_key in sessions:
             if not isinstance(session_key, tuple) or len(session_key) != 3:
-                _session_of(session_key)  # raises its error
+                session_of(session_key)  # raises its error
         # Times are checked natively (ints in 64 bits, as check_time), keys and values too.
         keys = [session[0] for session in sessions]
         starts, ends = [session[1] for session in sessions], [session[2] for session in sessions]

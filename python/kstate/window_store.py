@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from kstate import _core
+from kstate.errors import InvalidArgumentError
 from kstate.segmented_store import SegmentedStore, SegmentedView
 from kstate.store_reads import WindowReads
 from kstate.windowed import MAX_TIME, MIN_TIME, check_time
