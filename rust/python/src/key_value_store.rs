@@ -75,7 +75,10 @@ fn into_bytes<'py>(obj: Bound<'py, PyAny>, what: &str) -> PyResult<Bound<'py, Py
 
 fn not_bytes(obj: &Bound<'_, PyAny>, what: &str) -> PyErr {
     if obj.is_none() {
-        return raise(ErrorClass::InvalidArgumentError, format!("{what} cannot be None"));
+        return raise(
+            ErrorClass::InvalidArgumentError,
+            format!("{what} cannot be None"),
+        );
     }
     raise(
         ErrorClass::SerializationError,
