@@ -61,7 +61,9 @@ class SessionStore(SessionReads, SegmentedStore):
         if aggregates is None:
             pairs = list(entries.items() if isinstance(entries, Mapping) else entries)
             entries, aggregates = [pair[0] for pair in pairs], [pair[1] for pair in pairs]
-        sessions = entries if isinstance(entries, list) else list(entries)
+        sessions, aggregates = list(entries), list(aggregates)
+        if len(sessions) != len(aggregates):
+            raise InvalidArgumentError(f"put_all got {len(sessions)} sessions and {len(aggregates)} aggregates")
         for session_key in sessions:
             if not isinstance(session_key, tuple) or len(session_key) != 3:
                 session_of(session_key)  # raises its error
@@ -71,8 +73,6 @@ class SessionStore(SessionReads, SegmentedStore):
         if self._raw:
             return self._reader.put_all(keys, starts, ends, aggregates)
         stored = [self._stored(aggregate, check_time("session end", end)) for aggregate, end in zip(aggregates, ends)]
-        if len(stored) != len(sessions):
-            raise InvalidArgumentError(f"put_all got {len(sessions)} sessions and {len(stored)} aggregates")
         return self._reader.put_all([self._key_bytes(key) for key in keys], starts, ends, stored)
 
     def remove(self, session_key: Any) -> None:

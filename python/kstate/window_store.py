@@ -73,7 +73,11 @@ class WindowStore(WindowReads, SegmentedStore):
         elif values is None or window_starts is None:
             raise InvalidArgumentError("put_all takes (key, value, window_start) triples or three sequences")
         else:
-            keys = entries
+            keys, values, window_starts = list(entries), list(values), list(window_starts)
+        if not len(keys) == len(values) == len(window_starts):
+            raise InvalidArgumentError(
+                f"put_all got {len(keys)} keys, {len(values)} values and {len(window_starts)} window starts"
+            )
         if self._raw:
             return self._reader.put_all(keys, values, window_starts)
         starts = [check_time("window_start", start) for start in window_starts]

@@ -154,3 +154,13 @@ def test_session_put_all_checks_every_entry_before_writing(task_dir):
             with pytest.raises(error):
                 store.put_all(entries, aggregates)
         assert list(store.fetch(b"k")) == [], "nothing written by a call that raised"
+
+
+@pytest.mark.parametrize("serdes", [("bytes", "bytes"), ("string", "int64")], ids=["bytes", "string"])
+def test_put_all_refuses_more_aggregates_than_sessions(task_dir, serdes):
+    supplier = Stores.persistent_session_store("s", 3 * MINUTE)
+    with Stores.session_store_builder(supplier, *serdes).build().init(task_dir) as store:
+        key, aggregate = (b"k", b"1") if serdes[0] == "bytes" else ("k", 1)
+        with pytest.raises(InvalidArgumentError, match="put_all got"):
+            store.put_all([Windowed(key, 0, 10)], [aggregate, aggregate])
+        assert list(store.fetch(key)) == [], "nothing written by a call that raised"

@@ -309,3 +309,14 @@ def test_put_all_checks_every_entry_before_writing(task_dir):
                 store.put_all(*args)
         assert list(store.all()) == [], "nothing written by a call that raised"
         assert store.put_all([(b"k", b"v", 0)]) == 0 and store.fetch(b"k", 0) == b"v"
+
+
+@pytest.mark.parametrize("serdes", [("bytes", "bytes"), ("string", "string")], ids=["bytes", "string"])
+def test_put_all_refuses_sequences_of_different_lengths(task_dir, serdes):
+    supplier = Stores.persistent_window_store("w", MINUTE, MINUTE)
+    with Stores.window_store_builder(supplier, *serdes).build().init(task_dir) as store:
+        k, v = (b"k", b"v") if serdes[0] == "bytes" else ("k", "v")
+        for keys, values, starts in [([k], [v, v], [0]), ([k], [v], [0, 0]), ([k, k], [v], [0, 0])]:
+            with pytest.raises(InvalidArgumentError, match="put_all got"):
+                store.put_all(keys, values, starts)
+        assert list(store.all()) == [], "nothing written by a call that raised"
