@@ -6,11 +6,14 @@
 //! half the capacity it becomes the old one and the previous old one is dropped.
 //!
 //! Admission: until the young generation first fills, every value read from RocksDB is cached
-//! (a store whose reads fit keeps them all). After that a key is cached on its second miss in a
-//! while (a doorkeeper bitset of key hashes, cleared as it fills, as TinyLFU's doorkeeper): random
+//! (a store whose reads fit keeps them all), unless reads stop hitting: once a quarter of the
+//! capacity is taken with fewer than one lookup in `MIN_HIT_SHARE` a hit, reads are random over
+//! more keys than fit. From then on a key is cached on its second miss in a while (a doorkeeper
+//! of two bits per key hash in a bitset cleared as it fills, as TinyLFU's doorkeeper): random
 //! reads of a store far larger than the cache no longer copy and hash every value only to drop
 //! it unread, and the memory stays with RocksDB's block cache.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -19,11 +22,15 @@ use foldhash::fast::RandomState;
 
 use crate::store::memory_budget::MemoryBudget;
 
-/// Bytes charged per entry besides key and value (hash table slot and two vector headers).
-const ENTRY_OVERHEAD: usize = 64;
-/// Doorkeeper bits per byte of capacity (one per 256 bytes: about one per cacheable entry of
-/// 100-byte values), between these bounds.
-const CAPACITY_BYTES_PER_SEEN_BIT: usize = 256;
+/// Bytes charged per entry besides key and value: the hash table's slot (two vector headers, 48
+/// bytes, in a table between 44% and 88% full) and the heap blocks' headers and rounding
+/// (glibc: 16-byte granules, 8 bytes of header each).
+const ENTRY_OVERHEAD: usize = 128;
+/// While every read is admitted, at least one lookup in this many must hit the cache.
+const MIN_HIT_SHARE: u64 = 8;
+/// Doorkeeper bits per byte of capacity (one per 64 bytes: four per cacheable entry of 100-byte
+/// values), between these bounds.
+const CAPACITY_BYTES_PER_SEEN_BIT: usize = 64;
 const SEEN_BITS: std::ops::RangeInclusive<usize> = (1 << 12)..=(1 << 22);
 
 type Generation = HashMap<Vec<u8>, Option<Vec<u8>>, RandomState>;
@@ -41,8 +48,12 @@ pub struct Generations {
     charged: usize,
     /// The budget's clock when the cache was last locked: which caches shrink first.
     last_used: u64,
-    /// Whether the young generation ever filled: from then on keys are admitted on a second miss.
+    /// Whether the young generation ever filled (or reads stopped hitting): from then on keys are
+    /// admitted on a second miss.
     filled: bool,
+    /// Lookups that found a key, and reads from RocksDB, while every read is admitted.
+    hits: Cell<u64>,
+    misses: u64,
     /// The doorkeeper: bits of the hashes of keys that missed once (allocated when first used).
     seen: Vec<u64>,
     seen_count: usize,
@@ -78,10 +89,11 @@ impl Generations {
 
     /// `None`: not cached; `Some(None)`: known absent; `Some(Some(v))`: the committed value.
     pub fn get(&self, key: &[u8]) -> Option<Option<&[u8]>> {
-        self.young
-            .get(key)
-            .or_else(|| self.old.get(key))
-            .map(Option::as_deref)
+        let found = self.young.get(key).or_else(|| self.old.get(key));
+        if found.is_some() && !self.filled {
+            self.hits.set(self.hits.get() + 1);
+        }
+        found.map(Option::as_deref)
     }
 
     fn remove_old(&mut self, key: &[u8]) {
@@ -93,7 +105,12 @@ impl Generations {
     /// Whether to cache the value of `key`, just read from RocksDB (see the module's admission).
     pub fn admits(&mut self, key: &[u8]) -> bool {
         if !self.filled {
-            return true;
+            self.misses += 1;
+            let lookups = self.misses + self.hits.get();
+            if self.young_bytes < self.capacity / 4 || self.hits.get() * MIN_HIT_SHARE >= lookups {
+                return true;
+            }
+            self.filled = true;
         }
         if self.seen.is_empty() {
             let bits = (self.capacity / CAPACITY_BYTES_PER_SEEN_BIT)
@@ -101,13 +118,21 @@ impl Generations {
                 .clamp(*SEEN_BITS.start(), *SEEN_BITS.end());
             self.seen = vec![0; bits / 64];
         }
-        let bit = self.young.hasher().hash_one(key) as usize & (self.seen.len() * 64 - 1);
-        let (word, mask) = (bit / 64, 1u64 << (bit % 64));
-        if self.seen[word] & mask != 0 {
+        // Two bits from one hash: a key never seen passes only if both are set (a false
+        // admission in ~1/16 at the fullest, against 1/4 with one bit).
+        let hash = self.young.hasher().hash_one(key);
+        let mask = self.seen.len() * 64 - 1;
+        let bits = [hash as usize & mask, (hash >> 32) as usize & mask];
+        let is_set = |seen: &[u64], bit: usize| seen[bit / 64] & (1 << (bit % 64)) != 0;
+        if bits.iter().all(|&bit| is_set(&self.seen, bit)) {
             return true;
         }
-        self.seen[word] |= mask;
-        self.seen_count += 1;
+        for bit in bits {
+            if !is_set(&self.seen, bit) {
+                self.seen[bit / 64] |= 1 << (bit % 64);
+                self.seen_count += 1;
+            }
+        }
         // A quarter of the bits set: forget them, so "seen" means seen lately.
         if self.seen_count > self.seen.len() * 16 {
             self.seen.fill(0);
@@ -329,6 +354,34 @@ mod tests {
         assert_eq!(cache.get(b"k4"), Some(Some(b"w".to_vec())));
         let admitted = cache.admissions(&[b"k5", b"k5"]);
         assert!(admitted[1], "the second miss of a batch is admitted");
+    }
+
+    #[test]
+    fn reads_that_stop_hitting_switch_to_the_second_miss_before_the_cache_fills() {
+        let entry = 2 + 1 + ENTRY_OVERHEAD;
+        let reads = cache(64 * entry);
+        for i in 0..16u8 {
+            let key = [b'k', i];
+            assert!(reads.lock().admits(&key), "admitted while under a quarter");
+            reads.insert(key.to_vec(), Some(b"v".to_vec()));
+        }
+        assert!(
+            !reads.lock().admits(b"kx"),
+            "a quarter taken and no hits: selective"
+        );
+        assert!(reads.lock().filled);
+
+        let reads = cache(64 * entry);
+        for i in 0..24u8 {
+            let key = [b'k', i];
+            assert!(
+                reads.lock().admits(&key),
+                "reads that hit keep every read admitted"
+            );
+            reads.insert(key.to_vec(), Some(b"v".to_vec()));
+            assert!(reads.lock().get(&key).is_some());
+        }
+        assert!(!reads.lock().filled);
     }
 
     #[test]
