@@ -5,6 +5,8 @@
 
 use std::borrow::Cow;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
 
 use rocksdb::{
     ColumnFamily, ColumnFamilyDescriptor, DBRawIterator, FlushOptions, IngestExternalFileOptions,
@@ -16,12 +18,22 @@ use crate::format::offsets::{self, OFFSETS_CF, STATUS_KEY};
 use crate::format::timestamped;
 use crate::store::committed::{CommittedState, OffsetWrite, Write, WriteSink};
 use crate::store::key_range::{Direction, KeyRange};
-use crate::store::memory_budget::StoreMemory;
+use crate::store::memory_budget::{MemoryBudget, StoreMemory};
 use crate::store::merge::SortedSource;
 use crate::store::rocks_options::RocksConfig;
 use crate::store::ttl::Ttl;
 
 pub const TIMESTAMPED_CF: &str = "keyValueWithTimestamp";
+
+/// Point reads stop caching the data blocks they read once the store's table files hold more
+/// than this many times the block cache: random reads then hit a cached block less than one
+/// time in four, and inserting each block read (a 4 KiB allocation, an eviction freeing a cold
+/// one) cost more than the hits saved (benches/README.md, "Stores at scale": at 10M keys, 1.1 GiB
+/// of tables against a 224 MiB cache). Hot keys are still kept by the read cache; scans and
+/// reads of smaller stores still fill the block cache.
+const UNCACHED_POINT_READS_PAST: u64 = 4;
+/// Point reads between two looks at the store's size.
+const POINT_READS_PER_SIZE_CHECK: u32 = 1 << 16;
 
 /// Which column family holds the store's values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +52,11 @@ pub struct RocksState {
     write_options: WriteOptions,
     // Kept rather than created per call: point reads are the hot path.
     read_options: ReadOptions,
+    /// The same, not caching the data blocks read (`UNCACHED_POINT_READS_PAST`).
+    uncached_read_options: ReadOptions,
+    budget: Arc<MemoryBudget>,
+    point_reads: AtomicU32,
+    point_reads_cached: AtomicBool,
     /// The data column family's options, for the table files `ingest_sorted` writes.
     table_file_options: Options,
 }
@@ -129,14 +146,63 @@ impl RocksState {
                 )
             }
         };
+        let mut uncached_read_options = ReadOptions::default();
+        uncached_read_options.fill_cache(false);
         Ok(Self {
             db,
             data_cf,
             legacy_cf,
             write_options: WriteOptions::default(),
             read_options: ReadOptions::default(),
+            uncached_read_options,
+            budget: config.budget().clone(),
+            point_reads: AtomicU32::new(0),
+            point_reads_cached: AtomicBool::new(true),
             table_file_options: opts,
         })
+    }
+
+    /// Opens the data family's table files not open yet with a cached read (an iterator seek to
+    /// each file's first key): a table first opened by an uncached read would keep its index and
+    /// filter outside the block cache, uncounted by the budget. Files already open cost a seek.
+    fn open_tables_cached(&self) {
+        let (Ok(cf), Ok(files)) = (self.cf(self.data_cf), self.db.live_files()) else {
+            return;
+        };
+        let mut iter = self.db.raw_iterator_cf(cf);
+        for file in files {
+            if let (true, Some(first)) = (file.column_family_name == self.data_cf, file.start_key) {
+                iter.seek(first);
+            }
+        }
+    }
+
+    /// The options of a point read: every `POINT_READS_PER_SIZE_CHECK` reads, whether the
+    /// store's tables are small enough against the block cache for its blocks to be cached.
+    fn point_read_options(&self) -> &ReadOptions {
+        if self.point_reads.fetch_add(1, Ordering::Relaxed) % POINT_READS_PER_SIZE_CHECK == 0 {
+            let tables = self
+                .cf(self.data_cf)
+                .and_then(|cf| {
+                    Ok(self
+                        .db
+                        .property_int_value_cf(cf, c"rocksdb.total-sst-files-size")?)
+                })
+                .ok()
+                .flatten()
+                .unwrap_or(0);
+            let cache = self.budget.usage().block_cache_capacity as u64;
+            let cached = tables <= cache.saturating_mul(UNCACHED_POINT_READS_PAST);
+            if !cached {
+                self.open_tables_cached();
+            }
+            self.point_reads_cached.store(cached, Ordering::Relaxed);
+        }
+        if self.point_reads_cached.load(Ordering::Relaxed) {
+            &self.read_options
+        } else {
+            &self.uncached_read_options
+        }
     }
 
     /// The column families the store opened.
@@ -341,7 +407,7 @@ impl CommittedState for RocksState {
     fn read(&self, key: &[u8], migrate: bool, visit: &mut dyn FnMut(Option<&[u8]>)) -> Result<()> {
         if let Some(v) =
             self.db
-                .get_pinned_cf_opt(self.cf(self.data_cf)?, key, &self.read_options)?
+                .get_pinned_cf_opt(self.cf(self.data_cf)?, key, self.point_read_options())?
         {
             visit(Some(&v));
             return Ok(());
@@ -360,9 +426,12 @@ impl CommittedState for RocksState {
 
     fn read_many(&self, keys: &[&[u8]], visit: &mut dyn FnMut(usize, Option<&[u8]>)) -> Result<()> {
         let data = self.cf(self.data_cf)?;
-        let found =
-            self.db
-                .batched_multi_get_cf_opt(data, keys.iter().copied(), false, &self.read_options);
+        let found = self.db.batched_multi_get_cf_opt(
+            data,
+            keys.iter().copied(),
+            false,
+            self.point_read_options(),
+        );
         for (i, (value, key)) in found.into_iter().zip(keys).enumerate() {
             match value? {
                 Some(v) => visit(i, Some(&v)),
