@@ -610,3 +610,67 @@ impl CommittedState for RocksState {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(state: &RocksState, keys: std::ops::Range<u32>, value: &[u8]) {
+        let cf = state.cf(state.data_cf).unwrap();
+        let mut batch = WriteBatch::default();
+        for i in keys {
+            batch.put_cf(cf, format!("key-{i:08}"), value);
+        }
+        state.db.write(batch).unwrap();
+        state.db.flush_cf(cf).unwrap();
+    }
+
+    fn read(state: &RocksState, i: u32) -> Option<Vec<u8>> {
+        let mut found = None;
+        state
+            .read(format!("key-{i:08}").as_bytes(), false, &mut |v| {
+                found = v.map(<[u8]>::to_vec)
+            })
+            .unwrap();
+        found
+    }
+
+    #[test]
+    fn point_reads_of_a_store_far_larger_than_the_block_cache_leave_it_to_index_and_filter() {
+        let dir = tempfile::tempdir().unwrap();
+        let budget = MemoryBudget::new(32 << 20).unwrap();
+        let config = RocksConfig::new(budget.clone(), None).unwrap();
+        let value = vec![7u8; 1000];
+        let keys = 140_000; // ~140 MB of tables: over 4x the 28 MiB block cache
+        {
+            let state =
+                RocksState::open_with_ttl(dir.path(), ValueFormat::Plain, None, &config).unwrap();
+            for start in (0..keys).step_by(20_000) {
+                write(&state, start..start + 20_000, &value);
+            }
+        }
+        let state =
+            RocksState::open_with_ttl(dir.path(), ValueFormat::Plain, None, &config).unwrap();
+        for i in (0..keys).step_by(97) {
+            assert_eq!(read(&state, i).as_deref(), Some(&value[..]));
+        }
+        assert_eq!(read(&state, keys), None);
+        assert!(!state.point_reads_cached.load(Ordering::Relaxed));
+        let usage = budget.usage();
+        assert!(
+            usage.block_cache_pinned >= 512 << 10,
+            "index and filter blocks are in the cache: {usage:?}"
+        );
+        assert!(
+            usage.block_cache_usage < usage.block_cache_pinned + (1 << 20),
+            "data blocks read by gets are not cached: {usage:?}"
+        );
+
+        let small = tempfile::tempdir().unwrap();
+        let state =
+            RocksState::open_with_ttl(small.path(), ValueFormat::Plain, None, &config).unwrap();
+        write(&state, 0..1000, &value);
+        assert_eq!(read(&state, 5).as_deref(), Some(&value[..]));
+        assert!(state.point_reads_cached.load(Ordering::Relaxed));
+    }
+}
