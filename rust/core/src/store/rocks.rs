@@ -180,7 +180,11 @@ impl RocksState {
     /// The options of a point read: every `POINT_READS_PER_SIZE_CHECK` reads, whether the
     /// store's tables are small enough against the block cache for its blocks to be cached.
     fn point_read_options(&self) -> &ReadOptions {
-        if self.point_reads.fetch_add(1, Ordering::Relaxed) % POINT_READS_PER_SIZE_CHECK == 0 {
+        if self
+            .point_reads
+            .fetch_add(1, Ordering::Relaxed)
+            .is_multiple_of(POINT_READS_PER_SIZE_CHECK)
+        {
             let tables = self
                 .cf(self.data_cf)
                 .and_then(|cf| {
