@@ -25,15 +25,16 @@ use crate::store::ttl::Ttl;
 
 pub const TIMESTAMPED_CF: &str = "keyValueWithTimestamp";
 
-/// Point reads stop caching the data blocks they read once the store's table files hold more
-/// than this many times the block cache: random reads then hit a cached block less than one
-/// time in four, and inserting each block read (a 4 KiB allocation, an eviction freeing a cold
-/// one) cost more than the hits saved (benches/README.md, "Stores at scale": at 10M keys, 1.1 GiB
-/// of tables against a 224 MiB cache). Hot keys are still kept by the read cache; scans and
-/// reads of smaller stores still fill the block cache.
-const UNCACHED_POINT_READS_PAST: u64 = 4;
-/// Point reads between two looks at the store's size.
-const POINT_READS_PER_SIZE_CHECK: u32 = 1 << 16;
+/// Reads (point reads and iterators) stop caching the data blocks they read once the store's
+/// table files hold more than this many times the block cache: random reads then hit a cached
+/// block less than one time in four, and inserting each block read (a 4 KiB allocation, an
+/// eviction freeing a cold one) cost more than the hits saved, and a long scan would only push
+/// out what else is cached (benches/README.md, "Stores at scale": at 10M keys, 1.1 GiB of
+/// tables against a 224 MiB cache). Hot keys are still kept by the read cache; index and filter
+/// blocks stay pinned in the block cache; reads of smaller stores fill it as before.
+const UNCACHED_READS_PAST: u64 = 4;
+/// Reads between two looks at the store's size.
+const READS_PER_SIZE_CHECK: u32 = 1 << 16;
 
 /// Which column family holds the store's values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,11 +53,11 @@ pub struct RocksState {
     write_options: WriteOptions,
     // Kept rather than created per call: point reads are the hot path.
     read_options: ReadOptions,
-    /// The same, not caching the data blocks read (`UNCACHED_POINT_READS_PAST`).
+    /// The same, not caching the data blocks read (`UNCACHED_READS_PAST`).
     uncached_read_options: ReadOptions,
     budget: Arc<MemoryBudget>,
-    point_reads: AtomicU32,
-    point_reads_cached: AtomicBool,
+    reads: AtomicU32,
+    caches_blocks: AtomicBool,
     /// The data column family's options, for the table files `ingest_sorted` writes.
     table_file_options: Options,
 }
@@ -156,8 +157,8 @@ impl RocksState {
             read_options: ReadOptions::default(),
             uncached_read_options,
             budget: config.budget().clone(),
-            point_reads: AtomicU32::new(0),
-            point_reads_cached: AtomicBool::new(true),
+            reads: AtomicU32::new(0),
+            caches_blocks: AtomicBool::new(true),
             table_file_options: opts,
         })
     }
@@ -177,13 +178,13 @@ impl RocksState {
         }
     }
 
-    /// The options of a point read: every `POINT_READS_PER_SIZE_CHECK` reads, whether the
-    /// store's tables are small enough against the block cache for its blocks to be cached.
-    fn point_read_options(&self) -> &ReadOptions {
+    /// Whether reads cache the data blocks they read: every `READS_PER_SIZE_CHECK` reads, whether
+    /// the store's tables are small enough against the block cache (`UNCACHED_READS_PAST`).
+    fn caches_blocks(&self) -> bool {
         if self
-            .point_reads
+            .reads
             .fetch_add(1, Ordering::Relaxed)
-            .is_multiple_of(POINT_READS_PER_SIZE_CHECK)
+            .is_multiple_of(READS_PER_SIZE_CHECK)
         {
             let tables = self
                 .cf(self.data_cf)
@@ -196,13 +197,17 @@ impl RocksState {
                 .flatten()
                 .unwrap_or(0);
             let cache = self.budget.usage().block_cache_capacity as u64;
-            let cached = tables <= cache.saturating_mul(UNCACHED_POINT_READS_PAST);
-            if !cached {
+            let caches = tables <= cache.saturating_mul(UNCACHED_READS_PAST);
+            if !caches {
                 self.open_tables_cached();
             }
-            self.point_reads_cached.store(cached, Ordering::Relaxed);
+            self.caches_blocks.store(caches, Ordering::Relaxed);
         }
-        if self.point_reads_cached.load(Ordering::Relaxed) {
+        self.caches_blocks.load(Ordering::Relaxed)
+    }
+
+    fn point_read_options(&self) -> &ReadOptions {
+        if self.caches_blocks() {
             &self.read_options
         } else {
             &self.uncached_read_options
@@ -262,8 +267,13 @@ impl RocksState {
     /// counted exactly (for an offline upgrade's report).
     pub fn count_entries(&self) -> Result<(u64, u64)> {
         let count = |cf: &str| -> Result<u64> {
-            let mut iter =
-                range_iterator(&self.db, self.cf(cf)?, &KeyRange::all(), Direction::Forward)?;
+            let mut iter = range_iterator(
+                &self.db,
+                self.cf(cf)?,
+                &KeyRange::all(),
+                Direction::Forward,
+                true,
+            )?;
             let mut n = 0u64;
             while iter.valid() {
                 n += 1;
@@ -290,7 +300,8 @@ impl RocksState {
         let mut moved = 0u64;
         let mut range = KeyRange::all();
         loop {
-            let mut iter = range_iterator(&self.db, self.cf(legacy)?, &range, Direction::Forward)?;
+            let mut iter =
+                range_iterator(&self.db, self.cf(legacy)?, &range, Direction::Forward, true)?;
             let mut batch = WriteBatch::default();
             let mut last = None;
             while let Some((key, value)) = iter.item() {
@@ -361,8 +372,10 @@ pub(crate) fn range_iterator<'a>(
     cf: &ColumnFamily,
     range: &KeyRange,
     direction: Direction,
+    cache_blocks: bool,
 ) -> Result<DBRawIterator<'a>> {
     let mut read = ReadOptions::default();
+    read.fill_cache(cache_blocks);
     if let Some(lower) = &range.lower {
         read.set_iterate_lower_bound(lower.clone());
     }
@@ -400,7 +413,13 @@ impl RocksState {
         legacy: bool,
     ) -> Result<RocksSource<'a>> {
         Ok(RocksSource {
-            iter: range_iterator(&self.db, self.cf(cf)?, range, direction)?,
+            iter: range_iterator(
+                &self.db,
+                self.cf(cf)?,
+                range,
+                direction,
+                self.caches_blocks(),
+            )?,
             direction,
             legacy,
         })
@@ -659,7 +678,7 @@ mod tests {
             assert_eq!(read(&state, i).as_deref(), Some(&value[..]));
         }
         assert_eq!(read(&state, keys), None);
-        assert!(!state.point_reads_cached.load(Ordering::Relaxed));
+        assert!(!state.caches_blocks.load(Ordering::Relaxed));
         let usage = budget.usage();
         assert!(
             usage.block_cache_pinned >= 512 << 10,
@@ -675,6 +694,6 @@ mod tests {
             RocksState::open_with_ttl(small.path(), ValueFormat::Plain, None, &config).unwrap();
         write(&state, 0..1000, &value);
         assert_eq!(read(&state, 5).as_deref(), Some(&value[..]));
-        assert!(state.point_reads_cached.load(Ordering::Relaxed));
+        assert!(state.caches_blocks.load(Ordering::Relaxed));
     }
 }

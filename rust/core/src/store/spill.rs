@@ -102,7 +102,7 @@ impl Spill {
         range: &KeyRange,
         direction: Direction,
     ) -> Result<Box<dyn SortedSource + 'a>> {
-        let iter = range_iterator(&self.db, self.cf(WRITES_CF)?, range, direction)?;
+        let iter = range_iterator(&self.db, self.cf(WRITES_CF)?, range, direction, true)?;
         Ok(Box::new(SpillSource { iter, direction }))
     }
 
