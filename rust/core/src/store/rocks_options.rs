@@ -3,10 +3,12 @@
 //! (`rocksdb.config.setter`, RocksDB's option string syntax) on top.
 //!
 //! Choices (Kafka Streams' `RocksDBStore` where it has one; `benches/README.md` measures them):
-//! - block cache and memtables: the budget's one LRU cache and write buffer manager; index and
-//!   filter blocks are kept in that cache (high priority) so they count too, pinned there while
-//!   their table is open (about 2 bytes per key: 50M keys pin ~100 MiB), which made point reads
-//!   ~10% fewer instructions than looking them up per read (`benches/README.md`);
+//! - block cache and memtables: the budget's one block cache (a HyperClockCache) and write buffer
+//!   manager; index and filter blocks are kept in that cache (high priority) so they count too,
+//!   pinned there while their table is open (about 2 bytes per key: 50M keys pin ~100 MiB), which
+//!   made point reads ~10% fewer instructions than looking them up per read (rocksdict's default,
+//!   index and filter in the table reader, measured level in CPU per get at 10M keys:
+//!   `benches/README.md`);
 //! - a full Bloom filter of 10 bits per key (Kafka's `BloomFilter()`): a point read of an absent
 //!   key (the first read of every new key) skips the table's data blocks. Unlike Kafka, filters
 //!   stay on the last level too (no `optimize_filters_for_hits`), since misses are common;
