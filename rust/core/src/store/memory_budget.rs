@@ -424,12 +424,17 @@ impl MemoryBudget {
         }
     }
 
-    pub fn usage(&self) -> ProcessMemory {
+    /// The block cache's capacity now (without asking the cache, which walks its table).
+    pub(crate) fn block_cache_capacity(&self) -> usize {
         let limit = self.limit();
         let reserved = self.reserved.load(Ordering::Relaxed);
+        (limit - unaccounted_share(limit)).saturating_sub(reserved)
+    }
+
+    pub fn usage(&self) -> ProcessMemory {
         ProcessMemory {
-            limit,
-            block_cache_capacity: (limit - unaccounted_share(limit)).saturating_sub(reserved),
+            limit: self.limit(),
+            block_cache_capacity: self.block_cache_capacity(),
             block_cache_usage: self.cache.get_usage(),
             block_cache_pinned: self.cache.get_pinned_usage(),
             memtables: self.write_buffers.get_usage(),

@@ -196,7 +196,7 @@ impl RocksState {
                 .ok()
                 .flatten()
                 .unwrap_or(0);
-            let cache = self.budget.usage().block_cache_capacity as u64;
+            let cache = self.budget.block_cache_capacity() as u64;
             let caches = tables <= cache.saturating_mul(UNCACHED_READS_PAST);
             if !caches {
                 self.open_tables_cached();
