@@ -48,7 +48,9 @@ impl RecordPrefixes {
 fn prefix_of(batch: &WriteBatch, slices: usize) -> Result<Vec<u8>> {
     let data = batch.data();
     match data.len().checked_sub(slices) {
-        Some(end) if end > HEADER_LEN && batch.len() == 1 && data[end..].iter().all(|&b| b == 0) => {
+        Some(end)
+            if end > HEADER_LEN && batch.len() == 1 && data[end..].iter().all(|&b| b == 0) =>
+        {
             Ok(data[HEADER_LEN..end].to_vec())
         }
         _ => Err(Error::Storage(format!(

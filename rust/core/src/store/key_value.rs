@@ -845,6 +845,30 @@ impl KeyValueStore {
         })
     }
 
+    /// Applies the staged writes as `prepare_commit` handed them over, when they did not spill;
+    /// returns whether there were any. With `finish_prepared_commit` after, as `apply_prepared`.
+    pub fn apply_staged(&mut self) -> Result<bool> {
+        if self.spill.is_some() {
+            return Err(Error::InvalidState(
+                "spilled writes are applied from their prepared batches".into(),
+            ));
+        }
+        if self.overlay.is_empty() {
+            return Ok(false);
+        }
+        let Self {
+            state,
+            overlay,
+            direct_batch,
+            ..
+        } = self;
+        state.with(|c| {
+            let staged = staged_batch(c, overlay, *direct_batch)?;
+            c.commit_staged(staged, &mut overlay.writes(), None)
+        })?;
+        Ok(true)
+    }
+
     /// Applies one batch of `prepare_commit` (possibly read back after a crash). Applying a
     /// batch again is harmless: it holds final values and deletes.
     pub fn apply_prepared(&self, batch: WriteBatch) -> Result<()> {

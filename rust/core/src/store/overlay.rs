@@ -168,7 +168,9 @@ impl Overlay {
     pub fn get(&self, key: &[u8]) -> Option<Option<&[u8]>> {
         let hash = self.hasher.hash_one(key);
         self.index
-            .find(hash, |&i| key_of(&self.batch, &self.records[i as usize]) == key)
+            .find(hash, |&i| {
+                key_of(&self.batch, &self.records[i as usize]) == key
+            })
             .map(|&i| value_of(&self.batch, &self.records[i as usize]))
     }
 
@@ -183,7 +185,8 @@ impl Overlay {
             return 0;
         }
         self.batch.len()
-            + self.records.len() * (std::mem::size_of::<RecordSpan>() + std::mem::size_of::<u32>() + 1)
+            + self.records.len()
+                * (std::mem::size_of::<RecordSpan>() + std::mem::size_of::<u32>() + 1)
     }
 
     pub fn len(&self) -> usize {
@@ -368,7 +371,11 @@ mod tests {
         o.stage(b"b", None).unwrap();
         assert_eq!(
             o.write_batch().unwrap().as_ref(),
-            rocksdb_batch(&[(b"a", Some(b"long value")), (b"b", None), (b"c", Some(b"3"))])
+            rocksdb_batch(&[
+                (b"a", Some(b"long value")),
+                (b"b", None),
+                (b"c", Some(b"3"))
+            ])
         );
         assert_eq!(o.get(b"a"), Some(Some(&b"long value"[..])));
         assert_eq!(o.bytes(), 1 + 10 + 1 + 1 + 1);
@@ -387,7 +394,11 @@ mod tests {
             o.stage(b"k", Some(&value)).unwrap();
             o.stage(&i.to_be_bytes(), Some(b"v")).unwrap();
         }
-        assert!(o.memory() < 2 * DEAD_BYTES_SLACK + 5_000 * 100, "{}", o.memory());
+        assert!(
+            o.memory() < 2 * DEAD_BYTES_SLACK + 5_000 * 100,
+            "{}",
+            o.memory()
+        );
         assert_eq!(o.get(b"k"), Some(Some(&value[..])));
         assert_eq!(o.get(&4_999u32.to_be_bytes()), Some(Some(&b"v"[..])));
         assert_eq!(o.len(), 5_001);
