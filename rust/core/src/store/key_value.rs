@@ -487,6 +487,9 @@ impl KeyValueStore {
             })?;
             return self.relieve_memtables();
         }
+        if let n @ 2.. = writes.size_hint().0 {
+            overlay.reserve(n);
+        }
         state.with(|_| {
             for (key, value) in writes {
                 overlay.stage(key, value)?;

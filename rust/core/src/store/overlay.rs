@@ -74,6 +74,22 @@ impl Overlay {
         }
     }
 
+    /// Makes room for `writes` more keys (not their bytes), so a large batch of puts does not
+    /// grow the index step by step.
+    pub fn reserve(&mut self, writes: usize) {
+        let Self {
+            batch,
+            records,
+            index,
+            hasher,
+            ..
+        } = self;
+        records.reserve(writes);
+        index.reserve(writes, |&j| {
+            hasher.hash_one(key_of(batch, &records[j as usize]))
+        });
+    }
+
     /// Stages a put (`Some`) or a delete (`None`); returns whether `key` was not staged before.
     pub fn stage(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<bool> {
         if self.batch.is_empty() {
