@@ -34,6 +34,9 @@ use crate::store::key_range::{Direction, KeyRange};
 const DEAD_BYTES_SLACK: usize = 1 << 20;
 /// A batch buffer up to this size is kept for the next transaction; a larger one is freed.
 const KEPT_CAPACITY: usize = 256 * 1024;
+/// At most this many bytes of batch (and this many bytes / 64 writes) are reserved ahead for a
+/// transaction like the last one.
+const RESERVED_AHEAD: usize = 16 << 20;
 
 #[derive(Debug, Default)]
 pub struct Overlay {
@@ -51,6 +54,9 @@ pub struct Overlay {
     bytes: usize,
     /// Bytes of `batch` in records an overwrite replaced.
     dead: usize,
+    /// Writes and batch bytes of the last transaction: a transaction's first write makes room
+    /// for as many (puts one at a time then do not grow the buffers step by step).
+    last_size: (usize, usize),
 }
 
 fn key_of<'a>(batch: &'a [u8], record: &RecordSpan) -> &'a [u8] {
@@ -93,7 +99,9 @@ impl Overlay {
     /// Stages a put (`Some`) or a delete (`None`); returns whether `key` was not staged before.
     pub fn stage(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<bool> {
         if self.batch.is_empty() {
-            self.batch = write_batch::new_batch(0);
+            let (writes, bytes) = self.last_size;
+            self.start_batch(bytes.min(RESERVED_AHEAD));
+            self.reserve(writes.min(RESERVED_AHEAD / 64));
         }
         let Self {
             batch,
@@ -140,6 +148,12 @@ impl Overlay {
         Ok(false)
     }
 
+    /// Starts an empty batch in the (empty) buffer, with room for `bytes` of records.
+    fn start_batch(&mut self, bytes: usize) {
+        self.batch.reserve(write_batch::HEADER_LEN + bytes);
+        self.batch.resize(write_batch::HEADER_LEN, 0);
+    }
+
     /// Rewrites the batch without its dead records, in the order first staged.
     fn drop_dead(&mut self) {
         let order: Vec<usize> = (0..self.records.len()).collect();
@@ -165,7 +179,7 @@ impl Overlay {
     /// live (in the order first staged), else the live ones rewritten in key order.
     pub fn write_batch(&mut self) -> Result<Cow<'_, [u8]>> {
         if self.batch.is_empty() {
-            self.batch = write_batch::new_batch(0);
+            self.start_batch(0);
         }
         if self.dead == 0 {
             write_batch::set_count(&mut self.batch, self.records.len())?;
@@ -215,6 +229,9 @@ impl Overlay {
 
     /// Forgets every staged write, keeping a small buffer for the next transaction.
     pub fn clear(&mut self) {
+        if !self.records.is_empty() {
+            self.last_size = (self.records.len(), self.batch.len() - self.dead);
+        }
         if self.batch.capacity() > KEPT_CAPACITY {
             self.batch = Vec::new();
             self.records = Vec::new();
@@ -398,6 +415,12 @@ mod tests {
         o.clear();
         assert!(o.is_empty());
         assert_eq!(o.write_batch().unwrap().as_ref(), rocksdb_batch(&[]));
+        // The next transaction starts in the kept buffer, with room reserved for the last one.
+        o.stage(b"d", Some(b"4")).unwrap();
+        assert_eq!(
+            o.write_batch().unwrap().as_ref(),
+            rocksdb_batch(&[(b"d", Some(b"4"))])
+        );
     }
 
     #[test]
