@@ -196,6 +196,10 @@ impl Overlay {
 
     /// `None`: not staged; `Some(None)`: staged delete; `Some(Some(v))`: staged value.
     pub fn get(&self, key: &[u8]) -> Option<Option<&[u8]>> {
+        if self.records.is_empty() {
+            // Nothing staged, the usual state of a read between commits: no hashing.
+            return None;
+        }
         let hash = self.hasher.hash_one(key);
         self.index
             .find(hash, |&i| {
