@@ -775,16 +775,7 @@ impl KeyValueStore {
                 .with(|c| c.apply(&mut std::iter::empty(), Some(offset_write)));
         }
         if self.spill.is_none() {
-            let Self {
-                state,
-                overlay,
-                direct_batch,
-                ..
-            } = self;
-            state.with(|c| {
-                let staged = staged_batch(c, overlay, *direct_batch)?;
-                c.commit_staged(staged, &mut overlay.writes(), Some(offset_write))
-            })?;
+            self.write_staged(Some(offset_write))?;
             if let Some(cache) = &self.cache {
                 cache.refresh(self.overlay.writes());
             }
@@ -859,6 +850,12 @@ impl KeyValueStore {
         if self.overlay.is_empty() {
             return Ok(false);
         }
+        self.write_staged(None)?;
+        Ok(true)
+    }
+
+    /// Writes the overlay (not spilled) into the committed state, with `offset` if given.
+    fn write_staged(&mut self, offset: Option<OffsetWrite<'_>>) -> Result<()> {
         let Self {
             state,
             overlay,
@@ -867,9 +864,8 @@ impl KeyValueStore {
         } = self;
         state.with(|c| {
             let staged = staged_batch(c, overlay, *direct_batch)?;
-            c.commit_staged(staged, &mut overlay.writes(), None)
-        })?;
-        Ok(true)
+            c.commit_staged(staged, &mut overlay.writes(), offset)
+        })
     }
 
     /// Applies one batch of `prepare_commit` (possibly read back after a crash). Applying a
