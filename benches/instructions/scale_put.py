@@ -6,6 +6,7 @@ this run's minus a run with N = 0, over N.
 """
 
 import os
+import shutil
 import sys
 import tempfile
 
@@ -34,6 +35,7 @@ def main(library: str, n: int) -> None:
                 batch.put(key, value)
             db.write(batch)
         db.close()
+    shutil.rmtree(where)
 
 
 if __name__ == "__main__":
