@@ -50,7 +50,7 @@ def run_kstate(n_keys: int, where: str) -> dict:
     config = {"statestore.memory.max.bytes": BUDGET}
     store = Stores.session_store_builder(supplier, "bytes", "bytes").with_config(config).build()
     store.init(f"{where}/app/0_0")
-    started, sessions, aggregates = time.perf_counter(), [], []
+    started, cpu, sessions, aggregates = time.perf_counter(), time.process_time(), [], []
     for s in range(SESSIONS):
         start, end = _session(s)
         for i in range(n_keys):
@@ -62,7 +62,7 @@ def run_kstate(n_keys: int, where: str) -> dict:
                 sessions, aggregates = [], []
     store.put_all(sessions, aggregates)
     store.commit(changelog_offset=0)
-    put_seconds = time.perf_counter() - started
+    put_seconds, put_cpu = time.perf_counter() - started, time.process_time() - cpu
     keys, t = _lookups(n_keys)
     started, found = time.perf_counter(), 0
     for key in keys:
@@ -75,14 +75,14 @@ def run_kstate(n_keys: int, where: str) -> dict:
             fetched += 1
     fetch_seconds = time.perf_counter() - started
     store.close()
-    return _result(n_keys, put_seconds, found, find_seconds, fetched, fetch_seconds)
+    return _result(n_keys, (put_seconds, put_cpu), found, find_seconds, fetched, fetch_seconds)
 
 
 def run_rocksdict(n_keys: int, where: str) -> dict:
     from rocksdict import Options, Rdict, WriteBatch
 
     db = Rdict(f"{where}/rocksdict", options=Options(raw_mode=True))
-    started, batch = time.perf_counter(), WriteBatch(raw_mode=True)
+    started, cpu, batch = time.perf_counter(), time.process_time(), WriteBatch(raw_mode=True)
     for s in range(SESSIONS):
         start, end = _session(s)
         for i in range(n_keys):
@@ -91,7 +91,7 @@ def run_rocksdict(n_keys: int, where: str) -> dict:
                 db.write(batch)
                 batch = WriteBatch(raw_mode=True)
     db.write(batch)
-    put_seconds = time.perf_counter() - started
+    put_seconds, put_cpu = time.perf_counter() - started, time.process_time() - cpu
     keys, t = _lookups(n_keys)
     started, found = time.perf_counter(), 0
     for key in keys:
@@ -108,14 +108,16 @@ def run_rocksdict(n_keys: int, where: str) -> dict:
             fetched += 1
     fetch_seconds = time.perf_counter() - started
     db.close()
-    return _result(n_keys, put_seconds, found, find_seconds, fetched, fetch_seconds)
+    return _result(n_keys, (put_seconds, put_cpu), found, find_seconds, fetched, fetch_seconds)
 
 
-def _result(n_keys: int, put_seconds: float, found: int, find_seconds: float, fetched: int, fetch_seconds: float):
+def _result(n_keys: int, put: tuple[float, float], found: int, find_seconds: float, fetched: int, fetch_seconds: float):
+    """``put``: wall-clock and CPU seconds (all threads) of the puts."""
     if found != LOOKUPS or fetched != LOOKUPS * SESSIONS:
         raise SystemExit(f"found {found} and fetched {fetched} sessions, expected {LOOKUPS} and {LOOKUPS * SESSIONS}")
     return {
-        "put_rate": n_keys * SESSIONS / put_seconds,
+        "put_rate": n_keys * SESSIONS / put[0],
+        "put_cpu_us": put[1] / (n_keys * SESSIONS) * 1e6,
         "find_rate": LOOKUPS / find_seconds,
         "fetch_rate": LOOKUPS / fetch_seconds,
         "rss": peak_rss(),

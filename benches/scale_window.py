@@ -53,7 +53,7 @@ def run_kstate(n_keys: int, where: str) -> dict:
     config = {"statestore.memory.max.bytes": BUDGET}
     store = Stores.window_store_builder(supplier, "bytes", "bytes").with_config(config).build()
     store.init(f"{where}/app/0_0")
-    started, keys, values = time.perf_counter(), [], []
+    started, cpu, keys, values = time.perf_counter(), time.process_time(), [], []
     for w in range(WINDOWS):
         start = T0 + w * MINUTE
         for i in range(n_keys):
@@ -67,7 +67,7 @@ def run_kstate(n_keys: int, where: str) -> dict:
             store.put_all(keys, values, [start] * len(keys))
             keys, values = [], []
     store.commit(changelog_offset=0)
-    put_seconds = time.perf_counter() - started
+    put_seconds, put_cpu = time.perf_counter() - started, time.process_time() - cpu
     keys, last = _fetches(n_keys)
     started, rows = time.perf_counter(), 0
     for key in keys:
@@ -84,14 +84,14 @@ def run_kstate(n_keys: int, where: str) -> dict:
     if fetched_all != n_keys:
         raise SystemExit(f"fetch_all found {fetched_all} windows, expected {n_keys}")
     store.close()
-    return _result(n_keys, put_seconds, fetch_seconds, fetch_all_seconds)
+    return _result(n_keys, (put_seconds, put_cpu), fetch_seconds, fetch_all_seconds)
 
 
 def run_rocksdict(n_keys: int, where: str) -> dict:
     from rocksdict import Options, Rdict, WriteBatch
 
     db = Rdict(f"{where}/rocksdict", options=Options(raw_mode=True))
-    started, batch = time.perf_counter(), WriteBatch(raw_mode=True)
+    started, cpu, batch = time.perf_counter(), time.process_time(), WriteBatch(raw_mode=True)
     for w in range(WINDOWS):
         start = T0 + w * MINUTE
         for i in range(n_keys):
@@ -100,7 +100,7 @@ def run_rocksdict(n_keys: int, where: str) -> dict:
                 db.write(batch)
                 batch = WriteBatch(raw_mode=True)
     db.write(batch)
-    put_seconds = time.perf_counter() - started
+    put_seconds, put_cpu = time.perf_counter() - started, time.process_time() - cpu
     keys, last = _fetches(n_keys)
     started, rows = time.perf_counter(), 0
     for key in keys:
@@ -119,7 +119,7 @@ def run_rocksdict(n_keys: int, where: str) -> dict:
     if fetched_all != n_keys:
         raise SystemExit(f"fetch_all found {fetched_all} windows, expected {n_keys}")
     db.close()
-    return _result(n_keys, put_seconds, fetch_seconds, fetch_all_seconds)
+    return _result(n_keys, (put_seconds, put_cpu), fetch_seconds, fetch_all_seconds)
 
 
 def _fetches(n_keys: int) -> tuple[list[bytes], int]:
@@ -128,9 +128,11 @@ def _fetches(n_keys: int) -> tuple[list[bytes], int]:
     return [row_key(rng.randrange(n_keys)) for _ in range(FETCHES)], T0 + (WINDOWS - 1) * MINUTE
 
 
-def _result(n_keys: int, put_seconds: float, fetch_seconds: float, fetch_all_seconds: float) -> dict:
+def _result(n_keys: int, put: tuple[float, float], fetch_seconds: float, fetch_all_seconds: float) -> dict:
+    """``put``: wall-clock and CPU seconds (all threads) of the puts."""
     return {
-        "put_rate": n_keys * WINDOWS / put_seconds,
+        "put_rate": n_keys * WINDOWS / put[0],
+        "put_cpu_us": put[1] / (n_keys * WINDOWS) * 1e6,
         "fetch_rate": FETCHES / fetch_seconds,
         # rows scanned per second: the whole store is read to find one minute's windows
         "fetch_all_rate": n_keys * WINDOWS / fetch_all_seconds,

@@ -1,12 +1,16 @@
 #!/bin/bash
-# Main-thread instructions per key-value operation (OP minus the setup alone), 60,000 operations:
+# Main-thread instructions per operation (OP minus the setup alone), 60,000 operations:
 #   benches/instructions/kv_instructions.sh <python of a venv with the wheel> get|get_nocache|put|get_many|put_all|commit|scan
+#   benches/instructions/kv_instructions.sh <python> window|session     (put_all + commit, per window / session)
 here=$(cd "$(dirname "$0")" && pwd); py=$1; op=$2
 one() {
     out=$(mktemp -u /tmp/kv-callgrind.XXXXXX)
-    valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file="$out" "$py" "$here/kv_ops.py" "$1" >/dev/null 2>&1
+    valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file="$out" "$py" "$@" >/dev/null 2>&1
     grep -E "^(summary|totals):" "$out-01" | head -1 | awk '{print $2}'
     rm -f "$out"*
 }
-a=$(one "$op"); b=$(one "$([ "$op" = get_nocache ] && echo none_nocache || echo none)")
+case $op in
+    window|session) a=$(one "$here/segmented_ops.py" "$op" put); b=$(one "$here/segmented_ops.py" "$op" none) ;;
+    *) a=$(one "$here/kv_ops.py" "$op"); b=$(one "$here/kv_ops.py" "$([ "$op" = get_nocache ] && echo none_nocache || echo none)") ;;
+esac
 python3 -c "print('$op', round(($a - $b) / 60000))"

@@ -64,14 +64,14 @@ class SessionStore(SessionReads, SegmentedStore):
         sessions, aggregates = list(entries), list(aggregates)
         if len(sessions) != len(aggregates):
             raise InvalidArgumentError(f"put_all got {len(sessions)} sessions and {len(aggregates)} aggregates")
+        if self._raw:  # the sessions are checked and split natively
+            return self._reader.put_all_sessions(sessions, aggregates)
         for session_key in sessions:
             if not isinstance(session_key, tuple) or len(session_key) != 3:
                 session_of(session_key)  # raises its error
         # Times are checked natively (ints in 64 bits, as check_time), keys and values too.
         keys = [session[0] for session in sessions]
         starts, ends = [session[1] for session in sessions], [session[2] for session in sessions]
-        if self._raw:
-            return self._reader.put_all(keys, starts, ends, aggregates)
         stored = [self._stored(aggregate, check_time("session end", end)) for aggregate, end in zip(aggregates, ends)]
         return self._reader.put_all([self._key_bytes(key) for key in keys], starts, ends, stored)
 

@@ -153,6 +153,8 @@ def test_session_put_all_checks_every_entry_before_writing(task_dir):
         ]:
             with pytest.raises(error):
                 store.put_all(entries, aggregates)
+        with pytest.raises(InvalidArgumentError, match=r"Windowed\(key, start, end\), got \(b'k', 0\)"):
+            store.put_all([good, (b"k", 0)], [b"v", b"v"])  # bytes serdes: checked natively, same message
         assert list(store.fetch(b"k")) == [], "nothing written by a call that raised"
 
 

@@ -17,7 +17,10 @@ WRITER = textwrap.dedent(f"""
     from kstate import Stores
 
     task_dir, mode = sys.argv[1], sys.argv[2]
-    store = Stores.window_store_builder(Stores.persistent_window_store("w", 10 * 60_000, 60_000)).build().init(task_dir)
+    # "mid-commit-spilled": staged writes spill to disk, so the commit applies them from the intent file
+    config = {{"statestore.uncommitted.max.bytes": 20_000}} if mode.endswith("spilled") else {{}}
+    builder = Stores.window_store_builder(Stores.persistent_window_store("w", 10 * 60_000, 60_000))
+    store = builder.with_config(config).build().init(task_dir)
 
     def write(n):  # commit n holds value n in every window of every key
         for i in range({KEYS}):
@@ -41,7 +44,7 @@ WRITER = textwrap.dedent(f"""
     if mode == "staged":
         print("staged", flush=True)
         time.sleep(60)
-    elif mode == "mid-commit":
+    elif mode.startswith("mid-commit"):
         store.commit(2, pause)  # the pause comes after the first segment's batch is applied
 """)
 
@@ -59,8 +62,9 @@ def state_of(store):
     return per_segment, values
 
 
-def test_killed_between_segment_writes_finishes_the_commit_on_reopen(kill_writer, task_dir):
-    lines = kill_writer(WRITER, [task_dir, "mid-commit"], "applied")
+@pytest.mark.parametrize("mode", ["mid-commit", "mid-commit-spilled"])
+def test_killed_between_segment_writes_finishes_the_commit_on_reopen(kill_writer, task_dir, mode):
+    lines = kill_writer(WRITER, [task_dir, mode], "applied")
     done, total = int(lines[-1][1]), int(lines[-1][2])
     assert (done, total) == (1, 3), "killed with one of three segments written"
     with reopen(task_dir) as store:

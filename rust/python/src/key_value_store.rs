@@ -68,7 +68,7 @@ pub(crate) fn as_bytes<'a>(obj: &'a Bound<'_, PyAny>, what: &str) -> PyResult<&'
 }
 
 /// `obj` as bytes, consumed (one type check per item of a list).
-fn into_bytes<'py>(obj: Bound<'py, PyAny>, what: &str) -> PyResult<Bound<'py, PyBytes>> {
+pub(crate) fn into_bytes<'py>(obj: Bound<'py, PyAny>, what: &str) -> PyResult<Bound<'py, PyBytes>> {
     obj.cast_into::<PyBytes>()
         .map_err(|error| not_bytes(&error.into_inner(), what))
 }

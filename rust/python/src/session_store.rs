@@ -6,11 +6,11 @@ use kstate_core::segmented::segmented_store::{SegmentReader, SegmentedKeys};
 use kstate_core::segmented::session_store::{SessionQueries, SessionWrite};
 use kstate_core::{SegmentedView, SessionStore};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict};
+use pyo3::types::{PyBytes, PyDict, PyTuple};
 
-use crate::errors::guard;
+use crate::errors::{guard, raise, ErrorClass};
 use crate::key_value_store::{
-    as_bytes, bytes_list, direction, optional_bytes_list, optional_value,
+    as_bytes, bytes_list, direction, into_bytes, optional_bytes_list, optional_value,
 };
 use crate::logged::{logged_store_methods, Logged};
 use crate::windowed::{
@@ -92,6 +92,54 @@ impl NativeSessionStore {
             .zip(ends)
             .zip(&values)
             .map(|(((k, start), end), v)| {
+                (k.as_bytes(), start, end, v.as_ref().map(|b| b.as_bytes()))
+            })
+            .collect();
+        guard(|| self.logged.inner.store.put_all(&writes))
+    }
+
+    /// `put_all` of `(key, start, end)` tuples (`Windowed`) and their values, as many of each:
+    /// the checks of `put_all` without splitting the sessions into columns in Python first.
+    fn put_all_sessions(
+        &mut self,
+        sessions: &Bound<'_, PyAny>,
+        values: &Bound<'_, PyAny>,
+    ) -> PyResult<usize> {
+        let values = optional_bytes_list(values)?;
+        let mut keys = Vec::with_capacity(values.len());
+        let mut times = Vec::with_capacity(values.len());
+        for session in sessions.try_iter()? {
+            let session = session?;
+            let Some(parts) = session.cast::<PyTuple>().ok().filter(|t| t.len() == 3) else {
+                return Err(raise(
+                    ErrorClass::InvalidArgumentError,
+                    format!(
+                        "a session key is Windowed(key, start, end), got {}",
+                        session.repr()?
+                    ),
+                ));
+            };
+            keys.push(into_bytes(parts.get_item(0)?, "key")?);
+            times.push((
+                millis(&parts.get_item(1)?, "session start")?,
+                millis(&parts.get_item(2)?, "session end")?,
+            ));
+        }
+        if keys.len() != values.len() {
+            return Err(raise(
+                ErrorClass::InvalidArgumentError,
+                format!(
+                    "put_all got {} sessions and {} aggregates",
+                    keys.len(),
+                    values.len()
+                ),
+            ));
+        }
+        let writes: Vec<SessionWrite<'_>> = keys
+            .iter()
+            .zip(times)
+            .zip(&values)
+            .map(|((k, (start, end)), v)| {
                 (k.as_bytes(), start, end, v.as_ref().map(|b| b.as_bytes()))
             })
             .collect();

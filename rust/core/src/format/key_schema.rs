@@ -77,10 +77,16 @@ pub mod window {
     /// `toStoreKeyBinary`: the store (and changelog) key.
     pub fn to_store_key(key: &[u8], start: i64, seq: i32) -> Vec<u8> {
         let mut out = Vec::with_capacity(key.len() + WINDOW_SUFFIX_LEN);
+        write_store_key(&mut out, key, start, seq);
+        out
+    }
+
+    /// `to_store_key` into `out` (cleared first), for a caller reusing one buffer.
+    pub fn write_store_key(out: &mut Vec<u8>, key: &[u8], start: i64, seq: i32) {
+        out.clear();
         out.extend_from_slice(key);
         out.extend_from_slice(&start.to_be_bytes());
         out.extend_from_slice(&seq.to_be_bytes());
-        out
     }
 
     /// `toBinary`: the windowed key of output topics (`TimeWindowedSerializer`), no sequence.
@@ -142,10 +148,16 @@ pub mod session {
     /// The store, changelog and `SessionWindowedSerializer` key.
     pub fn to_store_key(key: &[u8], start: i64, end: i64) -> Vec<u8> {
         let mut out = Vec::with_capacity(key.len() + SESSION_SUFFIX_LEN);
+        write_store_key(&mut out, key, start, end);
+        out
+    }
+
+    /// `to_store_key` into `out` (cleared first), for a caller reusing one buffer.
+    pub fn write_store_key(out: &mut Vec<u8>, key: &[u8], start: i64, end: i64) {
+        out.clear();
         out.extend_from_slice(key);
         out.extend_from_slice(&end.to_be_bytes());
         out.extend_from_slice(&start.to_be_bytes());
-        out
     }
 
     pub fn from_store_key(bytes: &[u8]) -> Result<SessionKey<'_>> {

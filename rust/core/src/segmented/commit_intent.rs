@@ -77,8 +77,19 @@ impl IntentWriter {
         Ok(())
     }
 
+    /// Batches added so far.
+    pub fn entries(&self) -> u64 {
+        self.entries
+    }
+
     /// Seals the file, makes it durable and atomically replaces `path` with it.
-    pub fn finish(mut self, path: &Path) -> Result<()> {
+    pub fn finish(self, path: &Path) -> Result<()> {
+        self.seal(path, true)
+    }
+
+    /// Seals the file and atomically replaces `path` with it; `durable` fsyncs the file and the
+    /// rename.
+    fn seal(mut self, path: &Path, durable: bool) -> Result<()> {
         let count = self.entries.to_be_bytes();
         self.write(&count)?;
         let crc = self.crc.clone().finalize().to_be_bytes();
@@ -87,19 +98,30 @@ impl IntentWriter {
             .file
             .into_inner()
             .map_err(|e| Error::Storage(format!("I/O: {}", e.error())))?;
-        file.sync_all()?;
+        if durable {
+            file.sync_all()?;
+        }
         drop(file);
         fs::rename(&self.tmp, path)?;
-        if let Some(dir) = path.parent() {
-            File::open(dir)?.sync_all()?;
+        if durable {
+            if let Some(dir) = path.parent() {
+                File::open(dir)?.sync_all()?;
+            }
         }
         Ok(())
     }
 }
 
-/// Writes a file without batches: the record of a complete commit.
+/// Writes a file without batches, durably: the record of a complete commit.
 pub fn write_record(path: &Path, offset: Option<i64>, stream_time: i64) -> Result<()> {
     IntentWriter::create(path, offset, stream_time)?.finish(path)
+}
+
+/// `write_record` over the intent of a commit just applied, without waiting for the disk: a
+/// process killed after it leaves the file in the page cache, and a machine that loses it keeps
+/// the durable intent, whose batches apply again harmlessly on open (they hold final values).
+pub fn write_completion(path: &Path, offset: Option<i64>, stream_time: i64) -> Result<()> {
+    IntentWriter::create(path, offset, stream_time)?.seal(path, false)
 }
 
 fn read_array<const N: usize>(reader: &mut impl Read) -> Result<[u8; N]> {

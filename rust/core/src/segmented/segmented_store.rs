@@ -9,8 +9,9 @@
 //! - A persistent transactional commit goes through the commit-intent file (`commit_intent.rs`):
 //!   every segment's prepared batches and the offset are made durable in one file (in the task
 //!   directory: Kafka's `openExisting` wants nothing but segments in the store's) first, then
-//!   applied segment by segment; a crash in between is finished on open. The file also keeps the
-//!   committed offset and stream time, so retention survives restarts.
+//!   applied segment by segment (from the segments' own staged batches, or, when some spilled or
+//!   on open after a crash, from the file); a crash in between is finished on open. The file also
+//!   keeps the committed offset and stream time, so retention survives restarts.
 //! - Scans walk the segments in time order (reverse for backward scans) and filter each segment's
 //!   key range with the query's predicate, as Kafka's `SegmentIterator` does.
 
@@ -21,7 +22,7 @@ use std::sync::{Arc, RwLock};
 use rocksdb::WriteBatch;
 
 use crate::error::{Error, Result};
-use crate::segmented::commit_intent::{self, IntentWriter};
+use crate::segmented::commit_intent::{self, CommitIntent, IntentWriter};
 use crate::segmented::segments::{parse_segment_name, segment_id, segment_name};
 use crate::store::committed::Write;
 use crate::store::key_range::{Direction, KeyRange};
@@ -639,7 +640,9 @@ impl SegmentedStore {
             (Some(_), true) => {
                 let path = self.intent_path()?;
                 let mut writer = IntentWriter::create(&path, offset, self.stream_time)?;
+                let mut spilled = false;
                 for (&id, segment) in self.segments.range_mut(min_live..) {
+                    spilled |= segment.uncommitted().1;
                     segment.prepare_commit(INTENT_BATCH_BYTES, &mut |batch| {
                         if batch.is_empty() {
                             Ok(())
@@ -648,8 +651,14 @@ impl SegmentedStore {
                         }
                     })?;
                 }
+                let entries = writer.entries();
                 writer.finish(&path)?;
-                if let Err(e) = self.apply_intent(progress) {
+                // Unspilled segments still hold the batches the file got: no need to read it back.
+                let applied = match spilled {
+                    true => self.apply_intent(progress),
+                    false => self.apply_staged(offset, entries, progress),
+                };
+                if let Err(e) = applied {
                     // Some segments may hold the commit and others not; the durable intent makes
                     // reopening finish it, so close rather than serve a mix.
                     let _ = self.close();
@@ -694,12 +703,48 @@ impl SegmentedStore {
             });
             Ok(())
         })?;
+        self.complete_commit(intent)
+    }
+
+    /// Applies the commit of a durable intent with `entries` batches from the segments' staged
+    /// writes, none of them spilled: the same batches the file holds.
+    fn apply_staged(
+        &mut self,
+        offset: Option<i64>,
+        entries: u64,
+        progress: &mut dyn FnMut(CommitProgress),
+    ) -> Result<()> {
+        let min_live = self.options.min_live_segment(self.stream_time);
+        let mut applied = 0;
+        for segment in self.segments.range_mut(min_live..).map(|(_, s)| s) {
+            if segment.apply_staged()? {
+                applied += 1;
+                progress(CommitProgress {
+                    writes_applied: applied,
+                    writes_total: entries,
+                });
+            }
+        }
+        self.complete_commit(CommitIntent {
+            offset,
+            stream_time: self.stream_time,
+            entries,
+        })
+    }
+
+    /// Records the offset in every live segment once `intent`'s batches are applied, marks the
+    /// commit complete and drops the segments it expired.
+    fn complete_commit(&mut self, intent: CommitIntent) -> Result<()> {
         let min_live = self.options.min_live_segment(intent.stream_time);
         for segment in self.segments.range_mut(min_live..).map(|(_, s)| s) {
             segment.finish_prepared_commit(intent.offset)?;
         }
         if intent.entries > 0 {
-            commit_intent::write_record(&path, intent.offset, intent.stream_time)?;
+            commit_intent::write_completion(
+                &self.intent_path()?,
+                intent.offset,
+                intent.stream_time,
+            )?;
         }
         self.stream_time = self.stream_time.max(intent.stream_time);
         self.set_committed(intent.offset, intent.stream_time)?;

@@ -131,9 +131,10 @@ impl SessionStore {
         for &(_, start, end, _) in writes {
             check_session(start, end)?;
         }
-        let mut dropped = 0;
+        let (mut dropped, mut store_key) = (0, Vec::new());
         for &(key, start, end, value) in writes {
-            if !self.put(key, start, end, value)? {
+            session::write_store_key(&mut store_key, key, start, end);
+            if !self.segments.put(&store_key, end, value)? {
                 dropped += 1;
             }
         }

@@ -185,6 +185,17 @@ impl WindowStore {
     /// Returns `false` when the window's segment has expired and the put was dropped. With
     /// duplicates a delete does nothing, as in Kafka.
     pub fn put(&mut self, key: &[u8], value: Option<&[u8]>, window_start: i64) -> Result<bool> {
+        self.put_keyed(&mut Vec::new(), key, value, window_start)
+    }
+
+    /// `put`, building the store key in `store_key`.
+    fn put_keyed(
+        &mut self,
+        store_key: &mut Vec<u8>,
+        key: &[u8],
+        value: Option<&[u8]>,
+        window_start: i64,
+    ) -> Result<bool> {
         if window_start < 0 {
             return Err(Error::InvalidArgument(format!(
                 "window start must be >= 0, got {window_start}"
@@ -201,8 +212,8 @@ impl WindowStore {
         } else {
             0
         };
-        let store_key = window::to_store_key(key, window_start, seq);
-        self.segments.put(&store_key, window_start, value)
+        window::write_store_key(store_key, key, window_start, seq);
+        self.segments.put(store_key, window_start, value)
     }
 
     /// `put` of each `(key, value, window_start)` in turn; returns how many were dropped as
@@ -213,9 +224,9 @@ impl WindowStore {
                 "window start must be >= 0, got {start}"
             )));
         }
-        let mut dropped = 0;
+        let (mut dropped, mut store_key) = (0, Vec::new());
         for &(key, value, window_start) in writes {
-            if !self.put(key, value, window_start)? {
+            if !self.put_keyed(&mut store_key, key, value, window_start)? {
                 dropped += 1;
             }
         }

@@ -6,6 +6,7 @@ use std::path::Path;
 use rocksdb::WriteBatch;
 
 use crate::error::Result;
+use crate::format::write_batch::RecordPrefixes;
 use crate::store::key_range::{Direction, KeyRange};
 use crate::store::memory_budget::StoreMemory;
 use crate::store::merge::SortedSource;
@@ -46,6 +47,13 @@ pub trait CommittedState: Send + Sync {
         range: &KeyRange,
         direction: Direction,
     ) -> Result<Vec<Box<dyn SortedSource + 'a>>>;
+
+    /// The record prefixes of the state's write batch when staged writes can be kept as its
+    /// records and committed as they are (`format::write_batch`); `None` where a commit must
+    /// stage write by write (in memory; upgrade mode, whose writes also delete legacy copies).
+    fn batch_records(&self) -> Result<Option<RecordPrefixes>> {
+        Ok(None)
+    }
 
     /// Adds one staged write to `batch`, the commit's writes in the state's own form. Building it
     /// while writes are staged makes a commit one write (Kafka's `RocksDBTransactionBuffer`

@@ -2,7 +2,7 @@
 //! state (RocksDB or memory), with KIP-892's `commit(offset)` / `recover(offset)`.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, RwLock};
 
 use rocksdb::WriteBatch;
 
@@ -190,12 +190,12 @@ impl ReadCommittedView {
 pub struct KeyValueStore {
     state: SharedState,
     options: StoreOptions,
+    /// Staged writes, kept as records of the committed state's own write batch when it has
+    /// one (`direct_batch`), so a commit hands them over in one piece.
     overlay: Overlay,
-    /// The overlay's writes as the committed state will apply them (`CommittedState::stage`),
-    /// kept while every key is staged once. The first overwrite drops it (`None`) and commit
-    /// builds it from the overlay, so overwritten values never reach RocksDB. Only `&mut self`
-    /// touches it, through `get_mut`; the mutex makes the store `Sync`.
-    batch: Mutex<Option<WriteBatch>>,
+    /// Whether the overlay's batch is the committed state's (`CommittedState::batch_records`);
+    /// otherwise a commit stages its writes one by one (`CommittedState::stage`).
+    direct_batch: bool,
     /// Where uncommitted writes spill; `None` for in-memory stores, which never spill.
     spill_path: Option<PathBuf>,
     spill: Option<Spill>,
@@ -274,6 +274,7 @@ impl KeyValueStore {
             }
             spill.destroy()?;
         }
+        let records = rocks.batch_records()?;
         let budget = config.budget().clone();
         let cache = (options.cache_max_bytes > 0)
             .then(|| ReadCache::new(options.cache_max_bytes, budget.clone()));
@@ -288,8 +289,8 @@ impl KeyValueStore {
             state,
             cache,
             options,
-            overlay: Overlay::default(),
-            batch: Mutex::new(Some(WriteBatch::default())),
+            direct_batch: records.is_some(),
+            overlay: Overlay::new(records.unwrap_or_default()),
             spill_path: Some(spill_path.to_path_buf()),
             spill: None,
             ttl,
@@ -309,7 +310,7 @@ impl KeyValueStore {
             state: SharedState::new(name, Box::new(MemoryState::default())),
             options,
             overlay: Overlay::default(),
-            batch: Mutex::new(Some(WriteBatch::default())),
+            direct_batch: false,
             spill_path: None,
             spill: None,
             cache: None,
@@ -346,20 +347,10 @@ impl KeyValueStore {
         }
     }
 
-    /// Bytes staged in memory (the overlay and its batch, as Kafka counts them) and whether
-    /// earlier staged writes spilled to disk.
+    /// Bytes staged in memory (the overlay's batch and index) and whether earlier staged writes
+    /// spilled to disk.
     pub fn uncommitted(&self) -> (usize, bool) {
-        (
-            self.overlay.bytes()
-                + self
-                    .batch
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .as_ref()
-                    .filter(|batch| !batch.is_empty()) // an empty batch still has a header
-                    .map_or(0, WriteBatch::size_in_bytes),
-            self.spill.is_some(),
-        )
+        (self.overlay.memory(), self.spill.is_some())
     }
 
     /// Passes the value of `key` to `f` without copying, uncommitted writes first. A legacy
@@ -475,7 +466,6 @@ impl KeyValueStore {
         let Self {
             state,
             overlay,
-            batch,
             cache,
             options,
             ttl,
@@ -497,14 +487,12 @@ impl KeyValueStore {
             })?;
             return self.relieve_memtables();
         }
-        let batch = batch.get_mut().unwrap_or_else(PoisonError::into_inner);
-        state.with(|c| {
+        if let n @ 2.. = writes.size_hint().0 {
+            overlay.reserve(n);
+        }
+        state.with(|_| {
             for (key, value) in writes {
-                let first_write_of_key = overlay.stage(key, value);
-                match batch {
-                    Some(b) if first_write_of_key => c.stage(b, key, value)?,
-                    _ => *batch = None,
-                }
+                overlay.stage(key, value)?;
             }
             Ok(())
         })?;
@@ -521,14 +509,7 @@ impl KeyValueStore {
 
     /// Tells the memory budget how many bytes this store stages in memory now; returns them.
     fn settle_staged(&mut self) -> usize {
-        let batch = self
-            .batch
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner)
-            .as_ref()
-            .filter(|batch| !batch.is_empty())
-            .map_or(0, WriteBatch::size_in_bytes);
-        let staged = self.overlay.bytes() + batch;
+        let staged = self.overlay.memory();
         if let Some(account) = &self.account {
             account.set_staged(staged);
         }
@@ -570,7 +551,6 @@ impl KeyValueStore {
     /// Drops the writes staged in memory (not those spilled).
     fn discard_staged(&mut self) {
         self.overlay.clear();
-        *self.batch.get_mut().unwrap_or_else(PoisonError::into_inner) = Some(WriteBatch::default());
         self.settle_staged();
     }
 
@@ -795,27 +775,11 @@ impl KeyValueStore {
                 .with(|c| c.apply(&mut std::iter::empty(), Some(offset_write)));
         }
         if self.spill.is_none() {
-            let Self {
-                state,
-                overlay,
-                batch,
-                ..
-            } = self;
-            let batch = batch.get_mut().unwrap_or_else(PoisonError::into_inner);
-            // A failed write takes the batch with it; the next commit rebuilds it from the overlay.
-            state.with(|c| {
-                let staged = match batch.take() {
-                    Some(staged) => staged,
-                    None => batch_of(c, overlay)?,
-                };
-                c.commit_staged(staged, &mut overlay.writes(), Some(offset_write))
-            })?;
-            *batch = Some(WriteBatch::default());
-            let committed = self.overlay.take();
+            self.write_staged(Some(offset_write))?;
             if let Some(cache) = &self.cache {
-                cache.refresh(committed);
+                cache.refresh(self.overlay.writes());
             }
-            self.settle_staged();
+            self.discard_staged();
             return Ok(());
         }
         self.spill_overlay()?;
@@ -859,21 +823,48 @@ impl KeyValueStore {
         let Self {
             state,
             overlay,
-            batch,
+            direct_batch,
             spill,
             ..
         } = self;
-        let batch = batch.get_mut().unwrap_or_else(PoisonError::into_inner);
-        state.with(|c| match (spill.as_ref(), batch.as_ref()) {
-            (Some(spill), _) => spill.for_each_batch(batch_bytes, |writes| {
+        state.with(|c| match spill.as_ref() {
+            Some(spill) => spill.for_each_batch(batch_bytes, |writes| {
                 let mut spilled = WriteBatch::default();
                 for (key, value) in writes {
                     c.stage(&mut spilled, key, value.as_deref())?;
                 }
                 sink(&spilled)
             }),
-            (None, Some(staged)) => sink(staged),
-            (None, None) => sink(&batch_of(c, overlay)?),
+            None => sink(&staged_batch(c, overlay, *direct_batch)?),
+        })
+    }
+
+    /// Applies the staged writes as `prepare_commit` handed them over, when they did not spill;
+    /// returns whether there were any. With `finish_prepared_commit` after, as `apply_prepared`.
+    pub fn apply_staged(&mut self) -> Result<bool> {
+        if self.spill.is_some() {
+            return Err(Error::InvalidState(
+                "spilled writes are applied from their prepared batches".into(),
+            ));
+        }
+        if self.overlay.is_empty() {
+            return Ok(false);
+        }
+        self.write_staged(None)?;
+        Ok(true)
+    }
+
+    /// Writes the overlay (not spilled) into the committed state, with `offset` if given.
+    fn write_staged(&mut self, offset: Option<OffsetWrite<'_>>) -> Result<()> {
+        let Self {
+            state,
+            overlay,
+            direct_batch,
+            ..
+        } = self;
+        state.with(|c| {
+            let staged = staged_batch(c, overlay, *direct_batch)?;
+            c.commit_staged(staged, &mut overlay.writes(), offset)
         })
     }
 
@@ -893,9 +884,6 @@ impl KeyValueStore {
         };
         self.state
             .with(|c| c.apply(&mut std::iter::empty(), Some(offset_write)))?;
-        let committed = self.overlay.take();
-        *self.batch.get_mut().unwrap_or_else(PoisonError::into_inner) = Some(WriteBatch::default());
-        self.settle_staged();
         match (self.spill.take(), &self.cache) {
             (Some(spill), cache) => {
                 spill.destroy()?;
@@ -903,9 +891,10 @@ impl KeyValueStore {
                     cache.clear();
                 }
             }
-            (None, Some(cache)) => cache.refresh(committed),
+            (None, Some(cache)) => cache.refresh(self.overlay.writes()),
             (None, None) => {}
         }
+        self.discard_staged();
         self.relieve_memtables()
     }
 
@@ -974,11 +963,18 @@ fn live<'a>(ttl: &Option<Ttl>, value: Option<&'a [u8]>) -> Option<&'a [u8]> {
     }
 }
 
-/// The overlay's writes as one batch of `committed`.
-fn batch_of(committed: &dyn CommittedState, overlay: &Overlay) -> Result<WriteBatch> {
+/// The overlay's writes as one batch of `committed`: the overlay's own batch when it is the
+/// committed state's (`direct`), else staged write by write (in-memory state ignores it).
+fn staged_batch(
+    committed: &dyn CommittedState,
+    overlay: &mut Overlay,
+    direct: bool,
+) -> Result<WriteBatch> {
+    if direct {
+        return Ok(WriteBatch::from_data(&overlay.write_batch()?));
+    }
     let mut batch = WriteBatch::default();
-    // In key order: RocksDB's memtable inserts sorted keys faster.
-    for (key, value) in overlay.iter() {
+    for (key, value) in overlay.writes() {
         committed.stage(&mut batch, key, value)?;
     }
     Ok(batch)

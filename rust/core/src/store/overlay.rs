@@ -1,57 +1,211 @@
 //! Uncommitted writes of a transactional store: staged puts (`Some`) and deletes (`None`) with
 //! the byte accounting `statestore.uncommitted.max.bytes` is checked against.
 //!
-//! Writes live in a hash map: a stream processor's reads and writes are point lookups, and a
-//! B-tree's key comparisons made them the store's hottest code. The map keeps insertion order
-//! (`IndexMap`), so committing walks and frees the writes in the order they were allocated.
+//! Writes are appended to one buffer as the records of a RocksDB write batch
+//! (`format::write_batch`), in the order first staged: a commit hands the buffer to RocksDB in one
+//! copy, and a key costs no allocation of its own to stage or to free. A hash table of record
+//! indexes finds a key's write: a stream processor's reads and writes are point lookups, and a
+//! B-tree's key comparisons made them the store's hottest code. An overwrite of a value by one
+//! of the same length writes over it in place; any other overwrite appends a new record and
+//! leaves the old one dead, to be dropped when dead records outweigh live ones and when the
+//! batch is committed (overwritten values never reach RocksDB).
+//!
 //! Key order is built only when asked for: a range read builds an ordered key index once and
-//! later writes keep it up to date; an ordered walk without one sorts. Whatever writes the
-//! overlay into RocksDB (commit, spill) walks it in key order: the memtable inserts sorted keys
-//! about twice as fast.
+//! later writes keep it up to date; an ordered walk without one sorts. Spills walk the overlay
+//! in key order, and so does a commit after overwrites: the memtable inserts sorted keys about
+//! twice as fast.
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
+use std::hash::BuildHasher;
 use std::ops::Bound;
 use std::sync::OnceLock;
 
 use foldhash::fast::RandomState;
-use indexmap::IndexMap;
+use hashbrown::HashTable;
 
+use crate::error::Result;
+use crate::format::write_batch::{self, RecordPrefixes, RecordSpan};
 use crate::store::committed::Write;
 use crate::store::key_range::{Direction, KeyRange};
 
+/// Dead record bytes tolerated before the batch is rewritten without them (besides at least as
+/// many dead bytes as live ones).
+const DEAD_BYTES_SLACK: usize = 1 << 20;
+/// A batch buffer up to this size is kept for the next transaction; a larger one is freed.
+const KEPT_CAPACITY: usize = 256 * 1024;
+/// At most this many bytes of batch (and this many bytes / 64 writes) are reserved ahead for a
+/// transaction like the last one.
+const RESERVED_AHEAD: usize = 16 << 20;
+
 #[derive(Debug, Default)]
 pub struct Overlay {
-    staged: IndexMap<Vec<u8>, Option<Vec<u8>>, RandomState>,
+    /// The staged writes as write batch records, in the order first staged, dead ones included.
+    batch: Vec<u8>,
+    prefixes: RecordPrefixes,
+    /// Each staged key's latest record, in the order first staged.
+    records: Vec<RecordSpan>,
+    /// Indexes into `records`, hashed by key.
+    index: HashTable<u32>,
+    hasher: RandomState,
     /// The staged keys in order, once a range read needed them.
     ordered: OnceLock<BTreeSet<Vec<u8>>>,
+    /// Key and value lengths of the live writes (Kafka's uncommitted bytes).
     bytes: usize,
+    /// Bytes of `batch` in records an overwrite replaced.
+    dead: usize,
+    /// Writes and batch bytes of the last transaction: a transaction's first write makes room
+    /// for as many (puts one at a time then do not grow the buffers step by step).
+    last_size: (usize, usize),
 }
 
-fn entry_bytes(key: &[u8], value: &Option<Vec<u8>>) -> usize {
-    key.len() + value.as_ref().map_or(0, Vec::len)
+fn key_of<'a>(batch: &'a [u8], record: &RecordSpan) -> &'a [u8] {
+    &batch[record.key..record.key_end]
+}
+
+fn value_of<'a>(batch: &'a [u8], record: &RecordSpan) -> Option<&'a [u8]> {
+    record.is_put.then(|| &batch[record.value..record.end])
+}
+
+fn write_bytes(key: &[u8], value: Option<&[u8]>) -> usize {
+    key.len() + value.map_or(0, <[u8]>::len)
 }
 
 impl Overlay {
+    /// Writes kept as records of the column family whose record prefixes are given.
+    pub fn new(prefixes: RecordPrefixes) -> Self {
+        Self {
+            prefixes,
+            ..Self::default()
+        }
+    }
+
+    /// Makes room for `writes` more keys (not their bytes), so a large batch of puts does not
+    /// grow the index step by step.
+    pub fn reserve(&mut self, writes: usize) {
+        let Self {
+            batch,
+            records,
+            index,
+            hasher,
+            ..
+        } = self;
+        records.reserve(writes);
+        index.reserve(writes, |&j| {
+            hasher.hash_one(key_of(batch, &records[j as usize]))
+        });
+    }
+
     /// Stages a put (`Some`) or a delete (`None`); returns whether `key` was not staged before.
-    pub fn stage(&mut self, key: &[u8], value: Option<&[u8]>) -> bool {
-        let value = value.map(<[u8]>::to_vec);
-        self.bytes += entry_bytes(key, &value);
-        if let Some(old) = self.staged.get_mut(key) {
-            self.bytes -= entry_bytes(key, old);
-            *old = value;
-            false
-        } else {
-            self.staged.insert(key.to_vec(), value);
+    pub fn stage(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<bool> {
+        if self.batch.is_empty() {
+            let (writes, bytes) = self.last_size;
+            self.start_batch(bytes.min(RESERVED_AHEAD));
+            self.reserve(writes.min(RESERVED_AHEAD / 64));
+        }
+        let Self {
+            batch,
+            prefixes,
+            records,
+            index,
+            hasher,
+            ..
+        } = self;
+        let hash = hasher.hash_one(key);
+        let found = index
+            .find(hash, |&i| key_of(batch, &records[i as usize]) == key)
+            .copied();
+        let Some(i) = found else {
+            let i = u32::try_from(records.len()).map_err(|_| {
+                crate::error::Error::InvalidArgument("over 4 billion staged writes".into())
+            })?;
+            let record = write_batch::push_record(batch, prefixes, key, value)?;
+            records.push(record);
+            index.insert_unique(hash, i, |&j| {
+                hasher.hash_one(key_of(batch, &records[j as usize]))
+            });
+            self.bytes += write_bytes(key, value);
             if let Some(ordered) = self.ordered.get_mut() {
                 ordered.insert(key.to_vec());
             }
-            true
+            return Ok(true);
+        };
+        let old = records[i as usize];
+        let old_value = value_of(batch, &old);
+        self.bytes = self.bytes - write_bytes(key, old_value) + write_bytes(key, value);
+        match value {
+            Some(new) if old.is_put && new.len() == old.end - old.value => {
+                batch[old.value..old.end].copy_from_slice(new);
+            }
+            _ => {
+                records[i as usize] = write_batch::push_record(batch, prefixes, key, value)?;
+                self.dead += old.end - old.start;
+                if self.dead > DEAD_BYTES_SLACK && self.dead > self.batch.len() - self.dead {
+                    self.drop_dead();
+                }
+            }
         }
+        Ok(false)
+    }
+
+    /// Starts an empty batch in the (empty) buffer, with room for `bytes` of records.
+    fn start_batch(&mut self, bytes: usize) {
+        self.batch.reserve(write_batch::HEADER_LEN + bytes);
+        self.batch.resize(write_batch::HEADER_LEN, 0);
+    }
+
+    /// Rewrites the batch without its dead records, in the order first staged.
+    fn drop_dead(&mut self) {
+        let order: Vec<usize> = (0..self.records.len()).collect();
+        let (batch, records) = self.rewritten(&order);
+        self.batch = batch;
+        self.records = records;
+        self.dead = 0;
+    }
+
+    /// The live records in `order` as a new batch, and where each landed.
+    fn rewritten(&self, order: &[usize]) -> (Vec<u8>, Vec<RecordSpan>) {
+        let mut batch = write_batch::new_batch(self.batch.len() - self.dead);
+        let mut records = vec![RecordSpan::default(); self.records.len()];
+        for &i in order {
+            let old = &self.records[i];
+            records[i] = old.moved_to(batch.len());
+            batch.extend_from_slice(&self.batch[old.start..old.end]);
+        }
+        (batch, records)
+    }
+
+    /// The staged writes as one serialized write batch: the buffer itself when every record is
+    /// live (in the order first staged), else the live ones rewritten in key order.
+    pub fn write_batch(&mut self) -> Result<Cow<'_, [u8]>> {
+        if self.batch.is_empty() {
+            self.start_batch(0);
+        }
+        if self.dead == 0 {
+            write_batch::set_count(&mut self.batch, self.records.len())?;
+            return Ok(Cow::Borrowed(&self.batch));
+        }
+        let mut order: Vec<usize> = (0..self.records.len()).collect();
+        order.sort_unstable_by(|&a, &b| {
+            key_of(&self.batch, &self.records[a]).cmp(key_of(&self.batch, &self.records[b]))
+        });
+        let (mut batch, _) = self.rewritten(&order);
+        write_batch::set_count(&mut batch, self.records.len())?;
+        Ok(Cow::Owned(batch))
     }
 
     /// `None`: not staged; `Some(None)`: staged delete; `Some(Some(v))`: staged value.
     pub fn get(&self, key: &[u8]) -> Option<Option<&[u8]>> {
-        self.staged.get(key).map(Option::as_deref)
+        if self.records.is_empty() {
+            // Nothing staged, the usual state of a read between commits: no hashing.
+            return None;
+        }
+        let hash = self.hasher.hash_one(key);
+        self.index
+            .find(hash, |&i| {
+                key_of(&self.batch, &self.records[i as usize]) == key
+            })
+            .map(|&i| value_of(&self.batch, &self.records[i as usize]))
     }
 
     /// Sum of key and value lengths of the staged writes (Kafka's uncommitted bytes).
@@ -59,32 +213,48 @@ impl Overlay {
         self.bytes
     }
 
+    /// Memory the staged writes take: the batch (dead records included) and its index.
+    pub fn memory(&self) -> usize {
+        if self.records.is_empty() {
+            return 0;
+        }
+        self.batch.len()
+            + self.records.len()
+                * (std::mem::size_of::<RecordSpan>() + std::mem::size_of::<u32>() + 1)
+    }
+
     pub fn len(&self) -> usize {
-        self.staged.len()
+        self.records.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.staged.is_empty()
+        self.records.is_empty()
     }
 
-    /// Empties the overlay, handing over its writes in the order they were first staged.
-    pub fn take(&mut self) -> impl Iterator<Item = (Vec<u8>, Option<Vec<u8>>)> {
-        self.bytes = 0;
-        self.ordered = OnceLock::new();
-        std::mem::take(&mut self.staged).into_iter()
-    }
-
+    /// Forgets every staged write, keeping a small buffer for the next transaction.
     pub fn clear(&mut self) {
-        self.staged.clear();
+        if !self.records.is_empty() {
+            self.last_size = (self.records.len(), self.batch.len() - self.dead);
+        }
+        if self.batch.capacity() > KEPT_CAPACITY {
+            self.batch = Vec::new();
+            self.records = Vec::new();
+            self.index = HashTable::new();
+        } else {
+            self.batch.clear();
+            self.records.clear();
+            self.index.clear();
+        }
         self.ordered = OnceLock::new();
         self.bytes = 0;
+        self.dead = 0;
     }
 
     /// Staged writes in the order they were first staged (for readers that need no order).
     pub fn writes(&self) -> impl Iterator<Item = Write<'_>> {
-        self.staged
+        self.records
             .iter()
-            .map(|(k, v)| (k.as_slice(), v.as_deref()))
+            .map(|r| (key_of(&self.batch, r), value_of(&self.batch, r)))
     }
 
     /// Staged writes in key order.
@@ -119,7 +289,7 @@ impl Overlay {
             .map_or(Bound::Unbounded, |u| Bound::Excluded(u.clone()));
         let ordered = self
             .ordered
-            .get_or_init(|| self.staged.keys().cloned().collect());
+            .get_or_init(|| self.writes().map(|(k, _)| k.to_vec()).collect());
         let keys = ordered.range::<Vec<u8>, _>((lower, upper));
         match direction {
             Direction::Forward => Box::new(self.in_order(keys)),
@@ -132,7 +302,7 @@ impl Overlay {
         &'a self,
         keys: impl Iterator<Item = &'a Vec<u8>> + 'a,
     ) -> impl Iterator<Item = Write<'a>> + 'a {
-        keys.filter_map(|k| self.staged.get(k).map(|v| (k.as_slice(), v.as_deref())))
+        keys.filter_map(|k| self.get(k).map(|v| (k.as_slice(), v)))
     }
 }
 
@@ -143,11 +313,11 @@ mod tests {
     #[test]
     fn accounting_follows_overwrites_and_deletes() {
         let mut o = Overlay::default();
-        assert!(o.stage(b"k1", Some(b"12345")));
+        assert!(o.stage(b"k1", Some(b"12345")).unwrap());
         assert_eq!(o.bytes(), 7);
-        assert!(!o.stage(b"k1", Some(b"1")));
+        assert!(!o.stage(b"k1", Some(b"1")).unwrap());
         assert_eq!(o.bytes(), 3);
-        o.stage(b"k1", None);
+        o.stage(b"k1", None).unwrap();
         assert_eq!(o.bytes(), 2);
         assert_eq!(o.get(b"k1"), Some(None));
         assert_eq!(o.get(b"k2"), None);
@@ -159,7 +329,7 @@ mod tests {
     fn range_respects_bounds_and_direction() {
         let mut o = Overlay::default();
         for k in [b"a", b"b", b"c", b"d"] {
-            o.stage(k, Some(k));
+            o.stage(k, Some(k)).unwrap();
         }
         let r = KeyRange::inclusive(Some(b"b"), Some(b"c"));
         let fwd: Vec<_> = o
@@ -179,14 +349,14 @@ mod tests {
         let keys = |o: &Overlay| o.iter().map(|(k, _)| k.to_vec()).collect::<Vec<_>>();
         let mut o = Overlay::default();
         for k in [b"d", b"b"] {
-            o.stage(k, Some(k));
+            o.stage(k, Some(k)).unwrap();
         }
         assert_eq!(keys(&o), vec![b"b".to_vec(), b"d".to_vec()]);
         assert_eq!(o.range(&KeyRange::all(), Direction::Forward).count(), 2);
         // The ordered index now exists; new keys join it, overwrites and deletes keep theirs.
-        o.stage(b"a", Some(b"1"));
-        o.stage(b"c", None);
-        o.stage(b"d", Some(b"2"));
+        o.stage(b"a", Some(b"1")).unwrap();
+        o.stage(b"c", None).unwrap();
+        o.stage(b"d", Some(b"2")).unwrap();
         let all: Vec<_> = o
             .range(&KeyRange::all(), Direction::Forward)
             .map(|(k, v)| (k.to_vec(), v.map(<[u8]>::to_vec)))
@@ -205,7 +375,83 @@ mod tests {
             vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec(), b"d".to_vec()]
         );
         o.clear();
-        o.stage(b"z", None);
+        o.stage(b"z", None).unwrap();
         assert_eq!(o.range(&KeyRange::all(), Direction::Reverse).count(), 1);
+    }
+
+    /// The batch RocksDB would build from `writes`, in that order.
+    fn rocksdb_batch(writes: &[(&[u8], Option<&[u8]>)]) -> Vec<u8> {
+        let mut batch = rocksdb::WriteBatch::default();
+        for (k, v) in writes {
+            match v {
+                Some(v) => batch.put(k, v),
+                None => batch.delete(k),
+            }
+        }
+        batch.data().to_vec()
+    }
+
+    #[test]
+    fn the_batch_holds_the_latest_writes() {
+        let mut o = Overlay::default();
+        o.stage(b"b", Some(b"1")).unwrap();
+        o.stage(b"a", None).unwrap();
+        // Same length: written over in place, the batch stays in first-staged order.
+        o.stage(b"b", Some(b"2")).unwrap();
+        assert_eq!(
+            o.write_batch().unwrap().as_ref(),
+            rocksdb_batch(&[(b"b", Some(b"2")), (b"a", None)])
+        );
+        // Another length or a delete: rewritten in key order without the dead records.
+        o.stage(b"a", Some(b"long value")).unwrap();
+        o.stage(b"c", Some(b"3")).unwrap();
+        o.stage(b"b", None).unwrap();
+        assert_eq!(
+            o.write_batch().unwrap().as_ref(),
+            rocksdb_batch(&[
+                (b"a", Some(b"long value")),
+                (b"b", None),
+                (b"c", Some(b"3"))
+            ])
+        );
+        assert_eq!(o.get(b"a"), Some(Some(&b"long value"[..])));
+        assert_eq!(o.bytes(), 1 + 10 + 1 + 1 + 1);
+        o.clear();
+        assert!(o.is_empty());
+        assert_eq!(o.write_batch().unwrap().as_ref(), rocksdb_batch(&[]));
+        // The next transaction starts in the kept buffer, with room reserved for the last one.
+        o.stage(b"d", Some(b"4")).unwrap();
+        assert_eq!(
+            o.write_batch().unwrap().as_ref(),
+            rocksdb_batch(&[(b"d", Some(b"4"))])
+        );
+    }
+
+    #[test]
+    fn dead_records_are_dropped_as_they_pile_up() {
+        let mut o = Overlay::default();
+        let mut value = Vec::new();
+        for i in 0..5_000u32 {
+            // A new length every time: each overwrite leaves a dead record.
+            value.resize(500 + (i % 2) as usize, b'x');
+            o.stage(b"k", Some(&value)).unwrap();
+            o.stage(&i.to_be_bytes(), Some(b"v")).unwrap();
+        }
+        assert!(
+            o.memory() < 2 * DEAD_BYTES_SLACK + 5_000 * 100,
+            "{}",
+            o.memory()
+        );
+        assert_eq!(o.get(b"k"), Some(Some(&value[..])));
+        assert_eq!(o.get(&4_999u32.to_be_bytes()), Some(Some(&b"v"[..])));
+        assert_eq!(o.len(), 5_001);
+        // First-staged order if the last overwrite dropped the dead records, else key order.
+        let mut expected: Vec<(&[u8], Option<&[u8]>)> = vec![(b"k", Some(&value))];
+        let keys: Vec<[u8; 4]> = (0..5_000u32).map(u32::to_be_bytes).collect();
+        expected.extend(keys.iter().map(|k| (&k[..], Some(&b"v"[..]))));
+        let staged_order = rocksdb_batch(&expected);
+        expected.sort();
+        let batch = o.write_batch().unwrap().into_owned();
+        assert!(batch == staged_order || batch == rocksdb_batch(&expected));
     }
 }

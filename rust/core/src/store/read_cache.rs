@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use foldhash::fast::RandomState;
 
+use crate::store::committed::Write;
 use crate::store::memory_budget::MemoryBudget;
 
 /// Bytes charged per entry besides key and value: the hash table's slot (two vector headers, 48
@@ -176,17 +177,17 @@ impl Generations {
 
     /// Brings the keys it holds up to date with a commit; keys it does not hold stay out, so a
     /// commit of keys nobody reads costs nothing here.
-    pub fn refresh(
+    pub fn refresh<'a>(
         &mut self,
-        committed: impl Iterator<Item = (Vec<u8>, Option<Vec<u8>>)>,
+        committed: impl Iterator<Item = Write<'a>>,
         budget: &MemoryBudget,
     ) {
         if self.young.is_empty() && self.old.is_empty() {
             return;
         }
         for (key, value) in committed {
-            if self.young.contains_key(&key) || self.old.contains_key(&key) {
-                self.insert(key, value, budget);
+            if self.young.contains_key(key) || self.old.contains_key(key) {
+                self.insert(key.to_vec(), value.map(<[u8]>::to_vec), budget);
             }
         }
     }
@@ -279,7 +280,7 @@ impl ReadCache {
         self.budget.after_read_cache_insert();
     }
 
-    pub fn refresh(&self, committed: impl Iterator<Item = (Vec<u8>, Option<Vec<u8>>)>) {
+    pub fn refresh<'a>(&self, committed: impl Iterator<Item = Write<'a>>) {
         self.lock().refresh(committed, &self.budget);
         self.budget.after_read_cache_insert();
     }

@@ -16,6 +16,7 @@ use rocksdb::{
 use crate::error::{Error, Result};
 use crate::format::offsets::{self, OFFSETS_CF, STATUS_KEY};
 use crate::format::timestamped;
+use crate::format::write_batch::RecordPrefixes;
 use crate::store::committed::{CommittedState, OffsetWrite, Write, WriteSink};
 use crate::store::key_range::{Direction, KeyRange};
 use crate::store::memory_budget::{MemoryBudget, StoreMemory};
@@ -479,6 +480,17 @@ impl CommittedState for RocksState {
             sources.push(Box::new(self.source(legacy, range, direction, true)?));
         }
         Ok(sources)
+    }
+
+    fn batch_records(&self) -> Result<Option<RecordPrefixes>> {
+        if self.legacy_cf.is_some() {
+            return Ok(None);
+        }
+        let data = self.cf(self.data_cf)?;
+        let (mut put, mut delete) = (WriteBatch::default(), WriteBatch::default());
+        put.put_cf(data, b"", b"");
+        delete.delete_cf(data, b"");
+        RecordPrefixes::probe(&put, &delete).map(Some)
     }
 
     fn stage(&self, batch: &mut WriteBatch, key: &[u8], value: Option<&[u8]>) -> Result<()> {
