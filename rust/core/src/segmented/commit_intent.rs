@@ -87,8 +87,10 @@ impl IntentWriter {
         self.seal(path, true)
     }
 
-    /// Seals the file and atomically replaces `path` with it; `durable` fsyncs the file and the
-    /// rename.
+    /// Seals the file, writes it to disk and atomically replaces `path` with it; `durable` also
+    /// makes the rename durable. The data is always synced first: a rename that survives a
+    /// machine crash must never point at a file whose bytes did not (some file systems then keep
+    /// an empty file, which would hide the durable intent it replaced).
     fn seal(mut self, path: &Path, durable: bool) -> Result<()> {
         let count = self.entries.to_be_bytes();
         self.write(&count)?;
@@ -98,9 +100,7 @@ impl IntentWriter {
             .file
             .into_inner()
             .map_err(|e| Error::Storage(format!("I/O: {}", e.error())))?;
-        if durable {
-            file.sync_all()?;
-        }
+        file.sync_data()?;
         drop(file);
         fs::rename(&self.tmp, path)?;
         if durable {
@@ -117,9 +117,9 @@ pub fn write_record(path: &Path, offset: Option<i64>, stream_time: i64) -> Resul
     IntentWriter::create(path, offset, stream_time)?.finish(path)
 }
 
-/// `write_record` over the intent of a commit just applied, without waiting for the disk: a
-/// process killed after it leaves the file in the page cache, and a machine that loses it keeps
-/// the durable intent, whose batches apply again harmlessly on open (they hold final values).
+/// `write_record` over the intent of a commit just applied, without making the rename durable:
+/// a machine crash that loses the rename leaves the durable intent, whose batches apply again
+/// harmlessly on open (they hold final values).
 pub fn write_completion(path: &Path, offset: Option<i64>, stream_time: i64) -> Result<()> {
     IntentWriter::create(path, offset, stream_time)?.seal(path, false)
 }
