@@ -192,9 +192,11 @@ pub struct KeyValueStore {
     options: StoreOptions,
     overlay: Overlay,
     /// The overlay's writes as the committed state will apply them (`CommittedState::stage`),
-    /// kept while every key is staged once. The first overwrite drops it (`None`) and commit
-    /// builds it from the overlay, so overwritten values never reach RocksDB. Only `&mut self`
-    /// touches it, through `get_mut`; the mutex makes the store `Sync`.
+    /// kept while every key is staged once and in ascending order. The first overwrite or key
+    /// out of order drops it (`None`) and commit builds it from the overlay in key order, so
+    /// overwritten values never reach RocksDB and the memtable takes keys in order (80,000
+    /// keys in random order took 4x as long to commit). Only `&mut self` touches it, through
+    /// `get_mut`; the mutex makes the store `Sync`.
     batch: Mutex<Option<WriteBatch>>,
     /// Where uncommitted writes spill; `None` for in-memory stores, which never spill.
     spill_path: Option<PathBuf>,
@@ -500,9 +502,10 @@ impl KeyValueStore {
         let batch = batch.get_mut().unwrap_or_else(PoisonError::into_inner);
         state.with(|c| {
             for (key, value) in writes {
+                let ascending = overlay.last_new_key().is_none_or(|last| last < key);
                 let first_write_of_key = overlay.stage(key, value);
                 match batch {
-                    Some(b) if first_write_of_key => c.stage(b, key, value)?,
+                    Some(b) if first_write_of_key && ascending => c.stage(b, key, value)?,
                     _ => *batch = None,
                 }
             }
@@ -633,6 +636,19 @@ impl KeyValueStore {
     /// values on the way.
     pub fn compact(&self) -> Result<()> {
         self.state.with(|c| c.compact())
+    }
+
+    /// Starts writing the memtables out when they hold at least `min_bytes`, without waiting
+    /// (RocksDB's background threads flush). Everything committed is in the WAL either way;
+    /// a flushed store reopens without replaying it, and later commits insert into a small
+    /// memtable. In-memory state has nothing to flush.
+    pub fn flush_memtables_over(&self, min_bytes: usize) -> Result<()> {
+        self.state.with(|c| {
+            if c.active_memtable_bytes() >= min_bytes {
+                c.flush_memtables(false)?;
+            }
+            Ok(())
+        })
     }
 
     pub fn approximate_num_entries(&self) -> Result<u64> {
@@ -940,6 +956,12 @@ impl KeyValueStore {
             if !self.options.transactional {
                 state.flush()?;
                 state.set_status(STATUS_CLOSED)?;
+            } else {
+                // Commits are in the WAL already; flushing the memtables spares the next open
+                // replaying it (a partition moving between Spark's Python workers: a 13 MB WAL
+                // took ~0.2 s to replay, a flush ~0.02 s). A store that cannot flush (its
+                // directory deleted under it) still closes; a later open replays the WAL.
+                let _ = state.flush();
             }
         }
         Ok(())

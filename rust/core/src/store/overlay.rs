@@ -63,6 +63,12 @@ impl Overlay {
         self.staged.len()
     }
 
+    /// The key staged first among those not staged before it: the largest so far while keys
+    /// arrive in ascending order.
+    pub fn last_new_key(&self) -> Option<&[u8]> {
+        self.staged.last().map(|(k, _)| k.as_slice())
+    }
+
     pub fn is_empty(&self) -> bool {
         self.staged.is_empty()
     }
