@@ -443,12 +443,6 @@ impl NativeKeyValueStore {
         py.detach(|| guard(|| store.compact()))
     }
 
-    /// Starts flushing the memtables in the background when they hold at least `min_bytes`.
-    fn flush_memtables_over(&self, py: Python<'_>, min_bytes: usize) -> PyResult<()> {
-        let store = self.logged.store();
-        py.detach(|| guard(|| store.flush_memtables_over(min_bytes)))
-    }
-
     /// Iterator over `[from_key, to_key]` (inclusive; `None` is unbounded) yielding
     /// `(key, value)` tuples, or instances of `row_type` (a tuple subclass) when given.
     #[pyo3(signature = (from_key, to_key, reverse=false, row_type=None))]

@@ -370,17 +370,6 @@ macro_rules! segmented_store_methods {
                 let segments = self.segments();
                 py.detach(|| crate::errors::guard(|| segments.compact()))
             }
-
-            /// Starts flushing every segment's memtables in the background when they hold at
-            /// least `min_bytes`.
-            fn flush_memtables_over(
-                &self,
-                py: pyo3::Python<'_>,
-                min_bytes: usize,
-            ) -> pyo3::PyResult<()> {
-                let segments = self.segments();
-                py.detach(|| crate::errors::guard(|| segments.flush_memtables_over(min_bytes)))
-            }
         }
 
         impl $class {

@@ -69,15 +69,6 @@ otherwise: opening a log scans its last segment (about 13 ms for 23 MiB here), a
 reopens whenever it changes workers, so the scan stays short (a full 1 GiB segment: ~0.6 s)."""
 
 
-PARKED_FLUSH_BYTES = 1 << 20
-"""A parked store whose memtables hold this much starts flushing them in the background (and
-gives their memory back to the budget). Spark hands a partition to whichever Python worker is
-idle, so partitions move between workers: the next worker would replay the WAL (4 micro-batches
-of 25,000 rows: 13 MB, ~0.2 s of a ~0.25 s open), or closing would flush it while that worker
-waits. Smaller memtables stay until they fill: a store written a little per batch does not make
-a file per batch."""
-
-
 EXECUTOR_STATE_DIR = "kstate-state"
 """``state_dir=None``: this directory under the executor's working directory."""
 
@@ -512,7 +503,6 @@ class PartitionState:
         # Parked stores give up their changelogs: another executor may take the partition.
         for store in self._stores.values():
             store._detach_changelog()
-            store._open_native().flush_memtables_over(PARKED_FLUSH_BYTES)
         task_dir = self.layout.task_dir(self.task.partition)
         head_position = None if self._head is None else self._head.position
         IDLE.park(task_dir, Parked(dict(self._stores), self._task_lock, head_position, self._publish_lock.token))

@@ -764,14 +764,6 @@ impl SegmentedStore {
         self.segments.values().try_for_each(KeyValueStore::compact)
     }
 
-    /// `KeyValueStore::flush_memtables_over` of every segment.
-    pub fn flush_memtables_over(&self, min_bytes: usize) -> Result<()> {
-        self.check_open()?;
-        self.segments
-            .values()
-            .try_for_each(|segment| segment.flush_memtables_over(min_bytes))
-    }
-
     pub fn read_committed_view(&self) -> SegmentedView {
         SegmentedView {
             name: self.name.clone(),

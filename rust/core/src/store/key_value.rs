@@ -638,19 +638,6 @@ impl KeyValueStore {
         self.state.with(|c| c.compact())
     }
 
-    /// Starts writing the memtables out when they hold at least `min_bytes`, without waiting
-    /// (RocksDB's background threads flush). Everything committed is in the WAL either way;
-    /// a flushed store reopens without replaying it, and later commits insert into a small
-    /// memtable. In-memory state has nothing to flush.
-    pub fn flush_memtables_over(&self, min_bytes: usize) -> Result<()> {
-        self.state.with(|c| {
-            if c.active_memtable_bytes() >= min_bytes {
-                c.flush_memtables(false)?;
-            }
-            Ok(())
-        })
-    }
-
     pub fn approximate_num_entries(&self) -> Result<u64> {
         let staged = self.overlay.len() as u64
             + self.spill.as_ref().map_or(Ok(0), Spill::approximate_len)?;
