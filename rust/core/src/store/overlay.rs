@@ -25,6 +25,8 @@ pub struct Overlay {
     /// The staged keys in order, once a range read needed them.
     ordered: OnceLock<BTreeSet<Vec<u8>>>,
     bytes: usize,
+    /// Keys staged (first) right after a larger key: how far staging order is from key order.
+    descents: usize,
 }
 
 fn entry_bytes(key: &[u8], value: &Option<Vec<u8>>) -> usize {
@@ -41,6 +43,9 @@ impl Overlay {
             *old = value;
             false
         } else {
+            if self.staged.last().is_some_and(|(last, _)| last.as_slice() > key) {
+                self.descents += 1;
+            }
             self.staged.insert(key.to_vec(), value);
             if let Some(ordered) = self.ordered.get_mut() {
                 ordered.insert(key.to_vec());
@@ -63,10 +68,11 @@ impl Overlay {
         self.staged.len()
     }
 
-    /// The key staged first among those not staged before it: the largest so far while keys
-    /// arrive in ascending order.
-    pub fn last_new_key(&self) -> Option<&[u8]> {
-        self.staged.last().map(|(k, _)| k.as_slice())
+    /// Whether the keys were staged in about key order: at most one in four followed a larger
+    /// key. RocksDB's memtable takes runs of ascending keys about as fast as sorted ones (80,000
+    /// keys in random order took 2-4x as long to commit), so such writes need no sort.
+    pub fn mostly_ascending(&self) -> bool {
+        self.descents * 4 <= self.staged.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -76,6 +82,7 @@ impl Overlay {
     /// Empties the overlay, handing over its writes in the order they were first staged.
     pub fn take(&mut self) -> impl Iterator<Item = (Vec<u8>, Option<Vec<u8>>)> {
         self.bytes = 0;
+        self.descents = 0;
         self.ordered = OnceLock::new();
         std::mem::take(&mut self.staged).into_iter()
     }
@@ -84,6 +91,7 @@ impl Overlay {
         self.staged.clear();
         self.ordered = OnceLock::new();
         self.bytes = 0;
+        self.descents = 0;
     }
 
     /// Staged writes in the order they were first staged (for readers that need no order).
