@@ -43,7 +43,11 @@ impl Overlay {
             *old = value;
             false
         } else {
-            if self.staged.last().is_some_and(|(last, _)| last.as_slice() > key) {
+            if self
+                .staged
+                .last()
+                .is_some_and(|(last, _)| last.as_slice() > key)
+            {
                 self.descents += 1;
             }
             self.staged.insert(key.to_vec(), value);
