@@ -1,7 +1,9 @@
-"""Per-call latency of a processor's state calls on kstate: value-state get / update and map-state
-getValue / updateValue, each timed alone (``perf_counter_ns`` around the call) over KEYS keys, as a
-processor makes them inside ``handleInputRows`` (the key set once per key, stores opened as a task
-opens them, a committed state underneath: half the keys were written in an earlier batch).
+"""Per-call latency of a processor's state calls on kstate: value-state get / update, list-state
+get / put / appendValue and map-state getValue / updateValue, each timed alone
+(``perf_counter_ns`` around the call) over KEYS keys, as a processor makes them inside
+``handleInputRows`` (the key set once per key, stores opened as a task opens them, a committed
+state underneath: half the keys were written in an earlier batch, their lists three elements
+long, as benches/spark_processor.py keeps the last three amounts).
 
   .venv/bin/python benches/processor_calls.py              # typed (schema) and pickled values
   .venv/bin/python benches/processor_calls.py --keys 20000
@@ -31,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-CALLS = ("value get", "value update", "map getValue", "map updateValue")
+CALLS = ("value get", "value update", "list get", "list put", "list appendValue", "map getValue", "map updateValue")
 
 
 def measure(keys: int, typed: bool, work: Path, only: str | None = None) -> dict[str, list[int]]:
@@ -42,15 +44,17 @@ def measure(keys: int, typed: bool, work: Path, only: str | None = None) -> dict
     from kstate.stores import Stores
 
     value_schema = StructType([StructField("count", LongType()), StructField("total", LongType())])
+    amount_schema = StructType([StructField("amount", LongType())])
     key_schema = StructType([StructField("category", StringType())])
     n_schema = StructType([StructField("n", LongType())])
     schemas = {
         "totals": TypedSchemas((value_schema,), value_schema),
+        "recent": TypedSchemas((amount_schema,), amount_schema),
         "categories": TypedSchemas((n_schema,), n_schema, key_schema),
     }
     builders = [
         Stores.key_value_store_builder(Stores.persistent_key_value_store(n), "bytes", "bytes")
-        for n in ("totals", "categories")
+        for n in ("totals", "recent", "categories")
     ]
     backend = StateBackend(builders, work / "state", work / "log", "bench")
     pickled_keys = [pickle.dumps((f"u{i}",), protocol=4) for i in range(keys)]
@@ -59,22 +63,27 @@ def measure(keys: int, typed: bool, work: Path, only: str | None = None) -> dict
         state = backend.partition_state(TaskInfo(0, batch))
         handle = StatefulProcessorHandle(state.open(), schemas=schemas if typed else None)
         totals = handle.getValueState("totals", value_schema if typed else None)
+        recent = handle.getListState("recent", amount_schema if typed else None)
         categories = handle.getMapState("categories", key_schema if typed else None, n_schema if typed else None)
-        return state, handle, totals, categories
+        return state, handle, totals, recent, categories
 
-    state, handle, totals, categories = open_batch(0)
+    state, handle, totals, recent, categories = open_batch(0)
     for key in pickled_keys[::2]:
         handle._set_key(key)
         totals.update((1, 10))
+        recent.put([(1,), (2,), (3,)])
         categories.updateValue(("c1",), (1,))
     state.commit()
 
-    state, handle, totals, categories = open_batch(1)
+    state, handle, totals, recent, categories = open_batch(1)
     if only is not None:
         call = {
             "none": lambda: None,
             "value get": totals.get,
             "value update": lambda: totals.update((1, 10)),
+            "list get": lambda: list(recent.get()),
+            "list put": lambda: recent.put([(2,), (3,), (4,)]),
+            "list appendValue": lambda: recent.appendValue((4,)),
             "map getValue": lambda: categories.getValue(("c1",)),
             "map updateValue": lambda: categories.updateValue(("c1",), (1,)),
         }[only]
@@ -83,7 +92,7 @@ def measure(keys: int, typed: bool, work: Path, only: str | None = None) -> dict
             call()
         state.commit()
         return {}
-    timings: dict[str, list[int]] = {"value get": [], "value update": [], "map getValue": [], "map updateValue": []}
+    timings: dict[str, list[int]] = {call: [] for call in CALLS}
     clock = time.perf_counter_ns
     for key in pickled_keys:
         handle._set_key(key)
@@ -92,14 +101,18 @@ def measure(keys: int, typed: bool, work: Path, only: str | None = None) -> dict
         t1 = clock()
         totals.update((1, 10) if current is None else (current[0] + 1, current[1] + 10))
         t2 = clock()
-        n = categories.getValue(("c1",))
+        amounts = list(recent.get())
         t3 = clock()
-        categories.updateValue(("c1",), (1 if n is None else n[0] + 1,))
+        recent.put([*amounts[-2:], (5,)])
         t4 = clock()
-        timings["value get"].append(t1 - t0)
-        timings["value update"].append(t2 - t1)
-        timings["map getValue"].append(t3 - t2)
-        timings["map updateValue"].append(t4 - t3)
+        recent.appendValue((6,))
+        t5 = clock()
+        n = categories.getValue(("c1",))
+        t6 = clock()
+        categories.updateValue(("c1",), (1 if n is None else n[0] + 1,))
+        t7 = clock()
+        for call, spent in zip(CALLS, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5, t7 - t6)):
+            timings[call].append(spent)
     state.commit()
     return timings
 

@@ -15,6 +15,10 @@ task runs under ``cProfile`` and its time is attributed to kstate's functions by
 
   .venv/bin/python benches/processor_split.py                     # 4 x 40,000 rows, 8,000 keys
   .venv/bin/python benches/processor_split.py --rows 100000 --keys 20000
+  .venv/bin/python benches/processor_split.py --move              # every task reopens its stores
+
+``--move`` releases each task's parked stores after it, as when Spark hands the partition's next
+task to another Python worker (with ``local[2]`` it often does): every task opens its stores.
 
 Profiled seconds are inflated by cProfile's per-call cost (most where calls are many and
 short); the unprofiled task seconds are printed beside them, and the shares are what to compare.
@@ -57,6 +61,7 @@ PARTS = [
     ("commit: batch log entry", "protocol/batch_log.py", ("append",)),
     ("commit: local commit", "~", ("commit_published",)),
     ("commit: rest (memory sample, park)", "protocol/exactly_once.py", ("PartitionState.commit",)),
+    ("release (--move: the parked stores closed)", "protocol/idle.py", ("release",)),
 ]
 
 
@@ -142,10 +147,12 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=4)
     parser.add_argument("--rows", type=int, default=40_000)
     parser.add_argument("--keys", type=int, default=8_000)
+    parser.add_argument("--move", action="store_true", help="every task opens its stores (moved partitions)")
     parser.add_argument("--dump", help="write the whole profile here (pstats)")
     args = parser.parse_args()
 
     from kstate.spark import TaskInfo
+    from kstate.spark.protocol.idle import IDLE, release
 
     inputs = input_files(args.files, args.rows, args.keys)
     totals: dict[str, float] = {}
@@ -164,6 +171,8 @@ def main() -> None:
                     profile.enable()
                 for _ in backend.process(process, iter(batches), task=task):
                     pass
+                if args.move:  # as the other worker does when this partition's next task asks
+                    release(IDLE.take(backend.current_layout().task_dir(partition)))
                 if profiled:
                     profile.disable()
                 task_seconds["profiled" if profiled else "unprofiled"] += time.perf_counter() - started
@@ -177,7 +186,8 @@ def main() -> None:
     if args.dump:
         whole.dump_stats(args.dump)
     known = sum(totals.values())
-    print(f"{args.files} x {args.rows:,} rows, {args.keys:,} keys, 2 partitions, tasks run one after the other")
+    moved = ", stores released after each task" if args.move else ""
+    print(f"{args.files} x {args.rows:,} rows, {args.keys:,} keys, 2 partitions, tasks run one after the other{moved}")
     print(f"task seconds: unprofiled {task_seconds['unprofiled']:.2f}, profiled {task_seconds['profiled']:.2f}")
     print()
     print("| part | profiled s | share |")

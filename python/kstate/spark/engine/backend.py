@@ -35,7 +35,7 @@ from kstate.serdes import BytesSerde, DoubleSerde, LongSerde, StringSerde
 from kstate.spark.engine.session import default_parallelism, refuse_spark_connect
 from kstate.spark.format.conversion import to_arrow_schema
 from kstate.spark.protocol.exactly_once import TASK_LOCK, PartitionState, StateLayout, TaskStores
-from kstate.spark.protocol.idle import RELEASE_REQUEST
+from kstate.spark.protocol.idle import RELEASE_REQUEST, claim
 from kstate.spark.protocol.locking import FileLock
 from kstate.spark.protocol.progress import BatchProgress, TaskMetrics, Timings, progress_listener
 from kstate.spark.protocol.task import TaskInfo
@@ -337,6 +337,9 @@ class StateBackend:
         before the stores open, each later one before ``fn`` sees it), then ``run``s
         ``fn(batches, stores)``; misrouted rows fail the task with ``MisroutedRowsError``."""
         task = task or TaskInfo.current(self.batch_id)
+        if self.partitioning is not None:
+            # Planned on the driver: the partition's directory is known before any row arrives.
+            claim(self._layout_of(self.partitioning).task_dir(task.partition))
         rows = iter(batches)
         first = next(rows, None)
         partitioning = self._task_partitioning(task, first)

@@ -50,7 +50,7 @@ from kstate.errors import (
 from kstate.key_value_store import KeyValueStore
 from kstate.log.remote import RemoteChangelog
 from kstate.spark.protocol.batch_log import EMPTY_STATE, BatchEntry, BatchLog, RemoteBatchLog, peek_head
-from kstate.spark.protocol.idle import IDLE, RELEASE_REQUEST, Parked, release
+from kstate.spark.protocol.idle import IDLE, RELEASE_REQUEST, Parked, ask_to_release, release
 from kstate.spark.protocol.locking import FileLock, NoLock
 from kstate.spark.protocol.progress import Timings
 from kstate.spark.protocol.task import TaskInfo
@@ -266,15 +266,10 @@ class PartitionState:
         if parked is not None:
             self._task_lock = parked.task_lock
             return
-        request = self.layout.task_dir(self.task.partition) / RELEASE_REQUEST
-
-        def ask_holder_to_release() -> None:
-            # A worker that parked these stores after its task gives them up when asked.
-            request.parent.mkdir(parents=True, exist_ok=True)
-            request.touch()
-
-        self._task_lock.acquire(on_wait=ask_holder_to_release)
-        request.unlink(missing_ok=True)
+        task_dir = self.layout.task_dir(self.task.partition)
+        # A worker that parked these stores after its task gives them up when asked.
+        self._task_lock.acquire(on_wait=lambda: ask_to_release(task_dir))
+        (task_dir / RELEASE_REQUEST).unlink(missing_ok=True)
 
     def _open_batch_log(self) -> BatchLog | RemoteBatchLog:
         p = self.task.partition

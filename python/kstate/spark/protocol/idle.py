@@ -12,6 +12,9 @@ published elsewhere meanwhile is closed and reopened instead of reused.
 Another worker that needs the partition asks for it: it creates ``.kstate-release`` in the task
 directory while it waits for the lock, and a daemon thread here closes parked stores named by a
 request and releases their lock. Only parked stores are given up; a running task keeps its own.
+Spark hands a task to whichever Python worker is idle, so with two workers a partition often
+moves: a task asks as soon as it starts (``claim``), and the holder releases while the task still
+waits for its input rows.
 """
 
 from __future__ import annotations
@@ -56,6 +59,10 @@ class IdleStores:
         with self._lock:
             return self._parked.pop(task_dir, None)
 
+    def holds(self, task_dir: Path) -> bool:
+        with self._lock:
+            return task_dir in self._parked
+
     def park(self, task_dir: Path, parked: Parked) -> None:
         with self._lock:
             self._parked[task_dir] = parked
@@ -66,12 +73,30 @@ class IdleStores:
     def _watch(self) -> None:
         stop = threading.Event()
         while not stop.wait(_POLL_SECONDS):
+            # Released outside the lock: closing flushes memtables, and this process's next task
+            # may meanwhile take other parked stores.
             with self._lock:
                 requested = [d for d in self._parked if (d / RELEASE_REQUEST).exists()]
-                for task_dir in requested:
-                    wait_for_build(task_dir)  # a standby build of an in-place upgrade writes there too
-                    release(self._parked.pop(task_dir))
-                    log.info("released the stores of %s to another worker", task_dir)
+                given_up = [(d, self._parked.pop(d)) for d in requested]
+            for task_dir, parked in given_up:
+                wait_for_build(task_dir)  # a standby build of an in-place upgrade writes there too
+                release(parked)
+                log.info("released the stores of %s to another worker", task_dir)
+
+
+def ask_to_release(task_dir: Path) -> None:
+    """Asks the worker that parked ``task_dir``'s stores, if one did, to release them."""
+    task_dir.mkdir(parents=True, exist_ok=True)
+    (task_dir / RELEASE_REQUEST).touch()
+
+
+def claim(task_dir: Path) -> None:
+    """At the start of a task, before its input arrives: unless this process has the partition's
+    stores parked, asks whoever has them to release them now. The task that opens the partition
+    removes the request once it holds the lock; one left by a task that failed before that costs
+    the next holder one release and reopen."""
+    if not IDLE.holds(task_dir):
+        ask_to_release(task_dir)
 
 
 def release(parked: Parked) -> None:

@@ -20,9 +20,11 @@ from kstate.errors import StateLockTimeoutError
 log = logging.getLogger("kstate.spark")
 
 # A holder asked to release usually does within milliseconds (kstate.spark.protocol.idle), so waiting
-# starts with short polls and backs off to the longest.
+# starts with short polls and backs off to the longest. A partition that moved between Spark's
+# Python workers waits here for the other worker's release (flush and close, tens of ms): a longer
+# poll would add up to its length to every move. A poll is one flock call.
 _FIRST_POLL_SECONDS = 0.002
-_POLL_SECONDS = 0.05
+_POLL_SECONDS = 0.01
 _REPORT_EVERY_SECONDS = 10.0
 
 

@@ -929,6 +929,12 @@ impl KeyValueStore {
             if !self.options.transactional {
                 state.flush()?;
                 state.set_status(STATUS_CLOSED)?;
+            } else {
+                // Commits are in the WAL already; flushing the memtables spares the next open
+                // replaying it (a partition moving between Spark's Python workers: a 13 MB WAL
+                // took ~0.2 s to replay, a flush ~0.02 s). A store that cannot flush (its
+                // directory deleted under it) still closes; a later open replays the WAL.
+                let _ = state.flush();
             }
         }
         Ok(())
