@@ -27,6 +27,7 @@ from pyspark import cloudpickle  # noqa: E402
 from pyspark.sql import Row  # noqa: E402
 
 from kstate.spark import read_processor_state, transform_with_state  # noqa: E402
+from kstate.spark.processor.ticks import needs_batch  # noqa: E402
 from kstate.spark.testing import TwsTester  # noqa: E402
 
 from .. import spark_suite_processors as p  # noqa: E402
@@ -415,7 +416,15 @@ def test_event_time_with_late_rows_and_timestamps_in_a_non_utc_zone_equals_spark
             num_partitions=2, time_mode="EventTime", event_time_column="ts", watermark_delay_ms=5_000, lock_timeout=60,
             fire_idle_timers=True,  # the default on PySpark 4.1+
         )  # fmt: skip
-        ours = feed_and_collect(work, frame, "kstate", len(files))
+        # kstate's batch without data comes from its tick source at the next trigger (Spark's at
+        # once): under load 2 s of quiet can pass before it, so wait while the source owes one.
+        timers = work / "changelog" / "late-kstate-timers"
+
+        def tick_due():
+            return needs_batch(timers, "EventTime", 5_000, int(time.time() * 1000))
+
+        ours = feed_and_collect(work, frame, "kstate", len(files), batch_due=tick_due)
+        assert timers.is_dir(), "the tick source's records are where this test looks"
     finally:
         for key, value in saved.items():
             spark.conf.set(key, value)
@@ -425,22 +434,23 @@ def test_event_time_with_late_rows_and_timestamps_in_a_non_utc_zone_equals_spark
     assert sum(r[1] == "expired" for batch in ours for r in batch) >= 3, "timers fired in batches without data"
 
 
-def settle(query, quiet=2.0, timeout=60):
+def settle(query, quiet=2.0, timeout=60, batch_due=lambda: False):
     """Waits until ``query`` has run no batch for ``quiet`` seconds (batches without data
-    included)."""
+    included) and ``batch_due()`` says no batch is owed."""
     deadline = time.monotonic() + timeout
     last, since = None, time.monotonic()
     while time.monotonic() < deadline and query.exception() is None:
         progress = query.lastProgress
         state = (progress or {}).get("batchId"), query.status["isTriggerActive"]
-        if state != last or state[1]:
+        if state != last or state[1] or batch_due():
             last, since = state, time.monotonic()
         elif time.monotonic() - since >= quiet:
             return
         time.sleep(0.1)
+    assert query.exception() is not None, f"the query did not settle in {timeout} s"
 
 
-def feed_and_collect(work, frame, name, files):
+def feed_and_collect(work, frame, name, files, batch_due=lambda: False):
     """Runs ``frame`` on ``work/in``, adding the staged input files one at a time, each once the
     query settled; the non-empty outputs of its batches, in order."""
     import os
@@ -456,7 +466,7 @@ def feed_and_collect(work, frame, name, files):
                 shutil.copy(part, target)
                 os.utime(target, (1_700_000_000 + index, 1_700_000_000 + index))
             time.sleep(0.5)
-            settle(query)
+            settle(query, batch_due=batch_due)
     finally:
         query.stop()
     assert query.exception() is None, query.exception()
