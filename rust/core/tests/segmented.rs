@@ -169,7 +169,7 @@ fn put_all_follows_puts_one_by_one_across_segments_and_retention() {
     // earlier one of the same call, deletes, and a spill past the uncommitted bound.
     for dups in [false, true] {
         let value = vec![b'v'; 400];
-        let mut writes: Vec<(Vec<u8>, Option<&[u8]>, i64)> = Vec::new();
+        let mut writes = Vec::new();
         for i in 0..3000u32 {
             let start = match i % 1000 {
                 0..=399 => 0,
