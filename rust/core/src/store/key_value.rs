@@ -807,11 +807,12 @@ impl KeyValueStore {
         self.spill_overlay()
     }
 
-    /// Hands every uncommitted write to `sink` as serialized batches of the committed state's writes (about
-    /// `batch_bytes` each when spilled), without applying them. With `apply_prepared` and
-    /// `finish_prepared_commit` this splits `commit` for a caller that makes the commits of
-    /// several RocksDB stores atomic by keeping the batches durably first (segmented stores'
-    /// commit intent). Persistent transactional stores only: in-memory state has no batch form.
+    /// Hands every uncommitted write to `sink` as serialized batches of the committed state's
+    /// writes (about `batch_bytes` each when spilled), without applying them. With
+    /// `apply_prepared` and `finish_prepared_commit` this splits `commit` for a caller that makes
+    /// the commits of several RocksDB stores atomic by keeping the batches durably first
+    /// (segmented stores' commit intent). Persistent transactional stores only: in-memory state
+    /// has no batch form.
     pub fn prepare_commit(
         &mut self,
         batch_bytes: usize,
