@@ -163,6 +163,52 @@ fn retention_drops_late_puts_and_hides_expired_windows() {
 }
 
 #[test]
+fn put_all_follows_puts_one_by_one_across_segments_and_retention() {
+    // The same writes through `put` one at a time and through `put_all`, with and without
+    // duplicates: runs of one segment, a segment left and come back to, a put made late by an
+    // earlier one of the same call, deletes, and a spill past the uncommitted bound.
+    for dups in [false, true] {
+        let value = vec![b'v'; 400];
+        let mut writes = Vec::new();
+        for i in 0..3000u32 {
+            let start = match i % 1000 {
+                0..=399 => 0,
+                400..=699 => MINUTE,
+                _ => 0,
+            } + i64::from(i / 1000) * 3 * MINUTE;
+            let v = (i % 7 != 3).then_some(&value[..]);
+            writes.push((format!("k{:04}", i % 1200).into_bytes(), v, start));
+        }
+        writes.push((b"late".to_vec(), Some(b"x"), 0)); // stream time is 7 minutes by now
+        let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+        let mut one_by_one = open_window(dirs[0].path(), 2 * MINUTE, MINUTE, dups);
+        let mut batched = open_window(dirs[1].path(), 2 * MINUTE, MINUTE, dups);
+        let mut dropped = 0;
+        for (key, value, start) in &writes {
+            dropped += usize::from(!one_by_one.put(key, *value, *start).unwrap());
+        }
+        let all: Vec<_> = writes.iter().map(|(k, v, s)| (&k[..], *v, *s)).collect();
+        assert_eq!(batched.put_all(&all).unwrap(), dropped);
+        assert!(dropped >= 1, "the late put is dropped");
+        for store in [&mut one_by_one, &mut batched] {
+            store.segments_mut().commit(Some(1), &mut |_| {}).unwrap();
+        }
+        let t = batched.segments().stream_time();
+        assert_eq!(t, one_by_one.segments().stream_time());
+        assert_eq!(
+            batched.segments().dropped_records(),
+            one_by_one.segments().dropped_records()
+        );
+        let q = batched
+            .queries()
+            .range(t, None, None, 0, t, Direction::Forward);
+        let expected = window_rows(&one_by_one, &q);
+        assert!(!expected.is_empty());
+        assert_eq!(window_rows(&batched, &q), expected, "dups: {dups}");
+    }
+}
+
+#[test]
 fn duplicates_get_sequence_numbers() {
     let dir = tempfile::tempdir().unwrap();
     let mut store = open_window(dir.path(), 10 * MINUTE, MINUTE, true);

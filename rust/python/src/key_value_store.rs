@@ -89,27 +89,32 @@ fn not_bytes(obj: &Bound<'_, PyAny>, what: &str) -> PyErr {
     )
 }
 
+/// `f` of each item of `items`: a list's read in place, any other iterable's through its
+/// iterator.
+pub(crate) fn each_item<'py, T>(
+    items: &Bound<'py, PyAny>,
+    mut f: impl FnMut(Bound<'py, PyAny>) -> PyResult<T>,
+) -> PyResult<Vec<T>> {
+    if let Ok(list) = items.cast::<PyList>() {
+        return list.iter().map(f).collect();
+    }
+    items.try_iter()?.map(|item| f(item?)).collect()
+}
+
 pub(crate) fn bytes_list<'py>(items: &Bound<'py, PyAny>) -> PyResult<Vec<Bound<'py, PyBytes>>> {
-    items
-        .try_iter()?
-        .map(|item| into_bytes(item?, "key"))
-        .collect()
+    each_item(items, |item| into_bytes(item, "key"))
 }
 
 /// Each item of `items` as bytes or `None` (a delete).
 pub(crate) fn optional_bytes_list<'py>(
     items: &Bound<'py, PyAny>,
 ) -> PyResult<Vec<Option<Bound<'py, PyBytes>>>> {
-    items
-        .try_iter()?
-        .map(|item| {
-            let item = item?;
-            if item.is_none() {
-                return Ok(None);
-            }
-            into_bytes(item, "value").map(Some)
-        })
-        .collect()
+    each_item(items, |item| {
+        if item.is_none() {
+            return Ok(None);
+        }
+        into_bytes(item, "value").map(Some)
+    })
 }
 
 /// A list of the values of `keys` (bytes or `None`), read by `read` without intermediate copies.

@@ -10,7 +10,7 @@ use pyo3::types::{PyBytes, PyDict};
 
 use crate::errors::guard;
 use crate::key_value_store::{
-    as_bytes, bytes_list, direction, optional_bytes_list, optional_value,
+    as_bytes, bytes_list, direction, each_item, optional_bytes_list, optional_value,
 };
 use crate::logged::{logged_store_methods, Logged};
 use crate::windowed::{
@@ -73,10 +73,7 @@ impl NativeWindowStore {
     ) -> PyResult<usize> {
         let keys = bytes_list(keys)?;
         let values = optional_bytes_list(values)?;
-        let starts = window_starts
-            .try_iter()?
-            .map(|start| millis(&start?, "window_start"))
-            .collect::<PyResult<Vec<i64>>>()?;
+        let starts = each_item(window_starts, |start| millis(&start, "window_start"))?;
         if keys.len() != values.len() || keys.len() != starts.len() {
             return Err(crate::errors::to_py(kstate_core::Error::InvalidArgument(
                 format!(

@@ -123,6 +123,11 @@ pub fn push_record(
     })
 }
 
+/// Whether a serialized batch holds no records.
+pub fn is_empty(batch: &[u8]) -> bool {
+    batch.len() <= HEADER_LEN
+}
+
 /// Records the number of records in the header.
 pub fn set_count(batch: &mut [u8], count: usize) -> Result<()> {
     let count = u32::try_from(count)

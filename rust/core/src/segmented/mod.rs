@@ -7,4 +7,4 @@ pub mod segments;
 pub mod session_store;
 pub mod window_store;
 
-pub use segmented_store::{SegmentedOptions, SegmentedStore, SegmentedView};
+pub use segmented_store::{SegmentedOptions, SegmentedStore, SegmentedView, StorePuts};

@@ -22,6 +22,7 @@ use std::sync::{Arc, RwLock};
 use rocksdb::WriteBatch;
 
 use crate::error::{Error, Result};
+use crate::format::write_batch;
 use crate::segmented::commit_intent::{self, CommitIntent, IntentWriter};
 use crate::segmented::segments::{parse_segment_name, segment_id, segment_name};
 use crate::store::committed::Write;
@@ -231,6 +232,37 @@ struct Committed {
     open: bool,
     stream_time: i64,
     segments: BTreeMap<i64, ReadCommittedView>,
+}
+
+/// Puts of store keys for `SegmentedStore::put_all`: the keys side by side in one buffer.
+#[derive(Default)]
+pub struct StorePuts<'a> {
+    keys: Vec<u8>,
+    /// Each put's key end in `keys`, timestamp and value (`None` deletes).
+    puts: Vec<(usize, i64, Option<&'a [u8]>)>,
+}
+
+impl<'a> StorePuts<'a> {
+    /// Room for `puts` puts of keys of about `key_len` bytes.
+    pub fn with_capacity(puts: usize, key_len: usize) -> Self {
+        Self {
+            keys: Vec::with_capacity(puts * key_len),
+            puts: Vec::with_capacity(puts),
+        }
+    }
+
+    pub fn push(&mut self, key: &[u8], timestamp: i64, value: Option<&'a [u8]>) {
+        self.keys.extend_from_slice(key);
+        self.puts.push((self.keys.len(), timestamp, value));
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&[u8], i64, Option<&'a [u8]>)> + '_ {
+        let starts = std::iter::once(0).chain(self.puts.iter().map(|&(end, _, _)| end));
+        self.puts
+            .iter()
+            .zip(starts)
+            .map(|(&(end, timestamp, value), start)| (&self.keys[start..end], timestamp, value))
+    }
 }
 
 pub struct SegmentedStore {
@@ -517,14 +549,58 @@ impl SegmentedStore {
             self.dropped_records += 1;
             return Ok(false);
         }
-        let segment = self.segment(id)?;
-        let before = segment.uncommitted().0;
-        segment.put(key, value)?;
-        let after = segment.uncommitted().0;
         if !self.options.store.transactional {
+            self.segment(id)?.put(key, value)?;
             self.drop_segments_before(min_live)?;
             return Ok(true);
         }
+        self.put_run(id, &mut std::iter::once((key, value)))?;
+        Ok(true)
+    }
+
+    /// `put` of each of `puts` in turn; returns how many were dropped as expired. A transactional
+    /// store hands each run of puts into one segment to it in one call (no segment lookup,
+    /// lock or budget update per put); the uncommitted bound is checked after each run.
+    pub fn put_all(&mut self, puts: &StorePuts<'_>) -> Result<usize> {
+        self.check_open()?;
+        let mut dropped = 0;
+        if !self.options.store.transactional {
+            for (key, timestamp, value) in puts.iter() {
+                dropped += usize::from(!self.put(key, timestamp, value)?);
+            }
+            return Ok(dropped);
+        }
+        let mut run: Vec<Write<'_>> = Vec::new();
+        let mut run_segment = None;
+        for (key, timestamp, value) in puts.iter() {
+            self.stream_time = self.stream_time.max(timestamp);
+            let id = self.options.segment_id(timestamp);
+            if id < self.options.min_live_segment(self.stream_time) {
+                self.dropped_records += 1;
+                dropped += 1;
+                continue;
+            }
+            if run_segment != Some(id) {
+                if let Some(segment) = run_segment {
+                    self.put_run(segment, &mut run.drain(..))?;
+                }
+                run_segment = Some(id);
+            }
+            run.push((key, value));
+        }
+        if let Some(segment) = run_segment {
+            self.put_run(segment, &mut run.drain(..))?;
+        }
+        Ok(dropped)
+    }
+
+    /// Stages `writes` in segment `id` of a transactional store, then spills every segment if
+    /// the staged bytes went past the bound.
+    fn put_run(&mut self, id: i64, writes: &mut dyn Iterator<Item = Write<'_>>) -> Result<()> {
+        let segment = self.segment(id)?;
+        let before = segment.uncommitted().0;
+        segment.put_all(writes)?;
+        let after = segment.uncommitted().0;
         self.staged_bytes = (self.staged_bytes + after).saturating_sub(before);
         if self.staged_bytes > self.options.store.max_uncommitted_bytes && self.dir.is_some() {
             for segment in self.segments.values_mut() {
@@ -532,7 +608,7 @@ impl SegmentedStore {
             }
             self.staged_bytes = 0;
         }
-        Ok(true)
+        Ok(())
     }
 
     /// Deletes store key `key` from the segment of `timestamp` if that segment exists (Kafka's
@@ -644,10 +720,10 @@ impl SegmentedStore {
                 for (&id, segment) in self.segments.range_mut(min_live..) {
                     spilled |= segment.uncommitted().1;
                     segment.prepare_commit(INTENT_BATCH_BYTES, &mut |batch| {
-                        if batch.is_empty() {
+                        if write_batch::is_empty(batch) {
                             Ok(())
                         } else {
-                            writer.entry(id, batch.data())
+                            writer.entry(id, batch)
                         }
                     })?;
                 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use crate::error::{Error, Result};
 use crate::format::key_schema::session;
 use crate::segmented::segmented_store::{
-    min_live_time, SegmentQuery, SegmentedKeys, SegmentedStore,
+    min_live_time, SegmentQuery, SegmentedKeys, SegmentedStore, StorePuts,
 };
 use crate::segmented::segments::segment_id;
 use crate::store::key_range::{successor, Direction, KeyRange};
@@ -131,14 +131,14 @@ impl SessionStore {
         for &(_, start, end, _) in writes {
             check_session(start, end)?;
         }
-        let (mut dropped, mut store_key) = (0, Vec::new());
+        let mut store_key = Vec::new();
+        let key_len = writes.first().map_or(0, |(key, _, _, _)| key.len() + 16);
+        let mut puts = StorePuts::with_capacity(writes.len(), key_len);
         for &(key, start, end, value) in writes {
             session::write_store_key(&mut store_key, key, start, end);
-            if !self.segments.put(&store_key, end, value)? {
-                dropped += 1;
-            }
+            puts.push(&store_key, end, value);
         }
-        Ok(dropped)
+        self.segments.put_all(&puts)
     }
 
     /// Removes a session (Kafka's `remove`: no segment is created, no drop counted).

@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 use crate::format::key_schema::window;
 use crate::segmented::segmented_store::{
     min_live_time, scan, ScanCursor, SegmentQuery, SegmentReader, SegmentedKeys, SegmentedStore,
+    StorePuts,
 };
 use crate::segmented::segments::segment_id;
 use crate::store::key_range::{successor, Direction, KeyRange};
@@ -201,19 +202,22 @@ impl WindowStore {
                 "window start must be >= 0, got {window_start}"
             )));
         }
-        if self.retain_duplicates {
-            if value.is_none() {
-                return Ok(true);
-            }
-            self.seqnum = (self.seqnum.wrapping_add(1)) & 0x7FFF_FFFF;
-        }
-        let seq = if self.retain_duplicates {
-            self.seqnum
-        } else {
-            0
+        let Some(seq) = self.next_seq(value) else {
+            return Ok(true);
         };
         window::write_store_key(store_key, key, window_start, seq);
         self.segments.put(store_key, window_start, value)
+    }
+
+    /// The sequence number of the next put's store key; `None`: a delete, which a store
+    /// retaining duplicates ignores (Kafka's).
+    fn next_seq(&mut self, value: Option<&[u8]>) -> Option<i32> {
+        if !self.retain_duplicates {
+            return Some(0);
+        }
+        value?;
+        self.seqnum = (self.seqnum.wrapping_add(1)) & 0x7FFF_FFFF;
+        Some(self.seqnum)
     }
 
     /// `put` of each `(key, value, window_start)` in turn; returns how many were dropped as
@@ -224,13 +228,16 @@ impl WindowStore {
                 "window start must be >= 0, got {start}"
             )));
         }
-        let (mut dropped, mut store_key) = (0, Vec::new());
+        let mut store_key = Vec::new();
+        let key_len = writes.first().map_or(0, |(key, _, _)| key.len() + 12);
+        let mut puts = StorePuts::with_capacity(writes.len(), key_len);
         for &(key, value, window_start) in writes {
-            if !self.put_keyed(&mut store_key, key, value, window_start)? {
-                dropped += 1;
+            if let Some(seq) = self.next_seq(value) {
+                window::write_store_key(&mut store_key, key, window_start, seq);
+                puts.push(&store_key, window_start, value);
             }
         }
-        Ok(dropped)
+        self.segments.put_all(&puts)
     }
 
     /// `fetch(key, time)`: the value of the window of `key` starting at `time`. With duplicates,

@@ -807,15 +807,16 @@ impl KeyValueStore {
         self.spill_overlay()
     }
 
-    /// Hands every uncommitted write to `sink` as batches of the committed state's writes (about
-    /// `batch_bytes` each when spilled), without applying them. With `apply_prepared` and
-    /// `finish_prepared_commit` this splits `commit` for a caller that makes the commits of
-    /// several RocksDB stores atomic by keeping the batches durably first (segmented stores'
-    /// commit intent). Persistent transactional stores only: in-memory state has no batch form.
+    /// Hands every uncommitted write to `sink` as serialized batches of the committed state's
+    /// writes (about `batch_bytes` each when spilled), without applying them. With
+    /// `apply_prepared` and `finish_prepared_commit` this splits `commit` for a caller that makes
+    /// the commits of several RocksDB stores atomic by keeping the batches durably first
+    /// (segmented stores' commit intent). Persistent transactional stores only: in-memory state
+    /// has no batch form.
     pub fn prepare_commit(
         &mut self,
         batch_bytes: usize,
-        sink: &mut dyn FnMut(&WriteBatch) -> Result<()>,
+        sink: &mut dyn FnMut(&[u8]) -> Result<()>,
     ) -> Result<()> {
         if self.spill.is_some() {
             self.spill_overlay()?;
@@ -833,9 +834,11 @@ impl KeyValueStore {
                 for (key, value) in writes {
                     c.stage(&mut spilled, key, value.as_deref())?;
                 }
-                sink(&spilled)
+                sink(spilled.data())
             }),
-            None => sink(&staged_batch(c, overlay, *direct_batch)?),
+            // The overlay's own batch, as `apply_staged` will hand it to RocksDB.
+            None if *direct_batch => sink(overlay.write_batch()?),
+            None => sink(staged_batch(c, overlay, false)?.data()),
         })
     }
 
@@ -977,7 +980,7 @@ fn staged_batch(
     direct: bool,
 ) -> Result<WriteBatch> {
     if direct {
-        return Ok(WriteBatch::from_data(&overlay.write_batch()?));
+        return Ok(WriteBatch::from_data(overlay.write_batch()?));
     }
     let mut batch = WriteBatch::default();
     for (key, value) in overlay.writes() {

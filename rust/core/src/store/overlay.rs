@@ -15,7 +15,6 @@
 //! in key order, and so does a commit after overwrites or of keys staged far from key order:
 //! the memtable inserts sorted keys about twice as fast.
 
-use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::hash::BuildHasher;
 use std::ops::Bound;
@@ -188,24 +187,27 @@ impl Overlay {
         self.descents * 4 <= self.records.len()
     }
 
-    /// The staged writes as one serialized write batch: the buffer itself when every record is
-    /// live and in about key order (in the order first staged), else the live ones rewritten
-    /// in key order.
-    pub fn write_batch(&mut self) -> Result<Cow<'_, [u8]>> {
+    /// The staged writes as one serialized write batch: the buffer as staged when every record
+    /// is live and in about key order, else rewritten once in key order without the dead
+    /// records (the buffer then stays so: asking again, as a segmented commit's intent and then
+    /// its apply do, copies nothing).
+    pub fn write_batch(&mut self) -> Result<&[u8]> {
         if self.batch.is_empty() {
             self.start_batch(0);
         }
-        if self.dead == 0 && self.mostly_ascending() {
-            write_batch::set_count(&mut self.batch, self.records.len())?;
-            return Ok(Cow::Borrowed(&self.batch));
+        if self.dead > 0 || !self.mostly_ascending() {
+            let mut order: Vec<usize> = (0..self.records.len()).collect();
+            order.sort_unstable_by(|&a, &b| {
+                key_of(&self.batch, &self.records[a]).cmp(key_of(&self.batch, &self.records[b]))
+            });
+            let (batch, records) = self.rewritten(&order);
+            self.batch = batch;
+            self.records = records;
+            self.dead = 0;
+            self.descents = 0;
         }
-        let mut order: Vec<usize> = (0..self.records.len()).collect();
-        order.sort_unstable_by(|&a, &b| {
-            key_of(&self.batch, &self.records[a]).cmp(key_of(&self.batch, &self.records[b]))
-        });
-        let (mut batch, _) = self.rewritten(&order);
-        write_batch::set_count(&mut batch, self.records.len())?;
-        Ok(Cow::Owned(batch))
+        write_batch::set_count(&mut self.batch, self.records.len())?;
+        Ok(&self.batch)
     }
 
     /// `None`: not staged; `Some(None)`: staged delete; `Some(Some(v))`: staged value.
@@ -402,7 +404,7 @@ mod tests {
             o.stage(key, Some(b"v")).unwrap();
         }
         assert_eq!(
-            o.write_batch().unwrap().as_ref(),
+            o.write_batch().unwrap(),
             rocksdb_batch(&[
                 (b"c", Some(b"v")),
                 (b"d", Some(b"v")),
@@ -416,7 +418,7 @@ mod tests {
             o.stage(key, Some(b"v")).unwrap();
         }
         assert_eq!(
-            o.write_batch().unwrap().as_ref(),
+            o.write_batch().unwrap(),
             rocksdb_batch(&[
                 (b"a", Some(b"v")),
                 (b"b", Some(b"v")),
@@ -445,32 +447,40 @@ mod tests {
         o.stage(b"b", Some(b"1")).unwrap();
         // Same length: written over in place, the batch is the buffer as staged.
         o.stage(b"b", Some(b"2")).unwrap();
-        assert!(matches!(o.write_batch().unwrap(), Cow::Borrowed(_)));
+        let staged = o.batch.as_ptr();
+        assert_eq!(o.write_batch().unwrap().as_ptr(), staged);
         assert_eq!(
-            o.write_batch().unwrap().as_ref(),
+            o.write_batch().unwrap(),
             rocksdb_batch(&[(b"a", None), (b"b", Some(b"2"))])
         );
         // Another length or a delete: rewritten in key order without the dead records.
         o.stage(b"a", Some(b"long value")).unwrap();
         o.stage(b"c", Some(b"3")).unwrap();
         o.stage(b"b", None).unwrap();
-        assert_eq!(
-            o.write_batch().unwrap().as_ref(),
-            rocksdb_batch(&[
-                (b"a", Some(b"long value")),
-                (b"b", None),
-                (b"c", Some(b"3"))
-            ])
-        );
+        let expected = rocksdb_batch(&[
+            (b"a", Some(b"long value")),
+            (b"b", None),
+            (b"c", Some(b"3")),
+        ]);
+        assert_eq!(o.write_batch().unwrap(), expected);
+        // Rewritten once: asking again hands out the same buffer, which reads see too.
+        let rewritten = o.batch.as_ptr();
+        assert_eq!(o.write_batch().unwrap().as_ptr(), rewritten);
+        assert_eq!(o.write_batch().unwrap(), expected);
+        assert_eq!(o.get(b"b"), Some(None));
+        o.stage(b"0", Some(b"first")).unwrap();
+        assert_eq!(o.get(b"c"), Some(Some(&b"3"[..])));
+        assert_eq!(o.len(), 4);
+        o.stage(b"0", None).unwrap();
         assert_eq!(o.get(b"a"), Some(Some(&b"long value"[..])));
-        assert_eq!(o.bytes(), 1 + 10 + 1 + 1 + 1);
+        assert_eq!(o.bytes(), 1 + 10 + 1 + 1 + 1 + 1);
         o.clear();
         assert!(o.is_empty());
-        assert_eq!(o.write_batch().unwrap().as_ref(), rocksdb_batch(&[]));
+        assert_eq!(o.write_batch().unwrap(), rocksdb_batch(&[]));
         // The next transaction starts in the kept buffer, with room reserved for the last one.
         o.stage(b"d", Some(b"4")).unwrap();
         assert_eq!(
-            o.write_batch().unwrap().as_ref(),
+            o.write_batch().unwrap(),
             rocksdb_batch(&[(b"d", Some(b"4"))])
         );
     }
@@ -499,7 +509,7 @@ mod tests {
         expected.extend(keys.iter().map(|k| (&k[..], Some(&b"v"[..]))));
         let staged_order = rocksdb_batch(&expected);
         expected.sort();
-        let batch = o.write_batch().unwrap().into_owned();
+        let batch = o.write_batch().unwrap().to_vec();
         assert!(batch == staged_order || batch == rocksdb_batch(&expected));
     }
 }

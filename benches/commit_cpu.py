@@ -1,0 +1,121 @@
+"""Where the put phase of the scale benches spends its main thread: CPU (user + system, this
+thread only, so the machine's load moves it less than wall clock) of staging each batch of 100k
+writes and of committing it, kstate against rocksdict (building a ``WriteBatch``, then
+``write``), one process each. benches/README.md, issue 21's fifth pass.
+
+    .venv/bin/python benches/commit_cpu.py kv|window kstate|rocksdict [--keys 1000000] [--dir /var/tmp]
+
+``kv``: ``benches/scale.py``'s put phase (keys in order, 100-byte values); ``window``:
+``benches/scale_window.py``'s (a minute of every key, then the next; 10 minutes). Prints one
+JSON line: ms per batch of the stage (``put_cpu_ms``) and of the commit (``commit_cpu_ms``),
+the commit's wall clock (``commit_ms``) and the rate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import tempfile
+import time
+
+from scale import BATCH, BUDGET, _keys, _values  # benches/scale.py
+from scale_window import MINUTE, T0, VALUES, WINDOWS, _store_key, row_key  # benches/scale_window.py
+
+
+def _window_batches(n_keys: int) -> list[tuple[list[bytes], list[bytes], list[int]]]:
+    batches, keys, values, starts = [], [], [], []
+    for w in range(WINDOWS):
+        for i in range(n_keys):
+            keys.append(row_key(i))
+            values.append(VALUES[(w * n_keys + i) % 4096])
+            starts.append(T0 + w * MINUTE)
+            if len(keys) == BATCH:
+                batches.append((keys, values, starts))
+                keys, values, starts = [], [], []
+    return batches
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("shape", choices=["kv", "window"])
+    parser.add_argument("library", choices=["kstate", "rocksdict"])
+    parser.add_argument("--keys", type=int, default=1_000_000, help="keys (window: keys x 10 windows)")
+    parser.add_argument("--dir", default=None)
+    args = parser.parse_args()
+    where = tempfile.mkdtemp(dir=args.dir)
+    if args.shape == "kv":
+        ends = [(s, min(args.keys, s + BATCH)) for s in range(0, args.keys, BATCH)]
+        batches = [(_keys(s, e), _values(s, e), None) for s, e in ends]
+    else:
+        batches = _window_batches(args.keys)
+    if args.library == "kstate":
+        from kstate import Stores
+
+        config = {"statestore.memory.max.bytes": BUDGET}
+        if args.shape == "kv":
+            supplier = Stores.persistent_key_value_store("scale")
+            store = Stores.key_value_store_builder(supplier, "bytes", "bytes").with_config(config).build()
+        else:
+            supplier = Stores.persistent_window_store("windows", retention_ms=3_600_000, window_size_ms=MINUTE)
+            store = Stores.window_store_builder(supplier, "bytes", "bytes").with_config(config).build()
+        store.init(f"{where}/app/0_0")
+
+        def stage(keys, values, starts):
+            store.put_all(keys, values) if starts is None else store.put_all(keys, values, starts)
+            return None
+
+        def commit(_staged) -> None:
+            store.commit()
+    else:
+        from rocksdict import Options, Rdict, WriteBatch
+
+        store = Rdict(f"{where}/rocksdict", options=Options(raw_mode=True))
+
+        def stage(keys, values, starts):
+            batch = WriteBatch(raw_mode=True)
+            if starts is None:
+                for key, value in zip(keys, values):
+                    batch.put(key, value)
+            else:
+                for key, value, start in zip(keys, values, starts):
+                    batch.put(_store_key(key, start), value)
+            return batch
+
+        def commit(batch) -> None:
+            store.write(batch)
+
+    put_cpu = commit_cpu = commit_wall = 0.0
+    started = time.perf_counter()
+    for keys, values, starts in batches:
+        cpu = time.thread_time()
+        staged = stage(keys, values, starts)
+        put_cpu += time.thread_time() - cpu
+        wall, cpu = time.perf_counter(), time.thread_time()
+        commit(staged)
+        commit_cpu += time.thread_time() - cpu
+        commit_wall += time.perf_counter() - wall
+    elapsed = time.perf_counter() - started
+    store.close()
+    shutil.rmtree(where)
+    writes = sum(len(keys) for keys, _, _ in batches)
+    per_batch = 1000 / len(batches)
+    print(
+        json.dumps(
+            {
+                "shape": args.shape,
+                "library": args.library,
+                "writes": writes,
+                "rate": round(writes / elapsed),
+                "put_cpu_ms": round(put_cpu * per_batch, 1),
+                "commit_cpu_ms": round(commit_cpu * per_batch, 1),
+                "commit_ms": round(commit_wall * per_batch, 1),
+                "load": os.getloadavg()[0],
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
