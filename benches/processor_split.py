@@ -46,7 +46,7 @@ PARTS = [
     ("routing checks", "routing/partitioning.py", ("verify_batch", "checked_batches")),
     ("Row construction", "routing/groups.py", ("python_rows",)),
     ("grouping (sort, bounds, keys)", "routing/groups.py", ("iter_groups",)),
-    ("read-ahead (pickle keys, get_many)", "processor/processor.py", ("read_ahead",)),
+    ("read-ahead (pickle keys, get_many, list / map scans)", "processor/processor.py", ("read_ahead",)),
     ("value get", "processor/state_variables.py", ("ValueState.get",)),
     ("value update", "processor/state_variables.py", ("ValueState.update",)),
     ("list get", "processor/state_variables.py", ("ListState.get",)),
@@ -133,7 +133,9 @@ def parts_of(stats: pstats.Stats) -> dict[str, float]:
                 hit = file.endswith(where) and fn in bare and (not lines or line in lines)
             total += ct if hit else 0.0
         parts[part] = total
-    parts["grouping (sort, bounds, keys)"] -= parts["Row construction"] + parts["read-ahead (pickle keys, get_many)"]
+    parts["grouping (sort, bounds, keys)"] -= (
+        parts["Row construction"] + parts["read-ahead (pickle keys, get_many, list / map scans)"]
+    )
     state = sum(seconds for part, seconds in parts.items() if part.split()[0] in ("value", "list", "map"))
     parts["processor's own logic"] -= state
     parts["commit: rest (memory sample, park)"] -= sum(

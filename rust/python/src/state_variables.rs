@@ -83,12 +83,47 @@ impl StateReadAhead {
     }
 }
 
+/// A write to stage: a key and its stored bytes (`None`: a delete).
+type Write = (Vec<u8>, Option<Vec<u8>>);
+type Writes = Vec<Write>;
+
+/// `<prefix><map key>`: the store key of map key `user_key` (encoded by `keys`).
+fn map_key(
+    py: Python<'_>,
+    prefix: &[u8],
+    keys: &StateCodec,
+    user_key: &Bound<'_, PyAny>,
+) -> PyResult<Vec<u8>> {
+    let mut key = prefix.to_vec();
+    keys.encode_into(py, user_key, &mut key)?;
+    Ok(key)
+}
+
+/// `f` of the stored value of `key` (under `prefix`) as the read-ahead holds it, or `None` if
+/// it does not hold the prefix.
+fn held<R>(
+    ahead: Option<&Bound<'_, StateReadAhead>>,
+    prefix: &[u8],
+    key: &[u8],
+    f: impl FnOnce(Option<&[u8]>) -> PyResult<R>,
+) -> PyResult<Option<R>> {
+    let Some(ahead) = ahead else {
+        return Ok(None);
+    };
+    let ahead = ahead.try_borrow()?;
+    ahead
+        .entries
+        .get(prefix, &key[prefix.len()..])
+        .map(f)
+        .transpose()
+}
+
 /// Stages `writes` (keys under `prefix`) and keeps the read-ahead, if any, in step.
 fn stage_under(
     store: &Bound<'_, NativeKeyValueStore>,
     ahead: Option<&Bound<'_, StateReadAhead>>,
     prefix: &[u8],
-    writes: &[(Vec<u8>, Option<Vec<u8>>)],
+    writes: &[Write],
 ) -> PyResult<()> {
     {
         let mut store = store.try_borrow_mut()?;
@@ -345,18 +380,15 @@ impl StateCodec {
         now_ms: i64,
         ahead: Option<&Bound<'py, StateReadAhead>>,
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
-        let mut key = prefix.to_vec();
-        keys.encode_into(py, user_key, &mut key)?;
-        if let Some(ahead) = ahead {
-            let ahead = ahead.try_borrow()?;
-            if let Some(stored) = ahead.entries.get(prefix, &key[prefix.len()..]) {
-                return self.live(py, stored, now_ms);
-            }
+        let key = map_key(py, prefix, keys, user_key)?;
+        match held(ahead, prefix, &key, |stored| self.live(py, stored, now_ms))? {
+            Some(value) => Ok(value),
+            None => self.get(py, store, &key, now_ms),
         }
-        self.get(py, store, &key, now_ms)
     }
 
     /// Map state: whether map key `user_key` has a live value under `prefix`.
+    #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (store, prefix, keys, user_key, now_ms, ahead=None))]
     fn map_contains<'py>(
         &self,
@@ -368,18 +400,17 @@ impl StateCodec {
         now_ms: i64,
         ahead: Option<&Bound<'py, StateReadAhead>>,
     ) -> PyResult<bool> {
-        let mut key = prefix.to_vec();
-        keys.encode_into(py, user_key, &mut key)?;
-        if let Some(ahead) = ahead {
-            let ahead = ahead.try_borrow()?;
-            if let Some(stored) = ahead.entries.get(prefix, &key[prefix.len()..]) {
-                return Ok(stored
-                    .map(expiry_of)
-                    .transpose()?
-                    .is_some_and(|e| e > now_ms));
-            }
+        let key = map_key(py, prefix, keys, user_key)?;
+        let live = |stored: Option<&[u8]>| -> PyResult<bool> {
+            Ok(stored
+                .map(expiry_of)
+                .transpose()?
+                .is_some_and(|e| e > now_ms))
+        };
+        match held(ahead, prefix, &key, live)? {
+            Some(found) => Ok(found),
+            None => self.exists(store, &key, now_ms),
         }
-        self.exists(store, &key, now_ms)
     }
 
     /// Map state: stages `user_key -> value` under `prefix`; returns the encoded map key when the
@@ -397,8 +428,7 @@ impl StateCodec {
         value: &Bound<'py, PyAny>,
         ahead: Option<&Bound<'py, StateReadAhead>>,
     ) -> PyResult<Option<Bound<'py, PyBytes>>> {
-        let mut key = prefix.to_vec();
-        keys.encode_into(py, user_key, &mut key)?;
+        let key = map_key(py, prefix, keys, user_key)?;
         let stored = self.stored(py, expiry, value)?;
         let suffix = (expiry != NO_EXPIRY).then(|| PyBytes::new(py, &key[prefix.len()..]));
         stage_under(store, ahead, prefix, &[(key, Some(stored))])?;
@@ -416,8 +446,7 @@ impl StateCodec {
         user_key: &Bound<'py, PyAny>,
         ahead: Option<&Bound<'py, StateReadAhead>>,
     ) -> PyResult<()> {
-        let mut key = prefix.to_vec();
-        keys.encode_into(py, user_key, &mut key)?;
+        let key = map_key(py, prefix, keys, user_key)?;
         stage_under(store, ahead, prefix, &[(key, None)])
     }
 
@@ -537,7 +566,7 @@ impl StateCodec {
         first: u64,
         expiry: i64,
         values: &[Bound<'_, PyAny>],
-    ) -> PyResult<Vec<(Vec<u8>, Option<Vec<u8>>)>> {
+    ) -> PyResult<Writes> {
         values
             .iter()
             .enumerate()
@@ -556,7 +585,7 @@ impl StateCodec {
         ahead: Option<&Bound<'_, StateReadAhead>>,
         prefix: &[u8],
         keep: u64,
-    ) -> PyResult<Vec<(Vec<u8>, Option<Vec<u8>>)>> {
+    ) -> PyResult<Writes> {
         let ahead = ahead.map(Bound::try_borrow).transpose()?;
         let entries = entries_under(
             &store.try_borrow()?.logged.inner.store,
@@ -576,7 +605,7 @@ fn suffixes<'py>(
     py: Python<'py>,
     prefix: &[u8],
     expiry: i64,
-    writes: &[(Vec<u8>, Option<Vec<u8>>)],
+    writes: &[Write],
 ) -> Option<Vec<Bound<'py, PyBytes>>> {
     (expiry != NO_EXPIRY).then(|| {
         writes

@@ -159,11 +159,7 @@ impl LogSegment {
     ) -> Result<(Self, Option<String>)> {
         let path = |file| segment_path(dir, base_offset, file, stage);
         let log_path = path(SegmentFile::Log);
-        let log = File::options()
-            .read(true)
-            .write(true)
-            .open(&log_path)
-            .context(|| format!("opening {}", log_path.display()))?;
+        let log = open_log(&log_path)?;
         let size = log
             .metadata()
             .context(|| format!("reading the size of {}", log_path.display()))?
@@ -419,11 +415,7 @@ impl LogSegment {
     pub(crate) fn open_closed(dir: &Path, closed: ClosedSegment) -> Result<(Self, Rescan)> {
         let path = |file| segment_path(dir, closed.base_offset, file, FileStage::Live);
         let log_path = path(SegmentFile::Log);
-        let log = File::options()
-            .read(true)
-            .write(true)
-            .open(&log_path)
-            .context(|| format!("opening {}", log_path.display()))?;
+        let log = open_log(&log_path)?;
         let offset_index_file = IndexFile::open(
             path(SegmentFile::OffsetIndex),
             closed.indexing.offsets.entries().len(),
@@ -620,6 +612,14 @@ fn entry_problem(
 
 /// Reads an index file and opens it for writing; an unusable file is emptied and the reason
 /// returned.
+fn open_log(path: &Path) -> Result<File> {
+    File::options()
+        .read(true)
+        .write(true)
+        .open(path)
+        .context(|| format!("opening {}", path.display()))
+}
+
 fn open_index<E: IndexEntry>(path: PathBuf) -> Result<(Vec<E>, IndexFile<E>, Option<String>)> {
     let problem = match read_index::<E>(&path)? {
         StoredIndex::Entries(entries) => {

@@ -26,6 +26,8 @@ pub const DEFAULT_MAX_UNCOMMITTED_BYTES: usize = 64 * 1024 * 1024;
 const SPILL_COPY_BATCH_BYTES: usize = 4 * 1024 * 1024;
 /// The table file a spilled commit writes and ingests, inside the spill's directory.
 const SPILL_INGEST_FILE: &str = "commit.sst";
+/// Receives one entry of a multi-prefix scan with its prefix's index; returns whether to go on.
+pub type VisitPrefixed<'f> = dyn FnMut(usize, &[u8], &[u8]) -> Result<bool> + 'f;
 /// Receives one key and a value (`None`: absent).
 pub type VisitWrite<'f> = dyn FnMut(&[u8], Option<&[u8]>) -> Result<()> + 'f;
 
@@ -602,11 +604,7 @@ impl KeyValueStore {
     /// prefix by prefix in key order, through one set of iterators that seeks from prefix to
     /// prefix: reading many keys' entries ahead costs one iterator, not one per key. No prefix
     /// may start another. `visit` returns `false` to end the scan there.
-    pub fn scan_prefixes(
-        &self,
-        prefixes: &[&[u8]],
-        visit: &mut dyn FnMut(usize, &[u8], &[u8]) -> Result<bool>,
-    ) -> Result<()> {
+    pub fn scan_prefixes(&self, prefixes: &[&[u8]], visit: &mut VisitPrefixed<'_>) -> Result<()> {
         let mut order: Vec<usize> = (0..prefixes.len()).collect();
         order.sort_unstable_by_key(|&i| prefixes[i]);
         if let Some(pair) = order
