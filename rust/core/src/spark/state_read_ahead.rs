@@ -27,10 +27,14 @@ pub struct PrefixEntries {
 }
 
 impl PrefixEntries {
-    /// Reads every entry under `prefixes` from `store` in one scan, up to about `max_bytes`:
-    /// the prefixes the scan had not finished by then are not held (calls read them from the
-    /// store).
+    /// Reads every entry under `prefixes` (in any order, repeats allowed) from `store` in one
+    /// scan, up to about `max_bytes`: the prefixes the scan had not finished by then are not
+    /// held (calls read them from the store).
     pub fn read(store: &KeyValueStore, prefixes: &[&[u8]], max_bytes: usize) -> Result<Self> {
+        let mut unique = prefixes.to_vec();
+        unique.sort_unstable();
+        unique.dedup();
+        let prefixes = unique.as_slice();
         let mut by_prefix: HashMap<Vec<u8>, Vec<Entry>> =
             prefixes.iter().map(|p| (p.to_vec(), Vec::new())).collect();
         let mut bytes = 0;
@@ -261,8 +265,14 @@ mod tests {
     }
 
     #[test]
-    fn nested_prefixes_are_refused() {
-        let store = KeyValueStore::open_in_memory("m", StoreOptions::default());
+    fn nested_prefixes_are_refused_repeated_ones_read_once() {
+        let mut store = KeyValueStore::open_in_memory("m", StoreOptions::default());
+        store.put(b"a1", Some(b"x")).unwrap();
+        let twice = PrefixEntries::read(&store, &[b"a", b"b", b"a"], READ_AHEAD_MAX_BYTES).unwrap();
+        assert_eq!(
+            twice.entries(b"a").unwrap(),
+            &[(b"1".to_vec(), b"x".to_vec())]
+        );
         let err = PrefixEntries::read(&store, &[b"ab", b"a"], READ_AHEAD_MAX_BYTES).unwrap_err();
         assert!(matches!(err, crate::Error::InvalidArgument(_)));
         assert!(PrefixEntries::read(&store, &[], READ_AHEAD_MAX_BYTES)
