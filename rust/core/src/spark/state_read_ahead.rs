@@ -99,7 +99,11 @@ impl PrefixEntries {
             entries.binary_search_by(|(s, _)| s.as_slice().cmp(suffix)),
             stored,
         ) {
-            (Ok(i), Some(stored)) => entries[i].1 = stored.to_vec(),
+            (Ok(i), Some(stored)) => {
+                let held = &mut entries[i].1;
+                held.clear();
+                held.extend_from_slice(stored);
+            }
             (Ok(i), None) => {
                 entries.remove(i);
             }
