@@ -20,6 +20,11 @@ such runs; ``--codec MODE`` runs the typed codec alone, no store (``encode`` / `
 ``(count, total)`` row or ``key``-encode a map key, KEYS times; ``none``: the baseline), which
 callgrind counts exactly.
 
+Batch 1 reads every variable's state for its keys ahead first, as ``transform_with_state`` does
+for a micro-batch (``StatefulProcessorHandle._read_ahead_values``: value state through
+``get_many``, list and map state through one native scan each); its cost per key is its own row,
+and ``--only none`` includes it (``--no-read-ahead``: without it, to count its instructions).
+
 Prints p50 / p99 in microseconds per call kind. Spark's own Python state calls go over a socket
 to the JVM: 65-78 us p50 per call (SPARK-52333); the target here is p50 <= 2 us.
 """
@@ -36,7 +41,9 @@ from pathlib import Path
 CALLS = ("value get", "value update", "list get", "list put", "list appendValue", "map getValue", "map updateValue")
 
 
-def measure(keys: int, typed: bool, work: Path, only: str | None = None) -> dict[str, list[int]]:
+def measure(
+    keys: int, typed: bool, work: Path, only: str | None = None, read_ahead: bool = True
+) -> dict[str, list[int]]:
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
     from kstate.spark import StateBackend, StatefulProcessorHandle, TaskInfo
@@ -76,6 +83,10 @@ def measure(keys: int, typed: bool, work: Path, only: str | None = None) -> dict
     state.commit()
 
     state, handle, totals, recent, categories = open_batch(1)
+    t0 = time.perf_counter_ns()
+    if read_ahead:
+        handle._read_ahead_values(pickled_keys)
+    ahead_ns = time.perf_counter_ns() - t0
     if only is not None:
         call = {
             "none": lambda: None,
@@ -93,6 +104,7 @@ def measure(keys: int, typed: bool, work: Path, only: str | None = None) -> dict
         state.commit()
         return {}
     timings: dict[str, list[int]] = {call: [] for call in CALLS}
+    timings["read ahead (per key)"] = [ahead_ns // keys]
     clock = time.perf_counter_ns
     for key in pickled_keys:
         handle._set_key(key)
@@ -147,6 +159,7 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=20_000)
     parser.add_argument("--only", choices=("none", *CALLS), help="make only this call, untimed (for callgrind)")
     parser.add_argument("--values", choices=("typed", "pickled"), default="typed", help="with --only")
+    parser.add_argument("--no-read-ahead", action="store_true", help="with --only: no read-ahead for batch 1")
     parser.add_argument("--codec", choices=("none", "encode", "decode", "key"), help="the typed codec alone, untimed")
     args = parser.parse_args()
     if args.codec is not None:
@@ -154,7 +167,7 @@ def main() -> None:
         return
     if args.only is not None:
         with tempfile.TemporaryDirectory(prefix="kstate-calls-") as work:
-            measure(args.keys, args.values == "typed", Path(work), args.only)
+            measure(args.keys, args.values == "typed", Path(work), args.only, not args.no_read_ahead)
         return
     print("| values | call | p50 us | p99 us | mean us | target p50 <= 2 us |")
     print("|---|---|---:|---:|---:|---|")

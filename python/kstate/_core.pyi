@@ -307,21 +307,67 @@ class StateCodec:
     def get(self, store: KeyValueStore, key: bytes, now_ms: int) -> Any: ...
     def exists(self, store: KeyValueStore, key: bytes, now_ms: int) -> bool: ...
     def put(self, store: KeyValueStore, key: bytes, expiry: int, value: Any) -> None: ...
-    def map_get(self, store: KeyValueStore, prefix: bytes, keys: StateCodec, user_key: Any, now_ms: int) -> Any: ...
+    def map_get(
+        self,
+        store: KeyValueStore,
+        prefix: bytes,
+        keys: StateCodec,
+        user_key: Any,
+        now_ms: int,
+        ahead: StateReadAhead | None = None,
+    ) -> Any: ...
+    def map_contains(
+        self,
+        store: KeyValueStore,
+        prefix: bytes,
+        keys: StateCodec,
+        user_key: Any,
+        now_ms: int,
+        ahead: StateReadAhead | None = None,
+    ) -> bool: ...
     def map_put(
-        self, store: KeyValueStore, prefix: bytes, keys: StateCodec, user_key: Any, expiry: int, value: Any
+        self,
+        store: KeyValueStore,
+        prefix: bytes,
+        keys: StateCodec,
+        user_key: Any,
+        expiry: int,
+        value: Any,
+        ahead: StateReadAhead | None = None,
     ) -> bytes | None: ...
+    def map_remove(
+        self, store: KeyValueStore, prefix: bytes, keys: StateCodec, user_key: Any, ahead: StateReadAhead | None = None
+    ) -> None: ...
     def scan_live(
-        self, store: KeyValueStore, prefix: bytes, now_ms: int, keys: StateCodec | None = None
+        self,
+        store: KeyValueStore,
+        prefix: bytes,
+        now_ms: int,
+        keys: StateCodec | None = None,
+        ahead: StateReadAhead | None = None,
     ) -> list[Any]: ...
-    def any_live(self, store: KeyValueStore, prefix: bytes, now_ms: int) -> bool: ...
-    def delete_all(self, store: KeyValueStore, prefix: bytes) -> None: ...
+    def any_live(
+        self, store: KeyValueStore, prefix: bytes, now_ms: int, ahead: StateReadAhead | None = None
+    ) -> bool: ...
+    def delete_all(self, store: KeyValueStore, prefix: bytes, ahead: StateReadAhead | None = None) -> None: ...
     def append_all(
-        self, store: KeyValueStore, prefix: bytes, first: int, expiry: int, values: list[Any]
+        self,
+        store: KeyValueStore,
+        prefix: bytes,
+        first: int,
+        expiry: int,
+        values: list[Any],
+        ahead: StateReadAhead | None = None,
     ) -> list[bytes] | None: ...
     def replace_list(
-        self, store: KeyValueStore, prefix: bytes, expiry: int, values: list[Any]
+        self, store: KeyValueStore, prefix: bytes, expiry: int, values: list[Any], ahead: StateReadAhead | None = None
     ) -> list[bytes] | None: ...
+
+@final
+class StateReadAhead:
+    def __init__(self) -> None: ...
+    def read(self, store: KeyValueStore, keys: list[bytes]) -> None: ...
+    def next_sequence(self, prefix: bytes) -> int | None: ...
 
 def retract_changelog(partition_dir: str, config: dict[str, str], offset: int | None) -> int: ...
 

@@ -32,6 +32,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(row_codec::register_row_conversions, m)?)?;
     m.add_class::<row_codec::RowReader>()?;
     m.add_class::<state_variables::StateCodec>()?;
+    m.add_class::<state_variables::StateReadAhead>()?;
     state_layout::register(m)?;
     m.add_class::<key_value_store::NativeReadCommittedView>()?;
     m.add_class::<key_value_store::RangeIterator>()?;

@@ -2,7 +2,12 @@
 //! is one native call here (read the store, check the expiry prefix, decode; or check, encode
 //! and stage), on the task's `KeyValueStore` directly.
 
+use std::borrow::Cow;
+
 use kstate_core::spark::state_layout::{self as layout, NO_EXPIRY};
+use kstate_core::spark::state_read_ahead::{
+    sequence_of, Entry, PrefixEntries, READ_AHEAD_MAX_BYTES,
+};
 use kstate_core::{Direction, KeyRange, KeyValueStore};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
@@ -14,9 +19,131 @@ use crate::row_codec::{decode_row, RowCodec, RowReader};
 /// The pickle protocol of pickled state (`state_variables.PickleCodec`).
 const PICKLE_PROTOCOL: u8 = 4;
 
-/// Every entry of a list or map variable: the keys under `prefix`, in order, with their stored bytes.
-fn entries_under(store: &KeyValueStore, prefix: &[u8]) -> PyResult<Vec<(Vec<u8>, Vec<u8>)>> {
-    guard(|| store.scan(&KeyRange::prefix(prefix), Direction::Forward, usize::MAX))
+/// The entries of a list or map variable under `prefix` as `(suffix, stored)` in key order: the
+/// batch's read-ahead's when it holds the prefix, else one prefix scan of the store.
+fn entries_under<'a>(
+    store: &KeyValueStore,
+    ahead: Option<&'a StateReadAhead>,
+    prefix: &[u8],
+) -> PyResult<Cow<'a, [Entry]>> {
+    if let Some(entries) = ahead.and_then(|a| a.entries.entries(prefix)) {
+        return Ok(Cow::Borrowed(entries));
+    }
+    let scanned = guard(|| store.scan(&KeyRange::prefix(prefix), Direction::Forward, usize::MAX))?;
+    Ok(Cow::Owned(
+        scanned
+            .into_iter()
+            .map(|(mut key, stored)| (key.split_off(prefix.len()), stored))
+            .collect(),
+    ))
+}
+
+/// One micro-batch's entries of a list or map variable for the batch's grouping keys, read
+/// ahead in one scan (`kstate_core::spark::state_read_ahead`); the codec's calls given it read
+/// from it and keep it in step with what they stage.
+#[pyclass(module = "kstate._core")]
+#[derive(Default)]
+pub struct StateReadAhead {
+    entries: PrefixEntries,
+}
+
+#[pymethods]
+impl StateReadAhead {
+    #[new]
+    fn new() -> Self {
+        Self::default()
+    }
+
+    /// Reads every entry of `store` under the prefixes of `keys` (pickled grouping keys),
+    /// replacing what was held; no keys: holds nothing.
+    fn read(&mut self, store: &Bound<'_, NativeKeyValueStore>, keys: Vec<Vec<u8>>) -> PyResult<()> {
+        self.entries.clear();
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let prefixes = keys
+            .iter()
+            .map(|k| layout::key_prefix(k))
+            .collect::<kstate_core::Result<Vec<_>>>()
+            .map_err(to_py)?;
+        let prefixes: Vec<&[u8]> = prefixes.iter().map(Vec::as_slice).collect();
+        let store = store.try_borrow()?;
+        self.entries = guard(|| {
+            PrefixEntries::read(&store.logged.inner.store, &prefixes, READ_AHEAD_MAX_BYTES)
+        })?;
+        Ok(())
+    }
+
+    /// The sequence of the list's next element under `prefix`, or `None` if not held.
+    fn next_sequence(&self, prefix: &[u8]) -> PyResult<Option<u64>> {
+        self.entries
+            .next_sequence(prefix)
+            .transpose()
+            .map_err(to_py)
+    }
+}
+
+/// A write to stage: a key and its stored bytes (`None`: a delete).
+type Write = (Vec<u8>, Option<Vec<u8>>);
+type Writes = Vec<Write>;
+
+/// `<prefix><map key>`: the store key of map key `user_key` (encoded by `keys`).
+fn map_key(
+    py: Python<'_>,
+    prefix: &[u8],
+    keys: &StateCodec,
+    user_key: &Bound<'_, PyAny>,
+) -> PyResult<Vec<u8>> {
+    let mut key = prefix.to_vec();
+    keys.encode_into(py, user_key, &mut key)?;
+    Ok(key)
+}
+
+/// `f` of the stored value of `key` (under `prefix`) as the read-ahead holds it, or `None` if
+/// it does not hold the prefix.
+fn held<R>(
+    ahead: Option<&Bound<'_, StateReadAhead>>,
+    prefix: &[u8],
+    key: &[u8],
+    f: impl FnOnce(Option<&[u8]>) -> PyResult<R>,
+) -> PyResult<Option<R>> {
+    let Some(ahead) = ahead else {
+        return Ok(None);
+    };
+    let ahead = ahead.try_borrow()?;
+    ahead
+        .entries
+        .get(prefix, &key[prefix.len()..])
+        .map(f)
+        .transpose()
+}
+
+/// Stages `writes` (keys under `prefix`) and keeps the read-ahead, if any, in step.
+fn stage_under(
+    store: &Bound<'_, NativeKeyValueStore>,
+    ahead: Option<&Bound<'_, StateReadAhead>>,
+    prefix: &[u8],
+    writes: &[Write],
+) -> PyResult<()> {
+    {
+        let mut store = store.try_borrow_mut()?;
+        guard(|| {
+            store
+                .logged
+                .inner
+                .store
+                .put_all(&mut writes.iter().map(|(k, v)| (k.as_slice(), v.as_deref())))
+        })?;
+    }
+    if let Some(ahead) = ahead {
+        let mut ahead = ahead.try_borrow_mut()?;
+        for (key, stored) in writes {
+            ahead
+                .entries
+                .record(prefix, &key[prefix.len()..], stored.as_deref());
+        }
+    }
+    Ok(())
 }
 
 enum Codec {
@@ -241,6 +368,8 @@ impl StateCodec {
     }
 
     /// Map state: the live value of map key `user_key` (encoded by `keys`) under `prefix`.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (store, prefix, keys, user_key, now_ms, ahead=None))]
     fn map_get<'py>(
         &self,
         py: Python<'py>,
@@ -249,15 +378,45 @@ impl StateCodec {
         keys: &StateCodec,
         user_key: &Bound<'py, PyAny>,
         now_ms: i64,
+        ahead: Option<&Bound<'py, StateReadAhead>>,
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
-        let mut key = prefix.to_vec();
-        keys.encode_into(py, user_key, &mut key)?;
-        self.get(py, store, &key, now_ms)
+        let key = map_key(py, prefix, keys, user_key)?;
+        match held(ahead, prefix, &key, |stored| self.live(py, stored, now_ms))? {
+            Some(value) => Ok(value),
+            None => self.get(py, store, &key, now_ms),
+        }
+    }
+
+    /// Map state: whether map key `user_key` has a live value under `prefix`.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (store, prefix, keys, user_key, now_ms, ahead=None))]
+    fn map_contains<'py>(
+        &self,
+        py: Python<'py>,
+        store: &Bound<'py, NativeKeyValueStore>,
+        prefix: &[u8],
+        keys: &StateCodec,
+        user_key: &Bound<'py, PyAny>,
+        now_ms: i64,
+        ahead: Option<&Bound<'py, StateReadAhead>>,
+    ) -> PyResult<bool> {
+        let key = map_key(py, prefix, keys, user_key)?;
+        let live = |stored: Option<&[u8]>| -> PyResult<bool> {
+            Ok(stored
+                .map(expiry_of)
+                .transpose()?
+                .is_some_and(|e| e > now_ms))
+        };
+        match held(ahead, prefix, &key, live)? {
+            Some(found) => Ok(found),
+            None => self.exists(store, &key, now_ms),
+        }
     }
 
     /// Map state: stages `user_key -> value` under `prefix`; returns the encoded map key when the
     /// value expires (the TTL index needs it), else `None`.
     #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (store, prefix, keys, user_key, expiry, value, ahead=None))]
     fn map_put<'py>(
         &self,
         py: Python<'py>,
@@ -267,16 +426,33 @@ impl StateCodec {
         user_key: &Bound<'py, PyAny>,
         expiry: i64,
         value: &Bound<'py, PyAny>,
+        ahead: Option<&Bound<'py, StateReadAhead>>,
     ) -> PyResult<Option<Bound<'py, PyBytes>>> {
-        let mut key = prefix.to_vec();
-        keys.encode_into(py, user_key, &mut key)?;
-        self.put(py, store, &key, expiry, value)?;
-        Ok((expiry != NO_EXPIRY).then(|| PyBytes::new(py, &key[prefix.len()..])))
+        let key = map_key(py, prefix, keys, user_key)?;
+        let stored = self.stored(py, expiry, value)?;
+        let suffix = (expiry != NO_EXPIRY).then(|| PyBytes::new(py, &key[prefix.len()..]));
+        stage_under(store, ahead, prefix, &[(key, Some(stored))])?;
+        Ok(suffix)
+    }
+
+    /// Map state: stages the delete of map key `user_key` under `prefix`.
+    #[pyo3(signature = (store, prefix, keys, user_key, ahead=None))]
+    fn map_remove<'py>(
+        &self,
+        py: Python<'py>,
+        store: &Bound<'py, NativeKeyValueStore>,
+        prefix: &[u8],
+        keys: &StateCodec,
+        user_key: &Bound<'py, PyAny>,
+        ahead: Option<&Bound<'py, StateReadAhead>>,
+    ) -> PyResult<()> {
+        let key = map_key(py, prefix, keys, user_key)?;
+        stage_under(store, ahead, prefix, &[(key, None)])
     }
 
     /// List and map state: the live entries under `prefix` in key order, as values (`keys`
     /// `None`) or `(map key, value)` pairs decoded by `keys`.
-    #[pyo3(signature = (store, prefix, now_ms, keys=None))]
+    #[pyo3(signature = (store, prefix, now_ms, keys=None, ahead=None))]
     fn scan_live<'py>(
         &self,
         py: Python<'py>,
@@ -284,15 +460,21 @@ impl StateCodec {
         prefix: &[u8],
         now_ms: i64,
         keys: Option<&StateCodec>,
+        ahead: Option<&Bound<'py, StateReadAhead>>,
     ) -> PyResult<Bound<'py, PyList>> {
-        let entries = entries_under(&store.try_borrow()?.logged.inner.store, prefix)?;
+        let ahead = ahead.map(Bound::try_borrow).transpose()?;
+        let entries = entries_under(
+            &store.try_borrow()?.logged.inner.store,
+            ahead.as_deref(),
+            prefix,
+        )?;
         let out = PyList::empty(py);
-        for (key, stored) in &entries {
+        for (suffix, stored) in entries.iter() {
             if let Some(value) = self.live(py, Some(stored), now_ms)? {
                 match keys {
                     None => out.append(value)?,
                     Some(keys) => {
-                        let user_key = keys.decode_raw(py, &key[prefix.len()..])?;
+                        let user_key = keys.decode_raw(py, suffix)?;
                         out.append(PyTuple::new(py, [user_key, value])?)?
                     }
                 }
@@ -302,14 +484,21 @@ impl StateCodec {
     }
 
     /// List and map state: whether any entry under `prefix` is live at `now_ms`.
+    #[pyo3(signature = (store, prefix, now_ms, ahead=None))]
     fn any_live(
         &self,
         store: &Bound<'_, NativeKeyValueStore>,
         prefix: &[u8],
         now_ms: i64,
+        ahead: Option<&Bound<'_, StateReadAhead>>,
     ) -> PyResult<bool> {
-        let entries = entries_under(&store.try_borrow()?.logged.inner.store, prefix)?;
-        for (_, stored) in &entries {
+        let ahead = ahead.map(Bound::try_borrow).transpose()?;
+        let entries = entries_under(
+            &store.try_borrow()?.logged.inner.store,
+            ahead.as_deref(),
+            prefix,
+        )?;
+        for (_, stored) in entries.iter() {
             if expiry_of(stored)? > now_ms {
                 return Ok(true);
             }
@@ -318,15 +507,21 @@ impl StateCodec {
     }
 
     /// List and map state `clear`: deletes every entry under `prefix`, in one call.
-    fn delete_all(&self, store: &Bound<'_, NativeKeyValueStore>, prefix: &[u8]) -> PyResult<()> {
-        let mut store = store.try_borrow_mut()?;
-        let store = &mut store.logged.inner.store;
-        let entries = entries_under(store, prefix)?;
-        guard(|| store.put_all(&mut entries.iter().map(|(k, _)| (k.as_slice(), None))))
+    #[pyo3(signature = (store, prefix, ahead=None))]
+    fn delete_all(
+        &self,
+        store: &Bound<'_, NativeKeyValueStore>,
+        prefix: &[u8],
+        ahead: Option<&Bound<'_, StateReadAhead>>,
+    ) -> PyResult<()> {
+        let stale = self.keys_under(store, ahead, prefix, 0)?;
+        stage_under(store, ahead, prefix, &stale)
     }
 
     /// List state: stages `values` as elements `first, first + 1, ...` under `prefix` (keys
     /// `state_layout::list_key`); returns their sequence suffixes when they expire, else `None`.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (store, prefix, first, expiry, values, ahead=None))]
     fn append_all<'py>(
         &self,
         py: Python<'py>,
@@ -335,30 +530,17 @@ impl StateCodec {
         first: u64,
         expiry: i64,
         values: Vec<Bound<'py, PyAny>>,
+        ahead: Option<&Bound<'py, StateReadAhead>>,
     ) -> PyResult<Option<Vec<Bound<'py, PyBytes>>>> {
-        let mut writes = Vec::with_capacity(values.len());
-        for (i, value) in values.iter().enumerate() {
-            let key = layout::list_key(prefix, first + i as u64);
-            writes.push((key, self.stored(py, expiry, value)?));
-        }
-        let mut store = store.try_borrow_mut()?;
-        guard(|| {
-            store.logged.inner.store.put_all(
-                &mut writes
-                    .iter()
-                    .map(|(k, v)| (k.as_slice(), Some(v.as_slice()))),
-            )
-        })?;
-        Ok((expiry != NO_EXPIRY).then(|| {
-            writes
-                .iter()
-                .map(|(k, _)| PyBytes::new(py, &k[prefix.len()..]))
-                .collect()
-        }))
+        let writes = self.elements(py, prefix, first, expiry, &values)?;
+        stage_under(store, ahead, prefix, &writes)?;
+        Ok(suffixes(py, prefix, expiry, &writes))
     }
 
     /// List state `put`: the list under `prefix` becomes `values` (elements `0..n`), deleting the
-    /// old elements past them in the same call; returns what `append_all` returns.
+    /// old elements past them in the same call (those the read-ahead holds, if it holds the
+    /// key); returns what `append_all` returns.
+    #[pyo3(signature = (store, prefix, expiry, values, ahead=None))]
     fn replace_list<'py>(
         &self,
         py: Python<'py>,
@@ -366,26 +548,69 @@ impl StateCodec {
         prefix: &[u8],
         expiry: i64,
         values: Vec<Bound<'py, PyAny>>,
+        ahead: Option<&Bound<'py, StateReadAhead>>,
     ) -> PyResult<Option<Vec<Bound<'py, PyBytes>>>> {
-        let count = values.len() as u64;
-        let stale: Vec<Vec<u8>> = {
-            entries_under(&store.try_borrow()?.logged.inner.store, prefix)?
-                .into_iter()
-                .map(|(k, _)| k)
-                .filter(|k| !layout::list_sequence(k, prefix).is_ok_and(|s| s < count))
-                .collect()
-        };
-        let suffixes = self.append_all(py, store, prefix, 0, expiry, values)?;
-        if !stale.is_empty() {
-            let mut store = store.try_borrow_mut()?;
-            guard(|| {
-                store
-                    .logged
-                    .inner
-                    .store
-                    .put_all(&mut stale.iter().map(|k| (k.as_slice(), None)))
-            })?;
-        }
-        Ok(suffixes)
+        let mut writes = self.elements(py, prefix, 0, expiry, &values)?;
+        writes.extend(self.keys_under(store, ahead, prefix, values.len() as u64)?);
+        stage_under(store, ahead, prefix, &writes)?;
+        Ok(suffixes(py, prefix, expiry, &writes[..values.len()]))
     }
+}
+
+impl StateCodec {
+    /// List elements `first, first + 1, ...` of `values` as staged writes under `prefix`.
+    fn elements(
+        &self,
+        py: Python<'_>,
+        prefix: &[u8],
+        first: u64,
+        expiry: i64,
+        values: &[Bound<'_, PyAny>],
+    ) -> PyResult<Writes> {
+        values
+            .iter()
+            .enumerate()
+            .map(|(i, value)| {
+                let key = layout::list_key(prefix, first + i as u64);
+                Ok((key, Some(self.stored(py, expiry, value)?)))
+            })
+            .collect()
+    }
+
+    /// Deletes of the entries under `prefix`, but for list elements below sequence `keep`
+    /// (0: all of them).
+    fn keys_under(
+        &self,
+        store: &Bound<'_, NativeKeyValueStore>,
+        ahead: Option<&Bound<'_, StateReadAhead>>,
+        prefix: &[u8],
+        keep: u64,
+    ) -> PyResult<Writes> {
+        let ahead = ahead.map(Bound::try_borrow).transpose()?;
+        let entries = entries_under(
+            &store.try_borrow()?.logged.inner.store,
+            ahead.as_deref(),
+            prefix,
+        )?;
+        Ok(entries
+            .iter()
+            .filter(|(suffix, _)| !sequence_of(suffix).is_ok_and(|s| s < keep))
+            .map(|(suffix, _)| ([prefix, suffix].concat(), None))
+            .collect())
+    }
+}
+
+/// The suffixes of `writes` under `prefix` when they expire (the TTL index needs them).
+fn suffixes<'py>(
+    py: Python<'py>,
+    prefix: &[u8],
+    expiry: i64,
+    writes: &[Write],
+) -> Option<Vec<Bound<'py, PyBytes>>> {
+    (expiry != NO_EXPIRY).then(|| {
+        writes
+            .iter()
+            .map(|(k, _)| PyBytes::new(py, &k[prefix.len()..]))
+            .collect()
+    })
 }

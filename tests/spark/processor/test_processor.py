@@ -222,6 +222,95 @@ def test_values_read_ahead_for_many_keys_give_way_to_later_writes(open_handle):
     assert value.get() == "a2"
 
 
+def test_list_and_map_state_read_ahead_behave_as_the_store_does(open_handle):
+    """A random run of list and map calls on keys read ahead (and some not) checked against a
+    plain-dict model after every call, with TTL-expired entries still stored underneath, then the
+    committed state read back without a read-ahead: reads see the batch's staged writes, list
+    appends go after expired elements, a put or clear deletes exactly what was stored."""
+    import random
+
+    names = ("l", "m", "t", TTL_INDEX)
+    rng = random.Random(24)
+    users = [f"u{i}" for i in range(40)]
+    lists = {u: [] for u in users}
+    maps = {u: {} for u in users}
+    short = {u: [] for u in users}  # list "t": TTL 10 ms, all expired by batch 1
+    state, handle = open_handle(0, names=names)
+    items, mapping, expiring = handle.getListState("l"), handle.getMapState("m"), handle.getListState("t", None, 10)
+    for u in users[::2]:
+        key(handle, u)
+        lists[u] = list(range(rng.randrange(1, 5)))
+        items.put(lists[u])
+        maps[u] = {f"k{j}": j for j in range(rng.randrange(0, 4))}
+        for k, v in maps[u].items():
+            mapping.updateValue(k, v)
+        expiring.appendList([1, 2])
+    state.commit()
+
+    state, handle = open_handle(1, names=names, now=NOW + 20)
+    items, mapping, expiring = handle.getListState("l"), handle.getMapState("m"), handle.getListState("t", None, 10)
+    key(handle, users[1])
+    items.appendValue("staged before the read-ahead")
+    lists[users[1]] = ["staged before the read-ahead"]
+    handle._read_ahead_values([pickle.dumps((u,), protocol=4) for u in users[:30]])  # u30.. are not read ahead
+    held = handle._prefixed_ahead["l"]
+    key(handle, users[1])
+    assert held.next_sequence(handle._current_prefix) == 1, "the read-ahead holds the staged element"
+    key(handle, users[35])
+    assert held.next_sequence(handle._current_prefix) is None
+    for step in range(3000):
+        u = rng.choice(users)
+        key(handle, u)
+        op = rng.randrange(11)
+        if op == 0:
+            lists[u] = [step, step + 1][: rng.randrange(1, 3)]
+            items.put(lists[u])
+        elif op == 1:
+            items.appendValue(step)
+            lists[u].append(step)
+        elif op == 2:
+            items.appendList([step, -step])
+            lists[u] += [step, -step]
+        elif op == 3 and rng.random() < 0.3:
+            items.clear()
+            lists[u] = []
+        elif op == 4:
+            k = f"k{rng.randrange(6)}"
+            mapping.updateValue(k, step)
+            maps[u][k] = step
+        elif op == 5:
+            k = f"k{rng.randrange(6)}"
+            mapping.removeKey(k)
+            maps[u].pop(k, None)
+        elif op == 6 and rng.random() < 0.3:
+            mapping.clear()
+            maps[u] = {}
+        elif op == 7:
+            expiring.appendValue(step)
+            short[u].append(step)
+        elif op == 8:
+            short[u] = [step]
+            expiring.put(short[u])
+        k = f"k{rng.randrange(6)}"
+        assert mapping.getValue(k) == maps[u].get(k) and mapping.containsKey(k) == (k in maps[u])
+        assert list(items.get()) == lists[u] and items.exists() == bool(lists[u])
+        assert dict(mapping.iterator()) == maps[u] and mapping.exists() == bool(maps[u])
+        assert list(expiring.get()) == short[u], u
+    handle._read_ahead_values([])
+    state.commit()
+
+    state, handle = open_handle(2, names=names, now=NOW + 25)
+    items, mapping, expiring = handle.getListState("l"), handle.getMapState("m"), handle.getListState("t", None, 10)
+    for u in users:
+        key(handle, u)
+        assert (
+            list(items.get()) == lists[u] and dict(mapping.iterator()) == maps[u] and list(expiring.get()) == short[u]
+        )
+        prefix = handle._current_prefix
+        with state._stores["l"].prefix_scan(prefix) as entries:
+            assert len(list(entries)) == len(lists[u]), "a put or clear left no stale element behind"
+
+
 def test_delete_if_exists_drops_every_key_of_a_variable(open_handle):
     state, handle = open_handle(0, names=("v", "old"))
     old = handle.getMapState("old")

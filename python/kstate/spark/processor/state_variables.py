@@ -168,12 +168,23 @@ class _Variable:
     def _live(self, stored: bytes | None) -> bool:
         return stored is not None and _core.state_expiry_of(stored) > self._handle._now_ms
 
-    def _any_live(self) -> bool:
-        """Whether the current key has a live entry (list and map state)."""
-        return self._codec.any_live(self._native, self._handle._current_prefix, self._handle._now_ms)
 
-    def _delete_prefixed(self) -> None:
-        self._codec.delete_all(self._native, self._handle._current_prefix)
+class _PrefixedVariable(_Variable):
+    """List and map state: every entry's key starts with the grouping key's prefix. The batch's
+    keys' entries are read ahead in one native call (``StatefulProcessorHandle._read_ahead_values``)
+    into ``_ahead``, which every call reads first and keeps in step with what it stages."""
+
+    def __init__(self, handle: StatefulProcessorHandle, name: str, codec: Any, ttl_ms: int | None):
+        super().__init__(handle, name, codec, ttl_ms)
+        # On the driver (no stores) there is nothing to read ahead.
+        self._ahead: Any = None if self._store is None else handle._prefixed_read_ahead(name)
+
+    def exists(self) -> bool:
+        """Whether the current key has a live entry."""
+        return self._codec.any_live(self._native, self._handle._current_prefix, self._handle._now_ms, self._ahead)
+
+    def clear(self) -> None:
+        self._codec.delete_all(self._native, self._handle._current_prefix, self._ahead)
 
 
 class ValueState(_Variable):
@@ -225,7 +236,7 @@ def _same(value: Any) -> Any:
     return value
 
 
-class ListState(_Variable):
+class ListState(_PrefixedVariable):
     """A list per grouping key (Spark's ``ListState``): one store entry per element, so
     ``appendValue`` costs one put whatever the list's length."""
 
@@ -237,19 +248,20 @@ class ListState(_Variable):
     def _next_sequence(self) -> int:
         prefix = self._handle._current_prefix
         if self._next_for != prefix:
-            first, last = _core.state_list_bounds(prefix)
-            with self._store.reverse_range(first, last) as entries:
-                newest = next(entries, None)
-            self._next = 0 if newest is None else _core.state_list_sequence(newest[0], prefix) + 1
+            held = None if self._ahead is None else self._ahead.next_sequence(prefix)
+            if held is not None:
+                self._next = held
+            else:
+                first, last = _core.state_list_bounds(prefix)
+                with self._store.reverse_range(first, last) as entries:
+                    newest = next(entries, None)
+                self._next = 0 if newest is None else _core.state_list_sequence(newest[0], prefix) + 1
             self._next_for = prefix
         return self._next
 
-    def exists(self) -> bool:
-        return self._any_live()
-
     def get(self) -> Iterator[Any]:
         handle = self._handle
-        values = self._codec.scan_live(self._native, handle._current_prefix, handle._now_ms)
+        values = self._codec.scan_live(self._native, handle._current_prefix, handle._now_ms, None, self._ahead)
         return iter(values if self._rows is None else map(self._rows, values))
 
     def put(self, newState: Sequence[Any]) -> None:  # noqa: N803
@@ -258,7 +270,7 @@ class ListState(_Variable):
         expiry = self._expiry()
         prefix = self._handle._current_prefix
         # One native call: the new elements are 0..n-1, the old ones past them are deleted.
-        suffixes = self._codec.replace_list(self._native, prefix, expiry, values)
+        suffixes = self._codec.replace_list(self._native, prefix, expiry, values, self._ahead)
         self._next, self._next_for = len(values), prefix
         for suffix in suffixes or ():
             self._index(expiry, suffix)
@@ -271,7 +283,7 @@ class ListState(_Variable):
         self._append(self._checked(newState))
 
     def clear(self) -> None:
-        self._delete_prefixed()
+        super().clear()
         self._next, self._next_for = 0, self._handle._current_prefix
 
     def _checked(self, values: Any) -> list[Any]:
@@ -287,13 +299,15 @@ class ListState(_Variable):
     def _append(self, values: list[Any]) -> None:
         first = self._next_sequence()
         expiry = self._expiry()
-        suffixes = self._codec.append_all(self._native, self._handle._current_prefix, first, expiry, values)
+        suffixes = self._codec.append_all(
+            self._native, self._handle._current_prefix, first, expiry, values, self._ahead
+        )
         self._next = first + len(values)
         for suffix in suffixes or ():
             self._index(expiry, suffix)
 
 
-class MapState(_Variable):
+class MapState(_PrefixedVariable):
     """A map per grouping key (Spark's ``MapState``): one store entry per map key, found by a
     prefix scan of the grouping key; a TTL applies per entry."""
 
@@ -317,24 +331,19 @@ class MapState(_Variable):
             return (key,)
         return key
 
-    def _user_key(self, key: Any) -> bytes:
-        _require_value(key, self._name)
-        return self._keys.encode(self._spark_key(key))
-
-    def exists(self) -> bool:
-        return self._any_live()
-
     def getValue(self, key: Any) -> Any:  # noqa: N802
         _require_value(key, self._name)
         handle = self._handle
         value = self._codec.map_get(
-            self._native, handle._current_prefix, self._keys, self._spark_key(key), handle._now_ms
+            self._native, handle._current_prefix, self._keys, self._spark_key(key), handle._now_ms, self._ahead
         )
         return value if self._rows is None or value is None else self._rows(value)
 
     def containsKey(self, key: Any) -> bool:  # noqa: N802
-        return self._codec.exists(
-            self._native, self._handle._current_prefix + self._user_key(key), self._handle._now_ms
+        _require_value(key, self._name)
+        handle = self._handle
+        return self._codec.map_contains(
+            self._native, handle._current_prefix, self._keys, self._spark_key(key), handle._now_ms, self._ahead
         )
 
     def updateValue(self, key: Any, value: Any) -> None:  # noqa: N802
@@ -343,13 +352,15 @@ class MapState(_Variable):
         handle = self._handle
         expiry = NO_EXPIRY if self._ttl_ms is None else handle._now_ms + self._ttl_ms
         key = self._spark_key(key)
-        user_key = self._codec.map_put(self._native, handle._current_prefix, self._keys, key, expiry, value)
+        user_key = self._codec.map_put(
+            self._native, handle._current_prefix, self._keys, key, expiry, value, self._ahead
+        )
         if user_key is not None:
             self._index(expiry, user_key)
 
     def iterator(self) -> Iterator[tuple[Any, Any]]:
         handle = self._handle
-        entries = self._codec.scan_live(self._native, handle._current_prefix, handle._now_ms, self._keys)
+        entries = self._codec.scan_live(self._native, handle._current_prefix, handle._now_ms, self._keys, self._ahead)
         if self._rows is None and self._key_rows is None:
             return iter(entries)
         keys, values = self._key_rows or _same, self._rows or _same
@@ -362,10 +373,9 @@ class MapState(_Variable):
         return (v for _, v in self.iterator())
 
     def removeKey(self, key: Any) -> None:  # noqa: N802
-        self._store.delete(self._handle._current_prefix + self._user_key(key))
-
-    def clear(self) -> None:
-        self._delete_prefixed()
+        _require_value(key, self._name)
+        prefix = self._handle._current_prefix
+        self._codec.map_remove(self._native, prefix, self._keys, self._spark_key(key), self._ahead)
 
 
 _SPARK_ERRORS = {
@@ -446,6 +456,9 @@ class StatefulProcessorHandle:
         self._ttl_store: Any = None
         self._read_ahead: dict[str, dict[bytes, bytes | None]] = {}
         """Per value-state variable, stored values read for many keys at once (``_read_ahead``)."""
+        self._prefixed_ahead: dict[str, Any] = {}
+        """Per list and map variable, its ``_core.StateReadAhead`` (one per name, whatever number of
+        variable objects ``init`` got for it)."""
         self._current_key = b""
         self._current_prefix = _core.state_key_prefix(b"")
         self._variables: dict[str, _Variable] = {}
@@ -457,14 +470,28 @@ class StatefulProcessorHandle:
 
     def _read_ahead_values(self, pickled_keys: list[bytes]) -> None:
         """Reads every value-state variable's values of ``pickled_keys`` with one ``get_many``
-        each, for ``get`` / ``exists`` to take instead of one store read per call; a key's
-        update or clear drops its read-ahead value. An empty list drops them all."""
+        each, for ``get`` / ``exists`` to take instead of one store read per call (a key's
+        update or clear drops its read-ahead value), and every list and map variable's entries
+        of those keys with one native scan each (kept in step with the batch's writes). An empty
+        list drops them all."""
         self._read_ahead = {}
-        if not pickled_keys or self._stores is None:
+        if self._stores is None:
+            return
+        for name, ahead in self._prefixed_ahead.items():
+            if name in self._variables:
+                ahead.read(self._stores[name]._reader, pickled_keys)
+        if not pickled_keys:
             return
         for name, declared in self.declared.items():
             if declared.kind == "value":
                 self._read_ahead[name] = dict(zip(pickled_keys, self._stores[name].get_many(pickled_keys)))
+
+    def _prefixed_read_ahead(self, name: str) -> Any:
+        """The read-ahead of list or map variable ``name``."""
+        ahead = self._prefixed_ahead.get(name)
+        if ahead is None:
+            ahead = self._prefixed_ahead[name] = _core.StateReadAhead()
+        return ahead
 
     def _declare(self, name: Any, kind: str, ttl: Any, schema: Any, key_schema: Any = None) -> tuple[str, int | None]:
         name = _check_name(name)

@@ -17,6 +17,7 @@
 //! compaction) is durable when it returns. Only the active segment can lose data in a crash,
 //! and [`Partition::open`] cuts it back to its last whole, CRC-valid entry.
 
+mod clean_close;
 mod compaction;
 mod config;
 mod fetched;

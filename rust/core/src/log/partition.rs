@@ -301,9 +301,14 @@ impl Partition {
         self.active_mut().flush()
     }
 
-    /// Flushes and closes.
+    /// Flushes and closes. The process remembers the active segment as closed cleanly, so
+    /// opening the partition again skips its scan while its files stay as they are
+    /// (`clean_close`).
     pub fn close(mut self) -> Result<()> {
-        self.flush()
+        self.flush()?;
+        let next_offset = self.log_end_offset;
+        self.active_mut().remember_closed(next_offset);
+        Ok(())
     }
 
     pub(super) fn active_mut(&mut self) -> &mut LogSegment {

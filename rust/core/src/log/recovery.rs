@@ -8,11 +8,14 @@
 //!    removed.
 //! 3. Index files without a `.log` are removed.
 //! 4. Sealed segments are opened from their (checked) indexes; the last segment is scanned
-//!    entry by entry, a torn or corrupt tail is cut off and its indexes are rebuilt.
+//!    entry by entry, a torn or corrupt tail is cut off and its indexes are rebuilt, unless
+//!    this process closed the partition cleanly and the segment's files are untouched since
+//!    (`clean_close`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use super::clean_close;
 use super::config::LogConfig;
 use super::file_io::{self, IoContext};
 use super::file_names::{parse_segment_file_name, segment_path, FileStage, SegmentFile};
@@ -35,6 +38,8 @@ pub struct OpenReport {
     pub completed_swaps: Vec<i64>,
     /// Leftovers removed: `.deleted`, `.cleaned` and incomplete `.swap` files, orphan indexes.
     pub removed_files: Vec<PathBuf>,
+    /// The last segment was taken as this process closed it, unscanned (`clean_close`).
+    pub reopened_clean: bool,
 }
 
 impl OpenReport {
@@ -101,13 +106,19 @@ pub(crate) fn load_segments(
         }
         segments.push(segment);
     }
-    let (last, rescan) = LogSegment::open_and_scan(
-        dir,
-        last_base,
-        FileStage::Live,
-        interval,
-        OnDamage::Truncate,
-    )?;
+    let closed = clean_close::take(dir, last_base)
+        .filter(|closed| closed.indexing.index_interval_bytes() == interval);
+    report.reopened_clean = closed.is_some();
+    let (last, rescan) = match closed {
+        Some(closed) => LogSegment::open_closed(dir, closed)?,
+        None => LogSegment::open_and_scan(
+            dir,
+            last_base,
+            FileStage::Live,
+            interval,
+            OnDamage::Truncate,
+        )?,
+    };
     if let Some(problem) = rescan.index_problem {
         report.rebuilt_indexes.push((last_base, problem));
     }

@@ -10,6 +10,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::time::UNIX_EPOCH;
 
+use super::clean_close::{self, ClosedSegment};
 use super::file_io::{self, IoContext};
 use super::file_names::{segment_path, FileStage, SegmentFile};
 use super::index_file::{read_index, IndexEntry, IndexFile, StoredIndex};
@@ -158,11 +159,7 @@ impl LogSegment {
     ) -> Result<(Self, Option<String>)> {
         let path = |file| segment_path(dir, base_offset, file, stage);
         let log_path = path(SegmentFile::Log);
-        let log = File::options()
-            .read(true)
-            .write(true)
-            .open(&log_path)
-            .context(|| format!("opening {}", log_path.display()))?;
+        let log = open_log(&log_path)?;
         let size = log
             .metadata()
             .context(|| format!("reading the size of {}", log_path.display()))?
@@ -399,6 +396,54 @@ impl LogSegment {
     }
 
     /// Writes pending index entries and fsyncs the log and both indexes.
+    /// Records this segment, active and just flushed, as its partition closes cleanly.
+    pub(crate) fn remember_closed(&self, next_offset: i64) {
+        if self.stage == FileStage::Live {
+            clean_close::remember(
+                &self.dir,
+                self.base_offset,
+                self.size,
+                &self.indexing,
+                self.first_entry_timestamp,
+                next_offset,
+            );
+        }
+    }
+
+    /// Opens the last segment as a clean close of this process left it (`clean_close::take`):
+    /// no scan, the indexes and the end offset as they were.
+    pub(crate) fn open_closed(dir: &Path, closed: ClosedSegment) -> Result<(Self, Rescan)> {
+        let path = |file| segment_path(dir, closed.base_offset, file, FileStage::Live);
+        let log_path = path(SegmentFile::Log);
+        let log = open_log(&log_path)?;
+        let offset_index_file = IndexFile::open(
+            path(SegmentFile::OffsetIndex),
+            closed.indexing.offsets.entries().len(),
+        )?;
+        let time_index_file = IndexFile::open(
+            path(SegmentFile::TimeIndex),
+            closed.indexing.times.entries().len(),
+        )?;
+        let segment = Self {
+            dir: dir.to_path_buf(),
+            base_offset: closed.base_offset,
+            stage: FileStage::Live,
+            log,
+            size: closed.size,
+            indexing: closed.indexing,
+            offset_index_file,
+            time_index_file,
+            first_entry_timestamp: closed.first_entry_timestamp,
+            created_ms: None,
+        };
+        let rescan = Rescan {
+            next_offset: closed.next_offset,
+            truncated: None,
+            index_problem: None,
+        };
+        Ok((segment, rescan))
+    }
+
     pub(crate) fn flush(&mut self) -> Result<()> {
         self.persist_indexes()?;
         self.log
@@ -567,6 +612,14 @@ fn entry_problem(
 
 /// Reads an index file and opens it for writing; an unusable file is emptied and the reason
 /// returned.
+fn open_log(path: &Path) -> Result<File> {
+    File::options()
+        .read(true)
+        .write(true)
+        .open(path)
+        .context(|| format!("opening {}", path.display()))
+}
+
 fn open_index<E: IndexEntry>(path: PathBuf) -> Result<(Vec<E>, IndexFile<E>, Option<String>)> {
     let problem = match read_index::<E>(&path)? {
         StoredIndex::Entries(entries) => {

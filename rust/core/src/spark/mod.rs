@@ -5,3 +5,4 @@
 pub mod hash;
 pub mod row_codec;
 pub mod state_layout;
+pub mod state_read_ahead;

@@ -9,10 +9,10 @@ use rocksdb::WriteBatch;
 use crate::error::{Error, Result};
 use crate::format::offsets::{self, STATUS_CLOSED, STATUS_OPEN};
 use crate::store::committed::{CommittedState, OffsetWrite, Write};
-use crate::store::key_range::{Direction, KeyRange};
+use crate::store::key_range::{prefix_upper_bound, Direction, KeyRange};
 use crate::store::memory::MemoryState;
 use crate::store::memory_budget::{MemoryProbe, StoreAccount, StoreMemory};
-use crate::store::merge::{IterSource, SortedSource, VisitEntry};
+use crate::store::merge::{Below, IterSource, SortedSource, VisitEntry};
 use crate::store::overlay::Overlay;
 use crate::store::read_cache::{Generations, ReadCache};
 use crate::store::rocks::{RocksState, ValueFormat};
@@ -26,6 +26,8 @@ pub const DEFAULT_MAX_UNCOMMITTED_BYTES: usize = 64 * 1024 * 1024;
 const SPILL_COPY_BATCH_BYTES: usize = 4 * 1024 * 1024;
 /// The table file a spilled commit writes and ingests, inside the spill's directory.
 const SPILL_INGEST_FILE: &str = "commit.sst";
+/// Receives one entry of a multi-prefix scan with its prefix's index; returns whether to go on.
+pub type VisitPrefixed<'f> = dyn FnMut(usize, &[u8], &[u8]) -> Result<bool> + 'f;
 /// Receives one key and a value (`None`: absent).
 pub type VisitWrite<'f> = dyn FnMut(&[u8], Option<&[u8]>) -> Result<()> + 'f;
 
@@ -593,20 +595,84 @@ impl KeyValueStore {
         visit: &mut VisitEntry<'_>,
     ) -> Result<usize> {
         self.state.with(|c| {
-            let mut sources: Vec<Box<dyn SortedSource + '_>> = Vec::new();
-            // Nothing staged (the usual state between commits) leaves committed state alone,
-            // which the merge walks without comparing keys.
-            if !self.overlay.is_empty() {
-                sources.push(Box::new(IterSource::new(
-                    self.overlay.range(range, direction),
-                )));
-            }
-            if let Some(spill) = &self.spill {
-                sources.push(spill.source(range, direction)?);
-            }
-            sources.extend(c.sources(range, direction)?);
+            let mut sources = self.layered_sources(c, range, direction)?;
             ttl::merge_live(self.ttl.as_ref(), &mut sources, direction, limit, visit)
         })
+    }
+
+    /// Passes every visible entry under each of `prefixes` to `visit` with the prefix's index,
+    /// prefix by prefix in key order, through one set of iterators that seeks from prefix to
+    /// prefix: reading many keys' entries ahead costs one iterator, not one per key. No prefix
+    /// may start another. `visit` returns `false` to end the scan there.
+    pub fn scan_prefixes(&self, prefixes: &[&[u8]], visit: &mut VisitPrefixed<'_>) -> Result<()> {
+        let mut order: Vec<usize> = (0..prefixes.len()).collect();
+        order.sort_unstable_by_key(|&i| prefixes[i]);
+        if let Some(pair) = order
+            .windows(2)
+            .find(|p| prefixes[p[1]].starts_with(prefixes[p[0]]))
+        {
+            return Err(Error::InvalidArgument(format!(
+                "scan_prefixes: prefix {:?} starts {:?}",
+                prefixes[pair[0]], prefixes[pair[1]]
+            )));
+        }
+        let (Some(&first), Some(&last)) = (order.first(), order.last()) else {
+            return Ok(());
+        };
+        let range = KeyRange {
+            lower: Some(prefixes[first].to_vec()),
+            upper: prefix_upper_bound(prefixes[last]),
+        };
+        self.state.with(|c| {
+            let mut sources = self.layered_sources(c, &range, Direction::Forward)?;
+            for &i in &order {
+                let end = prefix_upper_bound(prefixes[i]);
+                let mut windows = Vec::with_capacity(sources.len());
+                for source in sources.iter_mut() {
+                    let window = Below::window(source.as_mut(), prefixes[i], end.as_deref())?;
+                    windows.push(Box::new(window) as Box<dyn SortedSource + '_>);
+                }
+                let mut go_on = true;
+                ttl::merge_live(
+                    self.ttl.as_ref(),
+                    &mut windows,
+                    Direction::Forward,
+                    usize::MAX,
+                    &mut |k, v| {
+                        if go_on {
+                            go_on = visit(i, k, v)?;
+                        }
+                        Ok(())
+                    },
+                )?;
+                if !go_on {
+                    break;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// The layers a scan of `range` merges, highest first: staged, spilled, then committed.
+    fn layered_sources<'a>(
+        &'a self,
+        committed: &'a dyn CommittedState,
+        range: &KeyRange,
+        direction: Direction,
+    ) -> Result<Vec<Box<dyn SortedSource + 'a>>> {
+        let mut sources: Vec<Box<dyn SortedSource + 'a>> = Vec::new();
+        // Nothing staged (the usual state between commits) leaves committed state alone,
+        // which the merge walks without comparing keys.
+        if !self.overlay.is_empty() {
+            sources.push(Box::new(IterSource::new(
+                self.overlay.range(range, direction),
+            )));
+        }
+        if let Some(spill) = &self.spill {
+            sources.push(spill.source(range, direction)?);
+        }
+        sources.extend(committed.sources(range, direction)?);
+        Ok(sources)
     }
 
     /// Compacts the committed data now (RocksDB); the TTL's compaction filter drops expired

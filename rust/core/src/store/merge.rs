@@ -13,6 +13,51 @@ pub trait SortedSource {
     /// Value of the current entry; `None` is a tombstone that hides lower layers.
     fn value(&self) -> Result<Option<Cow<'_, [u8]>>>;
     fn advance(&mut self) -> Result<()>;
+    /// Moves a forward source on to its first entry at or after `target` (never back). Sources
+    /// that can seek (RocksDB's iterators) override the default, which steps.
+    fn seek(&mut self, target: &[u8]) -> Result<()> {
+        while self.key().is_some_and(|k| k < target) {
+            self.advance()?;
+        }
+        Ok(())
+    }
+}
+
+/// A forward source seen up to `end` (exclusive): one window of a source that a scan of many
+/// disjoint ranges moves through with `seek`, so the ranges share one iterator.
+pub struct Below<'s, 'a> {
+    source: &'s mut (dyn SortedSource + 'a),
+    end: Option<&'s [u8]>,
+}
+
+impl<'s, 'a> Below<'s, 'a> {
+    /// `source` from its first entry at or after `start`, up to `end` (`None`: unbounded).
+    pub fn window(
+        source: &'s mut (dyn SortedSource + 'a),
+        start: &[u8],
+        end: Option<&'s [u8]>,
+    ) -> Result<Self> {
+        if source.key().is_some_and(|k| k < start) {
+            source.seek(start)?;
+        }
+        Ok(Self { source, end })
+    }
+}
+
+impl SortedSource for Below<'_, '_> {
+    fn key(&self) -> Option<&[u8]> {
+        let key = self.source.key()?;
+        match self.end {
+            Some(end) if key >= end => None,
+            _ => Some(key),
+        }
+    }
+    fn value(&self) -> Result<Option<Cow<'_, [u8]>>> {
+        self.source.value()
+    }
+    fn advance(&mut self) -> Result<()> {
+        self.source.advance()
+    }
 }
 
 /// A source over an in-memory iterator that is already in the scan's direction.
@@ -126,6 +171,42 @@ mod tests {
         })
         .unwrap();
         out
+    }
+
+    #[test]
+    fn windows_of_one_source_move_forward_and_stop_at_their_end() {
+        let entries: Entries = vec![
+            (b"a1", Some(b"1")),
+            (b"a2", Some(b"2")),
+            (b"b1", Some(b"3")),
+            (b"c1", Some(b"4")),
+            (b"c2", None),
+            (b"d1", Some(b"5")),
+        ];
+        let mut source = IterSource::new(entries.into_iter());
+        let mut window = |start: &[u8], end: &[u8]| {
+            let below = Below::window(&mut source, start, Some(end)).unwrap();
+            let mut sources: Vec<Box<dyn SortedSource>> = vec![Box::new(below)];
+            let mut out = Vec::new();
+            merge_visit(&mut sources, Direction::Forward, usize::MAX, &mut |k, v| {
+                out.push((k.to_vec(), v.to_vec()));
+                Ok(true)
+            })
+            .unwrap();
+            out
+        };
+        assert_eq!(
+            window(b"a", b"b"),
+            vec![
+                (b"a1".to_vec(), b"1".to_vec()),
+                (b"a2".to_vec(), b"2".to_vec())
+            ]
+        );
+        // b1 is skipped by the seek; c2's tombstone hides nothing below it here.
+        assert_eq!(window(b"c", b"d"), vec![(b"c1".to_vec(), b"4".to_vec())]);
+        assert_eq!(window(b"c", b"d"), vec![], "a window never moves back");
+        assert_eq!(window(b"d", b"e"), vec![(b"d1".to_vec(), b"5".to_vec())]);
+        assert_eq!(window(b"e", b"f"), vec![]);
     }
 
     #[test]

@@ -364,6 +364,10 @@ impl SortedSource for RocksSource<'_> {
     fn advance(&mut self) -> Result<()> {
         step(&mut self.iter, self.direction)
     }
+    fn seek(&mut self, target: &[u8]) -> Result<()> {
+        self.iter.seek(target);
+        Ok(self.iter.status()?)
+    }
 }
 
 /// A raw iterator over `range` of `cf`, positioned on the first entry in `direction`. Bounds

@@ -221,4 +221,8 @@ impl SortedSource for SpillSource<'_> {
     fn advance(&mut self) -> Result<()> {
         step(&mut self.iter, self.direction)
     }
+    fn seek(&mut self, target: &[u8]) -> Result<()> {
+        self.iter.seek(target);
+        Ok(self.iter.status()?)
+    }
 }

@@ -1,0 +1,287 @@
+//! A micro-batch's list and map state read ahead: every entry under each grouping key's prefix
+//! (`state_layout::key_prefix`), read for all the batch's keys with one scan
+//! (`KeyValueStore::scan_prefixes`), then kept in step with the writes the batch stages, so a
+//! processor's reads of those keys, and the deletes a list `put` or a `clear` makes, never go
+//! back to the store.
+
+use std::collections::HashMap;
+
+use crate::error::Result;
+use crate::spark::state_layout;
+use crate::store::KeyValueStore;
+
+/// What one read-ahead holds at most (keys, values and bookkeeping): the keys past it are read
+/// from the store call by call, as without a read-ahead.
+pub const READ_AHEAD_MAX_BYTES: usize = 64 << 20;
+/// Bookkeeping counted per entry besides its bytes (two vectors).
+const ENTRY_OVERHEAD: usize = 48;
+
+/// One entry under a prefix: what follows the prefix in its key (a list sequence, a map key),
+/// and its stored `<expiry><value>`.
+pub type Entry = (Vec<u8>, Vec<u8>);
+
+#[derive(Debug, Default)]
+pub struct PrefixEntries {
+    /// Each prefix read ahead, with its entries in key order.
+    by_prefix: HashMap<Vec<u8>, Vec<Entry>>,
+}
+
+impl PrefixEntries {
+    /// Reads every entry under `prefixes` (in any order, repeats allowed) from `store` in one
+    /// scan, up to about `max_bytes`: the prefixes the scan had not finished by then are not
+    /// held (calls read them from the store).
+    pub fn read(store: &KeyValueStore, prefixes: &[&[u8]], max_bytes: usize) -> Result<Self> {
+        let mut unique = prefixes.to_vec();
+        unique.sort_unstable();
+        unique.dedup();
+        let prefixes = unique.as_slice();
+        let mut by_prefix: HashMap<Vec<u8>, Vec<Entry>> =
+            prefixes.iter().map(|p| (p.to_vec(), Vec::new())).collect();
+        let mut bytes = 0;
+        let mut unfinished: Option<usize> = None;
+        store.scan_prefixes(prefixes, &mut |i, key, stored| {
+            bytes += key.len() + stored.len() + ENTRY_OVERHEAD;
+            if bytes > max_bytes {
+                unfinished = Some(i);
+                return Ok(false);
+            }
+            let prefix = prefixes[i];
+            if let Some(entries) = by_prefix.get_mut(prefix) {
+                entries.push((key[prefix.len()..].to_vec(), stored.to_vec()));
+            }
+            Ok(true)
+        })?;
+        if let Some(i) = unfinished {
+            // The scan goes in key order: it had read no prefix from this one on.
+            by_prefix.retain(|p, _| p.as_slice() < prefixes[i]);
+        }
+        Ok(Self { by_prefix })
+    }
+
+    /// Whether `prefix`'s entries are held.
+    pub fn holds(&self, prefix: &[u8]) -> bool {
+        self.by_prefix.contains_key(prefix)
+    }
+
+    /// The entries under `prefix` in key order (`None`: not read ahead).
+    pub fn entries(&self, prefix: &[u8]) -> Option<&[Entry]> {
+        self.by_prefix.get(prefix).map(Vec::as_slice)
+    }
+
+    /// The stored value of `<prefix><suffix>`: `None` if not read ahead, `Some(None)` if absent.
+    pub fn get(&self, prefix: &[u8], suffix: &[u8]) -> Option<Option<&[u8]>> {
+        let entries = self.by_prefix.get(prefix)?;
+        Some(
+            entries
+                .binary_search_by(|(s, _)| s.as_slice().cmp(suffix))
+                .ok()
+                .map(|i| entries[i].1.as_slice()),
+        )
+    }
+
+    /// The sequence a list's next appended element takes: one past its newest element, whether
+    /// live or expired (`None`: not read ahead).
+    pub fn next_sequence(&self, prefix: &[u8]) -> Option<Result<u64>> {
+        let entries = self.by_prefix.get(prefix)?;
+        Some(
+            entries
+                .last()
+                .map_or(Ok(0), |(suffix, _)| sequence_of(suffix).map(|s| s + 1)),
+        )
+    }
+
+    /// Keeps a prefix held in step with a write staged to `<prefix><suffix>` (`None`: a delete).
+    pub fn record(&mut self, prefix: &[u8], suffix: &[u8], stored: Option<&[u8]>) {
+        let Some(entries) = self.by_prefix.get_mut(prefix) else {
+            return;
+        };
+        match (
+            entries.binary_search_by(|(s, _)| s.as_slice().cmp(suffix)),
+            stored,
+        ) {
+            (Ok(i), Some(stored)) => {
+                let held = &mut entries[i].1;
+                held.clear();
+                held.extend_from_slice(stored);
+            }
+            (Ok(i), None) => {
+                entries.remove(i);
+            }
+            (Err(i), Some(stored)) => entries.insert(i, (suffix.to_vec(), stored.to_vec())),
+            (Err(_), None) => {}
+        }
+    }
+
+    /// Keeps a prefix held in step with a delete of all its entries.
+    pub fn record_cleared(&mut self, prefix: &[u8]) {
+        if let Some(entries) = self.by_prefix.get_mut(prefix) {
+            entries.clear();
+        }
+    }
+
+    /// Drops everything held (the batch is over).
+    pub fn clear(&mut self) {
+        self.by_prefix = HashMap::new();
+    }
+}
+
+/// The sequence a list element's key suffix holds.
+pub fn sequence_of(suffix: &[u8]) -> Result<u64> {
+    state_layout::list_sequence(suffix, &[])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spark::state_layout::{key_prefix, list_key, stored_value, NO_EXPIRY};
+    use crate::store::rocks::ValueFormat;
+    use crate::store::StoreOptions;
+
+    fn open(dir: &std::path::Path) -> KeyValueStore {
+        let options = StoreOptions {
+            transactional: true,
+            offset_key: "o".into(),
+            ..StoreOptions::default()
+        };
+        let (store, _) = KeyValueStore::open_rocksdb(
+            "list",
+            &dir.join("rocksdb/list"),
+            &dir.join("rocksdb/.list.uncommitted"),
+            ValueFormat::Plain,
+            options,
+            &mut |_| {},
+        )
+        .unwrap();
+        store
+    }
+
+    fn element(prefix: &[u8], sequence: u64, value: &[u8]) -> (Vec<u8>, Vec<u8>) {
+        (list_key(prefix, sequence), stored_value(NO_EXPIRY, value))
+    }
+
+    /// Users 0..20's lists (user `u` has `u % 4` elements), committed, then user 3's first
+    /// element deleted and user 5 given one more element, staged.
+    fn lists(store: &mut KeyValueStore) -> Vec<Vec<u8>> {
+        let prefixes: Vec<Vec<u8>> = (0..20u8).map(|u| key_prefix(&[b'u', u]).unwrap()).collect();
+        for (u, prefix) in prefixes.iter().enumerate() {
+            for s in 0..(u as u64 % 4) {
+                let (k, v) = element(prefix, s, &[u as u8, s as u8]);
+                store.put(&k, Some(&v)).unwrap();
+            }
+        }
+        store.commit(Some(1), &mut |_| {}).unwrap();
+        store.put(&list_key(&prefixes[3], 0), None).unwrap();
+        let (k, v) = element(&prefixes[5], 1, b"staged");
+        store.put(&k, Some(&v)).unwrap();
+        prefixes
+    }
+
+    #[test]
+    fn reads_each_prefix_as_its_own_scan_would_staged_writes_included() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = open(dir.path());
+        let prefixes = lists(&mut store);
+        // Out of order, with gaps (users 0, 2, 4.. are not asked for).
+        let asked: Vec<&[u8]> = [17usize, 3, 5, 1, 11, 19, 7]
+            .iter()
+            .map(|&u| prefixes[u].as_slice())
+            .collect();
+        let ahead = PrefixEntries::read(&store, &asked, READ_AHEAD_MAX_BYTES).unwrap();
+        for prefix in &asked {
+            let scanned: Vec<Entry> = store
+                .scan(
+                    &crate::KeyRange::prefix(prefix),
+                    crate::Direction::Forward,
+                    usize::MAX,
+                )
+                .unwrap()
+                .into_iter()
+                .map(|(k, v)| (k[prefix.len()..].to_vec(), v))
+                .collect();
+            assert_eq!(ahead.entries(prefix).unwrap(), scanned.as_slice());
+        }
+        assert_eq!(
+            ahead.entries(&prefixes[3]).unwrap().len(),
+            2,
+            "staged delete seen"
+        );
+        assert_eq!(
+            ahead.entries(&prefixes[5]).unwrap().len(),
+            2,
+            "staged put seen"
+        );
+        assert!(!ahead.holds(&prefixes[2]), "not asked for");
+        assert_eq!(ahead.next_sequence(&prefixes[7]).unwrap().unwrap(), 3);
+        assert_eq!(ahead.next_sequence(&prefixes[3]).unwrap().unwrap(), 3);
+        assert!(ahead.next_sequence(&prefixes[2]).is_none());
+    }
+
+    #[test]
+    fn writes_keep_the_entries_in_step_and_the_byte_bound_leaves_the_rest_to_the_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = open(dir.path());
+        let prefixes = lists(&mut store);
+        let asked: Vec<&[u8]> = prefixes.iter().map(Vec::as_slice).collect();
+        let mut ahead = PrefixEntries::read(&store, &asked, READ_AHEAD_MAX_BYTES).unwrap();
+        let p = &prefixes[6];
+        let second = 1u64.to_be_bytes();
+        assert_eq!(
+            ahead.get(p, &second).unwrap().unwrap(),
+            stored_value(NO_EXPIRY, &[6, 1])
+        );
+        ahead.record(p, &second, None);
+        assert_eq!(ahead.get(p, &second), Some(None));
+        ahead.record(p, &9u64.to_be_bytes(), Some(b"x"));
+        ahead.record(p, &1u64.to_be_bytes(), Some(b"y"));
+        let suffixes: Vec<u64> = ahead
+            .entries(p)
+            .unwrap()
+            .iter()
+            .map(|(s, _)| sequence_of(s).unwrap())
+            .collect();
+        assert_eq!(suffixes, vec![0, 1, 9]);
+        assert_eq!(ahead.next_sequence(p).unwrap().unwrap(), 10);
+        ahead.record_cleared(p);
+        assert_eq!(ahead.entries(p).unwrap(), &[] as &[Entry]);
+        ahead.record(&prefixes[0][..3], b"", Some(b"not held"));
+        assert!(!ahead.holds(&prefixes[0][..3]));
+
+        // A bound of about four entries: the first prefixes in key order are held, the rest not.
+        let bounded = PrefixEntries::read(&store, &asked, 4 * (ENTRY_OVERHEAD + 30)).unwrap();
+        let mut sorted = asked.clone();
+        sorted.sort();
+        let held: Vec<bool> = sorted.iter().map(|p| bounded.holds(p)).collect();
+        let first_missing = held.iter().position(|h| !h).expect("some prefix not held");
+        assert!(first_missing > 0 && held[first_missing..].iter().all(|h| !h));
+        for prefix in &sorted[..first_missing] {
+            assert_eq!(
+                bounded.entries(prefix),
+                ahead_entries(&store, prefix).as_deref()
+            );
+        }
+    }
+
+    fn ahead_entries(store: &KeyValueStore, prefix: &[u8]) -> Option<Vec<Entry>> {
+        PrefixEntries::read(store, &[prefix], READ_AHEAD_MAX_BYTES)
+            .unwrap()
+            .entries(prefix)
+            .map(<[Entry]>::to_vec)
+    }
+
+    #[test]
+    fn nested_prefixes_are_refused_repeated_ones_read_once() {
+        let mut store = KeyValueStore::open_in_memory("m", StoreOptions::default());
+        store.put(b"a1", Some(b"x")).unwrap();
+        let twice = PrefixEntries::read(&store, &[b"a", b"b", b"a"], READ_AHEAD_MAX_BYTES).unwrap();
+        assert_eq!(
+            twice.entries(b"a").unwrap(),
+            &[(b"1".to_vec(), b"x".to_vec())]
+        );
+        let err = PrefixEntries::read(&store, &[b"ab", b"a"], READ_AHEAD_MAX_BYTES).unwrap_err();
+        assert!(matches!(err, crate::Error::InvalidArgument(_)));
+        assert!(PrefixEntries::read(&store, &[], READ_AHEAD_MAX_BYTES)
+            .unwrap()
+            .entries(b"a")
+            .is_none());
+    }
+}
