@@ -5,6 +5,7 @@ pub mod error;
 pub mod format;
 pub mod log;
 pub mod logged;
+pub mod platform;
 pub mod rebalance;
 pub mod record;
 pub mod segmented;

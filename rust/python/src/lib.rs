@@ -23,6 +23,14 @@ mod windowed;
 
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let missing = kstate_core::platform::missing_cpu_features();
+    if !missing.is_empty() {
+        return Err(pyo3::exceptions::PyImportError::new_err(format!(
+            "this kstate build needs CPU features this CPU lacks: {} (x86-64 wheels use SSE4.2 \
+             and PCLMUL, which every x86-64 server CPU since 2010 has)",
+            missing.join(", ")
+        )));
+    }
     // `kstate.__version__`: the workspace version this module was built from, without
     // importlib.metadata (whose import costs more than the rest of `import kstate`).
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
