@@ -10,7 +10,7 @@ use kstate_core::logged::changelog::Changelog;
 use kstate_core::logged::logged_store::{LoggedStore, StoreChangelog};
 use kstate_core::segmented::commit_intent;
 use kstate_core::segmented::segmented_store::{
-    scan, ScanCursor, SegmentQuery, SegmentReader, SegmentedKeys,
+    scan, ScanCursor, SegmentQuery, SegmentReader, SegmentedKeys, SegmentedOpenReport,
 };
 use kstate_core::store::key_range::Direction;
 use kstate_core::{
@@ -45,6 +45,17 @@ fn open_window(dir: &Path, retention_ms: i64, size: i64, dups: bool) -> WindowSt
     )
     .unwrap();
     WindowStore::new(segments, size, dups).unwrap()
+}
+
+/// Opens store `name` of `task` (retention 10 minutes: 5-minute segments).
+fn open_segments(task: &Path, name: &str) -> (SegmentedStore, SegmentedOpenReport) {
+    SegmentedStore::open_rocksdb(
+        name,
+        &task.join(name),
+        options(10 * MINUTE, ValueFormat::Plain, None),
+        &mut |_| {},
+    )
+    .unwrap()
 }
 
 fn rows(reader: &dyn SegmentReader, query: &SegmentQuery) -> Vec<(Vec<u8>, Vec<u8>)> {
@@ -230,13 +241,7 @@ fn duplicates_get_sequence_numbers() {
 #[test]
 fn sessions_are_found_by_end_and_start() {
     let dir = tempfile::tempdir().unwrap();
-    let (segments, _) = SegmentedStore::open_rocksdb(
-        "s",
-        &dir.path().join("s"),
-        options(10 * MINUTE, ValueFormat::Plain, None),
-        &mut |_| {},
-    )
-    .unwrap();
+    let (segments, _) = open_segments(dir.path(), "s");
     let mut store = SessionStore::new(segments);
     store.put(b"k", 0, 10, Some(b"s1")).unwrap();
     store.put(b"k", 100, 200, Some(b"s2")).unwrap();
@@ -299,13 +304,7 @@ fn a_commit_interrupted_between_segments_is_finished_on_open() {
         })
         .unwrap();
     assert!(copied);
-    let (segments, report) = SegmentedStore::open_rocksdb(
-        "w",
-        &snapshot.path().join("w"),
-        options(10 * MINUTE, ValueFormat::Plain, None),
-        &mut |_| {},
-    )
-    .unwrap();
+    let (segments, report) = open_segments(snapshot.path(), "w");
     assert_eq!(report.finished_commit, Some(2));
     let mut reopened = WindowStore::new(segments, MINUTE, false).unwrap();
     assert_eq!(reopened.segments().committed_offset().unwrap(), Some(2));
@@ -320,13 +319,7 @@ fn a_commit_writing_one_segment_skips_the_intent_and_survives_reopening() {
     let intent = dir.path().join(".w.commit");
     let intent_offset = || commit_intent::read(&intent).unwrap().unwrap().offset;
     let reopen = || {
-        let (segments, report) = SegmentedStore::open_rocksdb(
-            "w",
-            &dir.path().join("w"),
-            options(10 * MINUTE, ValueFormat::Plain, None),
-            &mut |_| {},
-        )
-        .unwrap();
+        let (segments, report) = open_segments(dir.path(), "w");
         assert_eq!(report.finished_commit, None);
         WindowStore::new(segments, MINUTE, false).unwrap()
     };
@@ -485,13 +478,7 @@ fn legacy_segment_names_are_renamed() {
     store.segments_mut().commit(Some(1), &mut |_| {}).unwrap();
     store.segments_mut().close().unwrap();
     std::fs::rename(dir.path().join("w/w.300000"), dir.path().join("w/w:300000")).unwrap();
-    let (segments, report) = SegmentedStore::open_rocksdb(
-        "w",
-        &dir.path().join("w"),
-        options(10 * MINUTE, ValueFormat::Plain, None),
-        &mut |_| {},
-    )
-    .unwrap();
+    let (segments, report) = open_segments(dir.path(), "w");
     assert_eq!(report.renamed_legacy, 1);
     assert!(dir.path().join("w/w.300000").exists());
     let mut store = WindowStore::new(segments, MINUTE, false).unwrap();
