@@ -375,6 +375,28 @@ fn a_commit_writing_one_segment_skips_the_intent_and_survives_reopening() {
 }
 
 #[test]
+fn commits_without_offset_skip_the_intent_until_one_follows_an_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let intent = dir.path().join(".w.commit");
+    let mut store = open_window(dir.path(), 10 * MINUTE, MINUTE, false);
+    store.put(b"k", Some(b"v1"), 2 * MINUTE).unwrap();
+    store.segments_mut().commit(None, &mut |_| {}).unwrap();
+    assert!(!intent.exists(), "no offset before, none now: one segment");
+    store.put(b"k", Some(b"v2"), 2 * MINUTE).unwrap();
+    store.segments_mut().commit(Some(7), &mut |_| {}).unwrap();
+    assert!(!intent.exists());
+    // Going from an offset back to none must reach every segment: through the intent.
+    store.put(b"k", Some(b"v3"), 2 * MINUTE).unwrap();
+    store.segments_mut().commit(None, &mut |_| {}).unwrap();
+    let record = commit_intent::read(&intent).unwrap().unwrap();
+    assert_eq!((record.offset, record.entries), (None, 0));
+    store.segments_mut().close().unwrap();
+    let mut store = open_window(dir.path(), 10 * MINUTE, MINUTE, false);
+    assert_eq!(store.segments().committed_offset().unwrap(), None);
+    assert_eq!(store.fetch(b"k", 2 * MINUTE).unwrap().as_deref(), Some(&b"v3"[..]));
+}
+
+#[test]
 fn a_one_segment_commit_before_any_intent_is_found_on_open() {
     let dir = tempfile::tempdir().unwrap();
     let mut store = open_window(dir.path(), 10 * MINUTE, MINUTE, false);
