@@ -393,7 +393,10 @@ fn commits_without_offset_skip_the_intent_until_one_follows_an_offset() {
     store.segments_mut().close().unwrap();
     let mut store = open_window(dir.path(), 10 * MINUTE, MINUTE, false);
     assert_eq!(store.segments().committed_offset().unwrap(), None);
-    assert_eq!(store.fetch(b"k", 2 * MINUTE).unwrap().as_deref(), Some(&b"v3"[..]));
+    assert_eq!(
+        store.fetch(b"k", 2 * MINUTE).unwrap().as_deref(),
+        Some(&b"v3"[..])
+    );
 }
 
 #[test]
