@@ -4,6 +4,7 @@ writes and of committing it, kstate against rocksdict (building a ``WriteBatch``
 ``write``), one process each. benches/README.md, issue 21's fifth pass.
 
     .venv/bin/python benches/commit_cpu.py kv|window kstate|rocksdict [--keys 1000000] [--dir /var/tmp]
+        [--kstate-options '{"max_write_buffer_number": 4}']
 
 ``kv``: ``benches/scale.py``'s put phase (keys in order, 100-byte values); ``window``:
 ``benches/scale_window.py``'s (a minute of every key, then the next; 10 minutes). Prints one
@@ -43,6 +44,7 @@ def main() -> None:
     parser.add_argument("library", choices=["kstate", "rocksdict"])
     parser.add_argument("--keys", type=int, default=1_000_000, help="keys (window: keys x 10 windows)")
     parser.add_argument("--dir", default=None)
+    parser.add_argument("--kstate-options", type=json.loads, default=None, help="rocksdb.config.setter as JSON")
     args = parser.parse_args()
     where = tempfile.mkdtemp(dir=args.dir)
     if args.shape == "kv":
@@ -53,7 +55,7 @@ def main() -> None:
     if args.library == "kstate":
         from kstate import Stores
 
-        config = {"statestore.memory.max.bytes": BUDGET}
+        config = {"statestore.memory.max.bytes": BUDGET, "rocksdb.config.setter": args.kstate_options}
         if args.shape == "kv":
             supplier = Stores.persistent_key_value_store("scale")
             store = Stores.key_value_store_builder(supplier, "bytes", "bytes").with_config(config).build()

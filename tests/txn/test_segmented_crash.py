@@ -1,5 +1,6 @@
 """A window-store writer process killed with SIGKILL in the middle of a commit that spans several
-segment databases: the reopened store holds the old or the new committed state, never a mix."""
+segment databases, or of commits that write one segment alone (without the commit intent): the
+reopened store holds the old or the new committed state, never a mix."""
 
 import random
 import textwrap
@@ -31,10 +32,14 @@ WRITER = textwrap.dedent(f"""
         print("applied", done, total, flush=True)
         time.sleep(60)
 
-    if mode == "loop":
+    if mode in ("loop", "mixed"):  # mixed: even commits write the newest segment alone
         n = 1
         while True:
-            write(n)
+            if mode == "loop" or n % 2:
+                write(n)
+            else:
+                for i in range({KEYS}):
+                    store.put(b"k%05d" % i, b"%d" % n, {STARTS[-1]})
             store.commit(n)
             print("committed", n, flush=True)
             n += 1
@@ -89,3 +94,23 @@ def test_killed_at_a_random_moment_lands_on_one_commit(kill_writer, task_dir, at
         offset = store.committed_offset()
         assert offset >= last_said, "a commit the writer reported is lost"
         assert state_of(store) == ({start: KEYS for start in STARTS}, {str(offset).encode()})
+
+
+@pytest.mark.parametrize("attempt", range(3))
+def test_killed_among_one_segment_commits_lands_on_one_commit(kill_writer, task_dir, attempt):
+    rng = random.Random(100 + attempt)
+    lines = kill_writer(WRITER, [task_dir, "mixed"], "committed 3", delay=rng.uniform(0, 0.4))
+    last_said = max(int(words[1]) for words in lines if words[0] == "committed")
+    with reopen(task_dir) as store:
+        offset = store.committed_offset()
+        assert offset >= last_said, "a commit the writer reported is lost"
+        last_odd = offset if offset % 2 else offset - 1
+        values = {}
+        for kv in store.all():
+            values.setdefault(kv.key.start, set()).add(kv.value)
+        assert values == {
+            STARTS[0]: {str(last_odd).encode()},
+            STARTS[1]: {str(last_odd).encode()},
+            STARTS[2]: {str(offset).encode()},
+        }
+        assert sum(1 for _ in store.all()) == KEYS * len(STARTS)

@@ -8,8 +8,9 @@ use kstate_core::format::timestamped::encode;
 use kstate_core::log::{LogConfig, Partition};
 use kstate_core::logged::changelog::Changelog;
 use kstate_core::logged::logged_store::{LoggedStore, StoreChangelog};
+use kstate_core::segmented::commit_intent;
 use kstate_core::segmented::segmented_store::{
-    scan, ScanCursor, SegmentQuery, SegmentReader, SegmentedKeys,
+    scan, ScanCursor, SegmentQuery, SegmentReader, SegmentedKeys, SegmentedOpenReport,
 };
 use kstate_core::store::key_range::Direction;
 use kstate_core::{
@@ -44,6 +45,17 @@ fn open_window(dir: &Path, retention_ms: i64, size: i64, dups: bool) -> WindowSt
     )
     .unwrap();
     WindowStore::new(segments, size, dups).unwrap()
+}
+
+/// Opens store `name` of `task` (retention 10 minutes: 5-minute segments).
+fn open_segments(task: &Path, name: &str) -> (SegmentedStore, SegmentedOpenReport) {
+    SegmentedStore::open_rocksdb(
+        name,
+        &task.join(name),
+        options(10 * MINUTE, ValueFormat::Plain, None),
+        &mut |_| {},
+    )
+    .unwrap()
 }
 
 fn rows(reader: &dyn SegmentReader, query: &SegmentQuery) -> Vec<(Vec<u8>, Vec<u8>)> {
@@ -229,13 +241,7 @@ fn duplicates_get_sequence_numbers() {
 #[test]
 fn sessions_are_found_by_end_and_start() {
     let dir = tempfile::tempdir().unwrap();
-    let (segments, _) = SegmentedStore::open_rocksdb(
-        "s",
-        &dir.path().join("s"),
-        options(10 * MINUTE, ValueFormat::Plain, None),
-        &mut |_| {},
-    )
-    .unwrap();
+    let (segments, _) = open_segments(dir.path(), "s");
     let mut store = SessionStore::new(segments);
     store.put(b"k", 0, 10, Some(b"s1")).unwrap();
     store.put(b"k", 100, 200, Some(b"s2")).unwrap();
@@ -298,19 +304,118 @@ fn a_commit_interrupted_between_segments_is_finished_on_open() {
         })
         .unwrap();
     assert!(copied);
-    let (segments, report) = SegmentedStore::open_rocksdb(
-        "w",
-        &snapshot.path().join("w"),
-        options(10 * MINUTE, ValueFormat::Plain, None),
-        &mut |_| {},
-    )
-    .unwrap();
+    let (segments, report) = open_segments(snapshot.path(), "w");
     assert_eq!(report.finished_commit, Some(2));
     let mut reopened = WindowStore::new(segments, MINUTE, false).unwrap();
     assert_eq!(reopened.segments().committed_offset().unwrap(), Some(2));
     for start in [0, 5 * MINUTE, 9 * MINUTE] {
         assert_eq!(reopened.fetch(b"k", start).unwrap(), Some(b"v2".to_vec()));
     }
+}
+
+#[test]
+fn a_commit_writing_one_segment_skips_the_intent_and_survives_reopening() {
+    let dir = tempfile::tempdir().unwrap();
+    let intent = dir.path().join(".w.commit");
+    let intent_offset = || commit_intent::read(&intent).unwrap().unwrap().offset;
+    let reopen = || {
+        let (segments, report) = open_segments(dir.path(), "w");
+        assert_eq!(report.finished_commit, None);
+        WindowStore::new(segments, MINUTE, false).unwrap()
+    };
+    // Retention 10 minutes: 5-minute segments 0, 1 and 2.
+    let mut store = open_window(dir.path(), 10 * MINUTE, MINUTE, false);
+    for start in [2 * MINUTE, 5 * MINUTE, 10 * MINUTE] {
+        store.put(b"k", Some(b"v1"), start).unwrap();
+    }
+    store.segments_mut().commit(Some(1), &mut |_| {}).unwrap();
+    assert_eq!(intent_offset(), Some(1));
+    store.put(b"k", Some(b"v2"), 10 * MINUTE).unwrap();
+    store.put(b"k", Some(b"v2"), 11 * MINUTE).unwrap();
+    store.segments_mut().commit(Some(2), &mut |_| {}).unwrap();
+    assert_eq!(intent_offset(), Some(1), "segment 2 alone took the commit");
+    // Nothing staged: the offset goes into the newest segment.
+    store.segments_mut().commit(Some(3), &mut |_| {}).unwrap();
+    assert_eq!(intent_offset(), Some(1));
+    store.segments_mut().close().unwrap();
+
+    let mut store = reopen();
+    assert_eq!(store.segments().committed_offset().unwrap(), Some(3));
+    assert_eq!(store.segments().stream_time(), 11 * MINUTE);
+    for (start, value) in [
+        (2 * MINUTE, b"v1"),
+        (5 * MINUTE, b"v1"),
+        (10 * MINUTE, b"v2"),
+        (11 * MINUTE, b"v2"),
+    ] {
+        assert_eq!(
+            store.fetch(b"k", start).unwrap().as_deref(),
+            Some(&value[..])
+        );
+    }
+    // A commit that expires a segment goes through the intent (stream time 16 minutes: segment 0
+    // is gone), and so does one whose offset goes back.
+    store.put(b"k", Some(b"v3"), 16 * MINUTE).unwrap();
+    store.segments_mut().commit(Some(4), &mut |_| {}).unwrap();
+    assert_eq!(intent_offset(), Some(4));
+    assert_eq!(store.segments().segment_ids(), vec![1, 2, 3]);
+    store.put(b"k", Some(b"v4"), 16 * MINUTE).unwrap();
+    store.segments_mut().commit(Some(5), &mut |_| {}).unwrap();
+    assert_eq!(intent_offset(), Some(4));
+    store.segments_mut().commit(Some(2), &mut |_| {}).unwrap();
+    assert_eq!(intent_offset(), Some(2));
+    store.segments_mut().close().unwrap();
+    let mut store = reopen();
+    assert_eq!(store.segments().committed_offset().unwrap(), Some(2));
+    assert_eq!(store.segments().stream_time(), 16 * MINUTE);
+    assert_eq!(
+        store.fetch(b"k", 16 * MINUTE).unwrap().as_deref(),
+        Some(&b"v4"[..])
+    );
+}
+
+#[test]
+fn commits_without_offset_skip_the_intent_until_one_follows_an_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let intent = dir.path().join(".w.commit");
+    let mut store = open_window(dir.path(), 10 * MINUTE, MINUTE, false);
+    store.put(b"k", Some(b"v1"), 2 * MINUTE).unwrap();
+    store.segments_mut().commit(None, &mut |_| {}).unwrap();
+    assert!(!intent.exists(), "no offset before, none now: one segment");
+    store.put(b"k", Some(b"v2"), 2 * MINUTE).unwrap();
+    store.segments_mut().commit(Some(7), &mut |_| {}).unwrap();
+    assert!(!intent.exists());
+    // Going from an offset back to none must reach every segment: through the intent.
+    store.put(b"k", Some(b"v3"), 2 * MINUTE).unwrap();
+    store.segments_mut().commit(None, &mut |_| {}).unwrap();
+    let record = commit_intent::read(&intent).unwrap().unwrap();
+    assert_eq!((record.offset, record.entries), (None, 0));
+    store.segments_mut().close().unwrap();
+    let mut store = open_window(dir.path(), 10 * MINUTE, MINUTE, false);
+    assert_eq!(store.segments().committed_offset().unwrap(), None);
+    assert_eq!(
+        store.fetch(b"k", 2 * MINUTE).unwrap().as_deref(),
+        Some(&b"v3"[..])
+    );
+}
+
+#[test]
+fn a_one_segment_commit_before_any_intent_is_found_on_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = open_window(dir.path(), 10 * MINUTE, MINUTE, false);
+    store.put(b"k", Some(b"v"), 7 * MINUTE).unwrap();
+    store.segments_mut().commit(Some(8), &mut |_| {}).unwrap();
+    assert!(!dir.path().join(".w.commit").exists());
+    // What a killed process leaves: RocksDB's WAL in the page cache, no clean close.
+    let snapshot = tempfile::tempdir().unwrap();
+    copy_dir(dir.path(), snapshot.path());
+    let mut store = open_window(snapshot.path(), 10 * MINUTE, MINUTE, false);
+    assert_eq!(store.segments().committed_offset().unwrap(), Some(8));
+    assert_eq!(store.segments().stream_time(), 7 * MINUTE);
+    assert_eq!(
+        store.fetch(b"k", 7 * MINUTE).unwrap().as_deref(),
+        Some(&b"v"[..])
+    );
 }
 
 fn copy_dir(from: &Path, to: &Path) {
@@ -398,13 +503,7 @@ fn legacy_segment_names_are_renamed() {
     store.segments_mut().commit(Some(1), &mut |_| {}).unwrap();
     store.segments_mut().close().unwrap();
     std::fs::rename(dir.path().join("w/w.300000"), dir.path().join("w/w:300000")).unwrap();
-    let (segments, report) = SegmentedStore::open_rocksdb(
-        "w",
-        &dir.path().join("w"),
-        options(10 * MINUTE, ValueFormat::Plain, None),
-        &mut |_| {},
-    )
-    .unwrap();
+    let (segments, report) = open_segments(dir.path(), "w");
     assert_eq!(report.renamed_legacy, 1);
     assert!(dir.path().join("w/w.300000").exists());
     let mut store = WindowStore::new(segments, MINUTE, false).unwrap();

@@ -10,6 +10,9 @@ pub const STATUS_CLOSED: i64 = 0;
 /// kstate's own entry: the stream time of a TTL store at its last commit. Kafka Streams reads
 /// only `status`, `position` and its topic-partition keys, so it passes this one by.
 pub const TTL_STREAM_TIME_KEY: &str = "kstate.ttl.stream-time";
+/// kstate's own entry in a segment of a window or session store: the store's stream time at a
+/// commit that wrote this segment alone (recorded with the offset, without the commit intent).
+pub const SEGMENTED_STREAM_TIME_KEY: &str = "kstate.segmented.stream-time";
 
 /// Key of a changelog offset: `TopicPartition.toString()`, i.e. `<topic>-<partition>`.
 pub fn offset_key(topic: &str, partition: i32) -> String {

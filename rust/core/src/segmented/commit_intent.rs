@@ -104,12 +104,19 @@ impl IntentWriter {
         drop(file);
         fs::rename(&self.tmp, path)?;
         if durable {
-            if let Some(dir) = path.parent() {
-                File::open(dir)?.sync_all()?;
-            }
+            sync_rename(path)?;
         }
         Ok(())
     }
+}
+
+/// Makes the last rename onto `path` durable (syncs its directory): after a machine crash the
+/// file is the one renamed there, not an older one.
+pub fn sync_rename(path: &Path) -> Result<()> {
+    if let Some(dir) = path.parent() {
+        File::open(dir)?.sync_all()?;
+    }
+    Ok(())
 }
 
 /// Writes a file without batches, durably: the record of a complete commit.

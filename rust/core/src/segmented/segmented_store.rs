@@ -12,6 +12,12 @@
 //!   applied segment by segment (from the segments' own staged batches, or, when some spilled or
 //!   on open after a crash, from the file); a crash in between is finished on open. The file also
 //!   keeps the committed offset and stream time, so retention survives restarts.
+//! - A commit that writes one segment (the common case: recent windows) skips the intent: the
+//!   segment's batch, the offset and the stream time go into that segment in one atomic RocksDB
+//!   write. On open the last commit is the newer of the intent's record and the segments' own
+//!   (offsets only grow between such commits, stream time never goes back); an intent still
+//!   holding batches is always the newer, since a one-segment commit first makes the intent on
+//!   disk durable.
 //! - Scans walk the segments in time order (reverse for backward scans) and filter each segment's
 //!   key range with the query's predicate, as Kafka's `SegmentIterator` does.
 
@@ -280,6 +286,10 @@ pub struct SegmentedStore {
     staged_bytes: usize,
     dropped_records: u64,
     open: bool,
+    /// Whether the commit-intent file on disk is durable: until it is, a machine crash could
+    /// bring back an older intent whose batches would be applied again on open, so a commit that
+    /// skips the intent (`commit_one_segment`) first makes it durable.
+    intent_durable: bool,
 }
 
 impl SegmentedStore {
@@ -330,19 +340,29 @@ impl SegmentedStore {
             std::fs::remove_file(torn)?;
         }
         match commit_intent::read(&intent_path)? {
-            Some(intent) => {
-                if intent.entries > 0 {
-                    report.finished_commit = Some(intent.entries);
-                }
+            // A commit the intent did not finish: newer than any commit of one segment, which
+            // makes the intent durable complete before it writes (`commit_one_segment`).
+            Some(intent) if intent.entries > 0 => {
+                report.finished_commit = Some(intent.entries);
                 store.apply_intent(progress)?;
             }
-            // A directory Kafka wrote keeps its offset in each segment's `offsets` family.
+            // The record of the last commit through the intent, then commits that wrote one
+            // segment alone, newer: their offsets only grow and stream time never goes back, so
+            // the largest of each is the last commit's.
+            Some(record) => {
+                let (offset, stream_time) = store.last_commit(record.offset, record.stream_time)?;
+                store.complete_commit(CommitIntent {
+                    offset,
+                    stream_time,
+                    entries: 0,
+                })?;
+            }
+            // A directory Kafka wrote keeps its offset in each segment's `offsets` family (so do
+            // commits of one segment before any commit went through the intent).
             None => {
-                let mut offset = None;
-                for segment in store.segments.values() {
-                    offset = offset.max(segment.committed_offset()?);
-                }
-                store.committed_offset = offset;
+                let (offset, stream_time) = store.last_commit(None, -1)?;
+                store.stream_time = stream_time;
+                store.set_committed(offset, stream_time)?;
             }
         }
         if report.unclean_shutdown && !store.options.store.transactional {
@@ -351,6 +371,17 @@ impl SegmentedStore {
             commit_intent::write_record(&intent_path, None, store.committed_stream_time)?;
         }
         Ok((store, report))
+    }
+
+    /// The offset and stream time of the last commit: the largest of those given and those the
+    /// segments recorded.
+    fn last_commit(&self, offset: Option<i64>, stream_time: i64) -> Result<(Option<i64>, i64)> {
+        let (mut offset, mut stream_time) = (offset, stream_time);
+        for segment in self.segments.values() {
+            offset = offset.max(segment.committed_offset()?);
+            stream_time = stream_time.max(segment.segmented_stream_time()?.unwrap_or(-1));
+        }
+        Ok((offset, stream_time))
     }
 
     pub fn open_in_memory(name: &str, options: SegmentedOptions) -> Result<Self> {
@@ -375,6 +406,7 @@ impl SegmentedStore {
             staged_bytes: 0,
             dropped_records: 0,
             open: true,
+            intent_durable: false,
         }
     }
 
@@ -714,8 +746,21 @@ impl SegmentedStore {
         let min_live = self.options.min_live_segment(self.stream_time);
         match (&self.dir, self.options.store.transactional) {
             (Some(_), true) => {
+                if let Some(id) = self.one_segment_commit(offset, min_live) {
+                    self.commit_one_segment(id, offset)?;
+                    self.staged_bytes = 0;
+                    return Ok(());
+                }
                 let path = self.intent_path()?;
                 let mut writer = IntentWriter::create(&path, offset, self.stream_time)?;
+                if offset < self.committed_offset {
+                    // Recovery takes the largest offset a segment recorded as the last commit's:
+                    // a commit going back must reach every segment, so its intent always holds a
+                    // batch (an empty one if nothing is staged) and is finished on open.
+                    if let Some((&id, _)) = self.segments.range(min_live..).next_back() {
+                        writer.entry(id, WriteBatch::default().data())?;
+                    }
+                }
                 let mut spilled = false;
                 for (&id, segment) in self.segments.range_mut(min_live..) {
                     spilled |= segment.uncommitted().1;
@@ -729,6 +774,7 @@ impl SegmentedStore {
                 }
                 let entries = writer.entries();
                 writer.finish(&path)?;
+                self.intent_durable = true;
                 // Unspilled segments still hold the batches the file got: no need to read it back.
                 let applied = match spilled {
                     true => self.apply_intent(progress),
@@ -752,6 +798,7 @@ impl SegmentedStore {
                 }
                 if dir.is_some() {
                     commit_intent::write_record(&self.intent_path()?, offset, self.stream_time)?;
+                    self.intent_durable = true;
                 }
                 self.set_committed(offset, self.stream_time)?;
                 self.drop_segments_before(min_live)?;
@@ -759,6 +806,37 @@ impl SegmentedStore {
         }
         self.staged_bytes = 0;
         Ok(())
+    }
+
+    /// The segment a commit can write alone, with its offset and stream time in the same RocksDB
+    /// write instead of through the commit intent: the only live segment with staged writes (or,
+    /// with none staged, the newest), in memory, when the offset does not go back (recovery takes
+    /// the largest a segment recorded) and no segment expires (dropping one waits for the stream
+    /// time that expired it to be durable).
+    fn one_segment_commit(&self, offset: Option<i64>, min_live: i64) -> Option<i64> {
+        let expires = self.segments.range(..min_live).next().is_some();
+        if offset < self.committed_offset || expires {
+            return None;
+        }
+        let live = || self.segments.range(min_live..);
+        let mut staged = live().filter(|(_, segment)| segment.has_staged());
+        match (staged.next(), staged.next()) {
+            (Some((&id, segment)), None) => (!segment.uncommitted().1).then_some(id),
+            (None, _) => live().next_back().map(|(&id, _)| id),
+            (Some(_), Some(_)) => None,
+        }
+    }
+
+    /// Commits segment `id` alone (see `one_segment_commit`), after making the commit intent
+    /// durable so that no older one can come back and be applied over this commit.
+    fn commit_one_segment(&mut self, id: i64, offset: Option<i64>) -> Result<()> {
+        if !self.intent_durable {
+            commit_intent::sync_rename(&self.intent_path()?)?;
+            self.intent_durable = true;
+        }
+        let stream_time = self.stream_time;
+        self.segment(id)?.commit_segment(offset, stream_time)?;
+        self.set_committed(offset, stream_time)
     }
 
     /// Applies the batches of the commit-intent file (after a commit wrote it, or on open after
@@ -821,6 +899,7 @@ impl SegmentedStore {
                 intent.offset,
                 intent.stream_time,
             )?;
+            self.intent_durable = false;
         }
         self.stream_time = self.stream_time.max(intent.stream_time);
         self.set_committed(intent.offset, intent.stream_time)?;

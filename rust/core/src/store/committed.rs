@@ -20,6 +20,10 @@ pub struct OffsetWrite<'a> {
     /// A TTL's stream time to record (under [`crate::format::offsets::TTL_STREAM_TIME_KEY`]); `None`
     /// leaves the recorded one.
     pub stream_time: Option<i64>,
+    /// The stream time of the segmented store this store is a segment of, at a commit that
+    /// writes this segment alone (under
+    /// [`crate::format::offsets::SEGMENTED_STREAM_TIME_KEY`]); `None` leaves the recorded one.
+    pub segmented_stream_time: Option<i64>,
 }
 
 pub type Write<'a> = (&'a [u8], Option<&'a [u8]>);

@@ -259,6 +259,7 @@ impl KeyValueStore {
                 key: &options.offset_key,
                 offset: None,
                 stream_time: None,
+                segmented_stream_time: None,
             };
             rocks.apply(&mut std::iter::empty(), Some(forget))?;
             if options.transactional {
@@ -791,6 +792,7 @@ impl KeyValueStore {
             key: &self.options.offset_key,
             offset: Some(offset),
             stream_time: None,
+            segmented_stream_time: None,
         };
         let Some(ttl) = &self.ttl else {
             return self.state.with(|c| c.apply(writes, Some(offset_write)));
@@ -812,8 +814,32 @@ impl KeyValueStore {
         offset: Option<i64>,
         progress: &mut dyn FnMut(CommitProgress),
     ) -> Result<()> {
-        self.commit_writes(offset, progress)?;
+        self.commit_writes(offset, None, progress)?;
         self.relieve_memtables()
+    }
+
+    /// `commit` of a segment of a segmented store that commits this segment alone: the staged
+    /// writes, `offset` and the store's `stream_time` in one atomic write (no commit intent).
+    /// Not for spilled writes, which a commit applies in several writes.
+    pub fn commit_segment(&mut self, offset: Option<i64>, stream_time: i64) -> Result<()> {
+        if self.spill.is_some() || !self.options.transactional {
+            return Err(Error::InvalidState(
+                "only unspilled transactional writes commit in one write".into(),
+            ));
+        }
+        self.commit_writes(offset, Some(stream_time), &mut |_| {})?;
+        self.relieve_memtables()
+    }
+
+    /// The segmented store's stream time `commit_segment` recorded last, if any.
+    pub fn segmented_stream_time(&self) -> Result<Option<i64>> {
+        self.state
+            .with(|c| c.committed_offset(offsets::SEGMENTED_STREAM_TIME_KEY))
+    }
+
+    /// Whether any write is staged (in memory or spilled).
+    pub fn has_staged(&self) -> bool {
+        !self.overlay.is_empty() || self.spill.is_some()
     }
 
     /// Past the process's memtable share, flushes the largest memtables of any store.
@@ -827,6 +853,7 @@ impl KeyValueStore {
     fn commit_writes(
         &mut self,
         offset: Option<i64>,
+        segmented_stream_time: Option<i64>,
         progress: &mut dyn FnMut(CommitProgress),
     ) -> Result<()> {
         let offset_key = self.options.offset_key.clone();
@@ -834,6 +861,7 @@ impl KeyValueStore {
             key: &offset_key,
             offset,
             stream_time: self.ttl_stream_time(),
+            segmented_stream_time,
         };
         if !self.options.transactional {
             return self
@@ -950,6 +978,7 @@ impl KeyValueStore {
             key: &self.options.offset_key,
             offset,
             stream_time: self.ttl_stream_time(),
+            segmented_stream_time: None,
         };
         self.state
             .with(|c| c.apply(&mut std::iter::empty(), Some(offset_write)))?;
@@ -1131,6 +1160,7 @@ fn record_spilled_commit(
         key: offset_key,
         offset,
         stream_time: None,
+        segmented_stream_time: None,
     };
     committed.apply(&mut std::iter::empty(), Some(offset_write))
 }

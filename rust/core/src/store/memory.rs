@@ -127,6 +127,7 @@ impl CommittedState for MemoryState {
             key,
             offset,
             stream_time,
+            segmented_stream_time,
         }) = offset
         {
             let mut offsets = self.offsets.write().map_err(poisoned)?;
@@ -137,6 +138,12 @@ impl CommittedState for MemoryState {
             if let Some(time) = stream_time {
                 offsets.insert(
                     crate::format::offsets::TTL_STREAM_TIME_KEY.to_string(),
+                    time,
+                );
+            }
+            if let Some(time) = segmented_stream_time {
+                offsets.insert(
+                    crate::format::offsets::SEGMENTED_STREAM_TIME_KEY.to_string(),
                     time,
                 );
             }

@@ -511,6 +511,7 @@ impl CommittedState for RocksState {
             key,
             offset,
             stream_time,
+            segmented_stream_time,
         }) = offset
         {
             let cf = self.cf(OFFSETS_CF)?;
@@ -520,6 +521,13 @@ impl CommittedState for RocksState {
             }
             if let Some(time) = stream_time {
                 batch.put_cf(cf, offsets::TTL_STREAM_TIME_KEY, offsets::encode(time));
+            }
+            if let Some(time) = segmented_stream_time {
+                batch.put_cf(
+                    cf,
+                    offsets::SEGMENTED_STREAM_TIME_KEY,
+                    offsets::encode(time),
+                );
             }
         }
         self.db.write_opt(batch, &self.write_options)?;
