@@ -301,8 +301,8 @@ impl Partition {
         self.active_mut().flush()
     }
 
-    /// Flushes and closes. The process remembers the active segment as closed cleanly, so
-    /// opening the partition again skips its scan while its files stay as they are
+    /// Flushes and closes, leaving a clean-shutdown file: opening the partition again (in any
+    /// process) skips the active segment's scan while its files stay as they are
     /// (`clean_close`).
     pub fn close(mut self) -> Result<()> {
         self.flush()?;
