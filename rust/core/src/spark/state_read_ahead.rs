@@ -3,15 +3,23 @@
 //! (`KeyValueStore::scan_prefixes`), then kept in step with the writes the batch stages, so a
 //! processor's reads of those keys, and the deletes a list `put` or a `clear` makes, never go
 //! back to the store.
+//!
+//! What a read-ahead holds is charged to the store's memory budget, in its read cache share,
+//! for as long as it is held: it takes at most what other read-aheads leave of that share
+//! (`MemoryBudget::take_read_ahead`), so however many tasks read ahead at once, together they
+//! stay inside the budget; the prefixes past its bound are read from the store call by call.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use crate::error::Result;
 use crate::spark::state_layout;
+use crate::store::memory_budget::MemoryBudget;
 use crate::store::KeyValueStore;
 
-/// What one read-ahead holds at most (keys, values and bookkeeping): the keys past it are read
-/// from the store call by call, as without a read-ahead.
+/// What one read-ahead holds at most (keys, values and bookkeeping), less when the budget's
+/// read cache share has less room: the keys past it are read from the store call by call, as
+/// without a read-ahead.
 pub const READ_AHEAD_MAX_BYTES: usize = 64 << 20;
 /// Bookkeeping counted per entry besides its bytes (two vectors).
 const ENTRY_OVERHEAD: usize = 48;
@@ -20,27 +28,59 @@ const ENTRY_OVERHEAD: usize = 48;
 /// and its stored `<expiry><value>`.
 pub type Entry = (Vec<u8>, Vec<u8>);
 
+/// The bytes an entry counts for: its key, its stored value and the bookkeeping.
+fn entry_bytes(key_len: usize, stored_len: usize) -> usize {
+    key_len + stored_len + ENTRY_OVERHEAD
+}
+
+/// Bytes of a memory budget's read cache share held by one read-ahead, given back when dropped.
+#[derive(Debug)]
+struct Charge {
+    budget: Arc<MemoryBudget>,
+    bytes: usize,
+}
+
+impl Charge {
+    fn resize(&mut self, bytes: usize) {
+        self.budget.resize_read_ahead(self.bytes, bytes);
+        self.bytes = bytes;
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.budget.resize_read_ahead(self.bytes, 0);
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct PrefixEntries {
     /// Each prefix read ahead, with its entries in key order.
     by_prefix: HashMap<Vec<u8>, Vec<Entry>>,
+    /// What is held, charged to the store's budget (`None`: a store outside any budget).
+    charge: Option<Charge>,
 }
 
 impl PrefixEntries {
     /// Reads every entry under `prefixes` (in any order, repeats allowed) from `store` in one
-    /// scan, up to about `max_bytes`: the prefixes the scan had not finished by then are not
-    /// held (calls read them from the store).
+    /// scan, up to about `max_bytes` or what the store's memory budget has room for: the
+    /// prefixes the scan had not finished by then are not held (calls read them from the store).
     pub fn read(store: &KeyValueStore, prefixes: &[&[u8]], max_bytes: usize) -> Result<Self> {
         let mut unique = prefixes.to_vec();
         unique.sort_unstable();
         unique.dedup();
         let prefixes = unique.as_slice();
+        let mut charge = store.memory_budget().map(|budget| Charge {
+            bytes: budget.take_read_ahead(max_bytes),
+            budget: budget.clone(),
+        });
+        let max_bytes = charge.as_ref().map_or(max_bytes, |charge| charge.bytes);
         let mut by_prefix: HashMap<Vec<u8>, Vec<Entry>> =
             prefixes.iter().map(|p| (p.to_vec(), Vec::new())).collect();
         let mut bytes = 0;
         let mut unfinished: Option<usize> = None;
         store.scan_prefixes(prefixes, &mut |i, key, stored| {
-            bytes += key.len() + stored.len() + ENTRY_OVERHEAD;
+            bytes += entry_bytes(key.len(), stored.len());
             if bytes > max_bytes {
                 unfinished = Some(i);
                 return Ok(false);
@@ -55,7 +95,31 @@ impl PrefixEntries {
             // The scan goes in key order: it had read no prefix from this one on.
             by_prefix.retain(|p, _| p.as_slice() < prefixes[i]);
         }
-        Ok(Self { by_prefix })
+        let held = by_prefix
+            .iter()
+            .flat_map(|(prefix, entries)| {
+                entries
+                    .iter()
+                    .map(|(suffix, stored)| entry_bytes(prefix.len() + suffix.len(), stored.len()))
+            })
+            .sum();
+        if let Some(charge) = &mut charge {
+            charge.resize(held);
+        }
+        Ok(Self { by_prefix, charge })
+    }
+
+    /// Bytes held now, as charged to the store's memory budget.
+    pub fn charged_bytes(&self) -> Option<usize> {
+        self.charge.as_ref().map(|charge| charge.bytes)
+    }
+
+    /// Keeps the charge in step with an entry grown by `added` bytes and shrunk by `removed`.
+    fn recharge(&mut self, added: usize, removed: usize) {
+        if let Some(charge) = &mut self.charge {
+            let bytes = (charge.bytes + added).saturating_sub(removed);
+            charge.resize(bytes);
+        }
     }
 
     /// Whether `prefix`'s entries are held.
@@ -95,33 +159,47 @@ impl PrefixEntries {
         let Some(entries) = self.by_prefix.get_mut(prefix) else {
             return;
         };
-        match (
+        let key_len = prefix.len() + suffix.len();
+        let (added, removed) = match (
             entries.binary_search_by(|(s, _)| s.as_slice().cmp(suffix)),
             stored,
         ) {
             (Ok(i), Some(stored)) => {
                 let held = &mut entries[i].1;
+                let before = held.len();
                 held.clear();
                 held.extend_from_slice(stored);
+                (stored.len(), before)
             }
             (Ok(i), None) => {
-                entries.remove(i);
+                let (_, old) = entries.remove(i);
+                (0, entry_bytes(key_len, old.len()))
             }
-            (Err(i), Some(stored)) => entries.insert(i, (suffix.to_vec(), stored.to_vec())),
-            (Err(_), None) => {}
-        }
+            (Err(i), Some(stored)) => {
+                entries.insert(i, (suffix.to_vec(), stored.to_vec()));
+                (entry_bytes(key_len, stored.len()), 0)
+            }
+            (Err(_), None) => (0, 0),
+        };
+        self.recharge(added, removed);
     }
 
     /// Keeps a prefix held in step with a delete of all its entries.
     pub fn record_cleared(&mut self, prefix: &[u8]) {
-        if let Some(entries) = self.by_prefix.get_mut(prefix) {
-            entries.clear();
-        }
+        let Some(entries) = self.by_prefix.get_mut(prefix) else {
+            return;
+        };
+        let removed = entries
+            .drain(..)
+            .map(|(suffix, stored)| entry_bytes(prefix.len() + suffix.len(), stored.len()))
+            .sum();
+        self.recharge(0, removed);
     }
 
-    /// Drops everything held (the batch is over).
+    /// Drops everything held (the batch is over), giving its bytes back to the budget.
     pub fn clear(&mut self) {
         self.by_prefix = HashMap::new();
+        self.charge = None;
     }
 }
 
@@ -259,6 +337,79 @@ mod tests {
                 ahead_entries(&store, prefix).as_deref()
             );
         }
+    }
+
+    #[test]
+    fn read_aheads_together_stay_inside_the_budgets_read_cache_share() {
+        use crate::store::rocks_options::RocksConfig;
+        let dir = tempfile::tempdir().unwrap();
+        let budget = MemoryBudget::new(32 << 20).unwrap();
+        let share = budget.read_cache_limit();
+        let options = StoreOptions {
+            offset_key: "o".into(),
+            rocks: Some(RocksConfig::new(budget.clone(), None).unwrap()),
+            ..StoreOptions::default()
+        };
+        let (mut store, _) = KeyValueStore::open_rocksdb(
+            "list",
+            &dir.path().join("rocksdb/list"),
+            &dir.path().join("rocksdb/.list.uncommitted"),
+            ValueFormat::Plain,
+            options,
+            &mut |_| {},
+        )
+        .unwrap();
+        // 12 MiB of list elements under 600 keys: more than the 8 MiB share.
+        let prefixes: Vec<Vec<u8>> = (0..600u32)
+            .map(|u| key_prefix(&u.to_be_bytes()).unwrap())
+            .collect();
+        for prefix in &prefixes {
+            for s in 0..10 {
+                let (k, v) = element(prefix, s, &[7; 2048]);
+                store.put(&k, Some(&v)).unwrap();
+            }
+        }
+        store.commit(Some(1), &mut |_| {}).unwrap();
+        let asked: Vec<&[u8]> = prefixes.iter().map(Vec::as_slice).collect();
+        let held = |ahead: &PrefixEntries| asked.iter().filter(|p| ahead.holds(p)).count();
+
+        // One read-ahead takes what the share has, not its own 64 MiB bound, and is charged.
+        let mut first = PrefixEntries::read(&store, &asked, READ_AHEAD_MAX_BYTES).unwrap();
+        let charged = first.charged_bytes().unwrap();
+        assert!(
+            charged <= share && charged > share / 2,
+            "{charged} of {share}"
+        );
+        assert!(held(&first) > 0 && held(&first) < asked.len());
+        assert_eq!(budget.read_ahead_bytes(), charged);
+        assert_eq!(budget.usage().read_cache, charged);
+
+        // A second one at the same time gets only what is left: together inside the share.
+        let second = PrefixEntries::read(&store, &asked, READ_AHEAD_MAX_BYTES).unwrap();
+        let together = charged + second.charged_bytes().unwrap();
+        assert!(together <= share, "{together} > {share}");
+        assert_eq!(budget.read_ahead_bytes(), together);
+        // What it could not hold is read from the store as without a read-ahead.
+        let last = asked.iter().max().unwrap();
+        assert!(!second.holds(last));
+
+        // Writes kept in step are charged as they grow and shrink what is held.
+        let p = asked.iter().copied().find(|p| first.holds(p)).unwrap();
+        first.record(p, &99u64.to_be_bytes(), Some(&[1; 1000]));
+        assert_eq!(
+            first.charged_bytes().unwrap(),
+            charged + 1000 + 8 + p.len() + ENTRY_OVERHEAD
+        );
+        first.record_cleared(p);
+        assert!(first.charged_bytes().unwrap() < charged);
+
+        // Dropped, everything goes back; a later read-ahead has the room again.
+        first.clear();
+        drop(second);
+        assert_eq!(budget.read_ahead_bytes(), 0);
+        assert_eq!(budget.usage().read_cache, 0);
+        let again = PrefixEntries::read(&store, &asked, READ_AHEAD_MAX_BYTES).unwrap();
+        assert_eq!(again.charged_bytes(), Some(charged));
     }
 
     fn ahead_entries(store: &KeyValueStore, prefix: &[u8]) -> Option<Vec<Entry>> {
