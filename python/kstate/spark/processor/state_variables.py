@@ -491,6 +491,9 @@ class StatefulProcessorHandle:
         ahead = self._prefixed_ahead.get(name)
         if ahead is None:
             ahead = self._prefixed_ahead[name] = _core.StateReadAhead()
+            if self._stores is not None:
+                # The commit's undo takes the committed values it keeps as the batch writes.
+                self._stores.undo_sources[name] = ahead
         return ahead
 
     def _declare(self, name: Any, kind: str, ttl: Any, schema: Any, key_schema: Any = None) -> tuple[str, int | None]:

@@ -8,12 +8,19 @@
 //! for as long as it is held: it takes at most what other read-aheads leave of that share
 //! (`MemoryBudget::take_read_ahead`), so however many tasks read ahead at once, together they
 //! stay inside the budget; the prefixes past its bound are read from the store call by call.
+//!
+//! When nothing was staged in the store as it read, what a read-ahead holds is the committed
+//! state; so the value it held for a key when the batch first wrote that key is the key's
+//! committed value, which it keeps (its journal). At commit, those are the undo of the batch
+//! for the keys the batch wrote through it ([`PrefixEntries::previous_values_of_staged`]), and
+//! only the other staged keys are read from the store.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::error::Result;
 use crate::spark::state_layout;
+use crate::store::key_value::VisitWrite;
 use crate::store::memory_budget::MemoryBudget;
 use crate::store::KeyValueStore;
 
@@ -23,6 +30,8 @@ use crate::store::KeyValueStore;
 pub const READ_AHEAD_MAX_BYTES: usize = 64 << 20;
 /// Bookkeeping counted per entry besides its bytes (two vectors).
 const ENTRY_OVERHEAD: usize = 48;
+/// Staged keys gathered per step when the undo is read.
+const STAGED_KEYS_CHUNK_BYTES: usize = 4 << 20;
 
 /// One entry under a prefix: what follows the prefix in its key (a list sequence, a map key),
 /// and its stored `<expiry><value>`.
@@ -53,12 +62,24 @@ impl Drop for Charge {
     }
 }
 
+/// The committed values of the keys the batch wrote under held prefixes, kept at each key's
+/// first write.
+#[derive(Debug, Default)]
+struct Journal {
+    /// Full key -> its committed stored value (`None`: absent).
+    committed: HashMap<Vec<u8>, Option<Vec<u8>>>,
+    /// Whether held values are committed ones: the store had nothing staged when read.
+    keeping: bool,
+}
+
 #[derive(Debug, Default)]
 pub struct PrefixEntries {
     /// Each prefix read ahead, with its entries in key order.
     by_prefix: HashMap<Vec<u8>, Vec<Entry>>,
-    /// What is held, charged to the store's budget (`None`: a store outside any budget).
+    /// What is held (journal included), charged to the store's budget (`None`: a store outside
+    /// any budget).
     charge: Option<Charge>,
+    journal: Journal,
 }
 
 impl PrefixEntries {
@@ -106,7 +127,34 @@ impl PrefixEntries {
         if let Some(charge) = &mut charge {
             charge.resize(held);
         }
-        Ok(Self { by_prefix, charge })
+        let (staged, spilled) = store.uncommitted();
+        let journal = Journal {
+            committed: HashMap::new(),
+            keeping: staged == 0 && !spilled,
+        };
+        Ok(Self {
+            by_prefix,
+            charge,
+            journal,
+        })
+    }
+
+    /// [`Self::read`] again in the same batch, replacing what is held; the committed values
+    /// kept so far stay.
+    pub fn reread(
+        &mut self,
+        store: &KeyValueStore,
+        prefixes: &[&[u8]],
+        max_bytes: usize,
+    ) -> Result<()> {
+        self.clear();
+        let journal = std::mem::take(&mut self.journal);
+        let kept = journal_bytes(&journal.committed);
+        *self = Self::read(store, prefixes, max_bytes)?;
+        self.journal.keeping &= journal.keeping || journal.committed.is_empty();
+        self.journal.committed = journal.committed;
+        self.recharge(kept, 0);
+        Ok(())
     }
 
     /// Bytes held now, as charged to the store's memory budget.
@@ -160,6 +208,22 @@ impl PrefixEntries {
             return;
         };
         let key_len = prefix.len() + suffix.len();
+        let mut kept = 0;
+        if self.journal.keeping {
+            let mut key = Vec::with_capacity(key_len);
+            key.extend_from_slice(prefix);
+            key.extend_from_slice(suffix);
+            if let std::collections::hash_map::Entry::Vacant(first) =
+                self.journal.committed.entry(key)
+            {
+                let held = entries
+                    .binary_search_by(|(s, _)| s.as_slice().cmp(suffix))
+                    .ok()
+                    .map(|i| entries[i].1.clone());
+                kept = entry_bytes(key_len, held.as_ref().map_or(0, Vec::len));
+                first.insert(held);
+            }
+        }
         let (added, removed) = match (
             entries.binary_search_by(|(s, _)| s.as_slice().cmp(suffix)),
             stored,
@@ -181,11 +245,20 @@ impl PrefixEntries {
             }
             (Err(_), None) => (0, 0),
         };
-        self.recharge(added, removed);
+        self.recharge(added + kept, removed);
     }
 
     /// Keeps a prefix held in step with a delete of all its entries.
     pub fn record_cleared(&mut self, prefix: &[u8]) {
+        let suffixes: Vec<Vec<u8>> = match self.by_prefix.get(prefix) {
+            Some(entries) if self.journal.keeping => {
+                entries.iter().map(|(s, _)| s.clone()).collect()
+            }
+            _ => Vec::new(),
+        };
+        for suffix in suffixes {
+            self.record(prefix, &suffix, None);
+        }
         let Some(entries) = self.by_prefix.get_mut(prefix) else {
             return;
         };
@@ -196,11 +269,76 @@ impl PrefixEntries {
         self.recharge(0, removed);
     }
 
-    /// Drops everything held (the batch is over), giving its bytes back to the budget.
+    /// Drops the entries held (the batch's input is done), giving their bytes back to the
+    /// budget; the committed values kept for the undo stay until [`Self::forget`].
     pub fn clear(&mut self) {
         self.by_prefix = HashMap::new();
+        self.journal.keeping = false;
+        let kept = journal_bytes(&self.journal.committed);
+        if let Some(charge) = &mut self.charge {
+            charge.resize(kept);
+        }
+    }
+
+    /// Drops everything, the kept committed values too (the batch is over).
+    pub fn forget(&mut self) {
+        self.by_prefix = HashMap::new();
+        self.journal = Journal::default();
         self.charge = None;
     }
+
+    /// Passes every key with an uncommitted write in `store` (the store this read ahead) to
+    /// `visit` with its committed value, exactly as `KeyValueStore::previous_values_of_staged`
+    /// does: the values kept at the keys' first writes through this read-ahead, the others
+    /// read from the store in one multi-get. A store whose reads hide expired values (a
+    /// store-level TTL) is left to read them all itself.
+    pub fn previous_values_of_staged(
+        &self,
+        store: &mut KeyValueStore,
+        visit: &mut VisitWrite<'_>,
+    ) -> Result<()> {
+        let kept = &self.journal.committed;
+        if kept.is_empty() || store.ttl().is_some() {
+            return store.previous_values_of_staged(visit);
+        }
+        let view = store.read_committed_view();
+        store.for_each_staged(STAGED_KEYS_CHUNK_BYTES, &mut |writes| {
+            let found: Vec<Option<&Option<Vec<u8>>>> =
+                writes.iter().map(|(key, _)| kept.get(*key)).collect();
+            let lookup: Vec<&[u8]> = writes
+                .iter()
+                .zip(&found)
+                .filter(|(_, found)| found.is_none())
+                .map(|((key, _), _)| *key)
+                .collect();
+            let mut read: Vec<Option<Vec<u8>>> = vec![None; lookup.len()];
+            if !lookup.is_empty() {
+                view.get_many_with(&lookup, &mut |i, value| {
+                    read[i] = value.map(<[u8]>::to_vec);
+                })?;
+            }
+            let mut read = read.into_iter();
+            for ((key, _), found) in writes.iter().zip(found) {
+                match found {
+                    Some(value) => visit(key, value.as_deref())?,
+                    None => visit(key, read.next().flatten().as_deref())?,
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// How many committed values are kept for the undo.
+    pub fn kept_values(&self) -> usize {
+        self.journal.committed.len()
+    }
+}
+
+fn journal_bytes(committed: &HashMap<Vec<u8>, Option<Vec<u8>>>) -> usize {
+    committed
+        .iter()
+        .map(|(key, value)| entry_bytes(key.len(), value.as_ref().map_or(0, Vec::len)))
+        .sum()
 }
 
 /// The sequence a list element's key suffix holds.
@@ -339,6 +477,100 @@ mod tests {
         }
     }
 
+    type Undo = Vec<(Vec<u8>, Option<Vec<u8>>)>;
+
+    fn undo_of(store: &mut KeyValueStore, ahead: Option<&PrefixEntries>) -> Undo {
+        let mut out = Vec::new();
+        let mut visit = |k: &[u8], v: Option<&[u8]>| {
+            out.push((k.to_vec(), v.map(<[u8]>::to_vec)));
+            Ok(())
+        };
+        match ahead {
+            Some(ahead) => ahead.previous_values_of_staged(store, &mut visit).unwrap(),
+            None => store.previous_values_of_staged(&mut visit).unwrap(),
+        }
+        out
+    }
+
+    /// Stages a write under a held prefix as the state variables do: the store, then the
+    /// read-ahead kept in step.
+    fn stage(
+        store: &mut KeyValueStore,
+        ahead: &mut PrefixEntries,
+        prefix: &[u8],
+        suffix: &[u8],
+        value: Option<&[u8]>,
+    ) {
+        let key = [prefix, suffix].concat();
+        store.put(&key, value).unwrap();
+        ahead.record(prefix, suffix, value);
+    }
+
+    #[test]
+    fn the_undo_from_kept_committed_values_is_what_the_store_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = open(dir.path());
+        let prefixes = lists(&mut store);
+        store.commit(Some(2), &mut |_| {}).unwrap();
+        // Users 0..10 read ahead; 10..20 not.
+        let asked: Vec<&[u8]> = prefixes[..10].iter().map(Vec::as_slice).collect();
+        let mut ahead = PrefixEntries::read(&store, &asked, READ_AHEAD_MAX_BYTES).unwrap();
+        let seq = |s: u64| s.to_be_bytes();
+        // Through the read-ahead: replaced, deleted, new, written twice, a delete of nothing.
+        stage(
+            &mut store,
+            &mut ahead,
+            &prefixes[3],
+            &seq(1),
+            Some(b"replaced"),
+        );
+        stage(&mut store, &mut ahead, &prefixes[2], &seq(0), None);
+        stage(&mut store, &mut ahead, &prefixes[1], &seq(5), Some(b"new"));
+        stage(&mut store, &mut ahead, &prefixes[7], &seq(2), Some(b"once"));
+        stage(
+            &mut store,
+            &mut ahead,
+            &prefixes[7],
+            &seq(2),
+            Some(b"twice"),
+        );
+        stage(&mut store, &mut ahead, &prefixes[0], &seq(0), None);
+        ahead.record_cleared(&prefixes[6]);
+        for s in 0..3 {
+            store.put(&list_key(&prefixes[6], s), None).unwrap();
+        }
+        assert_eq!(ahead.kept_values(), 7);
+        // Around it: a prefix not read ahead, and after the input (a timer, the TTL sweep) a
+        // key kept already and one not.
+        store.put(&list_key(&prefixes[15], 0), Some(b"x")).unwrap();
+        ahead.clear();
+        store.put(&list_key(&prefixes[3], 1), None).unwrap();
+        store.put(&list_key(&prefixes[9], 0), None).unwrap();
+        let expected = undo_of(&mut store, None);
+        assert_eq!(expected.len(), 10);
+        assert_eq!(undo_of(&mut store, Some(&ahead)), expected);
+
+        // Read while something was staged: it keeps nothing, and the store reads the undo.
+        let mut late = PrefixEntries::read(&store, &asked, READ_AHEAD_MAX_BYTES).unwrap();
+        stage(&mut store, &mut late, &prefixes[5], &seq(0), Some(b"late"));
+        assert_eq!(late.kept_values(), 0);
+        assert_eq!(undo_of(&mut store, Some(&late)), undo_of(&mut store, None));
+
+        // Read again in the same batch: what was kept stays, nothing more is kept.
+        ahead.reread(&store, &asked, READ_AHEAD_MAX_BYTES).unwrap();
+        stage(
+            &mut store,
+            &mut ahead,
+            &prefixes[4],
+            &seq(0),
+            Some(b"after"),
+        );
+        assert_eq!(ahead.kept_values(), 7);
+        assert_eq!(undo_of(&mut store, Some(&ahead)), undo_of(&mut store, None));
+        ahead.forget();
+        assert_eq!(ahead.kept_values(), 0);
+    }
+
     #[test]
     fn read_aheads_together_stay_inside_the_budgets_read_cache_share() {
         use crate::store::rocks_options::RocksConfig;
@@ -393,18 +625,21 @@ mod tests {
         let last = asked.iter().max().unwrap();
         assert!(!second.holds(last));
 
-        // Writes kept in step are charged as they grow and shrink what is held.
+        // Writes kept in step are charged as they grow what is held, with the committed value
+        // kept for the undo (here: none, a new key).
         let p = asked.iter().copied().find(|p| first.holds(p)).unwrap();
         first.record(p, &99u64.to_be_bytes(), Some(&[1; 1000]));
+        let key_bytes = p.len() + 8 + ENTRY_OVERHEAD;
         assert_eq!(
             first.charged_bytes().unwrap(),
-            charged + 1000 + 8 + p.len() + ENTRY_OVERHEAD
+            charged + 2 * key_bytes + 1000
         );
-        first.record_cleared(p);
-        assert!(first.charged_bytes().unwrap() < charged);
+        // Done with the input, only the kept committed values stay charged.
+        first.clear();
+        assert_eq!(first.charged_bytes().unwrap(), key_bytes);
 
         // Dropped, everything goes back; a later read-ahead has the room again.
-        first.clear();
+        first.forget();
         drop(second);
         assert_eq!(budget.read_ahead_bytes(), 0);
         assert_eq!(budget.usage().read_cache, 0);
