@@ -4,11 +4,11 @@
 //! closes a task's changelogs after every micro-batch and opens them again for the next one,
 //! often in the other Python worker.
 //!
-//! `Partition::close` flushes (the log and both index files fsynced) and then writes the file:
-//! the segment's base offset, size and end offset, what the index rule needs to go on
-//! appending, the entry counts of its index files, the three files' identities (device, inode,
-//! length, modification and change times) and a CRC of the log's last bytes, all under a CRC of
-//! their own. Opening removes the file before anything can be appended, so a process killed
+//! `Partition::close` fsyncs the log (the index files are written, not fsynced) and then
+//! writes the file: the segment's base offset, size and end offset, what the index rule needs
+//! to go on appending, the entry counts and CRCs of its index files, the three files'
+//! identities (device, inode, length, modification and change times) and a CRC of the log's
+//! last bytes, all under a CRC of their own. Opening removes the file before anything can be appended, so a process killed
 //! while it had the partition open leaves none and the next open scans. The file is used only
 //! if every file is still the one closed: a file written behind the partition's back (another
 //! tool appending, a truncation, a flipped byte near the end) is scanned as always. The file is
@@ -20,7 +20,7 @@ use std::path::Path;
 
 use super::file_io;
 use super::file_names::{segment_path, FileStage, SegmentFile};
-use super::index_file::{read_index, StoredIndex};
+use super::index_file::{entries_crc, parse_index, StoredIndex};
 use super::indexing::{IndexingState, SegmentIndexing};
 use super::offset_index::{OffsetIndex, OffsetIndexEntry};
 use super::time_index::{TimeIndex, TimeIndexEntry};
@@ -102,11 +102,13 @@ struct Record {
     state: IndexingState,
     offset_entries: usize,
     time_entries: usize,
+    offset_index_crc: u32,
+    time_index_crc: u32,
     files: [FileIdentity; 3],
     tail_crc: u32,
 }
 
-const FIELDS: usize = 11 + 3 * 7;
+const FIELDS: usize = 13 + 3 * 7;
 
 impl Record {
     fn to_line(&self) -> String {
@@ -122,6 +124,8 @@ impl Record {
             self.state.offset_of_max_timestamp,
             self.offset_entries as i64,
             self.time_entries as i64,
+            i64::from(self.offset_index_crc),
+            i64::from(self.time_index_crc),
         ];
         for file in &self.files {
             fields.extend(file.fields());
@@ -150,7 +154,7 @@ impl Record {
         if f.len() != FIELDS {
             return None;
         }
-        let identities = &f[11..];
+        let identities = &f[13..];
         Some(Self {
             base_offset: f[0],
             size: u64::try_from(f[1]).ok()?,
@@ -164,6 +168,8 @@ impl Record {
             },
             offset_entries: usize::try_from(f[9]).ok()?,
             time_entries: usize::try_from(f[10]).ok()?,
+            offset_index_crc: u32::try_from(f[11]).ok()?,
+            time_index_crc: u32::try_from(f[12]).ok()?,
             files: [
                 FileIdentity::from_fields(&identities[0..7]),
                 FileIdentity::from_fields(&identities[7..14]),
@@ -216,6 +222,8 @@ pub(crate) fn remember(dir: &Path, closed: &ClosedSegment) {
         state: closed.indexing.state(),
         offset_entries: closed.indexing.offsets.entries().len(),
         time_entries: closed.indexing.times.entries().len(),
+        offset_index_crc: entries_crc(closed.indexing.offsets.entries()),
+        time_index_crc: entries_crc(closed.indexing.times.entries()),
         files,
         tail_crc,
     };
@@ -253,10 +261,20 @@ pub(crate) fn take(
     if !untouched {
         return Ok(None);
     }
-    let index = |file| segment_path(dir, base_offset, file, FileStage::Live);
+    // Not fsynced at close: after a machine crash their bytes may differ at the same length.
+    let index = |file, crc| {
+        let bytes = std::fs::read(segment_path(dir, base_offset, file, FileStage::Live)).ok()?;
+        (crc32fast::hash(&bytes) == crc).then_some(bytes)
+    };
+    let (Some(offset_bytes), Some(time_bytes)) = (
+        index(SegmentFile::OffsetIndex, record.offset_index_crc),
+        index(SegmentFile::TimeIndex, record.time_index_crc),
+    ) else {
+        return Ok(None);
+    };
     let (StoredIndex::Entries(offsets), StoredIndex::Entries(times)) = (
-        read_index::<OffsetIndexEntry>(&index(SegmentFile::OffsetIndex))?,
-        read_index::<TimeIndexEntry>(&index(SegmentFile::TimeIndex))?,
+        parse_index::<OffsetIndexEntry>(&offset_bytes),
+        parse_index::<TimeIndexEntry>(&time_bytes),
     ) else {
         return Ok(None);
     };

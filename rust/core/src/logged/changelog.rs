@@ -181,7 +181,7 @@ impl Changelog {
     pub fn publish(&mut self, uploaded: &mut dyn FnMut()) -> Result<Option<i64>> {
         let last = self.partition.log_end_offset() - 1;
         if last >= 0 && Some(last) != self.published {
-            self.partition.flush()?;
+            self.partition.sync_appended()?;
             if let Some(publisher) = self.publisher.as_mut() {
                 let first = self
                     .published
