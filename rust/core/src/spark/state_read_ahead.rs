@@ -18,6 +18,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use foldhash::fast::RandomState;
+
 use crate::error::Result;
 use crate::spark::state_layout;
 use crate::store::key_value::VisitWrite;
@@ -67,7 +69,9 @@ impl Drop for Charge {
 #[derive(Debug, Default)]
 struct Journal {
     /// Full key -> its committed stored value (`None`: absent).
-    committed: HashMap<Vec<u8>, Option<Vec<u8>>>,
+    committed: HashMap<Vec<u8>, Option<Vec<u8>>, RandomState>,
+    /// A key being looked up (no allocation for keys kept already).
+    scratch: Vec<u8>,
     /// Whether held values are committed ones: the store had nothing staged when read.
     keeping: bool,
 }
@@ -75,7 +79,7 @@ struct Journal {
 #[derive(Debug, Default)]
 pub struct PrefixEntries {
     /// Each prefix read ahead, with its entries in key order.
-    by_prefix: HashMap<Vec<u8>, Vec<Entry>>,
+    by_prefix: HashMap<Vec<u8>, Vec<Entry>, RandomState>,
     /// What is held (journal included), charged to the store's budget (`None`: a store outside
     /// any budget).
     charge: Option<Charge>,
@@ -96,7 +100,7 @@ impl PrefixEntries {
             budget: budget.clone(),
         });
         let max_bytes = charge.as_ref().map_or(max_bytes, |charge| charge.bytes);
-        let mut by_prefix: HashMap<Vec<u8>, Vec<Entry>> =
+        let mut by_prefix: HashMap<Vec<u8>, Vec<Entry>, RandomState> =
             prefixes.iter().map(|p| (p.to_vec(), Vec::new())).collect();
         let mut bytes = 0;
         let mut unfinished: Option<usize> = None;
@@ -129,8 +133,8 @@ impl PrefixEntries {
         }
         let (staged, spilled) = store.uncommitted();
         let journal = Journal {
-            committed: HashMap::new(),
             keeping: staged == 0 && !spilled,
+            ..Journal::default()
         };
         Ok(Self {
             by_prefix,
@@ -209,19 +213,18 @@ impl PrefixEntries {
         };
         let key_len = prefix.len() + suffix.len();
         let mut kept = 0;
-        if self.journal.keeping {
-            let mut key = Vec::with_capacity(key_len);
-            key.extend_from_slice(prefix);
-            key.extend_from_slice(suffix);
-            if let std::collections::hash_map::Entry::Vacant(first) =
-                self.journal.committed.entry(key)
-            {
+        let journal = &mut self.journal;
+        if journal.keeping {
+            journal.scratch.clear();
+            journal.scratch.extend_from_slice(prefix);
+            journal.scratch.extend_from_slice(suffix);
+            if !journal.committed.contains_key(&journal.scratch) {
                 let held = entries
                     .binary_search_by(|(s, _)| s.as_slice().cmp(suffix))
                     .ok()
                     .map(|i| entries[i].1.clone());
                 kept = entry_bytes(key_len, held.as_ref().map_or(0, Vec::len));
-                first.insert(held);
+                journal.committed.insert(journal.scratch.clone(), held);
             }
         }
         let (added, removed) = match (
@@ -272,7 +275,7 @@ impl PrefixEntries {
     /// Drops the entries held (the batch's input is done), giving their bytes back to the
     /// budget; the committed values kept for the undo stay until [`Self::forget`].
     pub fn clear(&mut self) {
-        self.by_prefix = HashMap::new();
+        self.by_prefix = HashMap::default();
         self.journal.keeping = false;
         let kept = journal_bytes(&self.journal.committed);
         if let Some(charge) = &mut self.charge {
@@ -282,7 +285,7 @@ impl PrefixEntries {
 
     /// Drops everything, the kept committed values too (the batch is over).
     pub fn forget(&mut self) {
-        self.by_prefix = HashMap::new();
+        self.by_prefix = HashMap::default();
         self.journal = Journal::default();
         self.charge = None;
     }
@@ -334,7 +337,7 @@ impl PrefixEntries {
     }
 }
 
-fn journal_bytes(committed: &HashMap<Vec<u8>, Option<Vec<u8>>>) -> usize {
+fn journal_bytes(committed: &HashMap<Vec<u8>, Option<Vec<u8>>, RandomState>) -> usize {
     committed
         .iter()
         .map(|(key, value)| entry_bytes(key.len(), value.as_ref().map_or(0, Vec::len)))
