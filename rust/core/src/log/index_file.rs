@@ -43,7 +43,7 @@ pub(crate) fn read_index<E: IndexEntry>(path: &Path) -> Result<StoredIndex<E>> {
 
 /// The entries of an index file's bytes, as [`read_index`] reads them.
 pub(crate) fn parse_index<E: IndexEntry>(bytes: &[u8]) -> StoredIndex<E> {
-    if bytes.len() % E::SIZE != 0 {
+    if !bytes.len().is_multiple_of(E::SIZE) {
         return StoredIndex::BadLength(bytes.len() as u64);
     }
     let used = bytes
