@@ -48,13 +48,19 @@ pub struct StateReadAhead {
     entries: PrefixEntries,
     /// The store read (its Python object's address): the kept values are that store's.
     store: Option<usize>,
+    /// Whether to keep the committed values of the keys written (a commit takes them).
+    keep_committed: bool,
 }
 
 #[pymethods]
 impl StateReadAhead {
     #[new]
-    fn new() -> Self {
-        Self::default()
+    #[pyo3(signature = (keep_committed=false))]
+    fn new(keep_committed: bool) -> Self {
+        Self {
+            keep_committed,
+            ..Self::default()
+        }
     }
 
     /// Reads every entry of `store` under the prefixes of `keys` (pickled grouping keys),
@@ -78,7 +84,15 @@ impl StateReadAhead {
         let prefixes: Vec<&[u8]> = prefixes.iter().map(Vec::as_slice).collect();
         let store = store.try_borrow()?;
         let entries = &mut self.entries;
-        guard(|| entries.reread(&store.logged.inner.store, &prefixes, READ_AHEAD_MAX_BYTES))
+        let keep = self.keep_committed;
+        guard(|| {
+            entries.reread(
+                &store.logged.inner.store,
+                &prefixes,
+                READ_AHEAD_MAX_BYTES,
+                keep,
+            )
+        })
     }
 
     /// Drops everything held, the kept committed values too.

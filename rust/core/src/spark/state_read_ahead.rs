@@ -144,18 +144,20 @@ impl PrefixEntries {
     }
 
     /// [`Self::read`] again in the same batch, replacing what is held; the committed values
-    /// kept so far stay.
+    /// kept so far stay. `keep_committed`: whether to keep more (someone takes them for an
+    /// undo; otherwise they would only take memory).
     pub fn reread(
         &mut self,
         store: &KeyValueStore,
         prefixes: &[&[u8]],
         max_bytes: usize,
+        keep_committed: bool,
     ) -> Result<()> {
         self.clear();
         let journal = std::mem::take(&mut self.journal);
         let kept = journal_bytes(&journal.committed);
         *self = Self::read(store, prefixes, max_bytes)?;
-        self.journal.keeping &= journal.keeping || journal.committed.is_empty();
+        self.journal.keeping &= keep_committed && journal.committed.is_empty();
         self.journal.committed = journal.committed;
         self.recharge(kept, 0);
         Ok(())
@@ -560,7 +562,9 @@ mod tests {
         assert_eq!(undo_of(&mut store, Some(&late)), undo_of(&mut store, None));
 
         // Read again in the same batch: what was kept stays, nothing more is kept.
-        ahead.reread(&store, &asked, READ_AHEAD_MAX_BYTES).unwrap();
+        ahead
+            .reread(&store, &asked, READ_AHEAD_MAX_BYTES, true)
+            .unwrap();
         stage(
             &mut store,
             &mut ahead,
