@@ -1,9 +1,10 @@
 """What re-attaching a parked changelog costs: a partition log whose active segment holds MIB
 MiB of changelog-sized records (60-byte keys and values, as a processor's state entries) is
 closed and opened again, ROUNDS times, as kstate.spark does with a task's changelogs between
-micro-batches. Without a remembered clean close (before issue 24's third step, or after a crash)
-every open scans the whole active segment (a CRC of every entry); with it, an open by the
-process that closed the log checks the files' identity and last 4 KiB instead.
+micro-batches. Without a clean close (before issue 24's third step, or after a crash) every open
+scans the whole active segment (a CRC of every entry); after one, an open (since issue 24's
+fourth step by any process: the clean-shutdown file is on disk) checks the files' identity and
+the CRC of the last 4 KiB instead.
 
   .venv/bin/python benches/changelog_reopen.py                 # 1, 4 and 16 MiB segments
   .venv/bin/python benches/changelog_reopen.py --mib 16 --rounds 20

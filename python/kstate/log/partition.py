@@ -100,6 +100,11 @@ class Partition:
         """Make every appended record durable (fsync of the log and its indexes)."""
         self._native.flush()
 
+    def sync_appended(self) -> None:
+        """Make every appended record durable without fsyncing the active segment's indexes
+        (rebuilt by the scan that follows any crash; ``close`` fsyncs them)."""
+        self._native.sync_appended()
+
     def read_bytes(self, from_offset: int, max_bytes: int = DEFAULT_READ_BYTES) -> bytes:
         """The message-set bytes from the entry holding ``from_offset`` (whole entries, at least
         one), as a fetch returns them."""

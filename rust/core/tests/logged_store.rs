@@ -398,3 +398,42 @@ fn retract_withdraws_published_records_past_an_offset() {
     assert_eq!(restored, 0);
     assert!(contents(&store).is_empty());
 }
+
+#[test]
+fn a_clean_reopen_leaves_the_published_marker_as_it_is_and_any_other_rewrites_it() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let partition_dir = dir.path().join(format!("{TOPIC}-0"));
+    let marker = partition_dir.join(".kstate-published");
+    // Written by a rename of a fresh file, so a rewrite shows as a new inode.
+    let inode = || fs::metadata(&marker).unwrap().ino();
+    let record = [NewRecord {
+        timestamp: 1,
+        key: Some(b"k"),
+        value: Some(b"v"),
+    }];
+    let (mut changelog, _) = Changelog::open(&partition_dir, LogConfig::default()).unwrap();
+    changelog.append(&record, 0).unwrap();
+    assert_eq!(changelog.publish(&mut || {}).unwrap(), Some(0));
+    changelog.close().unwrap();
+    let written = inode();
+
+    // Closed cleanly: the marker is the one the publication wrote.
+    let (mut changelog, report) = Changelog::open(&partition_dir, LogConfig::default()).unwrap();
+    assert!(report.log.reopened_clean, "{report:?}");
+    assert_eq!(inode(), written);
+    assert_eq!(changelog.published(), Some(0));
+    // A publication still writes it.
+    changelog.append(&record, 0).unwrap();
+    assert_eq!(changelog.publish(&mut || {}).unwrap(), Some(1));
+    assert_ne!(inode(), written);
+    let written = inode();
+
+    // A writer that stopped without closing (a kill): the reopen scans and rewrites the marker.
+    drop(changelog);
+    let (changelog, report) = Changelog::open(&partition_dir, LogConfig::default()).unwrap();
+    assert!(!report.log.reopened_clean, "{report:?}");
+    assert_ne!(inode(), written);
+    assert_eq!(changelog.published(), Some(1));
+    changelog.close().unwrap();
+}

@@ -101,6 +101,11 @@ impl NativePartition {
         py.detach(|| guard(|| partition.flush()))
     }
 
+    fn sync_appended(&mut self, py: Python<'_>) -> PyResult<()> {
+        let partition = self.partition_mut()?;
+        py.detach(|| guard(|| partition.sync_appended()))
+    }
+
     /// Message-set bytes from the entry holding `from_offset`, about `max_bytes` of them.
     fn read<'py>(
         &self,

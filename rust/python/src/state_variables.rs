@@ -13,7 +13,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 
 use crate::errors::{guard, raise, to_py, ErrorClass};
-use crate::key_value_store::NativeKeyValueStore;
+use crate::key_value_store::{packed_writes, NativeKeyValueStore, PackedArray};
 use crate::row_codec::{decode_row, RowCodec, RowReader};
 
 /// The pickle protocol of pickled state (`state_variables.PickleCodec`).
@@ -40,27 +40,42 @@ fn entries_under<'a>(
 
 /// One micro-batch's entries of a list or map variable for the batch's grouping keys, read
 /// ahead in one scan (`kstate_core::spark::state_read_ahead`); the codec's calls given it read
-/// from it and keep it in step with what they stage.
+/// from it and keep it in step with what they stage, and it keeps the committed values of the
+/// keys they write for the batch's undo.
 #[pyclass(module = "kstate._core")]
 #[derive(Default)]
 pub struct StateReadAhead {
     entries: PrefixEntries,
+    /// The store read (its Python object's address): the kept values are that store's.
+    store: Option<usize>,
+    /// Whether to keep the committed values of the keys written (a commit takes them).
+    keep_committed: bool,
 }
 
 #[pymethods]
 impl StateReadAhead {
     #[new]
-    fn new() -> Self {
-        Self::default()
+    #[pyo3(signature = (keep_committed=false))]
+    fn new(keep_committed: bool) -> Self {
+        Self {
+            keep_committed,
+            ..Self::default()
+        }
     }
 
     /// Reads every entry of `store` under the prefixes of `keys` (pickled grouping keys),
-    /// replacing what was held; no keys: holds nothing.
+    /// replacing what was held; no keys: holds nothing more (the committed values kept for
+    /// the undo stay until `forget`).
     fn read(&mut self, store: &Bound<'_, NativeKeyValueStore>, keys: Vec<Vec<u8>>) -> PyResult<()> {
-        self.entries.clear();
         if keys.is_empty() {
+            self.entries.clear();
             return Ok(());
         }
+        let address = store.as_ptr() as usize;
+        if self.store.is_some_and(|read| read != address) {
+            self.entries.forget();
+        }
+        self.store = Some(address);
         let prefixes = keys
             .iter()
             .map(|k| layout::key_prefix(k))
@@ -68,10 +83,22 @@ impl StateReadAhead {
             .map_err(to_py)?;
         let prefixes: Vec<&[u8]> = prefixes.iter().map(Vec::as_slice).collect();
         let store = store.try_borrow()?;
-        self.entries = guard(|| {
-            PrefixEntries::read(&store.logged.inner.store, &prefixes, READ_AHEAD_MAX_BYTES)
-        })?;
-        Ok(())
+        let entries = &mut self.entries;
+        let keep = self.keep_committed;
+        guard(|| {
+            entries.reread(
+                &store.logged.inner.store,
+                &prefixes,
+                READ_AHEAD_MAX_BYTES,
+                keep,
+            )
+        })
+    }
+
+    /// Drops everything held, the kept committed values too.
+    fn forget(&mut self) {
+        self.entries.forget();
+        self.store = None;
     }
 
     /// The sequence of the list's next element under `prefix`, or `None` if not held.
@@ -80,6 +107,33 @@ impl StateReadAhead {
             .next_sequence(prefix)
             .transpose()
             .map_err(to_py)
+    }
+
+    /// What `store.previous_values_of_staged(large)` returns (the keys with staged writes and
+    /// their committed values), taking the committed values this read-ahead kept instead of
+    /// reading them again; a store it did not read answers by itself.
+    fn previous_values_of_staged<'py>(
+        &self,
+        py: Python<'py>,
+        store: &Bound<'py, NativeKeyValueStore>,
+        large: bool,
+    ) -> PyResult<(PackedArray<'py>, PackedArray<'py>)> {
+        let own = self.store != Some(store.as_ptr() as usize);
+        let mut store = store.try_borrow_mut()?;
+        let store = &mut store.logged.inner.store;
+        let entries = &self.entries;
+        packed_writes(py, large, |visit| {
+            if own {
+                store.previous_values_of_staged(visit)
+            } else {
+                entries.previous_values_of_staged(store, visit)
+            }
+        })
+    }
+
+    /// How many committed values it keeps for the undo.
+    fn kept_values(&self) -> usize {
+        self.entries.kept_values()
     }
 }
 

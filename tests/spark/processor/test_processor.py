@@ -8,6 +8,7 @@ import pytest
 from kstate.errors import InvalidArgumentError
 from kstate.spark import StateBackend, StatefulProcessorHandle, TaskInfo
 from kstate.spark.processor.processor import TIMERS_BY_KEY, TIMERS_BY_TIME, TTL_INDEX
+from kstate.spark.protocol.undo import previous_values
 from kstate.stores import Stores
 
 NOW = 1_700_000_000_000
@@ -226,7 +227,11 @@ def test_list_and_map_state_read_ahead_behave_as_the_store_does(open_handle):
     """A random run of list and map calls on keys read ahead (and some not) checked against a
     plain-dict model after every call, with TTL-expired entries still stored underneath, then the
     committed state read back without a read-ahead: reads see the batch's staged writes, list
-    appends go after expired elements, a put or clear deletes exactly what was stored."""
+    appends go after expired elements, a put or clear deletes exactly what was stored. The
+    batch's undo, taken from the committed values the read-aheads kept, is what the stores
+    read themselves (the read-ahead of a store with writes staged before it read keeps none),
+    and a replay of the batch rolls it back with it."""
+    import copy
     import random
 
     names = ("l", "m", "t", TTL_INDEX)
@@ -246,6 +251,7 @@ def test_list_and_map_state_read_ahead_behave_as_the_store_does(open_handle):
             mapping.updateValue(k, v)
         expiring.appendList([1, 2])
     state.commit()
+    before = copy.deepcopy((lists, maps))
 
     state, handle = open_handle(1, names=names, now=NOW + 20)
     items, mapping, expiring = handle.getListState("l"), handle.getMapState("m"), handle.getListState("t", None, 10)
@@ -297,6 +303,13 @@ def test_list_and_map_state_read_ahead_behave_as_the_store_does(open_handle):
         assert dict(mapping.iterator()) == maps[u] and mapping.exists() == bool(maps[u])
         assert list(expiring.get()) == short[u], u
     handle._read_ahead_values([])
+    undo_sources = handle._stores.undo_sources
+    assert handle._prefixed_ahead["l"].kept_values() == 0, "writes were staged before it read"
+    assert handle._prefixed_ahead["m"].kept_values() > 0 and handle._prefixed_ahead["t"].kept_values() > 0
+    for name in ("l", "m", "t"):
+        native = handle._stores[name]._open_native()
+        assert undo_sources[name] is handle._prefixed_ahead[name]
+        assert previous_values(native, undo_sources[name]).equals(previous_values(native)), name
     state.commit()
 
     state, handle = open_handle(2, names=names, now=NOW + 25)
@@ -309,6 +322,14 @@ def test_list_and_map_state_read_ahead_behave_as_the_store_does(open_handle):
         prefix = handle._current_prefix
         with state._stores["l"].prefix_scan(prefix) as entries:
             assert len(list(entries)) == len(lists[u]), "a put or clear left no stale element behind"
+    state.abort()
+
+    # Batch 1 replayed: rolled back with those undo files, the state is batch 0's again.
+    state, handle = open_handle(1, names=names, now=NOW + 20)
+    items, mapping = handle.getListState("l"), handle.getMapState("m")
+    for u in users:
+        key(handle, u)
+        assert list(items.get()) == before[0][u] and dict(mapping.iterator()) == before[1][u], u
 
 
 def test_delete_if_exists_drops_every_key_of_a_variable(open_handle):

@@ -490,7 +490,12 @@ class StatefulProcessorHandle:
         """The read-ahead of list or map variable ``name``."""
         ahead = self._prefixed_ahead.get(name)
         if ahead is None:
-            ahead = self._prefixed_ahead[name] = _core.StateReadAhead()
+            # A task's commit takes, for its undo, the committed values the read-ahead keeps
+            # of the keys the batch writes (``TwsTester``'s stores commit no batches).
+            committing = isinstance(self._stores, TaskStores)
+            ahead = self._prefixed_ahead[name] = _core.StateReadAhead(keep_committed=committing)
+            if committing:
+                self._stores.undo_sources[name] = ahead
         return ahead
 
     def _declare(self, name: Any, kind: str, ttl: Any, schema: Any, key_schema: Any = None) -> tuple[str, int | None]:

@@ -118,7 +118,7 @@ class BatchLog(_EntryChain):
     def append(self, entry: BatchEntry) -> BatchEntry:
         """Appends ``entry`` durably (the publication point) and returns it with its position."""
         info = self._log.append([(str(entry.batch_id).encode(), entry.to_bytes())], time.time_ns() // 1_000_000)
-        self._log.flush()
+        self._log.sync_appended()
         written = BatchEntry.from_bytes(entry.to_bytes(), info.last_offset)
         self.write_head_hint(written)
         return written

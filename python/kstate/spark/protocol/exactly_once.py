@@ -112,11 +112,21 @@ class TaskStores(Mapping[str, Any]):
     """The open stores of one partition, by name, handed to the user's function: key-value,
     window and session stores, as the backend's builders say."""
 
-    def __init__(self, stores: dict[str, Any], task: TaskInfo, layout: StateLayout | None = None):
+    def __init__(
+        self,
+        stores: dict[str, Any],
+        task: TaskInfo,
+        layout: StateLayout | None = None,
+        undo_sources: dict[str, Any] | None = None,
+    ):
         self._stores = stores
         self.task = task
         self.layout = layout
         """Where the partition's state lives."""
+        self.undo_sources: dict[str, Any] = {} if undo_sources is None else undo_sources
+        """Per store, what keeps the committed values of the keys this batch writes (the
+        processor's list and map read-aheads, ``_core.StateReadAhead``): the commit's undo takes
+        them from it instead of reading the store again."""
 
     @property
     def partition(self) -> int:
@@ -182,6 +192,7 @@ class PartitionState:
         self._head: BatchEntry | None = None
         self._stores: dict[str, StoreLifecycle] = {}
         self._opened_at: dict[str, int | None] = {}
+        self._undo_sources: dict[str, Any] = {}
 
     # -- opening ---------------------------------------------------------------------------------
 
@@ -250,7 +261,8 @@ class PartitionState:
             self.timings.rolled_back_batches,
             self.timings.open,
         )
-        return TaskStores(self._stores, self.task, self.layout)
+        self._undo_sources = {}
+        return TaskStores(self._stores, self.task, self.layout, self._undo_sources)
 
     def _take_parked(self) -> Parked | None:
         """This process's stores of the partition from an earlier task, if they still fit."""
@@ -440,11 +452,11 @@ class PartitionState:
             position = self._log.next_position
             undo = {}
             for name, store in self._stores.items():
-                staged, spilled = store._open_native().uncommitted()
+                native = store._open_native()
+                staged, spilled = native.uncommitted()
                 if staged or spilled:
-                    undo[name] = self._undo.write(
-                        name, position, self.task.attempt, previous_values(store._open_native())
-                    )
+                    previous = previous_values(native, self._undo_sources.get(name))
+                    undo[name] = self._undo.write(name, position, self.task.attempt, previous)
             entry = None
             if undo:
                 entry = BatchEntry(
@@ -463,6 +475,7 @@ class PartitionState:
             raise
         finally:
             self.timings.commit = time.perf_counter() - started
+            self._forget_undo_sources()
         self.timings.sample_memory(self._stores.values())
         self._park()
         return entry
@@ -549,7 +562,14 @@ class PartitionState:
     def abort(self) -> None:
         """Discards uncommitted writes and releases the locks; nothing of this attempt that was
         not published counts."""
+        self._forget_undo_sources()
         self.close()
+
+    def _forget_undo_sources(self) -> None:
+        # What they keep is charged to the memory budget: give it back now, not when collected.
+        for source in self._undo_sources.values():
+            source.forget()
+        self._undo_sources.clear()
 
     def close(self) -> None:
         for store in self._stores.values():

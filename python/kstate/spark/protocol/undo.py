@@ -33,9 +33,15 @@ def _binary(packed: tuple[bytes, bytes, bytes, int], count: int) -> pa.Array:
     return pa.Array.from_buffers(pa.binary(), count, buffers, null_count=null_count)
 
 
-def previous_values(native_store: Any) -> pa.RecordBatch:
-    """The keys a store's uncommitted writes touch, with their committed values."""
-    keys, values = native_store.previous_values_of_staged(False)
+def previous_values(native_store: Any, read_ahead: Any = None) -> pa.RecordBatch:
+    """The keys a store's uncommitted writes touch, with their committed values; ``read_ahead``
+    (a ``_core.StateReadAhead`` of the store) gives those it kept as the batch wrote them, and
+    the store reads the rest."""
+    keys, values = (
+        native_store.previous_values_of_staged(False)
+        if read_ahead is None
+        else read_ahead.previous_values_of_staged(native_store, False)
+    )
     count = (len(keys[1]) // 4) - 1
     return pa.RecordBatch.from_arrays([_binary(keys, count), _binary(values, count)], schema=UNDO_SCHEMA)
 

@@ -34,15 +34,17 @@ pub(crate) enum StoredIndex<E> {
 /// preallocated space, not entries, and are dropped; the first entry is kept even if zero,
 /// since a time entry (0, base offset) is real (a zero offset entry is harmless: position 0).
 pub(crate) fn read_index<E: IndexEntry>(path: &Path) -> Result<StoredIndex<E>> {
-    let bytes = match std::fs::read(path) {
-        Ok(bytes) => bytes,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-            return Ok(StoredIndex::Missing)
-        }
-        Err(error) => return Err(error).context(|| format!("reading {}", path.display())),
-    };
-    if bytes.len() % E::SIZE != 0 {
-        return Ok(StoredIndex::BadLength(bytes.len() as u64));
+    match std::fs::read(path) {
+        Ok(bytes) => Ok(parse_index(&bytes)),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(StoredIndex::Missing),
+        Err(error) => Err(error).context(|| format!("reading {}", path.display())),
+    }
+}
+
+/// The entries of an index file's bytes, as [`read_index`] reads them.
+pub(crate) fn parse_index<E: IndexEntry>(bytes: &[u8]) -> StoredIndex<E> {
+    if !bytes.len().is_multiple_of(E::SIZE) {
+        return StoredIndex::BadLength(bytes.len() as u64);
     }
     let used = bytes
         .chunks_exact(E::SIZE)
@@ -54,7 +56,16 @@ pub(crate) fn read_index<E: IndexEntry>(path: &Path) -> Result<StoredIndex<E>> {
         .take(used)
         .filter_map(E::read_from)
         .collect();
-    Ok(StoredIndex::Entries(entries))
+    StoredIndex::Entries(entries)
+}
+
+/// The CRC of the file holding exactly `entries`.
+pub(crate) fn entries_crc<E: IndexEntry>(entries: &[E]) -> u32 {
+    let mut bytes = Vec::with_capacity(entries.len() * E::SIZE);
+    for entry in entries {
+        entry.write_to(&mut bytes);
+    }
+    crc32fast::hash(&bytes)
 }
 
 /// An open index file holding the first `persisted` entries of its in-memory index.

@@ -12,6 +12,15 @@ use super::offset_index::OffsetIndex;
 use super::time_index::TimeIndex;
 use crate::format::timestamped::NO_TIMESTAMP;
 
+/// What the rule needs, besides the entries, to go on extending a segment's indexes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct IndexingState {
+    pub(crate) index_interval_bytes: u64,
+    pub(crate) bytes_since_last_entry: u64,
+    pub(crate) max_timestamp: i64,
+    pub(crate) offset_of_max_timestamp: i64,
+}
+
 /// A segment's two indexes and what the rule needs to extend them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct SegmentIndexing {
@@ -52,6 +61,28 @@ impl SegmentIndexing {
             times,
             index_interval_bytes,
             bytes_since_last_entry: 0,
+        }
+    }
+
+    /// Indexes read from an active segment's files, resumed where a clean close left them.
+    pub(crate) fn resumed(offsets: OffsetIndex, times: TimeIndex, state: IndexingState) -> Self {
+        Self {
+            offsets,
+            times,
+            index_interval_bytes: state.index_interval_bytes,
+            bytes_since_last_entry: state.bytes_since_last_entry,
+            max_timestamp: state.max_timestamp,
+            offset_of_max_timestamp: state.offset_of_max_timestamp,
+        }
+    }
+
+    /// What [`Self::resumed`] takes back.
+    pub(crate) fn state(&self) -> IndexingState {
+        IndexingState {
+            index_interval_bytes: self.index_interval_bytes,
+            bytes_since_last_entry: self.bytes_since_last_entry,
+            max_timestamp: self.max_timestamp,
+            offset_of_max_timestamp: self.offset_of_max_timestamp,
         }
     }
 

@@ -9,8 +9,8 @@
 //! 3. Index files without a `.log` are removed.
 //! 4. Sealed segments are opened from their (checked) indexes; the last segment is scanned
 //!    entry by entry, a torn or corrupt tail is cut off and its indexes are rebuilt, unless
-//!    this process closed the partition cleanly and the segment's files are untouched since
-//!    (`clean_close`).
+//!    the partition was closed cleanly and the segment's files are untouched since (its
+//!    clean-shutdown file, `clean_close`, which opening always removes).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -38,7 +38,7 @@ pub struct OpenReport {
     pub completed_swaps: Vec<i64>,
     /// Leftovers removed: `.deleted`, `.cleaned` and incomplete `.swap` files, orphan indexes.
     pub removed_files: Vec<PathBuf>,
-    /// The last segment was taken as this process closed it, unscanned (`clean_close`).
+    /// The last segment was taken as a clean close left it, unscanned (`clean_close`).
     pub reopened_clean: bool,
 }
 
@@ -106,8 +106,7 @@ pub(crate) fn load_segments(
         }
         segments.push(segment);
     }
-    let closed = clean_close::take(dir, last_base)
-        .filter(|closed| closed.indexing.index_interval_bytes() == interval);
+    let closed = clean_close::take(dir, last_base, interval)?;
     report.reopened_clean = closed.is_some();
     let (last, rescan) = match closed {
         Some(closed) => LogSegment::open_closed(dir, closed)?,

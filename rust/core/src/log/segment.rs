@@ -395,22 +395,24 @@ impl LogSegment {
         self.flush()
     }
 
-    /// Writes pending index entries and fsyncs the log and both indexes.
-    /// Records this segment, active and just flushed, as its partition closes cleanly.
+    /// Records this segment, active and just flushed, as its partition closes cleanly (the
+    /// partition's clean-shutdown file).
     pub(crate) fn remember_closed(&self, next_offset: i64) {
         if self.stage == FileStage::Live {
             clean_close::remember(
                 &self.dir,
-                self.base_offset,
-                self.size,
-                &self.indexing,
-                self.first_entry_timestamp,
-                next_offset,
+                &ClosedSegment {
+                    base_offset: self.base_offset,
+                    size: self.size,
+                    indexing: self.indexing.clone(),
+                    first_entry_timestamp: self.first_entry_timestamp,
+                    next_offset,
+                },
             );
         }
     }
 
-    /// Opens the last segment as a clean close of this process left it (`clean_close::take`):
+    /// Opens the last segment as a clean close left it (`clean_close::take`):
     /// no scan, the indexes and the end offset as they were.
     pub(crate) fn open_closed(dir: &Path, closed: ClosedSegment) -> Result<(Self, Rescan)> {
         let path = |file| segment_path(dir, closed.base_offset, file, FileStage::Live);
@@ -444,6 +446,7 @@ impl LogSegment {
         Ok((segment, rescan))
     }
 
+    /// Writes pending index entries and fsyncs the log and both indexes.
     pub(crate) fn flush(&mut self) -> Result<()> {
         self.persist_indexes()?;
         self.log
@@ -451,6 +454,16 @@ impl LogSegment {
             .context(|| format!("syncing {}", self.log_path().display()))?;
         self.offset_index_file.sync()?;
         self.time_index_file.sync()
+    }
+
+    /// Writes pending index entries and fsyncs the log only: what the active segment needs for
+    /// its records to survive a crash (its indexes are rebuilt by the scan of any unclean open,
+    /// and a clean close records their CRCs; sealing fsyncs them).
+    pub(crate) fn sync_log(&mut self) -> Result<()> {
+        self.persist_indexes()?;
+        self.log
+            .sync_data()
+            .context(|| format!("syncing {}", self.log_path().display()))
     }
 
     /// Writes index entries not yet in the files (no fsync).

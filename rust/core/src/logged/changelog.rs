@@ -59,6 +59,8 @@ pub struct Changelog {
     publisher: Option<Box<dyn Publisher>>,
     /// Sealed segments from this offset on were written since the last compaction.
     first_dirty: i64,
+    /// The marker file is known durable: no write of it failed part-way since it was read.
+    marker_durable: bool,
 }
 
 /// What [`Changelog::clean`] did.
@@ -110,7 +112,8 @@ impl Changelog {
             log,
             ..ChangelogOpenReport::default()
         };
-        let published = match read_marker(&marker)? {
+        let recorded = read_marker(&marker)?;
+        let published = match recorded {
             Some(p) if p > last => {
                 return Err(Error::Corrupted(format!(
                     "changelog {} lost published records: published up to offset {p}, log ends at {last}",
@@ -127,14 +130,21 @@ impl Changelog {
             None => last,
         };
         let first_dirty = read_marker(&dir.join(CLEANED_FILE))?.unwrap_or(0);
-        let changelog = Self {
+        let mut changelog = Self {
             partition,
             marker,
             published: (published >= 0).then_some(published),
             publisher: None,
             first_dirty,
+            marker_durable: false,
         };
-        changelog.write_marker(published)?;
+        // A clean close left the marker durable (a marker write that failed part-way keeps the
+        // close from being clean): rewriting and fsyncing it again would change nothing.
+        if recorded == Some(published) && report.log.reopened_clean {
+            changelog.marker_durable = true;
+        } else {
+            changelog.write_marker(published)?;
+        }
         remove_if_present(&dir.join(PUBLISHING_FILE))?;
         Ok((changelog, report))
     }
@@ -171,7 +181,7 @@ impl Changelog {
     pub fn publish(&mut self, uploaded: &mut dyn FnMut()) -> Result<Option<i64>> {
         let last = self.partition.log_end_offset() - 1;
         if last >= 0 && Some(last) != self.published {
-            self.partition.flush()?;
+            self.partition.sync_appended()?;
             if let Some(publisher) = self.publisher.as_mut() {
                 let first = self
                     .published
@@ -254,8 +264,11 @@ impl Changelog {
         Ok(published - keep)
     }
 
-    fn write_marker(&self, offset: i64) -> Result<()> {
-        write_offset_file(&self.marker, offset)
+    fn write_marker(&mut self, offset: i64) -> Result<()> {
+        self.marker_durable = false;
+        write_offset_file(&self.marker, offset)?;
+        self.marker_durable = true;
+        Ok(())
     }
 
     /// Kafka's log cleaner for a store's own changelog, run after commits: retention when
@@ -323,8 +336,14 @@ impl Changelog {
         Ok(())
     }
 
-    pub fn close(self) -> Result<()> {
-        self.partition.close()
+    /// Closes the log; cleanly (the next open skips the scan and the marker write) unless a
+    /// marker write failed part-way, which the next open must then redo.
+    pub fn close(mut self) -> Result<()> {
+        if self.marker_durable {
+            self.partition.close()
+        } else {
+            self.partition.flush()
+        }
     }
 }
 

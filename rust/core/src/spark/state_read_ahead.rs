@@ -3,44 +3,109 @@
 //! (`KeyValueStore::scan_prefixes`), then kept in step with the writes the batch stages, so a
 //! processor's reads of those keys, and the deletes a list `put` or a `clear` makes, never go
 //! back to the store.
+//!
+//! What a read-ahead holds is charged to the store's memory budget, in its read cache share,
+//! for as long as it is held: it takes at most what other read-aheads leave of that share
+//! (`MemoryBudget::take_read_ahead`), so however many tasks read ahead at once, together they
+//! stay inside the budget; the prefixes past its bound are read from the store call by call.
+//!
+//! When nothing was staged in the store as it read, what a read-ahead holds is the committed
+//! state; so the value it held for a key when the batch first wrote that key is the key's
+//! committed value, which it keeps (its journal). At commit, those are the undo of the batch
+//! for the keys the batch wrote through it ([`PrefixEntries::previous_values_of_staged`]), and
+//! only the other staged keys are read from the store.
 
 use std::collections::HashMap;
+use std::sync::Arc;
+
+use foldhash::fast::RandomState;
 
 use crate::error::Result;
 use crate::spark::state_layout;
+use crate::store::key_value::VisitWrite;
+use crate::store::memory_budget::MemoryBudget;
 use crate::store::KeyValueStore;
 
-/// What one read-ahead holds at most (keys, values and bookkeeping): the keys past it are read
-/// from the store call by call, as without a read-ahead.
+/// What one read-ahead holds at most (keys, values and bookkeeping), less when the budget's
+/// read cache share has less room: the keys past it are read from the store call by call, as
+/// without a read-ahead.
 pub const READ_AHEAD_MAX_BYTES: usize = 64 << 20;
 /// Bookkeeping counted per entry besides its bytes (two vectors).
 const ENTRY_OVERHEAD: usize = 48;
+/// Staged keys gathered per step when the undo is read.
+const STAGED_KEYS_CHUNK_BYTES: usize = 4 << 20;
 
 /// One entry under a prefix: what follows the prefix in its key (a list sequence, a map key),
 /// and its stored `<expiry><value>`.
 pub type Entry = (Vec<u8>, Vec<u8>);
 
+/// The bytes an entry counts for: its key, its stored value and the bookkeeping.
+fn entry_bytes(key_len: usize, stored_len: usize) -> usize {
+    key_len + stored_len + ENTRY_OVERHEAD
+}
+
+/// Bytes of a memory budget's read cache share held by one read-ahead, given back when dropped.
+#[derive(Debug)]
+struct Charge {
+    budget: Arc<MemoryBudget>,
+    bytes: usize,
+}
+
+impl Charge {
+    fn resize(&mut self, bytes: usize) {
+        self.budget.resize_read_ahead(self.bytes, bytes);
+        self.bytes = bytes;
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.budget.resize_read_ahead(self.bytes, 0);
+    }
+}
+
+/// The committed values of the keys the batch wrote under held prefixes, kept at each key's
+/// first write.
+#[derive(Debug, Default)]
+struct Journal {
+    /// Full key -> its committed stored value (`None`: absent).
+    committed: HashMap<Vec<u8>, Option<Vec<u8>>, RandomState>,
+    /// A key being looked up (no allocation for keys kept already).
+    scratch: Vec<u8>,
+    /// Whether held values are committed ones: the store had nothing staged when read.
+    keeping: bool,
+}
+
 #[derive(Debug, Default)]
 pub struct PrefixEntries {
     /// Each prefix read ahead, with its entries in key order.
-    by_prefix: HashMap<Vec<u8>, Vec<Entry>>,
+    by_prefix: HashMap<Vec<u8>, Vec<Entry>, RandomState>,
+    /// What is held (journal included), charged to the store's budget (`None`: a store outside
+    /// any budget).
+    charge: Option<Charge>,
+    journal: Journal,
 }
 
 impl PrefixEntries {
     /// Reads every entry under `prefixes` (in any order, repeats allowed) from `store` in one
-    /// scan, up to about `max_bytes`: the prefixes the scan had not finished by then are not
-    /// held (calls read them from the store).
+    /// scan, up to about `max_bytes` or what the store's memory budget has room for: the
+    /// prefixes the scan had not finished by then are not held (calls read them from the store).
     pub fn read(store: &KeyValueStore, prefixes: &[&[u8]], max_bytes: usize) -> Result<Self> {
         let mut unique = prefixes.to_vec();
         unique.sort_unstable();
         unique.dedup();
         let prefixes = unique.as_slice();
-        let mut by_prefix: HashMap<Vec<u8>, Vec<Entry>> =
+        let mut charge = store.memory_budget().map(|budget| Charge {
+            bytes: budget.take_read_ahead(max_bytes),
+            budget: budget.clone(),
+        });
+        let max_bytes = charge.as_ref().map_or(max_bytes, |charge| charge.bytes);
+        let mut by_prefix: HashMap<Vec<u8>, Vec<Entry>, RandomState> =
             prefixes.iter().map(|p| (p.to_vec(), Vec::new())).collect();
         let mut bytes = 0;
         let mut unfinished: Option<usize> = None;
         store.scan_prefixes(prefixes, &mut |i, key, stored| {
-            bytes += key.len() + stored.len() + ENTRY_OVERHEAD;
+            bytes += entry_bytes(key.len(), stored.len());
             if bytes > max_bytes {
                 unfinished = Some(i);
                 return Ok(false);
@@ -55,7 +120,60 @@ impl PrefixEntries {
             // The scan goes in key order: it had read no prefix from this one on.
             by_prefix.retain(|p, _| p.as_slice() < prefixes[i]);
         }
-        Ok(Self { by_prefix })
+        let held = by_prefix
+            .iter()
+            .flat_map(|(prefix, entries)| {
+                entries
+                    .iter()
+                    .map(|(suffix, stored)| entry_bytes(prefix.len() + suffix.len(), stored.len()))
+            })
+            .sum();
+        if let Some(charge) = &mut charge {
+            charge.resize(held);
+        }
+        let (staged, spilled) = store.uncommitted();
+        let journal = Journal {
+            keeping: staged == 0 && !spilled,
+            ..Journal::default()
+        };
+        Ok(Self {
+            by_prefix,
+            charge,
+            journal,
+        })
+    }
+
+    /// [`Self::read`] again in the same batch, replacing what is held; the committed values
+    /// kept so far stay. `keep_committed`: whether to keep more (someone takes them for an
+    /// undo; otherwise they would only take memory).
+    pub fn reread(
+        &mut self,
+        store: &KeyValueStore,
+        prefixes: &[&[u8]],
+        max_bytes: usize,
+        keep_committed: bool,
+    ) -> Result<()> {
+        self.clear();
+        let journal = std::mem::take(&mut self.journal);
+        let kept = journal_bytes(&journal.committed);
+        *self = Self::read(store, prefixes, max_bytes)?;
+        self.journal.keeping &= keep_committed && journal.committed.is_empty();
+        self.journal.committed = journal.committed;
+        self.recharge(kept, 0);
+        Ok(())
+    }
+
+    /// Bytes held now, as charged to the store's memory budget.
+    pub fn charged_bytes(&self) -> Option<usize> {
+        self.charge.as_ref().map(|charge| charge.bytes)
+    }
+
+    /// Keeps the charge in step with an entry grown by `added` bytes and shrunk by `removed`.
+    fn recharge(&mut self, added: usize, removed: usize) {
+        if let Some(charge) = &mut self.charge {
+            let bytes = (charge.bytes + added).saturating_sub(removed);
+            charge.resize(bytes);
+        }
     }
 
     /// Whether `prefix`'s entries are held.
@@ -95,34 +213,137 @@ impl PrefixEntries {
         let Some(entries) = self.by_prefix.get_mut(prefix) else {
             return;
         };
-        match (
+        let key_len = prefix.len() + suffix.len();
+        let mut kept = 0;
+        let journal = &mut self.journal;
+        if journal.keeping {
+            journal.scratch.clear();
+            journal.scratch.extend_from_slice(prefix);
+            journal.scratch.extend_from_slice(suffix);
+            if !journal.committed.contains_key(&journal.scratch) {
+                let held = entries
+                    .binary_search_by(|(s, _)| s.as_slice().cmp(suffix))
+                    .ok()
+                    .map(|i| entries[i].1.clone());
+                kept = entry_bytes(key_len, held.as_ref().map_or(0, Vec::len));
+                journal.committed.insert(journal.scratch.clone(), held);
+            }
+        }
+        let (added, removed) = match (
             entries.binary_search_by(|(s, _)| s.as_slice().cmp(suffix)),
             stored,
         ) {
             (Ok(i), Some(stored)) => {
                 let held = &mut entries[i].1;
+                let before = held.len();
                 held.clear();
                 held.extend_from_slice(stored);
+                (stored.len(), before)
             }
             (Ok(i), None) => {
-                entries.remove(i);
+                let (_, old) = entries.remove(i);
+                (0, entry_bytes(key_len, old.len()))
             }
-            (Err(i), Some(stored)) => entries.insert(i, (suffix.to_vec(), stored.to_vec())),
-            (Err(_), None) => {}
-        }
+            (Err(i), Some(stored)) => {
+                entries.insert(i, (suffix.to_vec(), stored.to_vec()));
+                (entry_bytes(key_len, stored.len()), 0)
+            }
+            (Err(_), None) => (0, 0),
+        };
+        self.recharge(added + kept, removed);
     }
 
     /// Keeps a prefix held in step with a delete of all its entries.
     pub fn record_cleared(&mut self, prefix: &[u8]) {
-        if let Some(entries) = self.by_prefix.get_mut(prefix) {
-            entries.clear();
+        let suffixes: Vec<Vec<u8>> = match self.by_prefix.get(prefix) {
+            Some(entries) if self.journal.keeping => {
+                entries.iter().map(|(s, _)| s.clone()).collect()
+            }
+            _ => Vec::new(),
+        };
+        for suffix in suffixes {
+            self.record(prefix, &suffix, None);
+        }
+        let Some(entries) = self.by_prefix.get_mut(prefix) else {
+            return;
+        };
+        let removed = entries
+            .drain(..)
+            .map(|(suffix, stored)| entry_bytes(prefix.len() + suffix.len(), stored.len()))
+            .sum();
+        self.recharge(0, removed);
+    }
+
+    /// Drops the entries held (the batch's input is done), giving their bytes back to the
+    /// budget; the committed values kept for the undo stay until [`Self::forget`].
+    pub fn clear(&mut self) {
+        self.by_prefix = HashMap::default();
+        self.journal.keeping = false;
+        let kept = journal_bytes(&self.journal.committed);
+        if let Some(charge) = &mut self.charge {
+            charge.resize(kept);
         }
     }
 
-    /// Drops everything held (the batch is over).
-    pub fn clear(&mut self) {
-        self.by_prefix = HashMap::new();
+    /// Drops everything, the kept committed values too (the batch is over).
+    pub fn forget(&mut self) {
+        self.by_prefix = HashMap::default();
+        self.journal = Journal::default();
+        self.charge = None;
     }
+
+    /// Passes every key with an uncommitted write in `store` (the store this read ahead) to
+    /// `visit` with its committed value, exactly as `KeyValueStore::previous_values_of_staged`
+    /// does: the values kept at the keys' first writes through this read-ahead, the others
+    /// read from the store in one multi-get. A store whose reads hide expired values (a
+    /// store-level TTL) is left to read them all itself.
+    pub fn previous_values_of_staged(
+        &self,
+        store: &mut KeyValueStore,
+        visit: &mut VisitWrite<'_>,
+    ) -> Result<()> {
+        let kept = &self.journal.committed;
+        if kept.is_empty() || store.ttl().is_some() {
+            return store.previous_values_of_staged(visit);
+        }
+        let view = store.read_committed_view();
+        store.for_each_staged(STAGED_KEYS_CHUNK_BYTES, &mut |writes| {
+            let found: Vec<Option<&Option<Vec<u8>>>> =
+                writes.iter().map(|(key, _)| kept.get(*key)).collect();
+            let lookup: Vec<&[u8]> = writes
+                .iter()
+                .zip(&found)
+                .filter(|(_, found)| found.is_none())
+                .map(|((key, _), _)| *key)
+                .collect();
+            let mut read: Vec<Option<Vec<u8>>> = vec![None; lookup.len()];
+            if !lookup.is_empty() {
+                view.get_many_with(&lookup, &mut |i, value| {
+                    read[i] = value.map(<[u8]>::to_vec);
+                })?;
+            }
+            let mut read = read.into_iter();
+            for ((key, _), found) in writes.iter().zip(found) {
+                match found {
+                    Some(value) => visit(key, value.as_deref())?,
+                    None => visit(key, read.next().flatten().as_deref())?,
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// How many committed values are kept for the undo.
+    pub fn kept_values(&self) -> usize {
+        self.journal.committed.len()
+    }
+}
+
+fn journal_bytes(committed: &HashMap<Vec<u8>, Option<Vec<u8>>, RandomState>) -> usize {
+    committed
+        .iter()
+        .map(|(key, value)| entry_bytes(key.len(), value.as_ref().map_or(0, Vec::len)))
+        .sum()
 }
 
 /// The sequence a list element's key suffix holds.
@@ -259,6 +480,178 @@ mod tests {
                 ahead_entries(&store, prefix).as_deref()
             );
         }
+    }
+
+    type Undo = Vec<(Vec<u8>, Option<Vec<u8>>)>;
+
+    fn undo_of(store: &mut KeyValueStore, ahead: Option<&PrefixEntries>) -> Undo {
+        let mut out = Vec::new();
+        let mut visit = |k: &[u8], v: Option<&[u8]>| {
+            out.push((k.to_vec(), v.map(<[u8]>::to_vec)));
+            Ok(())
+        };
+        match ahead {
+            Some(ahead) => ahead.previous_values_of_staged(store, &mut visit).unwrap(),
+            None => store.previous_values_of_staged(&mut visit).unwrap(),
+        }
+        out
+    }
+
+    /// Stages a write under a held prefix as the state variables do: the store, then the
+    /// read-ahead kept in step.
+    fn stage(
+        store: &mut KeyValueStore,
+        ahead: &mut PrefixEntries,
+        prefix: &[u8],
+        suffix: &[u8],
+        value: Option<&[u8]>,
+    ) {
+        let key = [prefix, suffix].concat();
+        store.put(&key, value).unwrap();
+        ahead.record(prefix, suffix, value);
+    }
+
+    #[test]
+    fn the_undo_from_kept_committed_values_is_what_the_store_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = open(dir.path());
+        let prefixes = lists(&mut store);
+        store.commit(Some(2), &mut |_| {}).unwrap();
+        // Users 0..10 read ahead; 10..20 not.
+        let asked: Vec<&[u8]> = prefixes[..10].iter().map(Vec::as_slice).collect();
+        let mut ahead = PrefixEntries::read(&store, &asked, READ_AHEAD_MAX_BYTES).unwrap();
+        let seq = |s: u64| s.to_be_bytes();
+        // Through the read-ahead: replaced, deleted, new, written twice, a delete of nothing.
+        stage(
+            &mut store,
+            &mut ahead,
+            &prefixes[3],
+            &seq(1),
+            Some(b"replaced"),
+        );
+        stage(&mut store, &mut ahead, &prefixes[2], &seq(0), None);
+        stage(&mut store, &mut ahead, &prefixes[1], &seq(5), Some(b"new"));
+        stage(&mut store, &mut ahead, &prefixes[7], &seq(2), Some(b"once"));
+        stage(
+            &mut store,
+            &mut ahead,
+            &prefixes[7],
+            &seq(2),
+            Some(b"twice"),
+        );
+        stage(&mut store, &mut ahead, &prefixes[0], &seq(0), None);
+        ahead.record_cleared(&prefixes[6]);
+        for s in 0..3 {
+            store.put(&list_key(&prefixes[6], s), None).unwrap();
+        }
+        assert_eq!(ahead.kept_values(), 7);
+        // Around it: a prefix not read ahead, and after the input (a timer, the TTL sweep) a
+        // key kept already and one not.
+        store.put(&list_key(&prefixes[15], 0), Some(b"x")).unwrap();
+        ahead.clear();
+        store.put(&list_key(&prefixes[3], 1), None).unwrap();
+        store.put(&list_key(&prefixes[9], 0), None).unwrap();
+        let expected = undo_of(&mut store, None);
+        assert_eq!(expected.len(), 10);
+        assert_eq!(undo_of(&mut store, Some(&ahead)), expected);
+
+        // Read while something was staged: it keeps nothing, and the store reads the undo.
+        let mut late = PrefixEntries::read(&store, &asked, READ_AHEAD_MAX_BYTES).unwrap();
+        stage(&mut store, &mut late, &prefixes[5], &seq(0), Some(b"late"));
+        assert_eq!(late.kept_values(), 0);
+        assert_eq!(undo_of(&mut store, Some(&late)), undo_of(&mut store, None));
+
+        // Read again in the same batch: what was kept stays, nothing more is kept.
+        ahead
+            .reread(&store, &asked, READ_AHEAD_MAX_BYTES, true)
+            .unwrap();
+        stage(
+            &mut store,
+            &mut ahead,
+            &prefixes[4],
+            &seq(0),
+            Some(b"after"),
+        );
+        assert_eq!(ahead.kept_values(), 7);
+        assert_eq!(undo_of(&mut store, Some(&ahead)), undo_of(&mut store, None));
+        ahead.forget();
+        assert_eq!(ahead.kept_values(), 0);
+    }
+
+    #[test]
+    fn read_aheads_together_stay_inside_the_budgets_read_cache_share() {
+        use crate::store::rocks_options::RocksConfig;
+        let dir = tempfile::tempdir().unwrap();
+        let budget = MemoryBudget::new(32 << 20).unwrap();
+        let share = budget.read_cache_limit();
+        let options = StoreOptions {
+            offset_key: "o".into(),
+            rocks: Some(RocksConfig::new(budget.clone(), None).unwrap()),
+            ..StoreOptions::default()
+        };
+        let (mut store, _) = KeyValueStore::open_rocksdb(
+            "list",
+            &dir.path().join("rocksdb/list"),
+            &dir.path().join("rocksdb/.list.uncommitted"),
+            ValueFormat::Plain,
+            options,
+            &mut |_| {},
+        )
+        .unwrap();
+        // 12 MiB of list elements under 600 keys: more than the 8 MiB share.
+        let prefixes: Vec<Vec<u8>> = (0..600u32)
+            .map(|u| key_prefix(&u.to_be_bytes()).unwrap())
+            .collect();
+        for prefix in &prefixes {
+            for s in 0..10 {
+                let (k, v) = element(prefix, s, &[7; 2048]);
+                store.put(&k, Some(&v)).unwrap();
+            }
+        }
+        store.commit(Some(1), &mut |_| {}).unwrap();
+        let asked: Vec<&[u8]> = prefixes.iter().map(Vec::as_slice).collect();
+        let held = |ahead: &PrefixEntries| asked.iter().filter(|p| ahead.holds(p)).count();
+
+        // One read-ahead takes what the share has, not its own 64 MiB bound, and is charged.
+        let mut first = PrefixEntries::read(&store, &asked, READ_AHEAD_MAX_BYTES).unwrap();
+        let charged = first.charged_bytes().unwrap();
+        assert!(
+            charged <= share && charged > share / 2,
+            "{charged} of {share}"
+        );
+        assert!(held(&first) > 0 && held(&first) < asked.len());
+        assert_eq!(budget.read_ahead_bytes(), charged);
+        assert_eq!(budget.usage().read_cache, charged);
+
+        // A second one at the same time gets only what is left: together inside the share.
+        let second = PrefixEntries::read(&store, &asked, READ_AHEAD_MAX_BYTES).unwrap();
+        let together = charged + second.charged_bytes().unwrap();
+        assert!(together <= share, "{together} > {share}");
+        assert_eq!(budget.read_ahead_bytes(), together);
+        // What it could not hold is read from the store as without a read-ahead.
+        let last = asked.iter().max().unwrap();
+        assert!(!second.holds(last));
+
+        // Writes kept in step are charged as they grow what is held, with the committed value
+        // kept for the undo (here: none, a new key).
+        let p = asked.iter().copied().find(|p| first.holds(p)).unwrap();
+        first.record(p, &99u64.to_be_bytes(), Some(&[1; 1000]));
+        let key_bytes = p.len() + 8 + ENTRY_OVERHEAD;
+        assert_eq!(
+            first.charged_bytes().unwrap(),
+            charged + 2 * key_bytes + 1000
+        );
+        // Done with the input, only the kept committed values stay charged.
+        first.clear();
+        assert_eq!(first.charged_bytes().unwrap(), key_bytes);
+
+        // Dropped, everything goes back; a later read-ahead has the room again.
+        first.forget();
+        drop(second);
+        assert_eq!(budget.read_ahead_bytes(), 0);
+        assert_eq!(budget.usage().read_cache, 0);
+        let again = PrefixEntries::read(&store, &asked, READ_AHEAD_MAX_BYTES).unwrap();
+        assert_eq!(again.charged_bytes(), Some(charged));
     }
 
     fn ahead_entries(store: &KeyValueStore, prefix: &[u8]) -> Option<Vec<Entry>> {

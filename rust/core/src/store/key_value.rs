@@ -11,7 +11,7 @@ use crate::format::offsets::{self, STATUS_CLOSED, STATUS_OPEN};
 use crate::store::committed::{CommittedState, OffsetWrite, Write};
 use crate::store::key_range::{prefix_upper_bound, Direction, KeyRange};
 use crate::store::memory::MemoryState;
-use crate::store::memory_budget::{MemoryProbe, StoreAccount, StoreMemory};
+use crate::store::memory_budget::{MemoryBudget, MemoryProbe, StoreAccount, StoreMemory};
 use crate::store::merge::{Below, IterSource, SortedSource, VisitEntry};
 use crate::store::overlay::Overlay;
 use crate::store::read_cache::{Generations, ReadCache};
@@ -329,6 +329,11 @@ impl KeyValueStore {
 
     fn ttl_stream_time(&self) -> Option<i64> {
         self.ttl.as_ref().and_then(Ttl::stream_time)
+    }
+
+    /// The memory budget the store is charged to; `None` in memory and once closed.
+    pub fn memory_budget(&self) -> Option<&Arc<MemoryBudget>> {
+        self.account.as_ref().map(|account| account.budget())
     }
 
     pub fn transactional(&self) -> bool {

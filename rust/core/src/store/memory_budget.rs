@@ -113,6 +113,8 @@ pub struct MemoryBudget {
     write_buffers: WriteBufferManager,
     staged: AtomicUsize,
     read_cache: AtomicUsize,
+    /// The part of `read_cache` that read-aheads hold (`take_read_ahead`).
+    read_ahead: AtomicUsize,
     /// Counts read cache uses, so the least recently used caches shrink first.
     clock: AtomicU64,
     /// kstate bytes currently taken out of the block cache's capacity; the mutex orders resizes.
@@ -172,6 +174,7 @@ impl MemoryBudget {
             write_buffers,
             staged: AtomicUsize::new(0),
             read_cache: AtomicUsize::new(0),
+            read_ahead: AtomicUsize::new(0),
             clock: AtomicU64::new(0),
             reserved: AtomicUsize::new(0),
             resizing: Mutex::new(()),
@@ -326,6 +329,45 @@ impl MemoryBudget {
         } else {
             self.read_cache.fetch_sub(previous - now, Ordering::Relaxed);
         }
+    }
+
+    /// Takes up to `wanted` bytes of the read cache share for a read-ahead (state read for a
+    /// whole batch before it runs and held until it ends: kstate.spark's list and map state).
+    /// Read-aheads together never take more than the share, however many run at once; the
+    /// stores' read caches shrink to make room. Returns the bytes taken, charged until given
+    /// back with [`Self::resize_read_ahead`].
+    pub fn take_read_ahead(&self, wanted: usize) -> usize {
+        let share = self.read_cache_limit();
+        let mut taken = 0;
+        let _ = self
+            .read_ahead
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
+                taken = wanted.min(share.saturating_sub(held));
+                Some(held + taken)
+            });
+        if taken > 0 {
+            self.read_cache.fetch_add(taken, Ordering::Relaxed);
+            self.after_read_cache_insert();
+        }
+        taken
+    }
+
+    /// Changes what a read-ahead holds from `previous` bytes to `now` (0: it is dropped).
+    pub fn resize_read_ahead(&self, previous: usize, now: usize) {
+        if now >= previous {
+            self.read_ahead.fetch_add(now - previous, Ordering::Relaxed);
+        } else {
+            self.read_ahead.fetch_sub(previous - now, Ordering::Relaxed);
+        }
+        self.charge_read_cache(previous, now);
+        if now < previous {
+            self.rebalance();
+        }
+    }
+
+    /// Bytes read-aheads hold now (part of [`ProcessMemory::read_cache`]).
+    pub fn read_ahead_bytes(&self) -> usize {
+        self.read_ahead.load(Ordering::Relaxed)
     }
 
     pub(crate) fn tick(&self) -> u64 {
