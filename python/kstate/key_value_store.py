@@ -17,7 +17,7 @@ from kstate.config import ChangelogConfig, StoreConfig
 from kstate.errors import InvalidArgumentError
 from kstate.log.remote import RemoteChangelog
 from kstate.serdes import BytesSerde, Serde, StringSerde
-from kstate.store_lifecycle import StoreLifecycle, Unopened, progress_logger
+from kstate.store_lifecycle import StoreLifecycle, Unopened, native_store, progress_logger
 from kstate.store_reads import KeyValueReads, is_arrow
 
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ class ReadOnlyKeyValueStore(KeyValueReads):
         self._key_serde = store._key_serde
         self._value_serde = store._value_serde
         self._store = store
-        self._reader = store._open_native().read_committed_view() if read_committed else store._open_native()
+        self._reader = native_store(store).read_committed_view() if read_committed else native_store(store)
 
     def _value_of(self, stored: bytes) -> Any:
         return self._store._value_of(stored)

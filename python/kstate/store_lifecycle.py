@@ -38,6 +38,13 @@ class Unopened:
         raise StoreClosedError(f"store {self._name} is not initialized; call init(task_dir) first")
 
 
+def native_store(store: StoreLifecycle) -> Any:
+    """The store's native ``_core`` handle, for the layers of kstate that drive a store below its
+    Kafka Streams interface (read-only views, kstate.spark's exactly-once protocol and state
+    variables); its calls raise ``StoreClosedError`` before ``init``."""
+    return store._reader
+
+
 class StoreLifecycle:
     """Opening, the changelog, transactions and closing, shared by every writable store."""
 
@@ -205,10 +212,6 @@ class StoreLifecycle:
             else:
                 path.unlink(missing_ok=True)
 
-    def _open_native(self) -> Any:
-        """The native store (raises ``StoreClosedError`` before ``init``)."""
-        return self._reader
-
     # -- transactions ----------------------------------------------------------------------------
 
     def commit(
@@ -297,7 +300,7 @@ class StoreLifecycle:
         ``staged`` (uncommitted writes in memory), ``read_cache``, ``sst_bytes`` / ``sst_files``
         (its tables), ``disk_bytes`` (every file of its local state). Window and session stores
         add up their segments. The process's budget: ``kstate.memory.memory_usage()``."""
-        metrics: dict[str, int] = dict(self._open_native().memory())
+        metrics: dict[str, int] = dict(self._reader.memory())
         metrics["disk_bytes"] = disk_bytes(self._local_paths()) if self.persistent else 0
         return metrics
 

@@ -8,6 +8,7 @@ from kstate import Stores
 from kstate.errors import BatchConflictError
 from kstate.log.remote import RemoteChangelog
 from kstate.spark import StateBackend, TaskInfo
+from kstate.store_lifecycle import native_store
 
 
 def backend_on(s3, state_dir):
@@ -67,7 +68,7 @@ def test_objects_a_crashed_attempt_published_are_voided_then_deleted(s3, tmp_pat
     crashed = a.partition_state(TaskInfo(0, 1, 1))
     stores = crashed.open()
     stores["counts"].put("x", 99)
-    stores["counts"]._open_native().publish(0)  # its changelog object exists, no batch entry
+    native_store(stores["counts"]).publish(0)  # its changelog object exists, no batch entry
     crashed.abort()
     remote = RemoteChangelog(s3.url, "app-counts-changelog", 0, s3.storage_options)
     assert len(remote.list()) == 2

@@ -15,6 +15,7 @@ from kstate.errors import (
     StoreClosedError,
     StoreCorruptedError,
 )
+from kstate.store_lifecycle import native_store
 
 KINDS = [("persistent", True), ("persistent", False), ("memory", True), ("memory", False)]
 
@@ -178,7 +179,7 @@ def test_arrow_numbers_pass_as_big_endian_values(open_store):
     assert longs.get("small") == 7
     with pytest.raises(InvalidArgumentError):
         longs.put_all(pa.array(["a"]), pa.array([1.5]))
-    longs._open_native().put(b"bad", b"abc")
+    native_store(longs).put(b"bad", b"abc")
     with pytest.raises(SerializationError):
         longs.get_many(pa.array(["bad"]))
     doubles = open_store("memory", key="string", value="float64")

@@ -44,6 +44,7 @@ from kstate.spark.protocol.task import TaskInfo
 from kstate.spark.protocol.undo import UNDO_SCHEMA, RemoteUndoFiles, UndoFiles
 from kstate.spark.routing.hashing import partition_ids
 from kstate.spark.routing.partitioning import Partitioning, PartitioningLog, arrow_type_of, generation_application_id
+from kstate.store_lifecycle import native_store
 from kstate.stores import StoreBuilder
 from kstate.suppliers import KeyValueBytesStoreSupplier, SessionBytesStoreSupplier, WindowBytesStoreSupplier
 
@@ -445,7 +446,7 @@ def _finish_partition(
                 [table.column(0).chunk(0), table.column(1).chunk(0)], schema=UNDO_SCHEMA
             )
         chain.append((batch_id, undo))
-    staged = any(stores_of[name]._open_native().uncommitted()[0] for name in stores_of)
+    staged = any(native_store(stores_of[name]).uncommitted()[0] for name in stores_of)
     if not chain and staged:
         chain = [(EMPTY_STATE, {})]
     if not chain:

@@ -15,6 +15,7 @@ from kstate import Stores
 from kstate.errors import BatchConflictError, ProcessorStateError, StateLockTimeoutError
 from kstate.spark import StateBackend, TaskInfo
 from kstate.spark.protocol.batch_log import BatchLog
+from kstate.store_lifecycle import native_store
 
 
 def counts_builder():
@@ -132,7 +133,7 @@ def test_changelog_records_published_without_a_batch_entry_are_retracted(backend
     stores = state.open()
     stores["counts"].put("a", 50)
     stores["counts"].put("z", 50)
-    stores["counts"]._open_native().publish(0)
+    native_store(stores["counts"]).publish(0)
     state.abort()
     assert count(backend, 1, ["a"]) == {"a": 2}
     assert snapshot(backend) == {"a": 2}

@@ -35,7 +35,7 @@ from kstate import _core
 from kstate.errors import DeletedStateVariableError, InvalidArgumentError, StateTypeError
 from kstate.spark.format.row_codec import compile_schema, nested_rows, plain
 from kstate.spark.protocol.exactly_once import TaskStores
-from kstate.store_lifecycle import now_ms
+from kstate.store_lifecycle import native_store, now_ms
 
 TTL_INDEX = "tws.ttl"
 TIMERS_BY_TIME = "tws.timers-by-time"
@@ -134,7 +134,7 @@ class _Variable:
         self._name = name
         self._ttl_ms = ttl_ms
         self._store: Any = None if handle._stores is None else handle._stores[name]
-        self._native: Any = None if self._store is None else self._store._reader
+        self._native: Any = None if self._store is None else native_store(self._store)
         self._value_codec = codec
         self._codec = codec.native
         self._rows = codec.rows
@@ -479,7 +479,7 @@ class StatefulProcessorHandle:
             return
         for name, ahead in self._prefixed_ahead.items():
             if name in self._variables:
-                ahead.read(self._stores[name]._reader, pickled_keys)
+                ahead.read(native_store(self._stores[name]), pickled_keys)
         if not pickled_keys:
             return
         for name, declared in self.declared.items():

@@ -56,7 +56,7 @@ from kstate.spark.protocol.progress import Timings
 from kstate.spark.protocol.task import TaskInfo
 from kstate.spark.protocol.undo import RemoteUndoFiles, UndoFiles, previous_values
 from kstate.spark.protocol.upgrade import InPlaceUpgrade
-from kstate.store_lifecycle import StoreLifecycle, now_ms
+from kstate.store_lifecycle import StoreLifecycle, native_store, now_ms
 from kstate.stores import StoreBuilder
 
 log = logging.getLogger("kstate.spark")
@@ -437,7 +437,7 @@ class PartitionState:
     def close_view(self) -> None:
         """Ends a read-only open, dropping what ``show_as_of`` staged."""
         for store in self._stores.values():
-            store._open_native().recover(None)
+            native_store(store).recover(None)
         self.abort()
 
     # -- committing ------------------------------------------------------------------------------
@@ -452,7 +452,7 @@ class PartitionState:
             position = self._log.next_position
             undo = {}
             for name, store in self._stores.items():
-                native = store._open_native()
+                native = native_store(store)
                 staged, spilled = native.uncommitted()
                 if staged or spilled:
                     previous = previous_values(native, self._undo_sources.get(name))
@@ -528,7 +528,7 @@ class PartitionState:
         assert self._log is not None
         now = now_ms()
         try:
-            published = {name: store._open_native().publish(now) for name, store in self._stores.items()}
+            published = {name: native_store(store).publish(now) for name, store in self._stores.items()}
         except CommitConflictError as error:
             # An object store's changelog took another attempt's commit at these offsets first.
             raise BatchConflictError(
@@ -547,7 +547,7 @@ class PartitionState:
             )
         )
         for name, store in self._stores.items():
-            store._open_native().commit_published(published[name])
+            native_store(store).commit_published(published[name])
             store._clean_changelog()
         self._head = entry
         return entry
@@ -592,7 +592,7 @@ def stage_raw(store: StoreLifecycle, undo: Any) -> None:
     values = undo.column("value").combine_chunks()
     if not len(keys):
         return
-    native = store._open_native()
+    native = native_store(store)
     if not isinstance(store, KeyValueStore):
         native.put_store_keys(keys.to_pylist(), values.to_pylist())
         return
