@@ -25,7 +25,7 @@ def appends(n: int, work: Path) -> tuple[float, float]:
     state = StateBackend([builder], work / "state", work / "log", "bench").partition_state(TaskInfo(0, 0))
     handle = StatefulProcessorHandle(state.open())
     items = handle.getListState("l", "amount long")
-    handle._set_key(pickle.dumps(("user",), protocol=4))
+    handle.set_current_key(pickle.dumps(("user",), protocol=4))
     started = time.perf_counter()
     for i in range(n):
         items.appendValue((i,))
@@ -34,7 +34,7 @@ def appends(n: int, work: Path) -> tuple[float, float]:
     state = StateBackend([builder], work / "state", work / "log", "bench").partition_state(TaskInfo(0, 1))
     handle = StatefulProcessorHandle(state.open())
     items = handle.getListState("l", "amount long")
-    handle._set_key(pickle.dumps(("user",), protocol=4))
+    handle.set_current_key(pickle.dumps(("user",), protocol=4))
     started = time.perf_counter()
     count = sum(1 for _ in items.get())
     read = time.perf_counter() - started

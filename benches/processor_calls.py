@@ -76,7 +76,7 @@ def measure(
 
     state, handle, totals, recent, categories = open_batch(0)
     for key in pickled_keys[::2]:
-        handle._set_key(key)
+        handle.set_current_key(key)
         totals.update((1, 10))
         recent.put([(1,), (2,), (3,)])
         categories.updateValue(("c1",), (1,))
@@ -85,7 +85,7 @@ def measure(
     state, handle, totals, recent, categories = open_batch(1)
     t0 = time.perf_counter_ns()
     if read_ahead:
-        handle._read_ahead_values(pickled_keys)
+        handle.read_ahead_values(pickled_keys)
     ahead_ns = time.perf_counter_ns() - t0
     if only is not None:
         call = {
@@ -99,7 +99,7 @@ def measure(
             "map updateValue": lambda: categories.updateValue(("c1",), (1,)),
         }[only]
         for key in pickled_keys:
-            handle._set_key(key)
+            handle.set_current_key(key)
             call()
         state.commit()
         return {}
@@ -107,7 +107,7 @@ def measure(
     timings["read ahead (per key)"] = [ahead_ns // keys]
     clock = time.perf_counter_ns
     for key in pickled_keys:
-        handle._set_key(key)
+        handle.set_current_key(key)
         t0 = clock()
         current = totals.get()
         t1 = clock()

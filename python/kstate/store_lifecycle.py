@@ -50,6 +50,8 @@ class StoreLifecycle:
 
     name: str
     _reader: Any
+    _key_serde: Any
+    _value_serde: Any
     _supplier: Any
     _config: StoreConfig
     _logging: ChangelogConfig | None
@@ -73,6 +75,21 @@ class StoreLifecycle:
     @property
     def persistent(self) -> bool:
         return self._supplier.persistent
+
+    @property
+    def changelog_config(self) -> ChangelogConfig | None:
+        """The store's changelog settings (``None``: not logged)."""
+        return self._logging
+
+    @property
+    def key_serde(self) -> Any:
+        """The serde of the store's keys."""
+        return self._key_serde
+
+    @property
+    def value_serde(self) -> Any:
+        """The serde of the store's values."""
+        return self._value_serde
 
     @property
     def transactional(self) -> bool:
@@ -109,7 +126,7 @@ class StoreLifecycle:
             return
         self._locate_changelog(task_dir)
         try:
-            self._attach_changelog()
+            self.attach_changelog()
             self.restored_records = self._catch_up("restoring", lambda progress: self._reader.restore(progress))
         except BaseException:
             self._reader.close()
@@ -129,7 +146,9 @@ class StoreLifecycle:
         self._changelog_dir = log_dir / f"{self.changelog_topic}-{self.partition}"
         self._fetch_path = self._changelog_dir.with_name(f"{self._changelog_dir.name}.fetching.log")
 
-    def _attach_changelog(self) -> None:
+    def attach_changelog(self) -> None:
+        """Opens the changelog of the open store again (``init`` does it; kstate.spark after
+        ``detach_changelog``), logging a torn tail it cut or unpublished records it dropped."""
         assert self._logging is not None and self.task_dir is not None
         partition_dir = self._changelog_dir
         found = self._reader.attach_changelog(
@@ -151,7 +170,7 @@ class StoreLifecycle:
                 found["unpublished_records_dropped"],
             )
 
-    def _detach_changelog(self) -> None:
+    def detach_changelog(self) -> None:
         """Closes the changelog while the store stays open (kstate.spark's parked stores: the
         changelog directory is shared by every executor, the store is this one's)."""
         if self._logging is not None:
@@ -197,7 +216,7 @@ class StoreLifecycle:
         self._reader.close()
         self.wipe_local_state()
         self._open_local_state()
-        self._attach_changelog()
+        self.attach_changelog()
 
     def wipe_local_state(self) -> None:
         """Deletes the closed store's files under its task directory (a logged store restores
@@ -243,10 +262,10 @@ class StoreLifecycle:
             )
         progress = progress or progress_logger(f"committing {self.name}")
         committed = self._reader.commit(changelog_offset, now_ms(), progress, on_stage)
-        self._clean_changelog()
+        self.clean_changelog()
         return committed
 
-    def _clean_changelog(self) -> None:
+    def clean_changelog(self) -> None:
         """Runs the changelog's cleaner (retention; compaction once
         ``min.cleanable.dirty.ratio`` of it was written since the last one) and logs what it did."""
         if self._logging is None:

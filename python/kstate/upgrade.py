@@ -92,14 +92,14 @@ class RollOver(NamedTuple):
                 "changelog: use Stores.timestamped_key_value_store_builder(...).with_logging_enabled(...)"
             )
         store = builder.build()
-        if store._logging.remote:
+        if store.changelog_config.remote:
             raise InvalidArgumentError(f"{builder.name}: roll-over upgrades read a local changelog.dir")
         if partition is None:
             match = TASK_DIR.match(task_dir.name)
             partition = int(match.group(1)) if match else 0
         app = application_id or task_dir.resolve().parent.name
         topic = f"{app}-{builder.name}-changelog"
-        log_dir = Path(store._logging.changelog_dir or task_dir.resolve().parent.parent / "changelog")
+        log_dir = Path(store.changelog_config.changelog_dir or task_dir.resolve().parent.parent / "changelog")
         rocksdb = task_dir / "rocksdb"
         return cls(
             builder.name,

@@ -171,7 +171,7 @@ class RemoteChangelog:
         found = (LogObject.parse(name, size) for name, size in listed.items())
         return sorted((o for o in found if o is not None), key=lambda o: (o.first, o.last is not None, o.last))
 
-    def _key(self, name: str) -> str:
+    def object_key(self, name: str) -> str:
         return f"{self.directory}/{name}"
 
     # -- writing ---------------------------------------------------------------------------------
@@ -182,13 +182,13 @@ class RemoteChangelog:
         ``CommitConflictError`` if another writer published at ``first``."""
         name = object_name(first)
         try:
-            self.store.create(self._key(name), segment_path)
+            self.store.create(self.object_key(name), segment_path)
         except FileExistsError:
             raise CommitConflictError(
                 f"changelog {self.location}: another writer published offset {first} first"
             ) from None
         if not any(link.object.name == name for link in resolve(self.list())):
-            self.store.delete(self._key(name))
+            self.store.delete(self.object_key(name))
             raise CommitConflictError(
                 f"changelog {self.location}: offset {first} was published and compacted before this "
                 f"commit; the writer is behind"
@@ -202,7 +202,7 @@ class RemoteChangelog:
         floor = -1 if offset is None else offset
         doomed = [o.name for o in self.list() if o.last is None and o.first > floor]
         for name in doomed:
-            self.store.delete(self._key(name))
+            self.store.delete(self.object_key(name))
         if doomed:
             log.warning(
                 "changelog %s: retracted %d unrecorded commit objects after offset %s",
@@ -282,7 +282,7 @@ class RemoteChangelog:
             bar = tqdm(total=total, desc=f"fetching {self.directory}", unit="B", unit_scale=True, disable=None)
         try:
             for link in links:
-                self.store.fetch(self._key(link.object.name), str(fetch_path))
+                self.store.fetch(self.object_key(link.object.name), str(fetch_path))
                 if bar is not None:
                     bar.update(link.object.size)
                 yield link, link.object.size
@@ -332,7 +332,7 @@ class RemoteChangelog:
                     name = object_name(first, last)
                     if name not in names:
                         try:
-                            self.store.create(self._key(name), path)
+                            self.store.create(self.object_key(name), path)
                             written.append(name)
                         except FileExistsError:
                             pass  # a concurrent compaction wrote the same range
@@ -340,7 +340,7 @@ class RemoteChangelog:
                 kept = {object_name(first, last) for first, last, _, _ in outputs}
                 deleting += [link.object.name for link in inputs if link.object.name not in kept]
         for name in deleting:
-            self.store.delete(self._key(name))
+            self.store.delete(self.object_key(name))
         report = CompactionReport(
             objects_before=len(objects),
             objects_after=len(objects) + len(written) - len(deleting),
@@ -370,7 +370,7 @@ class RemoteChangelog:
             out = []
             for link in links:
                 path = downloads / link.object.name
-                self.store.fetch(self._key(link.object.name), str(path))
+                self.store.fetch(self.object_key(link.object.name), str(path))
                 out.append((link.first, link.last, str(path)))
             return out
 

@@ -191,7 +191,7 @@ def _changelog_batches(location: _Location, layout: StateLayout, store: str, par
         for link in resolve(remote.list()):
             if link.first > end:
                 break
-            remote.store.fetch(remote._key(link.object.name), str(fetched))  # noqa: SLF001
+            remote.store.fetch(remote.object_key(link.object.name), str(fetched))
             batch = decode_arrow(fetched.read_bytes())
             keep = pc.and_(
                 pc.greater_equal(batch.column("offset"), link.first), pc.less_equal(batch.column("offset"), end)

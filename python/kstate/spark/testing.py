@@ -125,7 +125,7 @@ class TwsTester:
         if currentTimeMs <= self._processing_time:
             raise InvalidArgumentError(f"processing time must move forward: {self._processing_time} -> {currentTimeMs}")
         self._processing_time = currentTimeMs
-        self.handle._now_ms = currentTimeMs
+        self.handle.now_ms = currentTimeMs
         return self._end_of_batch(currentTimeMs if self._time_mode == "ProcessingTime" else None)
 
     def setWatermark(self, currentWatermarkMs: int) -> Any:  # noqa: N802, N803
@@ -178,7 +178,7 @@ class TwsTester:
         return key if isinstance(key, tuple) else (key,)
 
     def _at(self, key: Any) -> None:
-        self.handle._set_key(pickle.dumps(self._key(key), protocol=4))
+        self.handle.set_current_key(pickle.dumps(self._key(key), protocol=4))
 
     def _timer_values(self) -> TimerValues:
         if self._time_mode == "None":
@@ -192,25 +192,25 @@ class TwsTester:
         self._at(key)
         handle = self.handle
         if kind == "value":
-            return ValueState(handle, name, handle._value_codec(name, declared.schema), declared.ttl_ms)
+            return ValueState(handle, name, handle.value_codec(name, declared.schema), declared.ttl_ms)
         if kind == "list":
-            return ListState(handle, name, handle._value_codec(name, declared.schema), declared.ttl_ms)
-        codecs = handle._key_codec(name, declared.key_schema), handle._value_codec(name, declared.schema)
+            return ListState(handle, name, handle.value_codec(name, declared.schema), declared.ttl_ms)
+        codecs = handle.key_codec(name, declared.key_schema), handle.value_codec(name, declared.schema)
         return MapState(handle, name, *codecs, declared.ttl_ms)
 
     def _end_of_batch(self, due_by: int | None) -> Any:
         emitted: list[Any] = []
         if due_by is not None:
-            for expiry, pickled_key in self.handle._due_timers(due_by):
-                self.handle._set_key(pickled_key)
-                if not self.handle._has_timer(expiry):
+            for expiry, pickled_key in self.handle.due_timers(due_by):
+                self.handle.set_current_key(pickled_key)
+                if not self.handle.has_timer(expiry):
                     continue  # an earlier handler of the key deleted it
                 fired = self.processor.handleExpiredTimer(
                     pickle.loads(pickled_key), self._timer_values(), ExpiredTimerInfo(expiry)
                 )
                 emitted.extend(fired)
                 self.handle.deleteTimer(expiry)  # after the handler, as Spark's tester
-        self.handle._remove_expired()
+        self.handle.remove_expired()
         return self._frame(iter(emitted)) if self._pandas else emitted
 
     @staticmethod

@@ -32,7 +32,7 @@ def open_handle(tmp_path):
 
 
 def key(handle, value):
-    handle._set_key(pickle.dumps((value,), protocol=4))
+    handle.set_current_key(pickle.dumps((value,), protocol=4))
 
 
 def test_value_list_and_map_state_per_key_survive_commits(open_handle):
@@ -152,7 +152,7 @@ def test_ttl_expires_values_list_elements_and_map_entries_by_processing_time(ope
     key(handle, "a")
     assert value.get() == 2 and list(items.get()) == ["new"] and dict(mapping.iterator()) == {"new": 2}
     assert not mapping.containsKey("old") and mapping.getValue("old") is None
-    assert handle._remove_expired() == 2, "the old list element and map entry leave the stores"
+    assert handle.remove_expired() == 2, "the old list element and map entry leave the stores"
     state.commit()
 
     state, handle = open_handle(3, names=names, now=NOW + 1500)
@@ -161,7 +161,7 @@ def test_ttl_expires_values_list_elements_and_map_entries_by_processing_time(ope
     mapping = handle.getMapState("m", ttlDurationMs=1000)
     key(handle, "a")
     assert not value.exists() and not items.exists() and not mapping.exists()
-    assert handle._remove_expired() == 3
+    assert handle.remove_expired() == 3
     stores = state._stores
     for name in names:
         with stores[name].all() as entries:
@@ -182,7 +182,7 @@ def test_rewritten_values_outlive_their_first_expiry(open_handle):
     state.commit()
     state, handle = open_handle(2, names=names, now=NOW + 120)
     value = handle.getValueState("v", ttlDurationMs=100)
-    assert handle._remove_expired() == 0, "the first index entry is stale: the value was updated since"
+    assert handle.remove_expired() == 0, "the first index entry is stale: the value was updated since"
     key(handle, "a")
     assert value.get() == 2
 
@@ -198,7 +198,7 @@ def test_values_read_ahead_for_many_keys_give_way_to_later_writes(open_handle):
     value, same = handle.getValueState("v", ttlDurationMs=10), handle.getValueState("v", ttlDurationMs=10)
     other = handle.getValueState("w")
     keys = [pickle.dumps((k,), protocol=4) for k in ("a", "b", "c", "new")]
-    handle._read_ahead_values(keys)
+    handle.read_ahead_values(keys)
     key(handle, "a")
     assert value.get() == "a" and same.exists()
     same.update("a2")
@@ -210,13 +210,13 @@ def test_values_read_ahead_for_many_keys_give_way_to_later_writes(open_handle):
     assert value.get() is None and other.get() is None
     other.update(1)
     assert other.get() == 1
-    handle._read_ahead_values([])
+    handle.read_ahead_values([])
     key(handle, "a")
     assert value.get() == "a2"
     state.commit()
     state, handle = open_handle(2, names=("v", "w", TTL_INDEX), now=NOW + 10)
     value = handle.getValueState("v", ttlDurationMs=10)
-    handle._read_ahead_values(keys)
+    handle.read_ahead_values(keys)
     key(handle, "c")
     assert value.get() is None and not value.exists(), "a read-ahead value expires as a stored one"
     key(handle, "a")
@@ -258,7 +258,7 @@ def test_list_and_map_state_read_ahead_behave_as_the_store_does(open_handle):
     key(handle, users[1])
     items.appendValue("staged before the read-ahead")
     lists[users[1]] = ["staged before the read-ahead"]
-    handle._read_ahead_values([pickle.dumps((u,), protocol=4) for u in users[:30]])  # u30.. are not read ahead
+    handle.read_ahead_values([pickle.dumps((u,), protocol=4) for u in users[:30]])  # u30.. are not read ahead
     held = handle._prefixed_ahead["l"]
     key(handle, users[1])
     assert held.next_sequence(handle._current_prefix) == 1, "the read-ahead holds the staged element"
@@ -302,7 +302,7 @@ def test_list_and_map_state_read_ahead_behave_as_the_store_does(open_handle):
         assert list(items.get()) == lists[u] and items.exists() == bool(lists[u])
         assert dict(mapping.iterator()) == maps[u] and mapping.exists() == bool(maps[u])
         assert list(expiring.get()) == short[u], u
-    handle._read_ahead_values([])
+    handle.read_ahead_values([])
     undo_sources = handle._stores.undo_sources
     assert handle._prefixed_ahead["l"].kept_values() == 0, "writes were staged before it read"
     assert handle._prefixed_ahead["m"].kept_values() > 0 and handle._prefixed_ahead["t"].kept_values() > 0
@@ -369,15 +369,15 @@ def test_a_name_declared_as_two_kinds_is_an_error(open_handle):
 def test_timers_per_key_are_listed_deleted_and_found_due_in_expiry_order(open_handle):
     _, handle = open_handle(0, names=("v", TIMERS_BY_TIME, TIMERS_BY_KEY), time_mode="ProcessingTime")
     for k, expiries in ((b"a", [300, -5, 100]), (b"b", [100, 2**40])):
-        handle._set_key(k)
+        handle.set_current_key(k)
         for expiry in expiries:
             handle.registerTimer(expiry)
-    handle._set_key(b"a")
+    handle.set_current_key(b"a")
     assert list(handle.listTimers()) == [-5, 100, 300]
     handle.deleteTimer(300)
     assert list(handle.listTimers()) == [-5, 100]
-    assert handle._due_timers(100) == [(-5, b"a"), (100, b"a"), (100, b"b")]
-    assert handle._due_timers(99) == [(-5, b"a")]
+    assert handle.due_timers(100) == [(-5, b"a"), (100, b"a"), (100, b"b")]
+    assert handle.due_timers(99) == [(-5, b"a")]
 
 
 def test_timers_need_a_time_mode(open_handle):

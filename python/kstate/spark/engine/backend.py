@@ -208,9 +208,9 @@ class StateBackend:
     def current_layout(self) -> StateLayout:
         """Where the state of the current generation lives (a rescale starts a new one)."""
         record = self.partitioning_log().current()
-        return self._layout_of(record)
+        return self.layout_of(record)
 
-    def _layout_of(self, record: Partitioning | None) -> StateLayout:
+    def layout_of(self, record: Partitioning | None) -> StateLayout:
         generation = 0 if record is None else record.generation
         return replace(self.layout, application_id=generation_application_id(self.layout.application_id, generation))
 
@@ -339,7 +339,7 @@ class StateBackend:
         task = task or TaskInfo.current(self.batch_id)
         if self.partitioning is not None:
             # Planned on the driver: the partition's directory is known before any row arrives.
-            claim(self._layout_of(self.partitioning).task_dir(task.partition))
+            claim(self.layout_of(self.partitioning).task_dir(task.partition))
         rows = iter(batches)
         first = next(rows, None)
         partitioning = self._task_partitioning(task, first)
@@ -357,7 +357,7 @@ class StateBackend:
             if failures:
                 raise failures[0]  # the function swallowed it: still nothing may commit
 
-        yield from self.run(checked, task, self._layout_of(partitioning))
+        yield from self.run(checked, task, self.layout_of(partitioning))
 
     def run(
         self,
@@ -472,7 +472,7 @@ class StateBackend:
         if builder is None:
             raise InvalidArgumentError(f"no store named {store!r}; the backend has {[b.name for b in self.builders]}")
         built = builder.build()
-        key_type, value_type = _arrow_type_of(built._key_serde), _arrow_type_of(built._value_serde)
+        key_type, value_type = _arrow_type_of(built.key_serde), _arrow_type_of(built.value_serde)
         timestamped = builder.timestamped
         sessions = isinstance(builder.supplier, SessionBytesStoreSupplier)
         windowed = sessions or isinstance(builder.supplier, WindowBytesStoreSupplier)
@@ -480,7 +480,7 @@ class StateBackend:
             raise InvalidArgumentError("give as_of_batch or as_of_time, not both")
         as_of_ms = _epoch_ms(as_of_time) if as_of_time is not None else None
         record = self.partitioning_log().current()
-        layout = self._layout_of(record)
+        layout = self.layout_of(record)
         if num_partitions is None:
             if record is None:
                 raise InvalidArgumentError("the state has no partitioning record yet: give num_partitions")

@@ -40,7 +40,7 @@ def stage_initial_state(initial_state: Any, keys: list[str], backend: Any) -> Pa
     if not isinstance(initial_state, DataFrame):
         raise InvalidArgumentError(f"initial_state must be a DataFrame or df.groupBy(...), got {initial_state!r}")
     record = backend.partitioning
-    layout = backend._layout_of(record)
+    layout = backend.layout_of(record)
     if layout.changelog_url is not None:
         raise InvalidArgumentError("initial_state needs a changelog_dir on a file system (one every executor reads)")
     missing = [k for k in keys if k not in initial_state.columns]

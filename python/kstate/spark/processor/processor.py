@@ -285,7 +285,7 @@ def transform_with_state(
         if time_mode == "EventTime":
             late, watermark = _query_watermarks(stores.layout, stores.batch_id, watermark_delay_ms)
             batches = _tracking_event_time(batches, event_time_column, stores[EVENT_TIME], stores.batch_id, late)
-        timer_values = TimerValues(-1 if time_mode == "None" else handle._now_ms, watermark)
+        timer_values = TimerValues(-1 if time_mode == "None" else handle.now_ms, watermark)
         output = OutputBatcher(arrow_schema, pandas=pandas, rows=not pandas, conversion=conversion)
         initial = {}
         if initial_dir is not None and stores.batch_id == 0:
@@ -294,40 +294,40 @@ def transform_with_state(
 
         def read_ahead(group_keys: list[tuple]) -> None:
             pickled_keys.extend(_pickled(key) for key in group_keys)
-            handle._read_ahead_values(pickled_keys)
+            handle.read_ahead_values(pickled_keys)
 
         try:
             collected = list(batches)
             row_bytes = average_row_bytes(collected)
             groups = iter_groups(iter(collected), keys, pandas, not pandas, read_ahead, conversion)
             for index, (key, group) in enumerate(groups):
-                handle._set_key(pickled_keys[index])  # read_ahead has pickled every key by now
+                handle.set_current_key(pickled_keys[index])  # read_ahead has pickled every key by now
                 initial_rows = initial.pop(key, None) if initial else None
                 _apply_initial_state(processor, key, initial_rows, timer_values, pandas)
                 before = 0 if initial_rows is None else len(initial_rows)
                 for rows in _calls(group, pandas, initial_dir is not None, conversion, row_bytes, before):
                     for result in processor.handleInputRows(key, rows, timer_values):
                         yield from output.add(result)
-            handle._read_ahead_values([])
+            handle.read_ahead_values([])
             for key, rows in initial.items():
-                handle._set_key(_pickled(key))
+                handle.set_current_key(_pickled(key))
                 _apply_initial_state(processor, key, rows, timer_values, pandas)
             if time_mode != "None":
-                due_by = handle._now_ms if time_mode == "ProcessingTime" else watermark
-                for expiry, pickled_key in handle._due_timers(due_by):
-                    handle._set_key(pickled_key)
-                    if not handle._has_timer(expiry):
+                due_by = handle.now_ms if time_mode == "ProcessingTime" else watermark
+                for expiry, pickled_key in handle.due_timers(due_by):
+                    handle.set_current_key(pickled_key)
+                    if not handle.has_timer(expiry):
                         continue  # an earlier handler of the key deleted it
                     expired = ExpiredTimerInfo(expiry)
                     for result in processor.handleExpiredTimer(pickle.loads(pickled_key), timer_values, expired):
                         yield from output.add(result)
                     handle.deleteTimer(expiry)  # after the handler, as Spark: it still lists the timer
-            handle._remove_expired()
+            handle.remove_expired()
             if ticking:
                 from kstate.spark.processor.ticks import record_next_due
 
                 largest = _largest_event_time(stores[EVENT_TIME]) if time_mode == "EventTime" else None
-                record_next_due(stores.layout, stores.partition, handle._next_timer(), watermark, largest)
+                record_next_due(stores.layout, stores.partition, handle.next_timer(), watermark, largest)
             yield from output.flush()
         finally:
             processor.close()

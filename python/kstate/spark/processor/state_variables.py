@@ -156,7 +156,7 @@ class _Variable:
             self._key_rows = self._key_codec.rows
 
     def _expiry(self) -> int:
-        return NO_EXPIRY if self._ttl_ms is None else self._handle._now_ms + self._ttl_ms
+        return NO_EXPIRY if self._ttl_ms is None else self._handle.now_ms + self._ttl_ms
 
     def _index(self, expiry: int, suffix: bytes) -> None:
         """Records ``expiry`` of the current key's entry ``suffix`` in the TTL index."""
@@ -166,12 +166,12 @@ class _Variable:
             handle._ttl_store.put(entry, b"")
 
     def _live(self, stored: bytes | None) -> bool:
-        return stored is not None and _core.state_expiry_of(stored) > self._handle._now_ms
+        return stored is not None and _core.state_expiry_of(stored) > self._handle.now_ms
 
 
 class _PrefixedVariable(_Variable):
     """List and map state: every entry's key starts with the grouping key's prefix. The batch's
-    keys' entries are read ahead in one native call (``StatefulProcessorHandle._read_ahead_values``)
+    keys' entries are read ahead in one native call (``StatefulProcessorHandle.read_ahead_values``)
     into ``_ahead``, which every call reads first and keeps in step with what it stages."""
 
     def __init__(self, handle: StatefulProcessorHandle, name: str, codec: Any, ttl_ms: int | None):
@@ -181,7 +181,7 @@ class _PrefixedVariable(_Variable):
 
     def exists(self) -> bool:
         """Whether the current key has a live entry."""
-        return self._codec.any_live(self._native, self._handle._current_prefix, self._handle._now_ms, self._ahead)
+        return self._codec.any_live(self._native, self._handle._current_prefix, self._handle.now_ms, self._ahead)
 
     def clear(self) -> None:
         self._codec.delete_all(self._native, self._handle._current_prefix, self._ahead)
@@ -201,15 +201,15 @@ class ValueState(_Variable):
         stored = self._read_ahead_value()
         if stored is not _NOT_READ:
             return self._live(stored)
-        return self._codec.exists(self._native, self._handle._current_key, self._handle._now_ms)
+        return self._codec.exists(self._native, self._handle._current_key, self._handle.now_ms)
 
     def get(self) -> Any:
         """The value, or ``None`` if there is none (or it expired)."""
         stored = self._read_ahead_value()
         if stored is not _NOT_READ:
-            value = self._codec.decode_live(stored, self._handle._now_ms)
+            value = self._codec.decode_live(stored, self._handle.now_ms)
         else:
-            value = self._codec.get(self._native, self._handle._current_key, self._handle._now_ms)
+            value = self._codec.get(self._native, self._handle._current_key, self._handle.now_ms)
         return value if self._rows is None or value is None else self._rows(value)
 
     def update(self, newValue: Any) -> None:  # noqa: N803
@@ -261,7 +261,7 @@ class ListState(_PrefixedVariable):
 
     def get(self) -> Iterator[Any]:
         handle = self._handle
-        values = self._codec.scan_live(self._native, handle._current_prefix, handle._now_ms, None, self._ahead)
+        values = self._codec.scan_live(self._native, handle._current_prefix, handle.now_ms, None, self._ahead)
         return iter(values if self._rows is None else map(self._rows, values))
 
     def put(self, newState: Sequence[Any]) -> None:  # noqa: N803
@@ -335,7 +335,7 @@ class MapState(_PrefixedVariable):
         _require_value(key, self._name)
         handle = self._handle
         value = self._codec.map_get(
-            self._native, handle._current_prefix, self._keys, self._spark_key(key), handle._now_ms, self._ahead
+            self._native, handle._current_prefix, self._keys, self._spark_key(key), handle.now_ms, self._ahead
         )
         return value if self._rows is None or value is None else self._rows(value)
 
@@ -343,14 +343,14 @@ class MapState(_PrefixedVariable):
         _require_value(key, self._name)
         handle = self._handle
         return self._codec.map_contains(
-            self._native, handle._current_prefix, self._keys, self._spark_key(key), handle._now_ms, self._ahead
+            self._native, handle._current_prefix, self._keys, self._spark_key(key), handle.now_ms, self._ahead
         )
 
     def updateValue(self, key: Any, value: Any) -> None:  # noqa: N802
         _require_value(value, self._name)
         _require_value(key, self._name)
         handle = self._handle
-        expiry = NO_EXPIRY if self._ttl_ms is None else handle._now_ms + self._ttl_ms
+        expiry = NO_EXPIRY if self._ttl_ms is None else handle.now_ms + self._ttl_ms
         key = self._spark_key(key)
         user_key = self._codec.map_put(
             self._native, handle._current_prefix, self._keys, key, expiry, value, self._ahead
@@ -360,7 +360,7 @@ class MapState(_PrefixedVariable):
 
     def iterator(self) -> Iterator[tuple[Any, Any]]:
         handle = self._handle
-        entries = self._codec.scan_live(self._native, handle._current_prefix, handle._now_ms, self._keys, self._ahead)
+        entries = self._codec.scan_live(self._native, handle._current_prefix, handle.now_ms, self._keys, self._ahead)
         if self._rows is None and self._key_rows is None:
             return iter(entries)
         keys, values = self._key_rows or _same, self._rows or _same
@@ -450,7 +450,8 @@ class StatefulProcessorHandle:
         self._stores = stores
         self._schemas = schemas or {}
         self._time_mode = time_mode
-        self._now_ms = now_ms() if now is None else now
+        self.now_ms = now_ms() if now is None else now
+        """The batch's processing time: TTL expiries and processing-time timers count from it."""
         self.declared: dict[str, Declared] = {}
         self._ttl_names: dict[str, bytes] = {}
         self._ttl_store: Any = None
@@ -464,11 +465,14 @@ class StatefulProcessorHandle:
         self._variables: dict[str, _Variable] = {}
         """The variables ``init`` got, by name (``deleteIfExists`` turns one into a deleted one)."""
 
-    def _set_key(self, pickled_key: bytes) -> None:
+    # -- what kstate's processor loop and TwsTester drive (not Spark's handle API) ---------------
+
+    def set_current_key(self, pickled_key: bytes) -> None:
+        """Makes ``pickled_key`` the grouping key the variables and timers act on."""
         self._current_key = pickled_key
         self._current_prefix = _core.state_key_prefix(pickled_key)
 
-    def _read_ahead_values(self, pickled_keys: list[bytes]) -> None:
+    def read_ahead_values(self, pickled_keys: list[bytes]) -> None:
         """Reads every value-state variable's values of ``pickled_keys`` with one ``get_many``
         each, for ``get`` / ``exists`` to take instead of one store read per call (a key's
         update or clear drops its read-ahead value), and every list and map variable's entries
@@ -511,13 +515,15 @@ class StatefulProcessorHandle:
                 self._ttl_store = self._stores[TTL_INDEX]
         return name, ttl_ms
 
-    def _value_codec(self, name: str, schema: Any) -> Any:
+    def value_codec(self, name: str, schema: Any) -> Any:
+        """The codec of variable ``name``'s values: typed when the query's schemas name it."""
         typed = self._schemas.get(name)
         if typed is not None:
             return TypedCodec(name, typed.current, typed.versions)
         return PickleCodec(schema)
 
-    def _key_codec(self, name: str, schema: Any) -> Any:
+    def key_codec(self, name: str, schema: Any) -> Any:
+        """The codec of map variable ``name``'s user keys: typed when the query's schemas name it."""
         typed = self._schemas.get(name)
         if typed is not None and typed.key is not None:
             return TypedCodec(name, typed.key, versioned=False)
@@ -528,12 +534,12 @@ class StatefulProcessorHandle:
         typed (``kstate.spark.format.row_codec``), checked on write, read back as tuples;
         ``ttlDurationMs``: each update lives that long in processing time."""
         name, ttl_ms = self._declare(stateName, "value", ttlDurationMs, schema)
-        return self._register(ValueState(self, name, self._value_codec(name, schema), ttl_ms))
+        return self._register(ValueState(self, name, self.value_codec(name, schema), ttl_ms))
 
     def getListState(self, stateName: str, schema: Any = None, ttlDurationMs: int | None = None) -> ListState:  # noqa: N802, N803
         """A list per grouping key; a TTL applies to each element from when it was written."""
         name, ttl_ms = self._declare(stateName, "list", ttlDurationMs, schema)
-        return self._register(ListState(self, name, self._value_codec(name, schema), ttl_ms))
+        return self._register(ListState(self, name, self.value_codec(name, schema), ttl_ms))
 
     def getMapState(  # noqa: N802
         self,
@@ -544,7 +550,7 @@ class StatefulProcessorHandle:
     ) -> MapState:
         """A map per grouping key; a TTL applies to each entry from its last update."""
         name, ttl_ms = self._declare(stateName, "map", ttlDurationMs, valueSchema, userKeySchema)
-        codecs = self._key_codec(name, userKeySchema), self._value_codec(name, valueSchema)
+        codecs = self.key_codec(name, userKeySchema), self.value_codec(name, valueSchema)
         return self._register(MapState(self, name, *codecs, ttl_ms))
 
     def _register(self, variable: Any) -> Any:
@@ -598,20 +604,20 @@ class StatefulProcessorHandle:
             expiries = [_core.state_split_timer_by_key(k)[1] for k, _ in entries]
         return iter(expiries)
 
-    def _has_timer(self, expiry_ms: int) -> bool:
+    def has_timer(self, expiry_ms: int) -> bool:
         """Whether the current key still has the timer at ``expiry_ms``."""
         by_time, _ = self._timer_stores()
         time_key, _ = _core.state_timer_keys(expiry_ms, self._current_key, self._current_prefix)
         return by_time.get(time_key) is not None
 
-    def _next_timer(self) -> int | None:
+    def next_timer(self) -> int | None:
         """The earliest timer of any key (``None``: none)."""
         by_time, _ = self._timer_stores()
         with by_time.all() as entries:
             first = next(entries, None)
         return None if first is None else _core.state_time_of(first[0])
 
-    def _due_timers(self, until_ms: int) -> list[tuple[int, bytes]]:
+    def due_timers(self, until_ms: int) -> list[tuple[int, bytes]]:
         """``(expiry, pickled key)`` of every timer due at ``until_ms``, earliest first."""
         by_time, _ = self._timer_stores()
         # Keys sort by expiry: those below <until + 1> are due.
@@ -620,13 +626,13 @@ class StatefulProcessorHandle:
 
     # -- TTL -------------------------------------------------------------------------------------
 
-    def _remove_expired(self) -> int:
+    def remove_expired(self) -> int:
         """Deletes every entry whose TTL ran out by this batch's processing time (entries written
         again since keep their newer expiry); returns how many."""
         index = self._ttl_store
         if index is None:
             return 0
-        with index.range(None, _core.state_ordered_time(self._now_ms + 1)) as entries:
+        with index.range(None, _core.state_ordered_time(self.now_ms + 1)) as entries:
             due = [k for k, _ in entries]
         removed = 0
         for raw in due:
@@ -636,7 +642,7 @@ class StatefulProcessorHandle:
                 store = self._stores[name]
                 state_key = key if declared.kind == "value" else prefixed
                 stored = store.get(state_key)
-                if stored is not None and _core.state_expiry_of(stored) <= self._now_ms:
+                if stored is not None and _core.state_expiry_of(stored) <= self.now_ms:
                     store.delete(state_key)
                     removed += 1
             index.delete(raw)

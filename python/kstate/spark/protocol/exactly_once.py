@@ -232,7 +232,7 @@ class PartitionState:
                 # parked stores are current; their changelogs were closed while parked.
                 self._stores, parked = parked.stores, None
                 for store in self._stores.values():
-                    store._attach_changelog()
+                    store.attach_changelog()
             else:
                 if parked is not None:
                     for store in parked.stores.values():
@@ -515,7 +515,7 @@ class PartitionState:
     def _park(self) -> None:
         # Parked stores give up their changelogs: another executor may take the partition.
         for store in self._stores.values():
-            store._detach_changelog()
+            store.detach_changelog()
         task_dir = self.layout.task_dir(self.task.partition)
         head_position = None if self._head is None else self._head.position
         IDLE.park(task_dir, Parked(dict(self._stores), self._task_lock, head_position, self._publish_lock.token))
@@ -548,7 +548,7 @@ class PartitionState:
         )
         for name, store in self._stores.items():
             native_store(store).commit_published(published[name])
-            store._clean_changelog()
+            store.clean_changelog()
         self._head = entry
         return entry
 
