@@ -9,6 +9,7 @@ from kstate.errors import InvalidArgumentError
 from kstate.spark import StateBackend, StatefulProcessorHandle, TaskInfo
 from kstate.spark.processor.processor import TIMERS_BY_KEY, TIMERS_BY_TIME, TTL_INDEX
 from kstate.spark.protocol.undo import previous_values
+from kstate.store_lifecycle import native_store
 from kstate.stores import Stores
 
 NOW = 1_700_000_000_000
@@ -307,7 +308,7 @@ def test_list_and_map_state_read_ahead_behave_as_the_store_does(open_handle):
     assert handle._prefixed_ahead["l"].kept_values() == 0, "writes were staged before it read"
     assert handle._prefixed_ahead["m"].kept_values() > 0 and handle._prefixed_ahead["t"].kept_values() > 0
     for name in ("l", "m", "t"):
-        native = handle._stores[name]._open_native()
+        native = native_store(handle._stores[name])
         assert undo_sources[name] is handle._prefixed_ahead[name]
         assert previous_values(native, undo_sources[name]).equals(previous_values(native)), name
     state.commit()
