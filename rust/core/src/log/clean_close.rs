@@ -254,7 +254,9 @@ pub(crate) fn take(
     let Some(record) = text.as_deref().and_then(Record::parse) else {
         return Ok(None);
     };
+    // The size goes on to place appends: it must be the closed log's length, not only match its CRC.
     let untouched = record.base_offset == base_offset
+        && record.size == record.files[0].len
         && record.state.index_interval_bytes == index_interval_bytes
         && identities(dir, base_offset) == Some(record.files)
         && tail_crc(dir, base_offset, record.size) == Some(record.tail_crc);
