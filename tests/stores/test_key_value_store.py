@@ -268,3 +268,18 @@ def test_a_damaged_store_file_is_a_store_corrupted_error(task_dir):
     with pytest.raises(StoreCorruptedError, match="Corruption") as raised:
         builder.build().init(task_dir)
     assert isinstance(raised.value, ProcessorStateError)
+
+
+def test_an_open_store_holds_no_preallocated_disk(tmp_path):
+    # RocksDB would fallocate each live WAL to 1.1 write buffers (~18 MB) for a few KB of
+    # writes: gigabytes with many open stores per executor.
+    store = Stores.key_value_store_builder(Stores.persistent_key_value_store("kv"), "bytes", "bytes").build()
+    store.init(tmp_path / "app" / "0_0")
+    store.put_all([b"k%d" % i for i in range(100)], [b"v" * 100] * 100)
+    store.commit(changelog_offset=0)
+    wals = list((tmp_path / "app" / "0_0").rglob("*.log"))
+    assert wals, "the open store has a WAL"
+    for wal in wals:
+        stat = wal.stat()
+        assert stat.st_blocks * 512 <= stat.st_size + (1 << 20), (wal, stat.st_size, stat.st_blocks)
+    store.close()

@@ -40,6 +40,8 @@ const WAL_WRITE_BUFFERS: usize = 4;
 /// SST format 5, readable by the RocksDB of Kafka Streams 3.x (rocksdbjni 7.x) and of other
 /// bindings; the bundled RocksDB's default (7) is not.
 const FORMAT_VERSION: i32 = 5;
+/// Options RocksDB takes only as a string (rust-rocksdb has no setter for them).
+const NO_PREALLOCATION: &str = "allow_fallocate=false";
 
 /// How a process's stores configure RocksDB: its memory budget and the user's options.
 #[derive(Debug)]
@@ -79,6 +81,13 @@ impl RocksConfig {
         let mut table = self.table_options();
         table.set_bloom_filter(BLOOM_BITS_PER_KEY, false);
         options.set_block_based_table_factory(&table);
+        // RocksDB preallocates each live WAL file to 1.1 write buffers (~18 MB of disk for a
+        // store holding a few KB); with many open stores per executor (every parked partition)
+        // that is gigabytes of disk. The WAL is not synced per write, so preallocating buys
+        // nothing measurable (benches/README.md, issue 21). The user's options may set it back.
+        let mut options = options
+            .get_options_from_string(NO_PREALLOCATION)
+            .map_err(|e| Error::InvalidState(format!("RocksDB options: {}", e.into_string())))?;
         match &self.user {
             None => Ok(options),
             Some(user) => options.get_options_from_string(user).map_err(|e| {
