@@ -118,12 +118,12 @@ impl StateReadAhead {
         store: &Bound<'py, NativeKeyValueStore>,
         large: bool,
     ) -> PyResult<(PackedArray<'py>, PackedArray<'py>)> {
-        let own = self.store != Some(store.as_ptr() as usize);
+        let not_read_ahead = self.store != Some(store.as_ptr() as usize);
         let mut store = store.try_borrow_mut()?;
         let store = &mut store.logged.inner.store;
         let entries = &self.entries;
         packed_writes(py, large, |visit| {
-            if own {
+            if not_read_ahead {
                 store.previous_values_of_staged(visit)
             } else {
                 entries.previous_values_of_staged(store, visit)

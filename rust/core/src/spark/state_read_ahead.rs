@@ -32,8 +32,6 @@ use crate::store::KeyValueStore;
 pub const READ_AHEAD_MAX_BYTES: usize = 64 << 20;
 /// Bookkeeping counted per entry besides its bytes (two vectors).
 const ENTRY_OVERHEAD: usize = 48;
-/// Staged keys gathered per step when the undo is read.
-const STAGED_KEYS_CHUNK_BYTES: usize = 4 << 20;
 
 /// One entry under a prefix: what follows the prefix in its key (a list sequence, a map key),
 /// and its stored `<expiry><value>`.
@@ -294,9 +292,8 @@ impl PrefixEntries {
 
     /// Passes every key with an uncommitted write in `store` (the store this read ahead) to
     /// `visit` with its committed value, exactly as `KeyValueStore::previous_values_of_staged`
-    /// does: the values kept at the keys' first writes through this read-ahead, the others
-    /// read from the store in one multi-get. A store whose reads hide expired values (a
-    /// store-level TTL) is left to read them all itself.
+    /// does, taking the values kept at the keys' first writes through this read-ahead. A store
+    /// whose reads hide expired values (a store-level TTL) is left to read them all itself.
     pub fn previous_values_of_staged(
         &self,
         store: &mut KeyValueStore,
@@ -306,31 +303,7 @@ impl PrefixEntries {
         if kept.is_empty() || store.ttl().is_some() {
             return store.previous_values_of_staged(visit);
         }
-        let view = store.read_committed_view();
-        store.for_each_staged(STAGED_KEYS_CHUNK_BYTES, &mut |writes| {
-            let found: Vec<Option<&Option<Vec<u8>>>> =
-                writes.iter().map(|(key, _)| kept.get(*key)).collect();
-            let lookup: Vec<&[u8]> = writes
-                .iter()
-                .zip(&found)
-                .filter(|(_, found)| found.is_none())
-                .map(|((key, _), _)| *key)
-                .collect();
-            let mut read: Vec<Option<Vec<u8>>> = vec![None; lookup.len()];
-            if !lookup.is_empty() {
-                view.get_many_with(&lookup, &mut |i, value| {
-                    read[i] = value.map(<[u8]>::to_vec);
-                })?;
-            }
-            let mut read = read.into_iter();
-            for ((key, _), found) in writes.iter().zip(found) {
-                match found {
-                    Some(value) => visit(key, value.as_deref())?,
-                    None => visit(key, read.next().flatten().as_deref())?,
-                }
-            }
-            Ok(())
-        })
+        store.previous_values_of_staged_knowing(&|key| kept.get(key).map(Option::as_deref), visit)
     }
 
     /// How many committed values are kept for the undo.

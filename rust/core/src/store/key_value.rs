@@ -1,6 +1,7 @@
 //! The key-value store users write to: uncommitted writes (overlay, then spill) over committed
 //! state (RocksDB or memory), with KIP-892's `commit(offset)` / `recover(offset)`.
 
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
@@ -30,6 +31,8 @@ const SPILL_INGEST_FILE: &str = "commit.sst";
 pub type VisitPrefixed<'f> = dyn FnMut(usize, &[u8], &[u8]) -> Result<bool> + 'f;
 /// Receives one key and a value (`None`: absent).
 pub type VisitWrite<'f> = dyn FnMut(&[u8], Option<&[u8]>) -> Result<()> + 'f;
+/// A key's committed value when known from elsewhere: `Some(None)` absent, `None` not known.
+pub type KnownCommitted<'k> = dyn Fn(&[u8]) -> Option<Option<&'k [u8]>> + 'k;
 
 /// Staged writes read per chunk when collecting the keys of a transaction.
 const STAGED_KEYS_CHUNK_BYTES: usize = 4 * 1024 * 1024;
@@ -741,6 +744,17 @@ impl KeyValueStore {
     /// value (`None`: absent): what undoes the transaction once it is committed. kstate.spark
     /// keeps these with each micro-batch so a replayed batch can be rolled back.
     pub fn previous_values_of_staged(&mut self, visit: &mut VisitWrite<'_>) -> Result<()> {
+        self.previous_values_of_staged_knowing(&|_| None, visit)
+    }
+
+    /// As [`Self::previous_values_of_staged`], taking a key's committed value from `known` when
+    /// it has it (kstate.spark's read-ahead keeps those of the keys its batch wrote) before the
+    /// read cache and the committed state.
+    pub fn previous_values_of_staged_knowing<'k>(
+        &mut self,
+        known: &KnownCommitted<'k>,
+        visit: &mut VisitWrite<'_>,
+    ) -> Result<()> {
         let mut keys: Vec<Vec<u8>> = Vec::with_capacity(self.overlay.len());
         self.for_each_staged(STAGED_KEYS_CHUNK_BYTES, &mut |writes| {
             keys.extend(writes.iter().map(|(k, _)| k.to_vec()));
@@ -748,19 +762,23 @@ impl KeyValueStore {
         })?;
         let Self { state, cache, .. } = self;
         state.with(|c| {
-            // Committed values this writer read recently are in the read cache; the rest come
-            // from the committed state in one multi-get.
+            // Committed values known already or read recently (the read cache) are taken as
+            // they are; the rest come from the committed state in one multi-get.
             let mut missing = Vec::new();
-            let mut found: Vec<Option<Option<Vec<u8>>>> = vec![None; keys.len()];
+            let mut found: Vec<Option<Option<Cow<'k, [u8]>>>> = vec![None; keys.len()];
             for (i, key) in keys.iter().enumerate() {
+                if let Some(value) = known(key) {
+                    found[i] = Some(value.map(Cow::Borrowed));
+                    continue;
+                }
                 match cache.as_ref().and_then(|c| c.get(key)) {
-                    Some(v) => found[i] = Some(v),
+                    Some(v) => found[i] = Some(v.map(Cow::Owned)),
                     None => missing.push(i),
                 }
             }
             let lookup: Vec<&[u8]> = missing.iter().map(|&i| keys[i].as_slice()).collect();
             c.read_many(&lookup, &mut |j, v| {
-                found[missing[j]] = Some(v.map(<[u8]>::to_vec))
+                found[missing[j]] = Some(v.map(|v| Cow::Owned(v.to_vec())))
             })?;
             keys.iter()
                 .zip(&found)
