@@ -199,6 +199,7 @@ class KeyValueStore(_Logged):
         ttl_wall_clock: bool = False,
         memory_max_bytes: int | None = None,
         rocksdb_config: str | None = None,
+        durability: str = "wal",
     ) -> tuple[KeyValueStore, dict[str, Any]]: ...
     @staticmethod
     def open_in_memory(

@@ -31,6 +31,7 @@ fn options(retention_ms: i64, format: ValueFormat, ttl: Option<Ttl>) -> Segmente
             offset_key: "app-w-changelog-0".into(),
             cache_max_bytes: 1 << 20,
             rocks: None,
+            durability: Default::default(),
         },
         ttl,
     }
