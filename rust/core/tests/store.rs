@@ -453,3 +453,49 @@ fn changelog_durability_is_for_transactional_stores_and_has_two_names() {
         Err(Error::InvalidArgument(_))
     ));
 }
+
+#[test]
+fn changelog_durability_flushes_the_offset_with_the_data_it_belongs_to() {
+    use kstate_core::{MemoryBudget, RocksConfig};
+    // 64 KiB write buffers: each commit below fills the data family's memtable, whose flush
+    // must take the `offsets` family (a few bytes, never full) with it.
+    let config = RocksConfig::new(
+        MemoryBudget::new(64 << 20).unwrap(),
+        Some("write_buffer_size=65536"),
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (mut store, _) = KeyValueStore::open_rocksdb(
+        "s",
+        &dir.path().join("rocksdb/s"),
+        &dir.path().join("rocksdb/.s.uncommitted"),
+        ValueFormat::Plain,
+        StoreOptions {
+            durability: Durability::Changelog,
+            rocks: Some(config),
+            ..options(1 << 30)
+        },
+        &mut |_| {},
+    )
+    .unwrap();
+    let value = [7u8; 100];
+    for offset in 1..=3 {
+        for i in 0..2000u32 {
+            store
+                .put(format!("k{i:05}").as_bytes(), Some(&value))
+                .unwrap();
+        }
+        store.commit(Some(offset), &mut |_| {}).unwrap();
+    }
+    // The memtable switch of commits 2 and 3 flushes what came before in the background.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while store.durable_offset().unwrap().is_none_or(|o| o < 2) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the data family flushed without the offset"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(store.committed_offset().unwrap(), Some(3));
+    store.close().unwrap();
+}
