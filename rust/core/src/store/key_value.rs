@@ -756,10 +756,6 @@ impl KeyValueStore {
             .with(|c| c.committed_offset(&self.options.offset_key))
     }
 
-    pub fn durability(&self) -> Durability {
-        self.options.durability
-    }
-
     /// The committed offset a crash now would reopen at: with changelog durability the last
     /// flushed commit's (memtables skipped), with the WAL the last commit's.
     pub fn durable_offset(&self) -> Result<Option<i64>> {
