@@ -5,6 +5,9 @@ use std::path::Path;
 use kstate_core::store::{Durability, OpenReport};
 use kstate_core::{Direction, Error, KeyRange, KeyValueStore, StoreOptions, ValueFormat};
 
+mod common;
+use common::copy_dir;
+
 const OFFSET_KEY: &str = "app-s-changelog-0";
 
 fn options(max_uncommitted_bytes: usize) -> StoreOptions {
@@ -352,20 +355,6 @@ fn staged_writes_stream_out_in_key_order_spilled_or_not_and_restore_bypasses_the
             Some(b"1".to_vec())
         );
         store.close().unwrap();
-    }
-}
-
-/// A store's directory as a process killed now leaves it (no `LOCK`: it died with the process).
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else if entry.file_name() != "LOCK" {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
     }
 }
 

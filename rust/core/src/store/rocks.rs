@@ -721,27 +721,17 @@ mod tests {
         let config = RocksConfig::new(budget.clone(), None).unwrap();
         let value = vec![7u8; 1000];
         let keys = 140_000; // ~140 MB of tables: over 4x the 28 MiB block cache
+        let open = |path: &Path| {
+            RocksState::open_with_ttl(path, ValueFormat::Plain, None, &config, Durability::Wal)
+                .unwrap()
+        };
         {
-            let state = RocksState::open_with_ttl(
-                dir.path(),
-                ValueFormat::Plain,
-                None,
-                &config,
-                Durability::Wal,
-            )
-            .unwrap();
+            let state = open(dir.path());
             for start in (0..keys).step_by(20_000) {
                 write(&state, start..start + 20_000, &value);
             }
         }
-        let state = RocksState::open_with_ttl(
-            dir.path(),
-            ValueFormat::Plain,
-            None,
-            &config,
-            Durability::Wal,
-        )
-        .unwrap();
+        let state = open(dir.path());
         for i in (0..keys).step_by(97) {
             assert_eq!(read(&state, i).as_deref(), Some(&value[..]));
         }
@@ -758,14 +748,7 @@ mod tests {
         );
 
         let small = tempfile::tempdir().unwrap();
-        let state = RocksState::open_with_ttl(
-            small.path(),
-            ValueFormat::Plain,
-            None,
-            &config,
-            Durability::Wal,
-        )
-        .unwrap();
+        let state = open(small.path());
         write(&state, 0..1000, &value);
         assert_eq!(read(&state, 5).as_deref(), Some(&value[..]));
         assert!(state.caches_blocks.load(Ordering::Relaxed));
