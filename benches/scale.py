@@ -14,7 +14,7 @@ of 200k random point gets of present keys, fresh keys each round (kstate: ``get`
 on as by default), 3 of absent keys (where a Bloom filter counts) and a forward scan of 1M keys
 from a random start. Disk is the store directory once closed, RSS the peak (``VmHWM``).
 ``kstate-changelog``: kstate with ``statestore.durability = "changelog"`` (RocksDB's WAL off,
-Kafka Streams' contract; the default of a store with a changelog), the same workload.
+Kafka Streams' contract), the same workload.
 """
 
 from __future__ import annotations

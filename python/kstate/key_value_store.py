@@ -77,13 +77,10 @@ class KeyValueStore(StoreLifecycle, KeyValueReads):
 
     @property
     def durability(self) -> str:
-        """``statestore.durability`` (``kstate.config.DURABILITIES``). Unless set: ``"changelog"``
-        for a transactional store with a changelog (``with_logging_enabled``: after a crash it
-        restores the commits it lost from there on open, as Kafka Streams' stores do), ``"wal"``
-        otherwise (a caller-supplied offset would silently go back)."""
-        if self._config.durability is not None:
-            return self._config.durability
-        return DURABILITY_CHANGELOG if self.logged and self.transactional else DURABILITY_WAL
+        """``statestore.durability`` (``kstate.config.DURABILITIES``), ``"wal"`` unless set.
+        ``"changelog"`` suits a store with a changelog (``with_logging_enabled``): after a kill
+        it restores the commits it lost from there on open, as Kafka Streams' stores do."""
+        return self._config.durability or DURABILITY_WAL
 
     def init(
         self, task_dir: str | Path, *, partition: int | None = None, application_id: str | None = None
@@ -102,6 +99,12 @@ class KeyValueStore(StoreLifecycle, KeyValueReads):
         """The store's RocksDB directory and its spill directory."""
         rocksdb = self.task_dir / "rocksdb"
         return [rocksdb / self.name, rocksdb / f".{self.name}.uncommitted"]
+
+    def durable_offset(self) -> int | None:
+        """The committed offset a crash now would reopen at: ``committed_offset()`` with the
+        ``"wal"`` durability; with ``"changelog"`` that of the last commit RocksDB flushed (older
+        while commits wait in memtables; a clean ``close`` flushes them)."""
+        return self._reader.durable_offset()
 
     def _open_local_state(self) -> None:
         if not self.persistent:

@@ -95,14 +95,16 @@ def test_a_clean_close_loses_nothing_and_reopens_clean(task_dir, caplog):
         for n in range(1, 4):
             store.put_all([b"k%05d" % i for i in range(100)], [b"%d." % n] * 100)
             store.commit(n)
+            assert store.durable_offset() is None, "in memtables only"
     with caplog.at_level(logging.WARNING, logger="kstate.store"), reopen(task_dir, "changelog") as store:
-        assert store.committed_offset() == 3
+        assert store.committed_offset() == store.durable_offset() == 3
         assert values_of(store) == ({b"3"}, 100)
     assert not [r for r in caplog.records if "not closed cleanly" in r.getMessage()]
     # Switching durability across a restart keeps every commit either way.
     with reopen(task_dir, "wal") as store:
         store.put(b"k00000", b"4.")
         store.commit(4)
+        assert store.durable_offset() == 4
     with reopen(task_dir, "changelog") as store:
         assert store.committed_offset() == 4
         assert store.get(b"k00000") == b"4."

@@ -291,6 +291,11 @@ impl NativeKeyValueStore {
         self.logged.inner.store.is_open()
     }
 
+    /// The committed offset a crash now would reopen at (`statestore.durability`).
+    fn durable_offset(&self) -> PyResult<Option<i64>> {
+        guard(|| self.logged.inner.store.durable_offset())
+    }
+
     /// `(bytes staged in memory, whether staged writes spilled to disk)`.
     fn uncommitted(&self) -> (usize, bool) {
         self.logged.inner.store.uncommitted()

@@ -87,11 +87,6 @@ pub trait ChangelogTarget {
     ) -> Result<()>;
     fn recover(&mut self, offset: Option<i64>) -> Result<bool>;
     fn close(&mut self) -> Result<()>;
-    /// The offset a crash now would reopen at (older than `committed_offset` while commits
-    /// of a store with changelog durability wait in memtables).
-    fn durable_offset(&self) -> Result<Option<i64>> {
-        self.committed_offset()
-    }
 }
 
 impl ChangelogTarget for KeyValueStore {
@@ -123,9 +118,6 @@ impl ChangelogTarget for KeyValueStore {
     }
     fn close(&mut self) -> Result<()> {
         KeyValueStore::close(self)
-    }
-    fn durable_offset(&self) -> Result<Option<i64>> {
-        KeyValueStore::durable_offset(self)
     }
 }
 
@@ -437,9 +429,7 @@ impl<S: ChangelogTarget> LoggedStore<S> {
     pub fn clean_changelog(&mut self, now_ms: i64) -> Result<Option<CleaningReport>> {
         match &mut self.changelog {
             Some(log) => {
-                // The cleaner may drop what the store holds: what it holds durably, since a
-                // store with changelog durability reopens after a crash at its flushed offset.
-                let store_offset = self.store.durable_offset()?;
+                let store_offset = self.store.committed_offset()?;
                 log.changelog.clean(now_ms, store_offset).map(Some)
             }
             None => Ok(None),
