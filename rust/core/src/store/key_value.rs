@@ -965,15 +965,28 @@ impl KeyValueStore {
             .spill
             .as_ref()
             .ok_or_else(|| Error::InvalidState("spill vanished".into()))?;
+        let changelog_durability = self.options.durability == Durability::Changelog;
+        if changelog_durability {
+            // Once marked, the spill is redone at open over whatever is durable, and its table
+            // file is durable at once: the commits before it must be durable first.
+            self.state.with(|c| c.flush())?;
+        }
         spill.mark_commit(offset)?;
         // A spilled commit may overwrite any cached key; dropping the cache is cheaper than
         // finding them.
         if let Some(cache) = &self.cache {
             cache.clear();
         }
-        let flush_around = self.options.durability == Durability::Changelog;
         self.state.with(|c| {
-            copy_spill(spill, c, &offset_key, offset, flush_around, progress).map(|_| ())
+            copy_spill(
+                spill,
+                c,
+                &offset_key,
+                offset,
+                changelog_durability,
+                progress,
+            )
+            .map(|_| ())
         })?;
         if let Some(spill) = self.spill.take() {
             spill.destroy()?;
@@ -1200,22 +1213,19 @@ fn visit_once<R>(
 }
 
 /// Copies a marked spill into the committed state; the offset goes with the last batch.
-/// `flush_around` (changelog durability): memtables are flushed before, so the ingested table
-/// file (durable at once) is never ahead of commits still in memtables, and after, so the
-/// offset is durable before the caller deletes the spill.
+/// `flush_after` (changelog durability): the offset is made durable before the caller deletes
+/// the spill that could redo the commit. (The commits before it were flushed before the spill
+/// was marked: its table file, durable at once, must not land ahead of them.)
 fn copy_spill(
     spill: &Spill,
     committed: &dyn CommittedState,
     offset_key: &str,
     offset: Option<i64>,
-    flush_around: bool,
+    flush_after: bool,
     progress: &mut dyn FnMut(CommitProgress),
 ) -> Result<u64> {
-    if flush_around {
-        committed.flush()?;
-    }
     let copied = copy_spill_writes(spill, committed, offset_key, offset, progress)?;
-    if flush_around {
+    if flush_after {
         committed.flush()?;
     }
     Ok(copied)
