@@ -4,12 +4,14 @@ writes and of committing it, kstate against rocksdict (building a ``WriteBatch``
 ``write``), one process each. benches/README.md, issue 21's fifth pass.
 
     .venv/bin/python benches/commit_cpu.py kv|window kstate|rocksdict [--keys 1000000] [--dir /var/tmp]
-        [--kstate-options '{"max_write_buffer_number": 4}']
+        [--kstate-options '{"max_write_buffer_number": 4}'] [--durability wal|changelog]
 
 ``kv``: ``benches/scale.py``'s put phase (keys in order, 100-byte values); ``window``:
 ``benches/scale_window.py``'s (a minute of every key, then the next; 10 minutes). Prints one
 JSON line: ms per batch of the stage (``put_cpu_ms``) and of the commit (``commit_cpu_ms``),
-the commit's wall clock (``commit_ms``) and the rate.
+the commit's wall clock (``commit_ms``), the rate, the CPU of all threads per write until the
+close (``process_cpu_us``) and the close's wall clock (``close_ms``: a
+store with ``statestore.durability`` ``changelog`` flushes there what a WAL held).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=1_000_000, help="keys (window: keys x 10 windows)")
     parser.add_argument("--dir", default=None)
     parser.add_argument("--kstate-options", type=json.loads, default=None, help="rocksdb.config.setter as JSON")
+    parser.add_argument("--durability", default=None, help="kstate's statestore.durability (kv only)")
     args = parser.parse_args()
     where = tempfile.mkdtemp(dir=args.dir)
     if args.shape == "kv":
@@ -56,6 +59,8 @@ def main() -> None:
         from kstate import Stores
 
         config = {"statestore.memory.max.bytes": BUDGET, "rocksdb.config.setter": args.kstate_options}
+        if args.durability is not None:
+            config["statestore.durability"] = args.durability
         if args.shape == "kv":
             supplier = Stores.persistent_key_value_store("scale")
             store = Stores.key_value_store_builder(supplier, "bytes", "bytes").with_config(config).build()
@@ -89,7 +94,7 @@ def main() -> None:
             store.write(batch)
 
     put_cpu = commit_cpu = commit_wall = 0.0
-    started = time.perf_counter()
+    started, process_cpu = time.perf_counter(), time.process_time()
     for keys, values, starts in batches:
         cpu = time.thread_time()
         staged = stage(keys, values, starts)
@@ -98,8 +103,10 @@ def main() -> None:
         commit(staged)
         commit_cpu += time.thread_time() - cpu
         commit_wall += time.perf_counter() - wall
-    elapsed = time.perf_counter() - started
+    elapsed, process_cpu = time.perf_counter() - started, time.process_time() - process_cpu
+    closing = time.perf_counter()
     store.close()
+    close_ms = (time.perf_counter() - closing) * 1000
     shutil.rmtree(where)
     writes = sum(len(keys) for keys, _, _ in batches)
     per_batch = 1000 / len(batches)
@@ -108,11 +115,15 @@ def main() -> None:
             {
                 "shape": args.shape,
                 "library": args.library,
+                "durability": args.durability,
                 "writes": writes,
                 "rate": round(writes / elapsed),
                 "put_cpu_ms": round(put_cpu * per_batch, 1),
                 "commit_cpu_ms": round(commit_cpu * per_batch, 1),
                 "commit_ms": round(commit_wall * per_batch, 1),
+                "close_ms": round(close_ms, 1),
+                # every thread (RocksDB's flushes and compactions too), per write
+                "process_cpu_us": round(process_cpu / writes * 1e6, 3),
                 "load": os.getloadavg()[0],
             }
         )

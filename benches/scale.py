@@ -5,6 +5,7 @@ of its own (RSS is the process's), alternating, best of ``--runs``. Prints one m
 
     .venv/bin/python benches/scale.py 1000000 10000000 50000000 [--dir /work/tmp] [--runs 2]
     .venv/bin/python benches/scale.py 10000000 --restore     # changelog on, then a restore
+    .venv/bin/python benches/scale.py 10000000 --library kstate --library kstate-changelog --library rocksdict
 
 Workload: puts (keys in order, values cycling through 4,096 random ones) in batches of 100k
 keys (kstate: ``put_all``, then a commit every 100k keys, a micro-batch;
@@ -12,6 +13,8 @@ rocksdict: a ``WriteBatch`` of 100k per write, which is its fastest write path),
 of 200k random point gets of present keys, fresh keys each round (kstate: ``get``, read cache
 on as by default), 3 of absent keys (where a Bloom filter counts) and a forward scan of 1M keys
 from a random start. Disk is the store directory once closed, RSS the peak (``VmHWM``).
+``kstate-changelog``: kstate with ``statestore.durability = "changelog"`` (RocksDB's WAL off,
+Kafka Streams' contract), the same workload.
 """
 
 from __future__ import annotations
@@ -80,11 +83,15 @@ def _point_gets(get, n: int) -> tuple[float, float]:
     return hit_rate, miss_rate
 
 
-def run_kstate(n: int, where: str, rocksdb_options: dict | None = None) -> dict:
+def run_kstate(n: int, where: str, rocksdb_options: dict | None = None, durability: str = "wal") -> dict:
     from kstate import Stores
 
     builder = Stores.key_value_store_builder(Stores.persistent_key_value_store("scale"), "bytes", "bytes")
-    config = {"statestore.memory.max.bytes": BUDGET, "rocksdb.config.setter": rocksdb_options}
+    config = {
+        "statestore.memory.max.bytes": BUDGET,
+        "rocksdb.config.setter": rocksdb_options,
+        "statestore.durability": durability,
+    }
     store = builder.with_config(config).build().init(f"{where}/app/0_0")
     commits = []
     started, cpu = time.perf_counter(), time.process_time()
@@ -188,6 +195,8 @@ def run_rocksdict(n: int, where: str) -> dict:
 def child(library: str, n: int, where: str, options: str) -> None:
     if library == "kstate":
         result = run_kstate(n, where, json.loads(options) or None)
+    elif library == "kstate-changelog":
+        result = run_kstate(n, where, json.loads(options) or None, durability="changelog")
     elif library == "kstate-changelogged":
         result = run_kstate_changelogged(n, where, json.loads(options) or None)
     elif library == "kstate-restore":
@@ -202,7 +211,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sizes", type=int, nargs="*")
     parser.add_argument("--dir", default=None, help="where the stores go (default: a temporary directory)")
-    parser.add_argument("--library", choices=["kstate", "rocksdict"], action="append")
+    parser.add_argument("--library", choices=["kstate", "kstate-changelog", "rocksdict"], action="append")
     parser.add_argument("--runs", type=int, default=2, help="runs of each library, alternating (best of them)")
     parser.add_argument(
         "--kstate-options",
@@ -243,14 +252,14 @@ def main() -> None:
         best = {library: _best(results) for library, results in runs.items()}
         for library in libraries:
             plain = library == "rocksdict" or args.kstate_options == "{}"
-            _print_row(library if plain else f"kstate {args.kstate_options}", n, best[library])
-        if len(libraries) == 2:
-            ratios = {k: best["kstate"][k] / best["rocksdict"][k] for k in best["kstate"]}
+            _print_row(library if plain else f"{library} {args.kstate_options}", n, best[library])
+        for library in [lib for lib in libraries if lib != "rocksdict" and "rocksdict" in libraries]:
+            ratios = {k: best[library][k] / best["rocksdict"][k] for k in best[library]}
             # Rates: kstate / rocksdict; seconds, bytes: rocksdict / kstate, so > 1 is kstate ahead.
             for k in ("commit_seconds", "disk", "rss"):
                 ratios[k] = 1 / ratios[k]
             print(
-                f"| kstate / rocksdict | | {ratios['put_rate']:.2f}x | {ratios['get_rate']:.2f}x "
+                f"| {library} / rocksdict | | {ratios['put_rate']:.2f}x | {ratios['get_rate']:.2f}x "
                 f"| {ratios['miss_rate']:.2f}x | {ratios['scan_rate']:.2f}x | {ratios['commit_seconds']:.2f}x "
                 f"| {ratios['disk']:.2f}x | {ratios['rss']:.2f}x |",
                 flush=True,

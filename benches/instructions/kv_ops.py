@@ -1,5 +1,6 @@
 """One key-value operation repeated on 20,000 keys (3 rounds) after a commit, for callgrind
-(kv_instructions.sh); "none" / "none_nocache": the setup alone."""
+(kv_instructions.sh); "none" / "none_nocache": the setup alone. A second argument sets
+``statestore.durability`` ("wal" or "changelog")."""
 
 import os
 import shutil
@@ -12,8 +13,10 @@ KEYS = [b"key-%012d" % i for i in range(20_000)]
 VALUE = os.urandom(100)
 
 
-def main(op: str) -> None:
+def main(op: str, durability: str | None) -> None:
     config = {"statestore.cache.max.bytes": 0} if op.endswith("nocache") else {}
+    if durability is not None:
+        config["statestore.durability"] = durability
     where = tempfile.mkdtemp()
     builder = Stores.key_value_store_builder(Stores.persistent_key_value_store("kv"), "bytes", "bytes")
     store = builder.with_config(config).build().init(f"{where}/app/0_0")
@@ -42,4 +45,4 @@ def main(op: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None)

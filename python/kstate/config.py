@@ -16,6 +16,18 @@ STATESTORE_CACHE_MAX_BYTES = "statestore.cache.max.bytes"
 APPLICATION_ID = "application.id"
 STATESTORE_MEMORY_MAX_BYTES = "statestore.memory.max.bytes"
 ROCKSDB_CONFIG_SETTER = "rocksdb.config.setter"
+STATESTORE_DURABILITY = "statestore.durability"
+
+DURABILITY_WAL = "wal"
+DURABILITY_CHANGELOG = "changelog"
+DURABILITIES = (DURABILITY_WAL, DURABILITY_CHANGELOG)
+"""``statestore.durability`` (kstate's own; persistent key-value stores): what makes a commit
+survive a crash. ``"wal"``: RocksDB's write-ahead log, a killed process reopens at its last commit.
+``"changelog"``: Kafka Streams' ``RocksDBStore`` contract (its WAL is off): commits reach disk when
+RocksDB flushes its memtables (all column families together, so data and offset never part) or
+the store closes cleanly; after a kill the store reopens at an OLDER committed offset, with
+exactly that commit's data, logs it, and must be restored from there. A logged store restores
+itself from its changelog on open. ``"wal"`` by default; window and session stores keep it."""
 
 DEFAULT_UNCOMMITTED_MAX_BYTES = 64 * 1024 * 1024
 """The KIP-892 proposal's default: 64 MiB of staged writes per store before they spill to disk."""
@@ -44,6 +56,7 @@ _KNOWN = {
     STATESTORE_MEMORY_MAX_BYTES,
     ROCKSDB_CONFIG_SETTER,
     APPLICATION_ID,
+    STATESTORE_DURABILITY,
 }
 
 
@@ -102,6 +115,16 @@ def rocksdb_options_string(options: Mapping[str, Any]) -> str:
     return ";".join(parts)
 
 
+def _durability(config: Mapping[str, Any]) -> str | None:
+    value = config.get(STATESTORE_DURABILITY)
+    if value is None:
+        return None
+    name = value.strip().lower() if isinstance(value, str) else value
+    if name not in DURABILITIES:
+        raise InvalidArgumentError(f"{STATESTORE_DURABILITY} must be one of {list(DURABILITIES)}, got {value!r}")
+    return name
+
+
 def _rocksdb_config_setter(config: Mapping[str, Any]) -> RocksDBConfigSetter | None:
     setter = config.get(ROCKSDB_CONFIG_SETTER)
     if setter is None or callable(setter):
@@ -121,6 +144,8 @@ class StoreConfig:
     application_id: str | None = None
     memory_max_bytes: int | None = None
     rocksdb_config_setter: RocksDBConfigSetter | None = None
+    durability: str | None = None
+    """``statestore.durability`` as given (``None``: the store's default)."""
 
     @classmethod
     def parse(cls, config: Mapping[str, Any] | None) -> StoreConfig:
@@ -140,6 +165,7 @@ class StoreConfig:
             application_id=app,
             memory_max_bytes=_memory_max_bytes(config),
             rocksdb_config_setter=_rocksdb_config_setter(config),
+            durability=_durability(config),
         )
         if not callable(parsed.rocksdb_config_setter):
             parsed.rocksdb_options(None)  # a dict is checked now; a callable when a store opens

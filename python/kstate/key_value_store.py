@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kstate import _core, arrow_numbers
-from kstate.config import ChangelogConfig, StoreConfig
+from kstate.config import DURABILITY_CHANGELOG, DURABILITY_WAL, ChangelogConfig, StoreConfig
 from kstate.errors import InvalidArgumentError
 from kstate.log.remote import RemoteChangelog
 from kstate.serdes import BytesSerde, Serde, StringSerde
@@ -75,6 +75,13 @@ class KeyValueStore(StoreLifecycle, KeyValueReads):
     def _stores_timestamps(self) -> bool:
         return self._supplier.timestamped
 
+    @property
+    def durability(self) -> str:
+        """``statestore.durability`` (``kstate.config.DURABILITIES``), ``"wal"`` unless set.
+        ``"changelog"`` suits a store with a changelog (``with_logging_enabled``): after a kill
+        it restores the commits it lost from there on open, as Kafka Streams' stores do."""
+        return self._config.durability or DURABILITY_WAL
+
     def init(
         self, task_dir: str | Path, *, partition: int | None = None, application_id: str | None = None
     ) -> KeyValueStore:
@@ -92,6 +99,12 @@ class KeyValueStore(StoreLifecycle, KeyValueReads):
         """The store's RocksDB directory and its spill directory."""
         rocksdb = self.task_dir / "rocksdb"
         return [rocksdb / self.name, rocksdb / f".{self.name}.uncommitted"]
+
+    def durable_offset(self) -> int | None:
+        """The committed offset a crash now would reopen at: ``committed_offset()`` with the
+        ``"wal"`` durability; with ``"changelog"`` that of the last commit RocksDB flushed (older
+        while commits wait in memtables; a clean ``close`` flushes them)."""
+        return self._reader.durable_offset()
 
     def _open_local_state(self) -> None:
         if not self.persistent:
@@ -119,6 +132,7 @@ class KeyValueStore(StoreLifecycle, KeyValueReads):
             self._supplier.ttl_clock == "wall_clock",
             memory_max_bytes=self._config.memory_max_bytes,
             rocksdb_config=self._config.rocksdb_options(self.name),
+            durability=self.durability,
         )
         self._reader = native
         self._bind_raw_calls()
@@ -126,6 +140,17 @@ class KeyValueStore(StoreLifecycle, KeyValueReads):
             log.info("Opening store %s in upgrade mode: legacy values migrate on access", self.name)
         if found["unclean_shutdown"]:
             log.warning("Store %s was not closed cleanly; its offset was dropped so it is restored", self.name)
+        if found["unflushed_commits_lost"]:
+            log.warning(
+                "Store %s was not closed cleanly: with %s durability its commits since the last flush "
+                "are lost and it reopens at committed offset %s, %s",
+                self.name,
+                DURABILITY_CHANGELOG,
+                native.committed_offset(),
+                "restored from its changelog"
+                if self.logged
+                else "possibly older than its last commit: restore from there",
+            )
         if found["finished_spilled_commit"] is not None:
             log.info(
                 "Store %s: finished a commit interrupted by a crash (%d writes)",

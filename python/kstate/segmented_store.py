@@ -17,7 +17,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kstate.config import ChangelogConfig, StoreConfig
+from kstate.config import DURABILITY_WAL, STATESTORE_DURABILITY, ChangelogConfig, StoreConfig
+from kstate.errors import InvalidArgumentError
 from kstate.serdes import Serde
 from kstate.store_lifecycle import StoreLifecycle, Unopened, progress_logger
 from kstate.store_reads import SegmentedReads
@@ -60,6 +61,11 @@ class SegmentedStore(StoreLifecycle, SegmentedReads):
         self._value_serde = value_serde
         self._timestamped_bytes = supplier.timestamped
         self._config = StoreConfig.parse(config)
+        if self._config.durability not in (None, DURABILITY_WAL):
+            raise InvalidArgumentError(
+                f"{STATESTORE_DURABILITY}={self._config.durability!r}: window and session stores keep RocksDB's "
+                "write-ahead log (a commit spans several segments, which only the log keeps consistent with its offset)"
+            )
         self._logging = None if logging is None else ChangelogConfig.parse(logging, _changelog_defaults(supplier))
         self._reader: Any = Unopened(self.name)
         self._raw = self._raw_bytes()

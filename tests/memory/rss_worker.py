@@ -66,9 +66,12 @@ def main() -> None:
     parser.add_argument("--total-bytes", type=int, default=256 << 20)
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--budget", type=int, default=None)
+    parser.add_argument("--durability", default=None, help="statestore.durability (key-value)")
     args = parser.parse_args()
     started = time.monotonic()
     config = {} if args.budget is None else {"statestore.memory.max.bytes": args.budget}
+    if args.durability is not None:
+        config["statestore.durability"] = args.durability
     report("started", started)
     records_per_store_round = max(1, args.total_bytes // (VALUE_BYTES + 16) // args.stores // args.rounds)
     value = bytes(random.Random(7).getrandbits(8) for _ in range(VALUE_BYTES))

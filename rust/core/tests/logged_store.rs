@@ -25,6 +25,7 @@ fn open(task: &Path, log_dir: &Path, max_uncommitted_bytes: usize) -> (LoggedSto
         offset_key: format!("{TOPIC}-0"),
         cache_max_bytes: 1 << 20,
         rocks: None,
+        durability: Default::default(),
     };
     let (store, _) = KeyValueStore::open_rocksdb(
         "s",

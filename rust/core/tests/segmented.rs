@@ -18,6 +18,9 @@ use kstate_core::{
     WindowStore,
 };
 
+mod common;
+use common::copy_dir;
+
 const MINUTE: i64 = 60_000;
 
 fn options(retention_ms: i64, format: ValueFormat, ttl: Option<Ttl>) -> SegmentedOptions {
@@ -31,6 +34,7 @@ fn options(retention_ms: i64, format: ValueFormat, ttl: Option<Ttl>) -> Segmente
             offset_key: "app-w-changelog-0".into(),
             cache_max_bytes: 1 << 20,
             rocks: None,
+            durability: Default::default(),
         },
         ttl,
     }
@@ -416,19 +420,6 @@ fn a_one_segment_commit_before_any_intent_is_found_on_open() {
         store.fetch(b"k", 7 * MINUTE).unwrap().as_deref(),
         Some(&b"v"[..])
     );
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else if entry.file_name() != "LOCK" {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
 }
 
 #[test]

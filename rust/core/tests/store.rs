@@ -2,7 +2,11 @@
 
 use std::path::Path;
 
+use kstate_core::store::{Durability, OpenReport};
 use kstate_core::{Direction, Error, KeyRange, KeyValueStore, StoreOptions, ValueFormat};
+
+mod common;
+use common::copy_dir;
 
 const OFFSET_KEY: &str = "app-s-changelog-0";
 
@@ -13,6 +17,7 @@ fn options(max_uncommitted_bytes: usize) -> StoreOptions {
         offset_key: OFFSET_KEY.into(),
         cache_max_bytes: 1 << 20,
         rocks: None,
+        durability: Default::default(),
     }
 }
 
@@ -351,4 +356,135 @@ fn staged_writes_stream_out_in_key_order_spilled_or_not_and_restore_bypasses_the
         );
         store.close().unwrap();
     }
+}
+
+fn open_durable(dir: &Path, durability: Durability) -> (KeyValueStore, OpenReport) {
+    KeyValueStore::open_rocksdb(
+        "s",
+        &dir.join("rocksdb/s"),
+        &dir.join("rocksdb/.s.uncommitted"),
+        ValueFormat::Plain,
+        StoreOptions {
+            durability,
+            ..options(1 << 20)
+        },
+        &mut |_| {},
+    )
+    .expect("open")
+}
+
+#[test]
+fn changelog_durability_loses_unflushed_commits_whole_and_reports_it() {
+    for durability in [Durability::Wal, Durability::Changelog] {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, report) = open_durable(dir.path(), durability);
+        assert!(!report.unflushed_commits_lost);
+        store.put(b"a", Some(b"1")).unwrap();
+        store.commit(Some(1), &mut |_| {}).unwrap();
+        store.compact().unwrap(); // flushes
+        store.put(b"a", Some(b"2")).unwrap();
+        store.put(b"b", Some(b"2")).unwrap();
+        store.commit(Some(2), &mut |_| {}).unwrap();
+        let durable = match durability {
+            Durability::Wal => 2,
+            Durability::Changelog => 1,
+        };
+        assert_eq!(store.durable_offset().unwrap(), Some(durable));
+        let killed = tempfile::tempdir().unwrap();
+        copy_dir(dir.path(), killed.path());
+        store.close().unwrap();
+
+        let (mut reopened, report) = open_durable(killed.path(), durability);
+        let rows = match durability {
+            Durability::Wal => vec![kv("a", "2"), kv("b", "2")],
+            Durability::Changelog => vec![kv("a", "1")],
+        };
+        assert_eq!(reopened.committed_offset().unwrap(), Some(durable));
+        assert_eq!(all(&reopened, Direction::Forward), rows);
+        assert_eq!(
+            report.unflushed_commits_lost,
+            durability == Durability::Changelog
+        );
+        reopened.close().unwrap();
+
+        // A clean close flushed everything and marked the store closed.
+        let (mut store, report) = open_durable(dir.path(), durability);
+        assert_eq!(store.committed_offset().unwrap(), Some(2));
+        assert!(!report.unflushed_commits_lost);
+        assert!(!report.unclean_shutdown);
+        store.close().unwrap();
+    }
+}
+
+#[test]
+fn changelog_durability_is_for_transactional_stores_and_has_two_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let opened = KeyValueStore::open_rocksdb(
+        "s",
+        &dir.path().join("rocksdb/s"),
+        &dir.path().join("rocksdb/.s.uncommitted"),
+        ValueFormat::Plain,
+        StoreOptions {
+            transactional: false,
+            durability: Durability::Changelog,
+            ..options(1 << 20)
+        },
+        &mut |_| {},
+    );
+    assert!(matches!(opened, Err(Error::InvalidArgument(_))));
+    assert_eq!(Durability::parse("wal").unwrap(), Durability::Wal);
+    assert_eq!(
+        Durability::parse("changelog").unwrap(),
+        Durability::Changelog
+    );
+    assert!(matches!(
+        Durability::parse("WAL"),
+        Err(Error::InvalidArgument(_))
+    ));
+}
+
+#[test]
+fn changelog_durability_flushes_the_offset_with_the_data_it_belongs_to() {
+    use kstate_core::{MemoryBudget, RocksConfig};
+    // 64 KiB write buffers: each commit below fills the data family's memtable, whose flush
+    // must take the `offsets` family (a few bytes, never full) with it.
+    let config = RocksConfig::new(
+        MemoryBudget::new(64 << 20).unwrap(),
+        Some("write_buffer_size=65536"),
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (mut store, _) = KeyValueStore::open_rocksdb(
+        "s",
+        &dir.path().join("rocksdb/s"),
+        &dir.path().join("rocksdb/.s.uncommitted"),
+        ValueFormat::Plain,
+        StoreOptions {
+            durability: Durability::Changelog,
+            rocks: Some(config),
+            ..options(1 << 30)
+        },
+        &mut |_| {},
+    )
+    .unwrap();
+    let value = [7u8; 100];
+    for offset in 1..=3 {
+        for i in 0..2000u32 {
+            store
+                .put(format!("k{i:05}").as_bytes(), Some(&value))
+                .unwrap();
+        }
+        store.commit(Some(offset), &mut |_| {}).unwrap();
+    }
+    // The memtable switch of commits 2 and 3 flushes what came before in the background.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while store.durable_offset().unwrap().is_none_or(|o| o < 2) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the data family flushed without the offset"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(store.committed_offset().unwrap(), Some(3));
+    store.close().unwrap();
 }

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use kstate_core::format::packed::{BinaryBuilder, BinaryColumn};
 use kstate_core::logged::changelog::{published_marker, Changelog};
-use kstate_core::store::key_value::VisitWrite;
+use kstate_core::store::key_value::{Durability, VisitWrite};
 use kstate_core::{
     Direction, KeyRange, KeyValueStore, ReadCommittedView, StoreOptions, Ttl, TtlClock, ValueFormat,
 };
@@ -189,7 +189,7 @@ logged_store_methods!(NativeKeyValueStore);
 impl NativeKeyValueStore {
     /// Opens a RocksDB store; returns the store and a dict of what opening found.
     #[staticmethod]
-    #[pyo3(signature = (name, path, spill_path, timestamped, transactional, max_uncommitted_bytes, cache_max_bytes, offset_key, progress=None, ttl_ms=None, ttl_wall_clock=false, memory_max_bytes=None, rocksdb_config=None))]
+    #[pyo3(signature = (name, path, spill_path, timestamped, transactional, max_uncommitted_bytes, cache_max_bytes, offset_key, progress=None, ttl_ms=None, ttl_wall_clock=false, memory_max_bytes=None, rocksdb_config=None, durability="wal"))]
     #[allow(clippy::too_many_arguments)]
     fn open_rocksdb<'py>(
         py: Python<'py>,
@@ -206,8 +206,10 @@ impl NativeKeyValueStore {
         ttl_wall_clock: bool,
         memory_max_bytes: Option<usize>,
         rocksdb_config: Option<String>,
+        durability: &str,
     ) -> PyResult<(Self, Bound<'py, PyDict>)> {
         let ttl = ttl_of(ttl_ms, ttl_wall_clock)?;
+        let durability = guard(|| Durability::parse(durability))?;
         let rocks = guard(|| rocks_config(memory_max_bytes, rocksdb_config.as_deref()))?;
         let format = if timestamped {
             ValueFormat::Timestamped
@@ -220,6 +222,7 @@ impl NativeKeyValueStore {
             offset_key,
             cache_max_bytes,
             rocks: Some(rocks),
+            durability,
         };
         let mut reporter = Progress::new(progress);
         let (inner, report) = py.detach(|| {
@@ -239,6 +242,7 @@ impl NativeKeyValueStore {
         let found = PyDict::new(py);
         found.set_item("upgrade_mode", report.upgrade_mode)?;
         found.set_item("unclean_shutdown", report.unclean_shutdown)?;
+        found.set_item("unflushed_commits_lost", report.unflushed_commits_lost)?;
         found.set_item("finished_spilled_commit", report.finished_spilled_commit)?;
         found.set_item("discarded_spill", report.discarded_spill)?;
         Ok((
@@ -264,6 +268,7 @@ impl NativeKeyValueStore {
             offset_key,
             cache_max_bytes: 0,
             rocks: None,
+            durability: Durability::Wal,
         };
         let ttl = ttl_of(ttl_ms, ttl_wall_clock)?;
         Ok(Self {
@@ -284,6 +289,11 @@ impl NativeKeyValueStore {
     #[getter]
     fn is_open(&self) -> bool {
         self.logged.inner.store.is_open()
+    }
+
+    /// The committed offset a crash now would reopen at (`statestore.durability`).
+    fn durable_offset(&self) -> PyResult<Option<i64>> {
+        guard(|| self.logged.inner.store.durable_offset())
     }
 
     /// `(bytes staged in memory, whether staged writes spilled to disk)`.

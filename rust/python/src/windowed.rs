@@ -81,6 +81,7 @@ impl SegmentedConfig {
                 offset_key: self.offset_key,
                 cache_max_bytes: self.cache_max_bytes,
                 rocks,
+                ..StoreOptions::default()
             },
             ttl: ttl_of(self.ttl_ms, self.ttl_wall_clock)?,
         })

@@ -34,7 +34,7 @@ use crate::segmented::segments::{parse_segment_name, segment_id, segment_name};
 use crate::store::committed::Write;
 use crate::store::key_range::{Direction, KeyRange};
 use crate::store::key_value::{
-    CommitProgress, KeyValueStore, ReadCommittedView, StoreOptions, VisitWrite,
+    CommitProgress, Durability, KeyValueStore, ReadCommittedView, StoreOptions, VisitWrite,
 };
 use crate::store::memory_budget::StoreMemory;
 use crate::store::merge::VisitEntry;
@@ -979,6 +979,16 @@ fn check_options(options: &SegmentedOptions) -> Result<()> {
             "retention ({} ms) must be >= 0 and the segment interval ({} ms) > 0",
             options.retention_ms, options.segment_interval
         )));
+    }
+    if options.store.durability != Durability::Wal {
+        // A commit through the intent records its offset once every segment has its batch:
+        // without the segments' WALs, a crash after that could lose batches the intent no
+        // longer holds while the offset claims them.
+        return Err(Error::InvalidArgument(
+            "window and session stores keep RocksDB's write-ahead log: their commits span \
+             several segments, which only the WAL keeps consistent with the committed offset"
+                .into(),
+        ));
     }
     Ok(())
 }

@@ -99,6 +99,12 @@ pub trait CommittedState: Send + Sync {
 
     fn committed_offset(&self, key: &str) -> Result<Option<i64>>;
 
+    /// `committed_offset` as a crash now would leave it: what RocksDB persisted (without a WAL,
+    /// memtables are skipped).
+    fn persisted_offset(&self, key: &str) -> Result<Option<i64>> {
+        self.committed_offset(key)
+    }
+
     fn approximate_num_entries(&self) -> Result<u64>;
 
     /// Makes everything applied so far durable (memtable flush for RocksDB).

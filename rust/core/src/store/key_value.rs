@@ -37,6 +37,32 @@ pub type KnownCommitted<'k> = dyn Fn(&[u8]) -> Option<Option<&'k [u8]>> + 'k;
 /// Staged writes read per chunk when collecting the keys of a transaction.
 const STAGED_KEYS_CHUNK_BYTES: usize = 4 * 1024 * 1024;
 
+/// What makes a RocksDB store's commits survive a crash.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Durability {
+    /// RocksDB's write-ahead log: a killed process reopens at its last commit.
+    #[default]
+    Wal,
+    /// Kafka Streams' `RocksDBStore` (WAL off): commits reach disk when the memtables flush,
+    /// all column families together (`atomic_flush`), so a killed process reopens at an older
+    /// commit, whole (data and offset of exactly that commit), and the changelog restores the
+    /// rest. A clean close flushes and loses nothing. Transactional key-value stores only.
+    Changelog,
+}
+
+impl Durability {
+    /// `"wal"` or `"changelog"`, as the Python option names them.
+    pub fn parse(name: &str) -> Result<Self> {
+        match name {
+            "wal" => Ok(Self::Wal),
+            "changelog" => Ok(Self::Changelog),
+            other => Err(Error::InvalidArgument(format!(
+                "durability must be \"wal\" or \"changelog\", got {other:?}"
+            ))),
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct StoreOptions {
     /// Stage writes and apply them atomically on commit (`enable.transactional.statestores`).
@@ -50,6 +76,8 @@ pub struct StoreOptions {
     /// The process's memory budget and the user's RocksDB options (`None`: the process's
     /// budget as it is, no user options). In-memory stores ignore it.
     pub rocks: Option<Arc<RocksConfig>>,
+    /// How a RocksDB store's commits become durable. In-memory stores ignore it.
+    pub durability: Durability,
 }
 
 impl Default for StoreOptions {
@@ -60,6 +88,7 @@ impl Default for StoreOptions {
             offset_key: String::new(),
             cache_max_bytes: 0,
             rocks: None,
+            durability: Durability::Wal,
         }
     }
 }
@@ -71,6 +100,10 @@ pub struct OpenReport {
     /// A non-transactional store was not closed cleanly: its content may be ahead of its offset,
     /// so the offset was dropped and the store must be restored.
     pub unclean_shutdown: bool,
+    /// A store with `Durability::Changelog` was not closed cleanly: the commits its memtables
+    /// held were lost, so it reopened at its last flushed commit, which may be older than the
+    /// last commit (the caller restores the rest from its changelog).
+    pub unflushed_commits_lost: bool,
     /// A spilled commit interrupted by a crash was finished (number of writes copied).
     pub finished_spilled_commit: Option<u64>,
     /// Uncommitted spilled writes of a crashed writer were discarded.
@@ -242,8 +275,16 @@ impl KeyValueStore {
             Some(config) => config.clone(),
             None => RocksConfig::process_default()?,
         };
+        if options.durability == Durability::Changelog && !options.transactional {
+            return Err(Error::InvalidArgument(
+                "changelog durability needs a transactional store: a non-transactional one \
+                 writes outside commits, so a crash could leave data ahead of its offset"
+                    .into(),
+            ));
+        }
         std::fs::create_dir_all(path)?;
-        let rocks = RocksState::open_with_ttl(path, format, ttl.as_ref(), &config)?;
+        let rocks =
+            RocksState::open_with_ttl(path, format, ttl.as_ref(), &config, options.durability)?;
         if let Some(ttl) = &ttl {
             if let Some(time) = rocks.committed_offset(offsets::TTL_STREAM_TIME_KEY)? {
                 ttl.advance_to(time);
@@ -255,8 +296,14 @@ impl KeyValueStore {
         };
         // Transactional stores never leave partial writes behind, so, like Kafka, they do not
         // write the OPEN/CLOSED marker; a stale OPEN from a non-transactional run still counts.
-        let previous = rocks.swap_status((!options.transactional).then_some(STATUS_OPEN))?;
-        if previous == Some(STATUS_OPEN) {
+        // With changelog durability the marker says whether commits were lost: OPEN is made
+        // durable before any commit, CLOSED only by the flush of a clean close.
+        let changelog_durability = options.durability == Durability::Changelog;
+        let marks_status = !options.transactional || changelog_durability;
+        let previous = rocks.swap_status(marks_status.then_some(STATUS_OPEN))?;
+        if previous == Some(STATUS_OPEN) && changelog_durability {
+            report.unflushed_commits_lost = true;
+        } else if previous == Some(STATUS_OPEN) {
             report.unclean_shutdown = true;
             let forget = OffsetWrite {
                 key: &options.offset_key,
@@ -273,7 +320,14 @@ impl KeyValueStore {
             let spill = Spill::open(spill_path, &config)?;
             match spill.commit_marker()? {
                 Some(offset) => {
-                    let copied = copy_spill(&spill, &rocks, &options.offset_key, offset, progress)?;
+                    let copied = copy_spill(
+                        &spill,
+                        &rocks,
+                        &options.offset_key,
+                        offset,
+                        changelog_durability,
+                        progress,
+                    )?;
                     report.finished_spilled_commit = Some(copied);
                 }
                 None => report.discarded_spill = true,
@@ -702,6 +756,13 @@ impl KeyValueStore {
             .with(|c| c.committed_offset(&self.options.offset_key))
     }
 
+    /// The committed offset a crash now would reopen at: with changelog durability the last
+    /// flushed commit's (memtables skipped), with the WAL the last commit's.
+    pub fn durable_offset(&self) -> Result<Option<i64>> {
+        self.state
+            .with(|c| c.persisted_offset(&self.options.offset_key))
+    }
+
     /// Passes every uncommitted write to `chunk`, in key order, in chunks of about
     /// `chunk_bytes` (the changelog carries them before the commit). Spilled writes are read
     /// back from disk, so a transaction of any size streams through.
@@ -904,14 +965,29 @@ impl KeyValueStore {
             .spill
             .as_ref()
             .ok_or_else(|| Error::InvalidState("spill vanished".into()))?;
+        let changelog_durability = self.options.durability == Durability::Changelog;
+        if changelog_durability {
+            // Once marked, the spill is redone at open over whatever is durable, and its table
+            // file is durable at once: the commits before it must be durable first.
+            self.state.with(|c| c.flush())?;
+        }
         spill.mark_commit(offset)?;
         // A spilled commit may overwrite any cached key; dropping the cache is cheaper than
         // finding them.
         if let Some(cache) = &self.cache {
             cache.clear();
         }
-        self.state
-            .with(|c| copy_spill(spill, c, &offset_key, offset, progress).map(|_| ()))?;
+        self.state.with(|c| {
+            copy_spill(
+                spill,
+                c,
+                &offset_key,
+                offset,
+                changelog_durability,
+                progress,
+            )
+            .map(|_| ())
+        })?;
         if let Some(spill) = self.spill.take() {
             spill.destroy()?;
         }
@@ -1050,6 +1126,11 @@ impl KeyValueStore {
             if !self.options.transactional {
                 state.flush()?;
                 state.set_status(STATUS_CLOSED)?;
+            } else if self.options.durability == Durability::Changelog {
+                // Without a WAL the flush is what makes the commits durable; CLOSED goes with
+                // them, so a close whose flush failed reopens as unclean.
+                state.set_status(STATUS_CLOSED)?;
+                state.flush()?;
             } else {
                 // Commits are in the WAL already; flushing the memtables spares the next open
                 // replaying it (a partition moving between Spark's Python workers: a 13 MB WAL
@@ -1132,7 +1213,25 @@ fn visit_once<R>(
 }
 
 /// Copies a marked spill into the committed state; the offset goes with the last batch.
+/// `flush_after` (changelog durability): the offset is made durable before the caller deletes
+/// the spill that could redo the commit. (The commits before it were flushed before the spill
+/// was marked: its table file, durable at once, must not land ahead of them.)
 fn copy_spill(
+    spill: &Spill,
+    committed: &dyn CommittedState,
+    offset_key: &str,
+    offset: Option<i64>,
+    flush_after: bool,
+    progress: &mut dyn FnMut(CommitProgress),
+) -> Result<u64> {
+    let copied = copy_spill_writes(spill, committed, offset_key, offset, progress)?;
+    if flush_after {
+        committed.flush()?;
+    }
+    Ok(copied)
+}
+
+fn copy_spill_writes(
     spill: &Spill,
     committed: &dyn CommittedState,
     offset_key: &str,

@@ -17,4 +17,6 @@ pub mod rocks_options;
 pub mod spill;
 pub mod ttl;
 
-pub use key_value::{CommitProgress, KeyValueStore, OpenReport, ReadCommittedView, StoreOptions};
+pub use key_value::{
+    CommitProgress, Durability, KeyValueStore, OpenReport, ReadCommittedView, StoreOptions,
+};

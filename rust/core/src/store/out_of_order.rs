@@ -42,6 +42,7 @@ mod tests {
             offset_key: "t-0".into(),
             cache_max_bytes: 0,
             rocks: None,
+            durability: Default::default(),
         };
         let mut store = KeyValueStore::open_in_memory("s", options);
         assert!(store

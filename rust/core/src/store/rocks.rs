@@ -10,15 +10,17 @@ use std::sync::Arc;
 
 use rocksdb::{
     ColumnFamily, ColumnFamilyDescriptor, DBRawIterator, FlushOptions, IngestExternalFileOptions,
-    Options, ReadOptions, SstFileWriter, WriteBatch, WriteOptions, DB, DEFAULT_COLUMN_FAMILY_NAME,
+    Options, ReadOptions, ReadTier, SstFileWriter, WriteBatch, WriteOptions, DB,
+    DEFAULT_COLUMN_FAMILY_NAME,
 };
 
 use crate::error::{Error, Result};
-use crate::format::offsets::{self, OFFSETS_CF, STATUS_KEY};
+use crate::format::offsets::{self, OFFSETS_CF, STATUS_KEY, STATUS_OPEN};
 use crate::format::timestamped;
 use crate::format::write_batch::RecordPrefixes;
 use crate::store::committed::{CommittedState, OffsetWrite, Write, WriteSink};
 use crate::store::key_range::{Direction, KeyRange};
+use crate::store::key_value::Durability;
 use crate::store::memory_budget::{MemoryBudget, StoreMemory};
 use crate::store::merge::SortedSource;
 use crate::store::rocks_options::RocksConfig;
@@ -52,6 +54,7 @@ pub struct RocksState {
     /// `Some("default")` while a timestamped store is in upgrade mode.
     legacy_cf: Option<&'static str>,
     write_options: WriteOptions,
+    durability: Durability,
     // Kept rather than created per call: point reads are the hot path.
     read_options: ReadOptions,
     /// The same, not caching the data blocks read (`UNCACHED_READS_PAST`).
@@ -74,7 +77,7 @@ impl RocksState {
     /// Opens with the process's memory budget and no user options (offline tools).
     pub fn open(path: &Path, format: ValueFormat) -> Result<Self> {
         let config = RocksConfig::process_default()?;
-        Self::open_with_ttl(path, format, None, &config)
+        Self::open_with_ttl(path, format, None, &config, Durability::Wal)
     }
 
     /// Opens with a TTL: the timestamped column family gets the TTL's compaction filter, which
@@ -84,13 +87,21 @@ impl RocksState {
         format: ValueFormat,
         ttl: Option<&Ttl>,
         config: &RocksConfig,
+        durability: Durability,
     ) -> Result<Self> {
         if ttl.is_some() && format == ValueFormat::Plain {
             return Err(Error::InvalidArgument(
                 "a TTL needs a timestamped store: plain values carry no timestamp".into(),
             ));
         }
-        let opts = config.store_options()?;
+        let mut opts = config.store_options()?;
+        let mut write_options = WriteOptions::default();
+        if durability == Durability::Changelog {
+            // Without a WAL a flush is the only durability: every family's memtables flush
+            // together, so a table file never holds data whose offset is not in one too.
+            opts.set_atomic_flush(true);
+            write_options.disable_wal(true);
+        }
         let existing = if path.join("CURRENT").exists() {
             DB::list_cf(&opts, path)?
         } else {
@@ -154,7 +165,8 @@ impl RocksState {
             db,
             data_cf,
             legacy_cf,
-            write_options: WriteOptions::default(),
+            write_options,
+            durability,
             read_options: ReadOptions::default(),
             uncached_read_options,
             budget: config.budget().clone(),
@@ -205,6 +217,16 @@ impl RocksState {
             self.caches_blocks.store(caches, Ordering::Relaxed);
         }
         self.caches_blocks.load(Ordering::Relaxed)
+    }
+
+    fn read_offset(&self, key: &str, options: &ReadOptions) -> Result<Option<i64>> {
+        match self
+            .db
+            .get_pinned_cf_opt(self.cf(OFFSETS_CF)?, key.as_bytes(), options)?
+        {
+            Some(bytes) => Ok(Some(offsets::decode(key.as_bytes(), &bytes)?)),
+            None => Ok(None),
+        }
     }
 
     fn point_read_options(&self) -> &ReadOptions {
@@ -328,6 +350,8 @@ impl RocksState {
     }
 
     /// Reads the `status` marker and replaces it with `status`; returns the previous marker.
+    /// Without a WAL for the store's writes, OPEN goes through a synced WAL write, durable
+    /// before any commit: a crash then always reopens to OPEN, never to an older CLOSED.
     pub fn swap_status(&self, status: Option<i64>) -> Result<Option<i64>> {
         let cf = self.cf(OFFSETS_CF)?;
         let previous = match self.db.get_pinned_cf(cf, STATUS_KEY)? {
@@ -335,8 +359,15 @@ impl RocksState {
             None => None,
         };
         if let Some(s) = status {
+            let mut synced = WriteOptions::default();
+            synced.set_sync(true);
+            let options = if s == STATUS_OPEN && self.durability == Durability::Changelog {
+                &synced
+            } else {
+                &self.write_options
+            };
             self.db
-                .put_cf_opt(cf, STATUS_KEY, offsets::encode(s), &self.write_options)?;
+                .put_cf_opt(cf, STATUS_KEY, offsets::encode(s), options)?;
         }
         Ok(previous)
     }
@@ -579,13 +610,14 @@ impl CommittedState for RocksState {
     }
 
     fn committed_offset(&self, key: &str) -> Result<Option<i64>> {
-        match self
-            .db
-            .get_pinned_cf(self.cf(OFFSETS_CF)?, key.as_bytes())?
-        {
-            Some(bytes) => Ok(Some(offsets::decode(key.as_bytes(), &bytes)?)),
-            None => Ok(None),
-        }
+        self.read_offset(key, &self.read_options)
+    }
+
+    fn persisted_offset(&self, key: &str) -> Result<Option<i64>> {
+        let mut persisted = ReadOptions::default();
+        // Skips the memtables once the store wrote without its WAL.
+        persisted.set_read_tier(ReadTier::Persisted);
+        self.read_offset(key, &persisted)
     }
 
     fn approximate_num_entries(&self) -> Result<u64> {
@@ -606,11 +638,11 @@ impl CommittedState for RocksState {
     fn flush_memtables(&self, wait: bool) -> Result<()> {
         let mut options = FlushOptions::default();
         options.set_wait(wait);
-        let families = [
-            self.cf(DEFAULT_COLUMN_FAMILY_NAME)?,
-            self.cf(self.data_cf)?,
-            self.cf(OFFSETS_CF)?,
-        ];
+        // Each family once: with `atomic_flush` they are flushed as one.
+        let families = self
+            .families()
+            .map(|name| self.cf(name))
+            .collect::<Result<Vec<_>>>()?;
         self.db.flush_cfs_opt(&families, &options)?;
         Ok(())
     }
@@ -689,15 +721,17 @@ mod tests {
         let config = RocksConfig::new(budget.clone(), None).unwrap();
         let value = vec![7u8; 1000];
         let keys = 140_000; // ~140 MB of tables: over 4x the 28 MiB block cache
+        let open = |path: &Path| {
+            RocksState::open_with_ttl(path, ValueFormat::Plain, None, &config, Durability::Wal)
+                .unwrap()
+        };
         {
-            let state =
-                RocksState::open_with_ttl(dir.path(), ValueFormat::Plain, None, &config).unwrap();
+            let state = open(dir.path());
             for start in (0..keys).step_by(20_000) {
                 write(&state, start..start + 20_000, &value);
             }
         }
-        let state =
-            RocksState::open_with_ttl(dir.path(), ValueFormat::Plain, None, &config).unwrap();
+        let state = open(dir.path());
         for i in (0..keys).step_by(97) {
             assert_eq!(read(&state, i).as_deref(), Some(&value[..]));
         }
@@ -714,8 +748,7 @@ mod tests {
         );
 
         let small = tempfile::tempdir().unwrap();
-        let state =
-            RocksState::open_with_ttl(small.path(), ValueFormat::Plain, None, &config).unwrap();
+        let state = open(small.path());
         write(&state, 0..1000, &value);
         assert_eq!(read(&state, 5).as_deref(), Some(&value[..]));
         assert!(state.caches_blocks.load(Ordering::Relaxed));
