@@ -112,11 +112,11 @@ def row_class(names: tuple[str, ...]) -> Any:
     """A subclass of ``pyspark.sql.Row`` (named ``Row``) whose rows have the fields ``names``:
     its ``of(values)`` makes a row with one tuple allocation (``Row(*names)(*values)`` runs three
     Python frames and a per-row ``__fields__`` dict), and each field is a descriptor reading its
-    tuple slot (``field_descriptor``), where ``Row.__getattr__`` searches the names on every access. A row behaves as
-    Spark's: ``isinstance(row, Row)``, ``__fields__``, ``asDict``, ``row["name"]``, ``repr``,
-    equality and pickling (to a plain ``Row``) are Row's own; names Row or tuple already define
-    (``count``, ``index``, ``asDict``, dunders) keep Row's meaning, as on Spark's rows; a repeated
-    name reads its first position, as ``__fields__.index`` does."""
+    tuple slot (``field_descriptor``), where ``Row.__getattr__`` searches the names on every
+    access. A row behaves as Spark's: ``isinstance(row, Row)``, ``__fields__``, ``asDict``,
+    ``row["name"]``, ``repr``, equality and pickling (to a plain ``Row``) are Row's own; names Row
+    or tuple already define (``count``, ``index``, ``asDict``, dunders) keep Row's meaning, as on
+    Spark's rows; a repeated name reads its first position, as ``__fields__.index`` does."""
     cls = _ROW_CLASSES.get(names)
     if cls is None:
         from pyspark.sql import Row
