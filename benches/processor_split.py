@@ -16,6 +16,11 @@ task runs under ``cProfile`` and its time is attributed to kstate's functions by
   .venv/bin/python benches/processor_split.py                     # 4 x 40,000 rows, 8,000 keys
   .venv/bin/python benches/processor_split.py --rows 100000 --keys 20000
   .venv/bin/python benches/processor_split.py --move              # every task reopens its stores
+  .venv/bin/python benches/processor_split.py --floor             # the floor's task on the same input
+
+``--floor`` runs benches/spark_processor.py's floor (``floor_partition``: the same logic on dicts
+the worker keeps, no state store) on the same routed batches, split into its parts the same way
+(``FLOOR_PARTS``): what kstate Row's parts compare with.
 
 ``--move`` releases each task's parked stores after it, as when Spark hands the partition's next
 task to another Python worker (with ``local[2]`` it often does): every task opens its stores.
@@ -38,7 +43,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from spark_processor import OUTPUT, input_files, processor  # noqa: E402
+from spark_processor import OUTPUT, floor_partition, input_files, processor  # noqa: E402
 
 # (part, file, function names): a function is matched by its file (a path suffix; "~" for a
 # native method, matched by name) and name; cumulative seconds, minus the parts nested in them
@@ -64,6 +69,12 @@ PARTS = [
     ("commit: rest (memory sample, park)", "protocol/exactly_once.py", ("PartitionState.commit",)),
     ("release (--move: the parked stores closed)", "protocol/idle.py", ("release",)),
 ]
+
+FLOOR_PARTS = [
+    ("grouping + logic on dicts, Arrow in and out", "spark_processor.py", ("floor_partition",)),
+]
+"""cProfile does not see pyarrow's Cython methods (``to_pydict``, ``from_pydict``): the floor's
+task is one part."""
 
 
 def route(columns: dict[str, list], partitions: int) -> list[list]:
@@ -118,12 +129,12 @@ def first_line(where: str, qualified: str) -> int:
     return getattr(module, owner).__dict__[name].__code__.co_firstlineno
 
 
-def parts_of(stats: pstats.Stats) -> dict[str, float]:
-    """Seconds per part from the profile (nested parts subtracted from their parents). Method
+def matched(stats: pstats.Stats, table: list) -> dict[str, float]:
+    """Cumulative seconds of each part of ``table`` (``PARTS``' shape) in the profile. Method
     names are matched without their class (cProfile keeps only the function's name)."""
     raw = stats.stats  # (file, line, name) -> (cc, nc, tt, ct, callers)
     parts: dict[str, float] = {}
-    for part, where, names in PARTS:
+    for part, where, names in table:
         bare = {n.split(".")[-1] for n in names}
         lines = {line for n in names if "." in n for line in [first_line(where, n)]}
         total = 0.0
@@ -134,6 +145,12 @@ def parts_of(stats: pstats.Stats) -> dict[str, float]:
                 hit = file.endswith(where) and fn in bare and (not lines or line in lines)
             total += ct if hit else 0.0
         parts[part] = total
+    return parts
+
+
+def parts_of(stats: pstats.Stats) -> dict[str, float]:
+    """Seconds per part from the profile (nested parts subtracted from their parents)."""
+    parts = matched(stats, PARTS)
     parts["grouping (sort, bounds, keys)"] -= (
         parts["Row construction"] + parts["read-ahead (pickle keys, get_many, list / map scans)"]
     )
@@ -151,6 +168,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=40_000)
     parser.add_argument("--keys", type=int, default=8_000)
     parser.add_argument("--move", action="store_true", help="every task opens its stores (moved partitions)")
+    parser.add_argument("--floor", action="store_true", help="the floor's task (no state store) instead")
     parser.add_argument("--dump", help="write the whole profile here (pstats)")
     args = parser.parse_args()
 
@@ -163,6 +181,7 @@ def main() -> None:
     whole = pstats.Stats()
     for profiled in (False, True):
         work = Path(tempfile.mkdtemp(prefix="processor-split-"))
+        sys.modules.pop("kstate_bench_floor", None)  # the floor's dicts start empty in each pass
         (work / "timings").mkdir()
         spark, backend, process = task_function(work, work / "timings")
         profile = cProfile.Profile()
@@ -172,7 +191,11 @@ def main() -> None:
                 started, cpu_started = time.perf_counter(), time.thread_time()
                 if profiled:
                     profile.enable()
-                for _ in backend.process(process, iter(batches), task=task):
+                if args.floor:
+                    run = floor_partition(iter(batches))
+                else:
+                    run = backend.process(process, iter(batches), task=task)
+                for _ in run:
                     pass
                 if args.move:  # as the other worker does when this partition's next task asks
                     release(IDLE.take(backend.current_layout().task_dir(partition)))
@@ -184,7 +207,7 @@ def main() -> None:
         if profiled:
             stats = pstats.Stats(profile)
             whole = stats
-            totals = parts_of(stats)
+            totals = matched(stats, FLOOR_PARTS) if args.floor else parts_of(stats)
             profiled_total = sum(v[2] for v in stats.stats.values())
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
@@ -192,6 +215,7 @@ def main() -> None:
         whole.dump_stats(args.dump)
     known = sum(totals.values())
     moved = ", stores released after each task" if args.move else ""
+    moved += ", the floor's task" if args.floor else ""
     print(f"{args.files} x {args.rows:,} rows, {args.keys:,} keys, 2 partitions, tasks run one after the other{moved}")
     print(
         f"task seconds: unprofiled {task_seconds['unprofiled']:.2f} (CPU of the task thread "

@@ -12,7 +12,7 @@ from pyspark import cloudpickle  # noqa: E402
 from pyspark.errors import PySparkAttributeError, PySparkRuntimeError  # noqa: E402
 from pyspark.sql import Row  # noqa: E402
 
-from kstate.spark.routing.groups import iter_groups, python_rows  # noqa: E402
+from kstate.spark.routing.groups import TUPLE_FIELD, field_descriptor, iter_groups, python_rows  # noqa: E402
 
 # Names that shadow Row's and tuple's own attributes keep those attributes' meaning on Spark's rows.
 TABLE = pa.table(
@@ -63,6 +63,18 @@ def test_unknown_fields_and_writes_fail_as_on_sparks_rows():
             _ = row.__nope__
         with pytest.raises(PySparkRuntimeError):
             row.user = "c"
+
+
+@pytest.mark.parametrize("kind", [TUPLE_FIELD, property], ids=["tuple slot", "property fallback"])
+def test_field_descriptors_read_the_position_and_refuse_writes_as_rows_do(kind):
+    # CPython's namedtuple field descriptor reads the tuple slot, bypassing Row.__getitem__;
+    # where an interpreter's namedtuple fields are properties, a property reads the position.
+    cls = type("Row", (Row,), {"__slots__": (), "a": field_descriptor(0, kind), "b": field_descriptor(1, kind)})
+    ours, theirs = tuple.__new__(cls, ("x", 2)), Row(a="x", b=2)
+    assert (ours.a, ours.b) == (theirs.a, theirs.b) == ("x", 2) and ours == theirs
+    with pytest.raises(PySparkRuntimeError):
+        ours.a = "y"
+    assert python_rows(TABLE)[0].user == "a" and type(type(python_rows(TABLE)[0]).user) is TUPLE_FIELD
 
 
 def test_a_repeated_name_reads_its_first_column():

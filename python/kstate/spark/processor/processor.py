@@ -300,13 +300,20 @@ def transform_with_state(
             collected = list(batches)
             row_bytes = average_row_bytes(collected)
             groups = iter_groups(iter(collected), keys, pandas, not pandas, read_ahead, conversion)
+            one_call = not pandas and initial_dir is None  # each key's rows in one call, as they are
+            handle_input = processor.handleInputRows
             for index, (key, group) in enumerate(groups):
                 handle.set_current_key(pickled_keys[index])  # read_ahead has pickled every key by now
+                if one_call:
+                    for result in handle_input(key, iter(group), timer_values):
+                        if output.add_row(result):
+                            yield from output.flush()
+                    continue
                 initial_rows = initial.pop(key, None) if initial else None
                 _apply_initial_state(processor, key, initial_rows, timer_values, pandas)
                 before = 0 if initial_rows is None else len(initial_rows)
                 for rows in _calls(group, pandas, initial_dir is not None, conversion, row_bytes, before):
-                    for result in processor.handleInputRows(key, rows, timer_values):
+                    for result in handle_input(key, rows, timer_values):
                         yield from output.add(result)
             handle.read_ahead_values([])
             for key, rows in initial.items():

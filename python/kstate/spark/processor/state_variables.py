@@ -205,19 +205,26 @@ class ValueState(_Variable):
 
     def get(self) -> Any:
         """The value, or ``None`` if there is none (or it expired)."""
-        stored = self._read_ahead_value()
+        handle = self._handle
+        read_ahead = handle._read_ahead.get(self._name)  # ``_read_ahead_value``, inline
+        stored = read_ahead.get(handle._current_key, _NOT_READ) if read_ahead else _NOT_READ
         if stored is not _NOT_READ:
-            value = self._codec.decode_live(stored, self._handle.now_ms)
+            value = self._codec.decode_live(stored, handle.now_ms)
         else:
-            value = self._codec.get(self._native, self._handle._current_key, self._handle.now_ms)
-        return value if self._rows is None or value is None else self._rows(value)
+            value = self._codec.get(self._native, handle._current_key, handle.now_ms)
+        return value if value is None or self._rows is None else self._rows(value)
 
     def update(self, newValue: Any) -> None:  # noqa: N803
-        _require_value(newValue, self._name)
+        if newValue is None:
+            _require_value(newValue, self._name)
         expiry = self._expiry()
-        self._forget_read_ahead()
-        self._codec.put(self._native, self._handle._current_key, expiry, newValue)
-        self._index(expiry, b"")
+        handle = self._handle
+        read_ahead = handle._read_ahead.get(self._name)
+        if read_ahead is not None:
+            read_ahead.pop(handle._current_key, None)  # ``_forget_read_ahead``, inline
+        self._codec.put(self._native, handle._current_key, expiry, newValue)
+        if expiry != NO_EXPIRY:
+            self._index(expiry, b"")
 
     def clear(self) -> None:
         self._forget_read_ahead()
@@ -272,8 +279,9 @@ class ListState(_PrefixedVariable):
         # One native call: the new elements are 0..n-1, the old ones past them are deleted.
         suffixes = self._codec.replace_list(self._native, prefix, expiry, values, self._ahead)
         self._next, self._next_for = len(values), prefix
-        for suffix in suffixes or ():
-            self._index(expiry, suffix)
+        if suffixes:
+            for suffix in suffixes:
+                self._index(expiry, suffix)
 
     def appendValue(self, newState: Any) -> None:  # noqa: N802, N803
         _require_value(newState, self._name)
@@ -293,7 +301,8 @@ class ListState(_PrefixedVariable):
         if not values:
             raise InvalidArgumentError(f"list state {self._name!r}: the list must not be empty (use clear())")
         for value in values:
-            _require_value(value, self._name)
+            if value is None:
+                _require_value(value, self._name)
         return values
 
     def _append(self, values: list[Any]) -> None:
@@ -332,12 +341,15 @@ class MapState(_PrefixedVariable):
         return key
 
     def getValue(self, key: Any) -> Any:  # noqa: N802
-        _require_value(key, self._name)
+        # The checks inline (this is a processor's most frequent call): ``_require_value``,
+        # ``_spark_key`` only where it can change the key.
+        if key is None:
+            _require_value(key, self._name)
+        if self._bare_keys and isinstance(key, str):
+            key = self._spark_key(key)
         handle = self._handle
-        value = self._codec.map_get(
-            self._native, handle._current_prefix, self._keys, self._spark_key(key), handle.now_ms, self._ahead
-        )
-        return value if self._rows is None or value is None else self._rows(value)
+        value = self._codec.map_get(self._native, handle._current_prefix, self._keys, key, handle.now_ms, self._ahead)
+        return value if value is None or self._rows is None else self._rows(value)
 
     def containsKey(self, key: Any) -> bool:  # noqa: N802
         _require_value(key, self._name)
@@ -347,11 +359,13 @@ class MapState(_PrefixedVariable):
         )
 
     def updateValue(self, key: Any, value: Any) -> None:  # noqa: N802
-        _require_value(value, self._name)
-        _require_value(key, self._name)
+        if value is None or key is None:
+            _require_value(value, self._name)
+            _require_value(key, self._name)
+        if self._bare_keys and isinstance(key, str):
+            key = self._spark_key(key)
         handle = self._handle
         expiry = NO_EXPIRY if self._ttl_ms is None else handle.now_ms + self._ttl_ms
-        key = self._spark_key(key)
         user_key = self._codec.map_put(
             self._native, handle._current_prefix, self._keys, key, expiry, value, self._ahead
         )

@@ -343,6 +343,8 @@ class PartitionState:
         for builder in self.builders:
             topic_config = ChangelogConfig.parse(self._logging_config(builder)).topic_config
             directory = self._local_changelog_dir(builder.name)
+            if not directory.exists():
+                continue  # no changelog yet (a first batch): nothing to retract, none to create
             retracted = _core.retract_changelog(str(directory), topic_config, offsets.get(builder.name))
             if retracted:
                 log.warning(

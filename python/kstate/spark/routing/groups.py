@@ -9,6 +9,7 @@ one micro-batch are held in memory at once.
 
 from __future__ import annotations
 
+from collections import namedtuple
 from collections.abc import Iterator, Sequence
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Callable
@@ -93,16 +94,29 @@ def python_rows(table: pa.Table) -> list[Any]:
 
 _ROW_CLASSES: dict[tuple[str, ...], type] = {}
 
+TUPLE_FIELD = type(namedtuple("FieldProbe", "value").value)
+"""The descriptor type ``namedtuple`` gives its fields: on CPython it reads the tuple's slot
+directly (``itemgetter`` would call ``Row.__getitem__``, a Python frame, on every access)."""
+
+
+def field_descriptor(position: int, kind: type = TUPLE_FIELD) -> Any:
+    """The descriptor of a row class's field at ``position``: ``kind``'s, or where that is
+    ``property`` (an interpreter whose ``namedtuple`` fields are properties), a property
+    reading the position."""
+    if kind is property:
+        return property(itemgetter(position))
+    return kind(position, None)
+
 
 def row_class(names: tuple[str, ...]) -> Any:
     """A subclass of ``pyspark.sql.Row`` (named ``Row``) whose rows have the fields ``names``:
     its ``of(values)`` makes a row with one tuple allocation (``Row(*names)(*values)`` runs three
     Python frames and a per-row ``__fields__`` dict), and each field is a descriptor reading its
-    position, where ``Row.__getattr__`` searches the names on every access. A row behaves as
-    Spark's: ``isinstance(row, Row)``, ``__fields__``, ``asDict``, ``row["name"]``, ``repr``,
-    equality and pickling (to a plain ``Row``) are Row's own; names Row or tuple already define
-    (``count``, ``index``, ``asDict``, dunders) keep Row's meaning, as on Spark's rows; a repeated
-    name reads its first position, as ``__fields__.index`` does."""
+    tuple slot (``field_descriptor``), where ``Row.__getattr__`` searches the names on every
+    access. A row behaves as Spark's: ``isinstance(row, Row)``, ``__fields__``, ``asDict``,
+    ``row["name"]``, ``repr``, equality and pickling (to a plain ``Row``) are Row's own; names Row
+    or tuple already define (``count``, ``index``, ``asDict``, dunders) keep Row's meaning, as on
+    Spark's rows; a repeated name reads its first position, as ``__fields__.index`` does."""
     cls = _ROW_CLASSES.get(names)
     if cls is None:
         from pyspark.sql import Row
@@ -110,7 +124,7 @@ def row_class(names: tuple[str, ...]) -> Any:
         fields: dict[str, Any] = {"__fields__": Row(*names), "__slots__": ()}
         for position, name in reversed(list(enumerate(names))):
             if not name.startswith("__") and not hasattr(Row, name):
-                fields[name] = property(itemgetter(position))
+                fields[name] = field_descriptor(position)
         cls = type("Row", (Row,), fields)
         cls.of = classmethod(tuple.__new__)
         _ROW_CLASSES[names] = cls
@@ -146,6 +160,14 @@ class OutputBatcher:
         self._count += 1 if self.rows else len(result)
         return self.flush() if self._count >= self.size else []
 
+    def add_row(self, result: Any) -> bool:
+        """Takes one result of the Row API (``None`` adds nothing, as in ``add``); returns
+        whether a batch is due (``flush``)."""
+        if result is not None:
+            self._pending.append(result)
+            self._count += 1
+        return self._count >= self.size
+
     def flush(self) -> list[pa.RecordBatch]:
         if not self._pending:
             return []
@@ -174,7 +196,7 @@ def _rows_table(rows: list[Any], schema: pa.Schema) -> pa.Table:
     ordered = []
     for row in rows:
         fields = getattr(row, "__fields__", None)
-        if fields is not None and list(fields) != names:
+        if fields is not None and fields != names and list(fields) != names:  # a list compares as is
             as_dict = row.asDict()
             missing = [n for n in names if n not in as_dict]
             if missing:

@@ -352,3 +352,47 @@ fn lock_directory(dir: &Path) -> Result<File> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn append_one(partition: &mut Partition, value: &[u8]) {
+        let record = NewRecord {
+            timestamp: 1,
+            key: Some(b"k"),
+            value: Some(value),
+        };
+        partition.append(&[record], 1).unwrap();
+    }
+
+    #[test]
+    fn the_active_log_is_synced_again_only_after_a_write_or_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut partition, _) = Partition::open(dir.path(), LogConfig::default()).unwrap();
+        assert!(
+            !partition.active_mut().log_synced(),
+            "a segment just opened"
+        );
+        append_one(&mut partition, b"a");
+        partition.sync_appended().unwrap();
+        assert!(partition.active_mut().log_synced());
+        append_one(&mut partition, b"b");
+        assert!(!partition.active_mut().log_synced(), "an append");
+        partition.truncate_to(1).unwrap();
+        assert!(
+            partition.active_mut().log_synced(),
+            "a truncation is durable when it returns"
+        );
+        partition.close().unwrap(); // synced: the close writes its clean-shutdown file only
+
+        let (mut partition, report) = Partition::open(dir.path(), LogConfig::default()).unwrap();
+        assert!(report.reopened_clean);
+        assert!(
+            !partition.active_mut().log_synced(),
+            "reopened after a clean close"
+        );
+        assert_eq!(partition.log_end_offset(), 1);
+        partition.close().unwrap();
+    }
+}

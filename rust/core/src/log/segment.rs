@@ -42,6 +42,9 @@ pub(crate) struct LogSegment {
     /// When this process created the segment or first appended to it: what `segment.ms` is
     /// measured from when entries carry no timestamp.
     created_ms: Option<i64>,
+    /// The log file holds nothing this process has not fdatasynced since: a commit's publication
+    /// syncs it, and the close right after need not again. False for a segment just opened.
+    log_synced: bool,
 }
 
 /// What happens when a scan finds a bad entry.
@@ -100,6 +103,7 @@ impl LogSegment {
             time_index_file: IndexFile::create(index_path(SegmentFile::TimeIndex), &[])?,
             first_entry_timestamp: None,
             created_ms: None,
+            log_synced: false,
         })
     }
 
@@ -191,6 +195,7 @@ impl LogSegment {
             time_index_file,
             first_entry_timestamp: None,
             created_ms: None,
+            log_synced: false,
         };
         Ok((segment, offset_problem.or(time_problem)))
     }
@@ -359,6 +364,7 @@ impl LogSegment {
             ));
         }
         let position = self.size;
+        self.log_synced = false;
         if let Err(error) = file_io::write_all_at(&self.log, set, position) {
             // Leave no partial set behind (best effort: the next open would cut it anyway).
             let _ = self.log.set_len(position);
@@ -437,6 +443,7 @@ impl LogSegment {
             time_index_file,
             first_entry_timestamp: closed.first_entry_timestamp,
             created_ms: None,
+            log_synced: false,
         };
         let rescan = Rescan {
             next_offset: closed.next_offset,
@@ -448,10 +455,7 @@ impl LogSegment {
 
     /// Writes pending index entries and fsyncs the log and both indexes.
     pub(crate) fn flush(&mut self) -> Result<()> {
-        self.persist_indexes()?;
-        self.log
-            .sync_data()
-            .context(|| format!("syncing {}", self.log_path().display()))?;
+        self.sync_log()?;
         self.offset_index_file.sync()?;
         self.time_index_file.sync()
     }
@@ -461,9 +465,19 @@ impl LogSegment {
     /// and a clean close records their CRCs; sealing fsyncs them).
     pub(crate) fn sync_log(&mut self) -> Result<()> {
         self.persist_indexes()?;
-        self.log
-            .sync_data()
-            .context(|| format!("syncing {}", self.log_path().display()))
+        if !self.log_synced {
+            self.log
+                .sync_data()
+                .context(|| format!("syncing {}", self.log_path().display()))?;
+            self.log_synced = true;
+        }
+        Ok(())
+    }
+
+    /// Whether the log file holds nothing unsynced by this process (`sync_log` has nothing to do).
+    #[cfg(test)]
+    pub(crate) fn log_synced(&self) -> bool {
+        self.log_synced
     }
 
     /// Writes index entries not yet in the files (no fsync).
@@ -579,7 +593,8 @@ impl LogSegment {
         segment_path(&self.dir, self.base_offset, SegmentFile::Log, self.stage)
     }
 
-    fn set_log_len(&self, len: u64) -> Result<()> {
+    fn set_log_len(&mut self, len: u64) -> Result<()> {
+        self.log_synced = false;
         self.log
             .set_len(len)
             .context(|| format!("truncating {}", self.log_path().display()))
