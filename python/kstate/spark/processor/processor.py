@@ -305,16 +305,16 @@ def transform_with_state(
             for index, (key, group) in enumerate(groups):
                 handle.set_current_key(pickled_keys[index])  # read_ahead has pickled every key by now
                 if one_call:
-                    for result in handle_input(key, iter(group), timer_values):
-                        if output.add_row(result):
-                            yield from output.flush()
-                    continue
-                initial_rows = initial.pop(key, None) if initial else None
-                _apply_initial_state(processor, key, initial_rows, timer_values, pandas)
-                before = 0 if initial_rows is None else len(initial_rows)
-                for rows in _calls(group, pandas, initial_dir is not None, conversion, row_bytes, before):
+                    calls: Any = (iter(group),)
+                else:
+                    initial_rows = initial.pop(key, None) if initial else None
+                    _apply_initial_state(processor, key, initial_rows, timer_values, pandas)
+                    before = 0 if initial_rows is None else len(initial_rows)
+                    calls = _calls(group, pandas, initial_dir is not None, conversion, row_bytes, before)
+                for rows in calls:
                     for result in handle_input(key, rows, timer_values):
-                        yield from output.add(result)
+                        if output.push(result):
+                            yield from output.flush()
             handle.read_ahead_values([])
             for key, rows in initial.items():
                 handle.set_current_key(_pickled(key))

@@ -154,18 +154,14 @@ class OutputBatcher:
 
     def add(self, result: Any) -> list[pa.RecordBatch]:
         """Takes one result (``None`` adds nothing); returns the batches now due."""
-        if result is None:
-            return []
-        self._pending.append(result)
-        self._count += 1 if self.rows else len(result)
-        return self.flush() if self._count >= self.size else []
+        return self.flush() if self.push(result) else []
 
-    def add_row(self, result: Any) -> bool:
-        """Takes one result of the Row API (``None`` adds nothing, as in ``add``); returns
-        whether a batch is due (``flush``)."""
+    def push(self, result: Any) -> bool:
+        """Takes one result (``None`` adds nothing) without converting; returns whether a batch
+        is due (``flush``). ``add`` in a loop that yields the batches itself."""
         if result is not None:
             self._pending.append(result)
-            self._count += 1
+            self._count += 1 if self.rows else len(result)
         return self._count >= self.size
 
     def flush(self) -> list[pa.RecordBatch]:
