@@ -128,6 +128,27 @@ pub fn is_empty(batch: &[u8]) -> bool {
     batch.len() <= HEADER_LEN
 }
 
+/// The number of records the header gives.
+pub fn count(batch: &[u8]) -> Result<usize> {
+    let bytes: [u8; 4] = batch
+        .get(COUNT_AT..HEADER_LEN)
+        .and_then(|b| b.try_into().ok())
+        .ok_or_else(|| {
+            Error::Storage(format!(
+                "a write batch of {} bytes has no header",
+                batch.len()
+            ))
+        })?;
+    Ok(u32::from_le_bytes(bytes) as usize)
+}
+
+/// Appends the records of `other` (a serialized batch) to `batch`, and counts them in its header.
+pub fn append(batch: &mut Vec<u8>, other: &[u8]) -> Result<()> {
+    let total = count(batch)? + count(other)?;
+    batch.extend_from_slice(&other[HEADER_LEN..]);
+    set_count(batch, total)
+}
+
 /// Records the number of records in the header.
 pub fn set_count(batch: &mut [u8], count: usize) -> Result<()> {
     let count = u32::try_from(count)
@@ -187,5 +208,32 @@ mod tests {
         delete.delete(b"");
         let default = RecordPrefixes::probe(&put, &delete).unwrap();
         assert_eq!(default, RecordPrefixes::default());
+    }
+
+    #[test]
+    fn appended_records_are_rocksdb_own_concatenation() {
+        let (mut first, mut second, mut both) = (
+            WriteBatch::default(),
+            WriteBatch::default(),
+            WriteBatch::default(),
+        );
+        first.put(b"a", b"1");
+        first.delete(b"b");
+        second.put(b"c", b"3");
+        for (k, v) in [
+            (&b"a"[..], Some(&b"1"[..])),
+            (b"b", None),
+            (b"c", Some(b"3")),
+        ] {
+            match v {
+                Some(v) => both.put(k, v),
+                None => both.delete(k),
+            }
+        }
+        let mut ours = first.data().to_vec();
+        append(&mut ours, second.data()).unwrap();
+        assert_eq!(ours, both.data());
+        assert_eq!(count(&ours).unwrap(), 3);
+        assert!(count(&ours[..5]).is_err());
     }
 }

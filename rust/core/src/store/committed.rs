@@ -5,7 +5,7 @@ use std::path::Path;
 
 use rocksdb::WriteBatch;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::format::write_batch::RecordPrefixes;
 use crate::store::key_range::{Direction, KeyRange};
 use crate::store::memory_budget::StoreMemory;
@@ -64,6 +64,15 @@ pub trait CommittedState: Send + Sync {
     /// keeps a `WriteBatch` the same way). State without a batch form ignores it.
     fn stage(&self, _batch: &mut WriteBatch, _key: &[u8], _value: Option<&[u8]>) -> Result<()> {
         Ok(())
+    }
+
+    /// The offset's records as a batch of their own, for a commit whose writes are already a
+    /// serialized batch (`batch_records`): they are appended to it before RocksDB copies it.
+    /// Only state with `batch_records` has them.
+    fn offset_batch(&self, _offset: OffsetWrite<'_>) -> Result<WriteBatch> {
+        Err(Error::InvalidState(
+            "offset records asked of state without a batch form".into(),
+        ))
     }
 
     /// Applies a commit and the offset atomically: `batch` as `stage` built it, or `writes` (the

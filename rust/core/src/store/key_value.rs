@@ -1058,9 +1058,16 @@ impl KeyValueStore {
             direct_batch,
             ..
         } = self;
-        state.with(|c| {
-            let staged = staged_batch(c, overlay, *direct_batch)?;
-            c.commit_staged(staged, &mut overlay.writes(), offset)
+        state.with(|c| match offset {
+            Some(offset) if *direct_batch => {
+                let tail = c.offset_batch(offset)?;
+                let batch = overlay.with_tail(tail.data(), WriteBatch::from_data)?;
+                c.commit_staged(batch, &mut std::iter::empty(), None)
+            }
+            _ => {
+                let staged = staged_batch(c, overlay, *direct_batch)?;
+                c.commit_staged(staged, &mut overlay.writes(), offset)
+            }
         })
     }
 

@@ -74,6 +74,32 @@ fn is_empty(db: &DB, cf: &ColumnFamily) -> Result<bool> {
 }
 
 impl RocksState {
+    /// The offset, a TTL's stream time and a segment's stream time as `offsets` family records.
+    fn add_offset(&self, batch: &mut WriteBatch, offset: OffsetWrite<'_>) -> Result<()> {
+        let OffsetWrite {
+            key,
+            offset,
+            stream_time,
+            segmented_stream_time,
+        } = offset;
+        let cf = self.cf(OFFSETS_CF)?;
+        match offset {
+            Some(o) => batch.put_cf(cf, key.as_bytes(), offsets::encode(o)),
+            None => batch.delete_cf(cf, key.as_bytes()),
+        }
+        if let Some(time) = stream_time {
+            batch.put_cf(cf, offsets::TTL_STREAM_TIME_KEY, offsets::encode(time));
+        }
+        if let Some(time) = segmented_stream_time {
+            batch.put_cf(
+                cf,
+                offsets::SEGMENTED_STREAM_TIME_KEY,
+                offsets::encode(time),
+            );
+        }
+        Ok(())
+    }
+
     /// Opens with the process's memory budget and no user options (offline tools).
     pub fn open(path: &Path, format: ValueFormat) -> Result<Self> {
         let config = RocksConfig::process_default()?;
@@ -532,34 +558,20 @@ impl CommittedState for RocksState {
         self.add_to_batch(batch, &mut std::iter::once((key, value)))
     }
 
+    fn offset_batch(&self, offset: OffsetWrite<'_>) -> Result<WriteBatch> {
+        let mut batch = WriteBatch::default();
+        self.add_offset(&mut batch, offset)?;
+        Ok(batch)
+    }
+
     fn commit_staged(
         &self,
         mut batch: WriteBatch,
         _writes: &mut dyn Iterator<Item = Write<'_>>,
         offset: Option<OffsetWrite<'_>>,
     ) -> Result<()> {
-        if let Some(OffsetWrite {
-            key,
-            offset,
-            stream_time,
-            segmented_stream_time,
-        }) = offset
-        {
-            let cf = self.cf(OFFSETS_CF)?;
-            match offset {
-                Some(o) => batch.put_cf(cf, key.as_bytes(), offsets::encode(o)),
-                None => batch.delete_cf(cf, key.as_bytes()),
-            }
-            if let Some(time) = stream_time {
-                batch.put_cf(cf, offsets::TTL_STREAM_TIME_KEY, offsets::encode(time));
-            }
-            if let Some(time) = segmented_stream_time {
-                batch.put_cf(
-                    cf,
-                    offsets::SEGMENTED_STREAM_TIME_KEY,
-                    offsets::encode(time),
-                );
-            }
+        if let Some(offset) = offset {
+            self.add_offset(&mut batch, offset)?;
         }
         self.db.write_opt(batch, &self.write_options)?;
         Ok(())
