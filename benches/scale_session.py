@@ -6,8 +6,9 @@ library in a process of its own, alternating, best of the runs. benches/README.m
     .venv/bin/python benches/scale_session.py 500000 [--runs 2] [--dir /var/tmp]
 
 Rows: puts in time order (a minute of every key, then the next), kstate ``put_all`` of 100k
-sessions and a commit, rocksdict a ``WriteBatch`` of 100k; then the lookup a session aggregation
-makes for each record, ``find_sessions(key, t - gap, t + gap)`` of 20k random keys at a time
+sessions in columns (keys, aggregates, starts, ends: no ``Windowed`` object per session) and a
+commit, rocksdict a ``WriteBatch`` of 100k; then the lookup a session aggregation makes for each
+record, ``find_sessions(key, t - gap, t + gap)`` of 20k random keys at a time
 inside their sixth session (one session found; rocksdict iterates ``items(from_key=key ||
 t - gap)`` while the key matches and the session starts at or before ``t + gap``), and
 ``fetch(key)`` of the same keys (all 10 sessions of one key).
@@ -44,23 +45,29 @@ def _lookups(n_keys: int) -> tuple[list[bytes], int]:
 
 
 def run_kstate(n_keys: int, where: str) -> dict:
-    from kstate import Stores, Windowed
+    from kstate import Stores
 
     supplier = Stores.persistent_session_store("sessions", retention_ms=3_600_000)
     config = {"statestore.memory.max.bytes": BUDGET}
     store = Stores.session_store_builder(supplier, "bytes", "bytes").with_config(config).build()
     store.init(f"{where}/app/0_0")
-    started, cpu, sessions, aggregates = time.perf_counter(), time.process_time(), [], []
+    started, cpu, keys, aggregates = time.perf_counter(), time.process_time(), [], []
+
+    def put_all(start: int, end: int) -> None:
+        store.put_all(keys, aggregates, [start] * len(keys), [end] * len(keys))
+
     for s in range(SESSIONS):
         start, end = _session(s)
         for i in range(n_keys):
-            sessions.append(Windowed(row_key(i), start, end))
+            keys.append(row_key(i))
             aggregates.append(VALUES[i % 4096])
-            if len(sessions) == COMMIT_EVERY:
-                store.put_all(sessions, aggregates)
+            if len(keys) == COMMIT_EVERY:
+                put_all(start, end)
                 store.commit(changelog_offset=0)
-                sessions, aggregates = [], []
-    store.put_all(sessions, aggregates)
+                keys, aggregates = [], []
+        if keys:
+            put_all(start, end)
+            keys, aggregates = [], []
     store.commit(changelog_offset=0)
     put_seconds, put_cpu = time.perf_counter() - started, time.process_time() - cpu
     keys, t = _lookups(n_keys)

@@ -53,11 +53,20 @@ class SessionStore(SessionReads, SegmentedStore):
         stored = self._stored(aggregate, session.end)
         return self._reader.put(self._key_bytes(session.key), session.start, session.end, stored)
 
-    def put_all(self, entries: Any, aggregates: Any = None) -> int:
+    def put_all(
+        self, entries: Any, aggregates: Any = None, session_starts: Any = None, session_ends: Any = None
+    ) -> int:
         """``put`` of many sessions in one call: ``(Windowed(key, start, end), aggregate)`` pairs
-        (or a dict of them), or two sequences ``put_all(session_keys, aggregates)``. Returns how
-        many were dropped as expired (counted in ``dropped_records``). Nothing is written if an
-        entry is invalid."""
+        (or a dict of them), two sequences ``put_all(session_keys, aggregates)``, or four columns
+        ``put_all(keys, aggregates, session_starts, session_ends)`` (no ``Windowed`` per session:
+        the form for data that arrives in columns). Returns how many were dropped as expired
+        (counted in ``dropped_records``). Nothing is written if an entry is invalid."""
+        if (session_starts is None) != (session_ends is None):
+            raise InvalidArgumentError("put_all takes both session_starts and session_ends, or neither")
+        if session_starts is not None:
+            if aggregates is None:
+                raise InvalidArgumentError("put_all(keys, aggregates, session_starts, session_ends) needs aggregates")
+            return self._put_columns(list(entries), list(aggregates), list(session_starts), list(session_ends))
         if aggregates is None:
             pairs = list(entries.items() if isinstance(entries, Mapping) else entries)
             entries, aggregates = [pair[0] for pair in pairs], [pair[1] for pair in pairs]
@@ -69,9 +78,19 @@ class SessionStore(SessionReads, SegmentedStore):
         for session_key in sessions:
             if not isinstance(session_key, tuple) or len(session_key) != 3:
                 session_of(session_key)  # raises its error
-        # Times are checked natively (ints in 64 bits, as check_time), keys and values too.
         keys = [session[0] for session in sessions]
         starts, ends = [session[1] for session in sessions], [session[2] for session in sessions]
+        return self._put_columns(keys, aggregates, starts, ends)
+
+    def _put_columns(self, keys: list, aggregates: list, starts: list, ends: list) -> int:
+        if not len(keys) == len(aggregates) == len(starts) == len(ends):
+            raise InvalidArgumentError(
+                f"put_all got {len(keys)} keys, {len(aggregates)} aggregates, "
+                f"{len(starts)} session starts and {len(ends)} session ends"
+            )
+        if self._raw:  # keys, values and times are checked natively
+            return self._reader.put_all(keys, starts, ends, aggregates)
+        # Times are checked natively (ints in 64 bits, as check_time), keys and values too.
         stored = [self._stored(aggregate, check_time("session end", end)) for aggregate, end in zip(aggregates, ends)]
         return self._reader.put_all([self._key_bytes(key) for key in keys], starts, ends, stored)
 

@@ -137,6 +137,55 @@ def test_put_all_is_put_of_each_session(task_dir, serdes):
         assert [(kv.key, kv.value) for kv in store.fetch(k("a"), k("c"))] == [(Windowed(k("c"), 0, 6 * MINUTE), v(4))]
 
 
+@pytest.mark.parametrize("serdes", [("bytes", "bytes"), ("string", "int64")], ids=["bytes", "string"])
+def test_put_all_of_columns_is_put_all_of_sessions(tmp_path, serdes):
+    k, v = (str.encode, lambda n: b"%d" % n) if serdes[0] == "bytes" else (str, int)
+    sessions = [(k("a"), 0, 10, v(1)), (k("b"), 5, 20, v(2)), (k("a"), 30, 40, v(3)), (k("b"), 5, 20, None)]
+    # Past retention a session is dropped and counted, in either form: the second of these.
+    late = [(k("c"), 0, 6 * MINUTE, v(4)), (k("a"), 50, 60, v(5))]
+
+    def put_all(store, form, rows):
+        if form == "sessions":
+            return store.put_all([Windowed(key, s, e) for key, s, e, _ in rows], [a for *_, a in rows])
+        keys, starts, ends, aggregates = (list(column) for column in zip(*rows))
+        return store.put_all(keys, aggregates, starts, ends)
+
+    contents = []
+    for form in ("sessions", "columns"):
+        supplier = Stores.persistent_session_store("s", 3 * MINUTE)
+        with Stores.session_store_builder(supplier, *serdes).build().init(str(tmp_path / form)) as store:
+            assert put_all(store, form, sessions) == 0
+            fetched = [(kv.key, kv.value) for kv in store.fetch(k("a"), k("z"))]
+            assert put_all(store, form, late) == 1 and store.dropped_records == 1
+            store.commit(1)
+        with Stores.session_store_builder(supplier, *serdes).build().init(str(tmp_path / form)) as store:
+            contents.append((fetched, [(kv.key, kv.value) for kv in store.fetch(k("a"), k("z"))]))
+    assert contents[0] == contents[1]
+    assert contents[0] == (
+        [(Windowed(k("a"), 0, 10), v(1)), (Windowed(k("a"), 30, 40), v(3))],
+        [(Windowed(k("c"), 0, 6 * MINUTE), v(4))],
+    )
+
+
+@pytest.mark.parametrize("serdes", [("bytes", "bytes"), ("string", "int64")], ids=["bytes", "string"])
+def test_put_all_of_columns_checks_every_entry_before_writing(task_dir, serdes):
+    supplier = Stores.persistent_session_store("s", 3 * MINUTE)
+    key, aggregate = (b"k", b"1") if serdes[0] == "bytes" else ("k", 1)
+    with Stores.session_store_builder(supplier, *serdes).build().init(task_dir) as store:
+        for args, match in [
+            (([key, key], [aggregate, aggregate], [0, 10], [10, 0]), None),  # ends before it starts
+            (([key, key], [aggregate, aggregate], [0, "late"], [10, 20]), "session start"),
+            (([key, key], [aggregate, aggregate], [0, 5], [10, True]), "session end"),
+            (([key, key], [aggregate], [0, 5], [10, 20]), "put_all got 2 keys, 1 aggregates"),
+            (([key], [aggregate], [0], [10, 20]), "1 session starts and 2 session ends"),
+            (([key], [aggregate], [0], None), "both session_starts and session_ends"),
+            (([key], None, [0], [10]), "needs aggregates"),
+        ]:
+            with pytest.raises(InvalidArgumentError, match=match):
+                store.put_all(*args)
+        assert list(store.fetch(key)) == [], "nothing written by a call that raised"
+
+
 def test_session_put_all_checks_every_entry_before_writing(task_dir):
     supplier = Stores.persistent_session_store("s", 3 * MINUTE)
     with Stores.session_store_builder(supplier).build().init(task_dir) as store:
