@@ -9,9 +9,11 @@ writes and of committing it, kstate against rocksdict (building a ``WriteBatch``
 ``kv``: ``benches/scale.py``'s put phase (keys in order, 100-byte values); ``window``:
 ``benches/scale_window.py``'s (a minute of every key, then the next; 10 minutes). Prints one
 JSON line: ms per batch of the stage (``put_cpu_ms``) and of the commit (``commit_cpu_ms``),
-the commit's wall clock (``commit_ms``), the rate, the CPU of all threads per write until the
-close (``process_cpu_us``) and the close's wall clock (``close_ms``: a
-store with ``statestore.durability`` ``changelog`` flushes there what a WAL held).
+the commit's wall clock (``commit_ms``), the main thread's page faults a commit
+(``commit_faults``; ``later_commit_faults``: after the first five, once the memtables' memory
+was touched), the rate, the CPU of all threads per write until the close (``process_cpu_us``)
+and the close's wall clock (``close_ms``: a store with ``statestore.durability`` ``changelog``
+flushes there what a WAL held).
 """
 
 from __future__ import annotations
@@ -19,12 +21,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import tempfile
 import time
 
 from scale import BATCH, BUDGET, _keys, _values  # benches/scale.py
 from scale_window import MINUTE, T0, VALUES, WINDOWS, _store_key, row_key  # benches/scale_window.py
+
+# Commits in which a fresh store first touches its memtables' memory (3 write buffers of 16 MiB).
+FIRST_COMMITS = 5
 
 
 def _window_batches(n_keys: int) -> list[tuple[list[bytes], list[bytes], list[int]]]:
@@ -94,13 +100,16 @@ def main() -> None:
             store.write(batch)
 
     put_cpu = commit_cpu = commit_wall = 0.0
+    faults = []  # the main thread's page faults in each commit
     started, process_cpu = time.perf_counter(), time.process_time()
     for keys, values, starts in batches:
         cpu = time.thread_time()
         staged = stage(keys, values, starts)
         put_cpu += time.thread_time() - cpu
         wall, cpu = time.perf_counter(), time.thread_time()
+        before = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
         commit(staged)
+        faults.append(resource.getrusage(resource.RUSAGE_THREAD).ru_minflt - before)
         commit_cpu += time.thread_time() - cpu
         commit_wall += time.perf_counter() - wall
     elapsed, process_cpu = time.perf_counter() - started, time.process_time() - process_cpu
@@ -121,6 +130,9 @@ def main() -> None:
                 "put_cpu_ms": round(put_cpu * per_batch, 1),
                 "commit_cpu_ms": round(commit_cpu * per_batch, 1),
                 "commit_ms": round(commit_wall * per_batch, 1),
+                # page faults a commit, and once the first FIRST_COMMITS touched the memtables
+                "commit_faults": round(sum(faults) / len(faults)),
+                "later_commit_faults": round(sum(faults[FIRST_COMMITS:]) / max(1, len(faults) - FIRST_COMMITS)),
                 "close_ms": round(close_ms, 1),
                 # every thread (RocksDB's flushes and compactions too), per write
                 "process_cpu_us": round(process_cpu / writes * 1e6, 3),
