@@ -220,11 +220,10 @@ impl Overlay {
     /// second copy of the whole commit into fresh pages (a page fault per 4 KiB committed).
     pub fn with_tail<T>(&mut self, tail: &[u8], f: impl FnOnce(&[u8]) -> T) -> Result<T> {
         let staged = self.write_batch()?.len();
-        write_batch::append(&mut self.batch, tail)?;
-        let out = f(&self.batch);
+        let out = write_batch::append(&mut self.batch, tail).map(|()| f(&self.batch));
         self.batch.truncate(staged);
         write_batch::set_count(&mut self.batch, self.records.len())?;
-        Ok(out)
+        out
     }
 
     /// `None`: not staged; `Some(None)`: staged delete; `Some(Some(v))`: staged value.
