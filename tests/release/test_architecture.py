@@ -15,13 +15,17 @@ violation of each kind."""
 from __future__ import annotations
 
 import ast
+import importlib.util
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-PACKAGE_DIR = Path(__file__).resolve().parents[2] / "python" / "kstate"
+SOURCE_DIR = Path(__file__).resolve().parents[2] / "python" / "kstate"
+# The source tree's package, or where there is none (tests copied beside an installed wheel,
+# as scripts/check-debian11.sh runs them) the installed one; found, not imported.
+PACKAGE_DIR = SOURCE_DIR if SOURCE_DIR.is_dir() else Path(importlib.util.find_spec("kstate").origin).parent
 
 SPARK_LAYERS = ("format", "protocol", "routing", "engine", "processor", "read")
 """kstate.spark's folders, lowest first: each may import the ones before it and itself. The
@@ -267,7 +271,9 @@ def needless_function_imports(package: Package) -> list[str]:
 
 @pytest.fixture(scope="module")
 def kstate_package() -> Package:
-    return read_package(PACKAGE_DIR, "kstate")
+    package = read_package(PACKAGE_DIR, "kstate")
+    assert "kstate.spark.processor" in package.packages, f"no kstate package read at {PACKAGE_DIR}"
+    return package
 
 
 def _listed(problems: list) -> str:
