@@ -1031,7 +1031,7 @@ impl KeyValueStore {
             }),
             // The overlay's own batch, as `apply_staged` will hand it to RocksDB.
             None if *direct_batch => sink(overlay.write_batch()?),
-            None => sink(staged_batch(c, overlay, false)?.data()),
+            None => sink(staged_batch(c, overlay)?.data()),
         })
     }
 
@@ -1058,16 +1058,16 @@ impl KeyValueStore {
             direct_batch,
             ..
         } = self;
-        state.with(|c| match offset {
-            Some(offset) if *direct_batch => {
-                let tail = c.offset_batch(offset)?;
+        state.with(|c| {
+            if *direct_batch {
+                // The overlay's own batch, the offset's records appended before RocksDB copies it.
+                let tail = offset.map(|o| c.offset_batch(o)).transpose()?;
+                let tail = tail.unwrap_or_default();
                 let batch = overlay.with_tail(tail.data(), WriteBatch::from_data)?;
-                c.commit_staged(batch, &mut std::iter::empty(), None)
+                return c.commit_staged(batch, &mut std::iter::empty(), None);
             }
-            _ => {
-                let staged = staged_batch(c, overlay, *direct_batch)?;
-                c.commit_staged(staged, &mut overlay.writes(), offset)
-            }
+            let staged = staged_batch(c, overlay)?;
+            c.commit_staged(staged, &mut overlay.writes(), offset)
         })
     }
 
@@ -1178,16 +1178,9 @@ fn live<'a>(ttl: &Option<Ttl>, value: Option<&'a [u8]>) -> Option<&'a [u8]> {
     }
 }
 
-/// The overlay's writes as one batch of `committed`: the overlay's own batch when it is the
-/// committed state's (`direct`), else staged write by write (in-memory state ignores it).
-fn staged_batch(
-    committed: &dyn CommittedState,
-    overlay: &mut Overlay,
-    direct: bool,
-) -> Result<WriteBatch> {
-    if direct {
-        return Ok(WriteBatch::from_data(overlay.write_batch()?));
-    }
+/// The overlay's writes as one batch of `committed`, staged write by write, for state whose
+/// batch is not the overlay's own (in-memory state ignores it).
+fn staged_batch(committed: &dyn CommittedState, overlay: &Overlay) -> Result<WriteBatch> {
     let mut batch = WriteBatch::default();
     for (key, value) in overlay.writes() {
         committed.stage(&mut batch, key, value)?;
