@@ -3,7 +3,7 @@ minute) in a kstate session store under the default 256 MiB budget, and the same
 (its defaults) under the session store's own keys (``key || end || start``, spec 1.7), each
 library in a process of its own, alternating, best of the runs. benches/README.md.
 
-    .venv/bin/python benches/scale_session.py 500000 [--runs 2] [--dir /var/tmp]
+    .venv/bin/python benches/scale_session.py 500000 [--runs 2] [--dir /var/tmp] [--kstate-options JSON]
 
 Rows: puts in time order (a minute of every key, then the next), kstate ``put_all`` of 100k
 sessions in columns (keys, aggregates, starts, ends: no ``Windowed`` object per session) and a
@@ -21,7 +21,7 @@ import struct
 import time
 
 from scale import peak_rss  # benches/scale.py
-from scale_window import BUDGET, COMMIT_EVERY, MINUTE, T0, VALUES, alternating_runs, arguments, row_key
+from scale_window import BUDGET, COMMIT_EVERY, MINUTE, T0, alternating_runs, arguments, row_key, row_value
 
 SESSIONS = 10
 LENGTH = 30_000
@@ -44,11 +44,11 @@ def _lookups(n_keys: int) -> tuple[list[bytes], int]:
     return [row_key(rng.randrange(n_keys)) for _ in range(LOOKUPS)], _session(SESSIONS // 2)[0] + 10_000
 
 
-def run_kstate(n_keys: int, where: str) -> dict:
+def run_kstate(n_keys: int, where: str, rocksdb_options: dict | None = None) -> dict:
     from kstate import Stores
 
     supplier = Stores.persistent_session_store("sessions", retention_ms=3_600_000)
-    config = {"statestore.memory.max.bytes": BUDGET}
+    config = {"statestore.memory.max.bytes": BUDGET, "rocksdb.config.setter": rocksdb_options}
     store = Stores.session_store_builder(supplier, "bytes", "bytes").with_config(config).build()
     store.init(f"{where}/app/0_0")
     started, cpu, keys, aggregates = time.perf_counter(), time.process_time(), [], []
@@ -60,7 +60,7 @@ def run_kstate(n_keys: int, where: str) -> dict:
         start, end = _session(s)
         for i in range(n_keys):
             keys.append(row_key(i))
-            aggregates.append(VALUES[i % 4096])
+            aggregates.append(row_value(i, s))
             if len(keys) == COMMIT_EVERY:
                 put_all(start, end)
                 store.commit(changelog_offset=0)
@@ -93,7 +93,7 @@ def run_rocksdict(n_keys: int, where: str) -> dict:
     for s in range(SESSIONS):
         start, end = _session(s)
         for i in range(n_keys):
-            batch.put(_store_key(row_key(i), start, end), VALUES[i % 4096])
+            batch.put(_store_key(row_key(i), start, end), row_value(i, s))
             if len(batch) == COMMIT_EVERY:
                 db.write(batch)
                 batch = WriteBatch(raw_mode=True)
@@ -139,7 +139,7 @@ def main() -> None:
     print("| library | sessions | put sessions/s | find_sessions(key, t ± gap) /s | fetch(key) /s | peak RSS MiB |")
     print("|---|---:|---:|---:|---:|---:|")
     for n_keys in args.keys:
-        runs = alternating_runs(__file__, n_keys, args.runs, args.dir)
+        runs = alternating_runs(__file__, n_keys, args.runs, args.dir, args.kstate_options)
         best = {library: {k: max(r[k] for r in results) for k in rates} for library, results in runs.items()}
         for library, results in runs.items():
             best[library]["rss"] = min(r["rss"] for r in results)

@@ -3,7 +3,7 @@ kstate window store under the default 256 MiB budget, and the same rows in rocks
 defaults) under the window store's own keys (``key || window start || seqnum``, spec 1.6), each
 library in a process of its own, alternating, best of the runs. benches/README.md.
 
-    .venv/bin/python benches/scale_window.py 1000000 [--runs 2] [--dir /var/tmp]
+    .venv/bin/python benches/scale_window.py 1000000 [--runs 2] [--dir /var/tmp] [--kstate-options JSON]
 
 Rows: puts in time order (a minute of every key, then the next), kstate ``put_all`` of 100k
 windows and a commit, rocksdict a ``WriteBatch`` of 100k; then ``fetch(key, t0, t9)`` of 20k random
@@ -42,15 +42,22 @@ def row_key(i: int) -> bytes:
     return b"key-%012d" % i
 
 
+def row_value(i: int, nth: int) -> bytes:
+    """The value of key ``i``'s ``nth`` row (``nth < 16``). A key's rows lie side by side in the
+    store, so each gets a value of its own: a block never holds one value twice and stays
+    incompressible to rocksdict's default compression, as benches/scale.py's rows are."""
+    return VALUES[(i * 16 + nth) % len(VALUES)]
+
+
 def _store_key(key: bytes, start: int) -> bytes:
     return key + struct.pack(">qi", start, 0)
 
 
-def run_kstate(n_keys: int, where: str) -> dict:
+def run_kstate(n_keys: int, where: str, rocksdb_options: dict | None = None) -> dict:
     from kstate import Stores
 
     supplier = Stores.persistent_window_store("windows", retention_ms=3_600_000, window_size_ms=MINUTE)
-    config = {"statestore.memory.max.bytes": BUDGET}
+    config = {"statestore.memory.max.bytes": BUDGET, "rocksdb.config.setter": rocksdb_options}
     store = Stores.window_store_builder(supplier, "bytes", "bytes").with_config(config).build()
     store.init(f"{where}/app/0_0")
     started, cpu, keys, values = time.perf_counter(), time.process_time(), [], []
@@ -58,7 +65,7 @@ def run_kstate(n_keys: int, where: str) -> dict:
         start = T0 + w * MINUTE
         for i in range(n_keys):
             keys.append(row_key(i))
-            values.append(VALUES[i % 4096])
+            values.append(row_value(i, w))
             if len(keys) == COMMIT_EVERY:
                 store.put_all(keys, values, [start] * len(keys))
                 store.commit(changelog_offset=0)
@@ -95,7 +102,7 @@ def run_rocksdict(n_keys: int, where: str) -> dict:
     for w in range(WINDOWS):
         start = T0 + w * MINUTE
         for i in range(n_keys):
-            batch.put(_store_key(row_key(i), start), VALUES[i % 4096])
+            batch.put(_store_key(row_key(i), start), row_value(i, w))
             if len(batch) == COMMIT_EVERY:
                 db.write(batch)
                 batch = WriteBatch(raw_mode=True)
@@ -140,9 +147,11 @@ def _result(n_keys: int, put: tuple[float, float], fetch_seconds: float, fetch_a
     }
 
 
-def alternating_runs(script: str, n_keys: int, runs: int, where: str | None) -> dict[str, list[dict]]:
-    """``runs`` runs of ``script --child LIBRARY N_KEYS DIR`` per library, each in a process of its
-    own, alternating (each library first in every other run): their JSON results."""
+def alternating_runs(
+    script: str, n_keys: int, runs: int, where: str | None, kstate_options: str = "{}"
+) -> dict[str, list[dict]]:
+    """``runs`` runs of ``script --child LIBRARY N_KEYS DIR OPTIONS`` per library, each in a process
+    of its own, alternating (each library first in every other run): their JSON results."""
     libraries = ["kstate", "rocksdict"]
     results: dict[str, list[dict]] = {library: [] for library in libraries}
     for run in range(runs):
@@ -150,7 +159,7 @@ def alternating_runs(script: str, n_keys: int, runs: int, where: str | None) -> 
             directory = tempfile.mkdtemp(prefix=f"kstate-{library}-", dir=where)
             try:
                 out = subprocess.run(
-                    [sys.executable, script, "--child", library, str(n_keys), directory],
+                    [sys.executable, script, "--child", library, str(n_keys), directory, kstate_options],
                     check=True,
                     capture_output=True,
                     text=True,
@@ -168,13 +177,21 @@ def arguments(doc: str | None, run_kstate: Callable, run_rocksdict: Callable) ->
     parser.add_argument("keys", type=int, nargs="*")
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--dir", default=None)
-    parser.add_argument("--child", nargs=3, metavar=("LIBRARY", "KEYS", "DIR"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--kstate-options",
+        default="{}",
+        help="kstate's rocksdb.config.setter as JSON, e.g. '{\"write_buffer_size\": 33554432}'",
+    )
+    parser.add_argument("--child", nargs=4, metavar=("LIBRARY", "KEYS", "DIR", "OPTIONS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if not args.child:
         return args
-    library, n_keys, where = args.child[0], int(args.child[1]), args.child[2]
-    run = run_kstate if library == "kstate" else run_rocksdict
-    print(json.dumps(run(n_keys, where)), flush=True)
+    library, n_keys, where, options = args.child[0], int(args.child[1]), args.child[2], args.child[3]
+    if library == "kstate":
+        result = run_kstate(n_keys, where, json.loads(options) or None)
+    else:
+        result = run_rocksdict(n_keys, where)
+    print(json.dumps(result), flush=True)
     return None
 
 
@@ -185,7 +202,7 @@ def main() -> None:
     print("| library | windows | put windows/s | fetch(key, t0, t9) /s | fetch_all rows scanned/s | peak RSS MiB |")
     print("|---|---:|---:|---:|---:|---:|")
     for n_keys in args.keys:
-        runs = alternating_runs(__file__, n_keys, args.runs, args.dir)
+        runs = alternating_runs(__file__, n_keys, args.runs, args.dir, args.kstate_options)
         best = {}
         for library, results in runs.items():
             best[library] = {k: max(r[k] for r in results) for k in ("put_rate", "fetch_rate", "fetch_all_rate")}
