@@ -3,6 +3,8 @@
 #   benches/instructions/kv_instructions.sh <python of a venv with the wheel> get|get_nocache|put|get_many|put_all|commit|scan [wal|changelog]
 #   benches/instructions/kv_instructions.sh <python> window|session     (put_all + commit, per window / session)
 #   benches/instructions/kv_instructions.sh <python> rocksdict_get|rocksdict_scan|rocksdict_write   (the peer)
+#   benches/instructions/kv_instructions.sh <python> window_fetch|session_fetch|session_find   (a range read of one key)
+#   benches/instructions/kv_instructions.sh <python> rocksdict_window_fetch|rocksdict_session_fetch|rocksdict_session_find
 here=$(cd "$(dirname "$0")" && pwd); py=$1; op=$2; durability=$3  # statestore.durability (key-value)
 one() {
     out=$(mktemp -u /tmp/kv-callgrind.XXXXXX)
@@ -10,10 +12,17 @@ one() {
     grep -E "^(summary|totals):" "$out-01" | head -1 | awk '{print $2}'
     rm -f "$out"*
 }
+ops=60000
 case $op in
+    window_fetch|session_fetch|session_find|rocksdict_window_fetch|rocksdict_session_fetch|rocksdict_session_find)
+       library=kstate; read=$op
+       [ "${op#rocksdict_}" != "$op" ] && library=rocksdict && read=${op#rocksdict_}
+       kind=$(case $read in window_fetch) echo window ;; session_fetch) echo session ;; *) echo find ;; esac)
+       a=$(one "$here/segmented_reads.py" $library $kind read); b=$(one "$here/segmented_reads.py" $library $kind none)
+       ops=20000 ;;
     window|session) a=$(one "$here/segmented_ops.py" "$op" put); b=$(one "$here/segmented_ops.py" "$op" none) ;;
     rocksdict_*) a=$(one "$here/rocksdict_ops.py" "${op#rocksdict_}"); b=$(one "$here/rocksdict_ops.py" none) ;;
     *) a=$(one "$here/kv_ops.py" "$op" $durability)
        b=$(one "$here/kv_ops.py" "$([ "$op" = get_nocache ] && echo none_nocache || echo none)" $durability) ;;
 esac
-python3 -c "print('$op', round(($a - $b) / 60000))"
+python3 -c "print('$op', round(($a - $b) / $ops))"
