@@ -196,6 +196,13 @@ class KeyValueReads:
         return self.all()
 
 
+def _valid_times(first: Any, second: Any) -> bool:
+    """Whether both are ints (not bools) in 64 bits, as `check_time` accepts."""
+    return (
+        type(first) is int and type(second) is int and MIN_TIME <= first <= MAX_TIME and MIN_TIME <= second <= MAX_TIME
+    )
+
+
 class SegmentedReads:
     """Value and key conversion shared by a store and its read-only views. ``_reader`` is the
     native store or view."""
@@ -268,6 +275,13 @@ class WindowReads(SegmentedReads):
                 return self._reader.fetch(key, time)
             stored = self._reader.fetch(self._key_bytes(key), time)
             return None if stored is None else self._value_of(stored)
+        if len(args) == 3 and self._raw:
+            key, time_from, time_to = args
+            # One key's windows with bytes serdes, the hottest range read: valid arguments go
+            # straight to the native store; anything else takes the checks of `_iterate`.
+            if type(key) is bytes and _valid_times(time_from, time_to):
+                native = self._reader.fetch_key(key, time_from, time_to, False)
+                return WindowedIterator(native.finished_rows(KeyValue), None)
         return self._iterate(args, reverse=False, with_timestamp=False)
 
     def backward_fetch(self, *args: Any) -> WindowedIterator:
@@ -319,6 +333,8 @@ class SessionReads(SegmentedReads):
     def fetch(self, key_or_from: Any, key_to: Any = ...) -> WindowedIterator:
         """``fetch(key)``: every live session of ``key``; ``fetch(key_from, key_to)``: of the keys
         in ``[key_from, key_to]`` (``None``: unbounded). Yields ``KeyValue(Windowed, aggregate)``."""
+        if key_to is ... and self._raw and type(key_or_from) is bytes:
+            return self._one_key_sessions(key_or_from, 0, MAX_TIME)
         return self._find(key_or_from, key_to, 0, MAX_TIME, reverse=False, with_timestamp=False)
 
     def backward_fetch(self, key_or_from: Any, key_to: Any = ...) -> WindowedIterator:
@@ -328,6 +344,12 @@ class SessionReads(SegmentedReads):
         """``find_sessions(key, earliest_session_end_time, latest_session_start_time)`` or
         ``find_sessions(key_from, key_to, earliest_session_end_time, latest_session_start_time)``:
         sessions with ``end >= earliest_session_end_time`` and ``start <= latest_session_start_time``."""
+        if len(args) == 3 and self._raw:
+            key, earliest_end, latest_start = args
+            # The lookup of a session aggregation, bytes serdes: valid arguments go straight to
+            # the native store; anything else takes the checks of `_find`.
+            if type(key) is bytes and _valid_times(earliest_end, latest_start):
+                return self._one_key_sessions(key, earliest_end, latest_start)
         return self._find_args(args, reverse=False, with_timestamp=False)
 
     def backward_find_sessions(self, *args: Any) -> WindowedIterator:
@@ -341,6 +363,11 @@ class SessionReads(SegmentedReads):
             check_time("session_end_time", session_end_time),
         )
         return None if stored is None else self._value_of(stored)
+
+    def _one_key_sessions(self, key: bytes, earliest_end: int, latest_start: int) -> WindowedIterator:
+        """Sessions of one key, oldest first, with bytes serdes and checked arguments."""
+        native = self._reader.find_sessions(key, key, earliest_end, latest_start, False)
+        return WindowedIterator(native.finished_rows(KeyValue, Windowed), None)
 
     def _find_args(self, args: tuple, reverse: bool, with_timestamp: bool) -> WindowedIterator:
         if len(args) == 3:

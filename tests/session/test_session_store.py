@@ -215,3 +215,35 @@ def test_put_all_refuses_more_aggregates_than_sessions(task_dir, serdes):
         with pytest.raises(InvalidArgumentError, match="put_all got"):
             store.put_all([Windowed(key, 0, 10)], [aggregate, aggregate])
         assert list(store.fetch(key)) == [], "nothing written by a call that raised"
+
+
+@pytest.mark.parametrize("persistent", [True, False], ids=["rocksdb", "memory"])
+def test_bytes_serde_session_reads_match_the_checked_path(task_dir, persistent):
+    """``fetch(key)`` and ``find_sessions(key, earliest_end, latest_start)`` with bytes serdes go
+    straight to the native store: the same rows as the checked path (a ``bytearray`` key takes
+    it) and the same typed errors, over more sessions than one chunk holds."""
+    factory = Stores.persistent_session_store if persistent else Stores.in_memory_session_store
+    store = Stores.session_store_builder(factory("s", 10_000 * MINUTE)).build().init(task_dir)
+    with store:
+        for i in range(300):
+            store.put(Windowed(b"k", i * MINUTE, i * MINUTE + 30_000), bytes([i % 251]) * (i * 37 % 5000))
+        store.put(Windowed(b"k\x00", 0, 10), b"other key")
+        store.commit(1)
+        fetched = list(store.fetch(b"k"))
+        assert fetched == list(store.fetch(bytearray(b"k")))
+        assert [(r.key.key, r.key.start) for r in fetched] == [(b"k", i * MINUTE) for i in range(300)]
+        assert [len(r.value) for r in fetched] == [i * 37 % 5000 for i in range(300)]
+        # Both bounds inclusive: session 99 ends exactly at the earliest end, 102 starts at the latest start.
+        found = list(store.find_sessions(b"k", 99 * MINUTE + 30_000, 102 * MINUTE))
+        assert found == list(store.find_sessions(bytearray(b"k"), 99 * MINUTE + 30_000, 102 * MINUTE))
+        assert [r.key.start for r in found] == [99 * MINUTE, 100 * MINUTE, 101 * MINUTE, 102 * MINUTE]
+        for bad in ["soon", True, 2**64, 1.5, None]:
+            with pytest.raises(InvalidArgumentError):
+                store.find_sessions(b"k", bad, 0)
+            with pytest.raises(InvalidArgumentError):
+                store.find_sessions(b"k", 0, bad)
+        for call in (lambda key: store.fetch(key), lambda key: store.find_sessions(key, 0, 1)):
+            with pytest.raises(InvalidArgumentError):
+                call(None)
+            with pytest.raises(SerializationError):
+                call("text")

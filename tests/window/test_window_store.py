@@ -320,3 +320,37 @@ def test_put_all_refuses_sequences_of_different_lengths(task_dir, serdes):
             with pytest.raises(InvalidArgumentError, match="put_all got"):
                 store.put_all(keys, values, starts)
         assert list(store.all()) == [], "nothing written by a call that raised"
+
+
+@pytest.mark.parametrize("persistent", [True, False], ids=["rocksdb", "memory"])
+def test_bytes_serde_range_reads_match_the_checked_path(task_dir, persistent):
+    """``fetch(key, from, to)`` with bytes serdes goes straight to the native store: the same rows
+    as the checked path (a ``bytearray`` key takes it), the same typed errors, across chunks of
+    rows of very different sizes (the first row small, later ones far larger, and the reverse)."""
+    factory = Stores.persistent_window_store if persistent else Stores.in_memory_window_store
+    store = Stores.window_store_builder(factory("w", 10_000 * MINUTE, MINUTE)).build().init(task_dir)
+    with store:
+        sizes = [1, 7, 3000, 0, 100_000] + [n % 977 for n in range(400)]
+        for i, size in enumerate(sizes):
+            store.put(b"k", bytes([i % 251]) * size, i * MINUTE)
+            store.put(b"big-first", bytes([i % 251]) * sizes[-1 - i], i * MINUTE)
+        store.put(b"k\x00", b"other key", 0)
+        store.commit(1)
+        last = (len(sizes) - 1) * MINUTE
+        for key in (b"k", b"big-first"):
+            fast = list(store.fetch(key, 0, last))
+            assert fast == list(store.fetch(bytearray(key), 0, last))
+            assert [r.key for r in fast] == [i * MINUTE for i in range(len(sizes))]
+            expected = sizes if key == b"k" else sizes[::-1]
+            assert [len(r.value) for r in fast] == expected
+            assert [r.key for r in store.backward_fetch(key, 0, last)] == [r.key for r in fast][::-1]
+        assert [r.key for r in store.fetch(b"k", 3 * MINUTE, 5 * MINUTE)] == [3 * MINUTE, 4 * MINUTE, 5 * MINUTE]
+        for bad in ["soon", True, 2**64, 1.5, None]:
+            with pytest.raises(InvalidArgumentError):
+                store.fetch(b"k", bad, last)
+            with pytest.raises(InvalidArgumentError):
+                store.fetch(b"k", 0, bad)
+        with pytest.raises(InvalidArgumentError):
+            store.fetch(None, 0, last)
+        with pytest.raises(SerializationError):
+            store.fetch("text", 0, last)

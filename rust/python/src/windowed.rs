@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use std::path::Path;
 
 use kstate_core::segmented::segmented_store::{
-    self as segmented, Row, ScanCursor, SegmentQuery, SegmentReader, SegmentedKeys,
+    self as segmented, ScanCursor, SegmentQuery, SegmentReader, SegmentedKeys,
 };
 use kstate_core::segmented::session_store::SessionQueries;
 use kstate_core::segmented::window_store::WindowQueries;
@@ -21,6 +21,8 @@ use crate::window_store::NativeWindowStore;
 
 const FIRST_CHUNK: usize = 16;
 const MAX_CHUNK: usize = 2048;
+/// At most this much is reserved ahead for a chunk's bytes; rows past it grow the buffer.
+const CHUNK_RESERVE_BYTES: usize = 1 << 20;
 
 /// A time argument in milliseconds: an int (not a bool) that fits in 64 bits, else
 /// `InvalidArgumentError`, so Python may call the native store directly.
@@ -142,9 +144,60 @@ pub struct WindowedIterator {
     query: SegmentQuery,
     cursor: ScanCursor,
     decoder: Decoder,
-    buffer: VecDeque<Row>,
+    buffer: ChunkRows,
     chunk: usize,
     rows: WindowRows,
+}
+
+/// A chunk's rows, not yet yielded, in one byte buffer (no allocation per row).
+#[derive(Default)]
+struct ChunkRows {
+    bytes: Vec<u8>,
+    /// Where each row's store key ends and its value ends in `bytes`; its key starts where the
+    /// row before it ends.
+    ends: VecDeque<(usize, usize)>,
+    /// Where the next row starts.
+    start: usize,
+    /// Rows the chunk being read may hold (`reserve`).
+    reserve_rows: usize,
+}
+
+impl ChunkRows {
+    fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// Makes room for `rows` rows the size of the first one pushed (up to `CHUNK_RESERVE_BYTES`),
+    /// so a chunk grows its buffers once or not at all.
+    fn reserve(&mut self, rows: usize) {
+        self.ends.reserve(rows);
+        self.reserve_rows = rows;
+    }
+
+    fn push(&mut self, key: &[u8], value: &[u8]) {
+        if self.bytes.is_empty() {
+            let first = key.len() + value.len();
+            self.bytes
+                .reserve((self.reserve_rows * first).min(CHUNK_RESERVE_BYTES));
+        }
+        self.bytes.extend_from_slice(key);
+        let key_end = self.bytes.len();
+        self.bytes.extend_from_slice(value);
+        self.ends.push_back((key_end, self.bytes.len()));
+    }
+
+    /// The next row's store key and value.
+    fn pop(&mut self) -> Option<(&[u8], &[u8])> {
+        let (key_end, value_end) = self.ends.pop_front()?;
+        let start = std::mem::replace(&mut self.start, value_end);
+        Some((&self.bytes[start..key_end], &self.bytes[key_end..value_end]))
+    }
+
+    fn clear(&mut self) {
+        self.bytes.clear();
+        self.ends.clear();
+        self.start = 0;
+    }
 }
 
 /// What `__next__` yields.
@@ -166,7 +219,7 @@ impl WindowedIterator {
             query,
             cursor: ScanCursor::default(),
             decoder,
-            buffer: VecDeque::new(),
+            buffer: ChunkRows::default(),
             chunk: FIRST_CHUNK,
             rows: WindowRows::Plain,
         }
@@ -186,9 +239,15 @@ impl WindowedIterator {
                 // Still checks the store is open, as every call on a closed store raises.
                 return guard(|| reader.next_segment(0, -1, query.direction).map(|_| ()));
             }
-            let rows = guard(|| segmented::scan(reader, query, cursor, *chunk))?;
+            buffer.clear();
+            buffer.reserve(*chunk);
+            guard(|| {
+                segmented::scan_visit(reader, query, cursor, *chunk, &mut |key, value| {
+                    buffer.push(key, value);
+                    Ok(())
+                })
+            })?;
             *chunk = (*chunk * 4).min(MAX_CHUNK);
-            buffer.extend(rows);
             Ok(())
         };
         match source {
@@ -208,14 +267,14 @@ impl WindowedIterator {
     /// `(key, start, end, value)`, or a finished row (`finished_rows`).
     fn __next__<'py>(&mut self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
         self.fill(py)?;
-        let Some((store_key, value)) = self.buffer.pop_front() else {
+        let Some((store_key, value)) = self.buffer.pop() else {
             return Ok(None);
         };
         let (key, start, end) = guard(|| match &self.decoder {
-            Decoder::Window(q) => q.decode(&store_key),
-            Decoder::Session(q) => q.decode(&store_key),
+            Decoder::Window(q) => q.decode(store_key),
+            Decoder::Session(q) => q.decode(store_key),
         })?;
-        let value = PyBytes::new(py, &value);
+        let value = PyBytes::new(py, value);
         let WindowRows::Finished {
             key_value,
             windowed,

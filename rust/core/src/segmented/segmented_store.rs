@@ -161,9 +161,25 @@ pub fn scan(
     limit: usize,
 ) -> Result<Vec<Row>> {
     let mut out = Vec::new();
+    scan_visit(reader, query, cursor, limit, &mut |key, value| {
+        out.push((key.to_vec(), value.to_vec()));
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// `scan`, passing each row to `visit` borrowed instead of copying it out; returns how many.
+pub fn scan_visit(
+    reader: &dyn SegmentReader,
+    query: &SegmentQuery,
+    cursor: &mut ScanCursor,
+    limit: usize,
+    visit: &mut VisitEntry<'_>,
+) -> Result<usize> {
+    let mut visited = 0;
     let mut last_key = Vec::new();
     let direction = query.direction;
-    while !cursor.done && out.len() < limit {
+    while !cursor.done && visited < limit {
         let (id, rest) = match cursor.current.take() {
             Some(current) => current,
             None => {
@@ -181,24 +197,20 @@ pub fn scan(
                 }
             }
         };
-        let want = limit - out.len();
-        // Only accepted rows are copied: a time range filters most rows of a segment out.
+        let want = limit - visited;
+        // Only accepted rows are visited: a time range filters most rows of a segment out.
         let scanned = reader.scan_segment(id, &rest, direction, want, &mut |key, value| {
             last_key.clear();
             last_key.extend_from_slice(key);
             if (query.accept)(key)? {
-                out.push((key.to_vec(), value.to_vec()));
+                visited += 1;
+                visit(key, value)?;
             }
             Ok(())
         })?;
-        let exhausted = scanned < want;
-        let rest = if scanned > 0 {
-            rest.after(&last_key, direction)
-        } else {
-            rest
-        };
-        if !exhausted {
-            cursor.current = Some((id, rest));
+        if scanned == want {
+            // More may follow in this segment: the next chunk resumes after the last key seen.
+            cursor.current = Some((id, rest.after(&last_key, direction)));
             continue;
         }
         let next = match direction {
@@ -210,7 +222,7 @@ pub fn scan(
             None => cursor.done = true,
         }
     }
-    Ok(out)
+    Ok(visited)
 }
 
 fn first_in<T>(map: &BTreeMap<i64, T>, lo: i64, hi: i64, direction: Direction) -> Option<i64> {
