@@ -1,7 +1,8 @@
 """Range reads of window and session stores, for callgrind (kv_instructions.sh
 window_fetch|session_fetch|session_find, and rocksdict_ before each for the peer):
-20,000 keys with 10 windows (sessions) each, written, closed and reopened (so reads come from
-table files), one warm-up round of every key; then ("read") one more round, or ("none") not.
+20,000 keys with 10 windows (sessions) each, written, compacted (one table file: this measures a
+read, not the shape of the LSM tree), closed and reopened, one warm-up round of every key; then
+("read") one more round, or ("none") not.
 The rocksdict forms read the same rows under the same store keys as scale_window.py and
 scale_session.py do."""
 
@@ -42,6 +43,7 @@ def kstate_reads(kind: str, where: str):
             start, end = _session(n)
             store.put_all(KEYS, values, [start] * len(KEYS), [end] * len(KEYS))
         store.commit(changelog_offset=n)
+    store.compact()
     store.close()
     store = builder.build().init(f"{where}/app/0_0")
     if kind == "window":
@@ -61,6 +63,7 @@ def rocksdict_reads(kind: str, where: str):
             store_key = window_key(key, T0 + n * MINUTE) if kind == "window" else session_key(key, *_session(n))
             batch.put(store_key, row_value(i, n))
         db.write(batch)
+    db.compact_range(None, None)
     db.close()
     db = Rdict(where, options=Options(raw_mode=True))
 
