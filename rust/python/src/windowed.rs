@@ -158,8 +158,6 @@ struct ChunkRows {
     ends: VecDeque<(usize, usize)>,
     /// Where the next row starts.
     start: usize,
-    /// Rows the chunk being read may hold (`reserve`).
-    reserve_rows: usize,
 }
 
 impl ChunkRows {
@@ -167,18 +165,19 @@ impl ChunkRows {
         self.ends.is_empty()
     }
 
-    /// Makes room for `rows` rows the size of the first one pushed (up to `CHUNK_RESERVE_BYTES`),
-    /// so a chunk grows its buffers once or not at all.
-    fn reserve(&mut self, rows: usize) {
+    /// Empties the buffer for a chunk of up to `rows` rows: room for that many, and (at the
+    /// first push) for that many the size of the first row, up to `CHUNK_RESERVE_BYTES`, so a
+    /// chunk grows its buffers once or not at all.
+    fn clear_for(&mut self, rows: usize) {
+        self.clear();
         self.ends.reserve(rows);
-        self.reserve_rows = rows;
     }
 
     fn push(&mut self, key: &[u8], value: &[u8]) {
         if self.bytes.is_empty() {
             let first = key.len() + value.len();
             self.bytes
-                .reserve((self.reserve_rows * first).min(CHUNK_RESERVE_BYTES));
+                .reserve((self.ends.capacity() * first).min(CHUNK_RESERVE_BYTES));
         }
         self.bytes.extend_from_slice(key);
         let key_end = self.bytes.len();
@@ -239,8 +238,7 @@ impl WindowedIterator {
                 // Still checks the store is open, as every call on a closed store raises.
                 return guard(|| reader.next_segment(0, -1, query.direction).map(|_| ()));
             }
-            buffer.clear();
-            buffer.reserve(*chunk);
+            buffer.clear_for(*chunk);
             guard(|| {
                 segmented::scan_visit(reader, query, cursor, *chunk, &mut |key, value| {
                     buffer.push(key, value);
