@@ -26,8 +26,8 @@ import shutil
 import tempfile
 import time
 
-from scale import BATCH, BUDGET, _keys, _values  # benches/scale.py
-from scale_window import MINUTE, T0, VALUES, WINDOWS, _store_key, row_key  # benches/scale_window.py
+from scale import BATCH, BUDGET, row_keys, row_values  # benches/scale.py
+from scale_window import MINUTE, T0, WINDOWS, row_key, row_value, window_store_key  # benches/scale_window.py
 
 # Commits in which a fresh store first touches its memtables' memory (3 write buffers of 16 MiB).
 FIRST_COMMITS = 5
@@ -38,7 +38,7 @@ def _window_batches(n_keys: int) -> list[tuple[list[bytes], list[bytes], list[in
     for w in range(WINDOWS):
         for i in range(n_keys):
             keys.append(row_key(i))
-            values.append(VALUES[(w * n_keys + i) % 4096])
+            values.append(row_value(i, w))
             starts.append(T0 + w * MINUTE)
             if len(keys) == BATCH:
                 batches.append((keys, values, starts))
@@ -58,7 +58,7 @@ def main() -> None:
     where = tempfile.mkdtemp(dir=args.dir)
     if args.shape == "kv":
         ends = [(s, min(args.keys, s + BATCH)) for s in range(0, args.keys, BATCH)]
-        batches = [(_keys(s, e), _values(s, e), None) for s, e in ends]
+        batches = [(row_keys(s, e), row_values(s, e), None) for s, e in ends]
     else:
         batches = _window_batches(args.keys)
     if args.library == "kstate":
@@ -93,7 +93,7 @@ def main() -> None:
                     batch.put(key, value)
             else:
                 for key, value, start in zip(keys, values, starts):
-                    batch.put(_store_key(key, start), value)
+                    batch.put(window_store_key(key, start), value)
             return batch
 
         def commit(batch) -> None:

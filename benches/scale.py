@@ -52,7 +52,7 @@ def _disk(path: str) -> int:
     return sum(os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(path) for f in files)
 
 
-def _keys(start: int, end: int) -> list[bytes]:
+def row_keys(start: int, end: int) -> list[bytes]:
     return [b"key-%012d" % i for i in range(start, end)]
 
 
@@ -61,7 +61,7 @@ def _keys(start: int, end: int) -> list[bytes]:
 VALUES = [os.urandom(100) for _ in range(4096)]
 
 
-def _values(start: int, end: int) -> list[bytes]:
+def row_values(start: int, end: int) -> list[bytes]:
     return [VALUES[i % 4096] for i in range(start, end)]
 
 
@@ -100,7 +100,7 @@ def run_kstate(n: int, where: str, rocksdb_options: dict | None = None, durabili
     started, cpu = time.perf_counter(), time.process_time()
     for start in range(0, n, BATCH):
         end = min(n, start + BATCH)
-        store.put_all(_keys(start, end), _values(start, end))
+        store.put_all(row_keys(start, end), row_values(start, end))
         if (start + BATCH) % COMMIT_EVERY == 0 or start + BATCH >= n:
             began = time.perf_counter()
             store.commit(changelog_offset=start)
@@ -140,7 +140,7 @@ def run_kstate_changelogged(n: int, where: str, rocksdb_options: dict | None = N
     started = time.perf_counter()
     for start in range(0, n, BATCH):
         end = min(n, start + BATCH)
-        store.put_all(_keys(start, end), _values(start, end))
+        store.put_all(row_keys(start, end), row_values(start, end))
         store.commit()
     put_seconds = time.perf_counter() - started
     store.close()
@@ -171,7 +171,7 @@ def run_rocksdict(n: int, where: str) -> dict:
     for start in range(0, n, BATCH):
         batch = WriteBatch(raw_mode=True)
         end = min(n, start + BATCH)
-        for key, value in zip(_keys(start, end), _values(start, end)):
+        for key, value in zip(row_keys(start, end), row_values(start, end)):
             batch.put(key, value)
         began = time.perf_counter()
         db.write(batch)

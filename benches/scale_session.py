@@ -29,19 +29,19 @@ GAP = 20_000
 LOOKUPS = 20_000
 
 
-def _session(s: int) -> tuple[int, int]:
+def session_times(s: int) -> tuple[int, int]:
     start = T0 + s * MINUTE
     return start, start + LENGTH
 
 
-def _store_key(key: bytes, start: int, end: int) -> bytes:
+def session_store_key(key: bytes, start: int, end: int) -> bytes:
     return key + struct.pack(">qq", end, start)
 
 
 def _lookups(n_keys: int) -> tuple[list[bytes], int]:
     """The keys both libraries look up (the same seeded draw) and the record time."""
     rng = random.Random(1)
-    return [row_key(rng.randrange(n_keys)) for _ in range(LOOKUPS)], _session(SESSIONS // 2)[0] + 10_000
+    return [row_key(rng.randrange(n_keys)) for _ in range(LOOKUPS)], session_times(SESSIONS // 2)[0] + 10_000
 
 
 def run_kstate(n_keys: int, where: str, rocksdb_options: dict | None = None) -> dict:
@@ -57,7 +57,7 @@ def run_kstate(n_keys: int, where: str, rocksdb_options: dict | None = None) -> 
         store.put_all(keys, aggregates, [start] * len(keys), [end] * len(keys))
 
     for s in range(SESSIONS):
-        start, end = _session(s)
+        start, end = session_times(s)
         for i in range(n_keys):
             keys.append(row_key(i))
             aggregates.append(row_value(i, s))
@@ -91,9 +91,9 @@ def run_rocksdict(n_keys: int, where: str) -> dict:
     db = Rdict(f"{where}/rocksdict", options=Options(raw_mode=True))
     started, cpu, batch = time.perf_counter(), time.process_time(), WriteBatch(raw_mode=True)
     for s in range(SESSIONS):
-        start, end = _session(s)
+        start, end = session_times(s)
         for i in range(n_keys):
-            batch.put(_store_key(row_key(i), start, end), row_value(i, s))
+            batch.put(session_store_key(row_key(i), start, end), row_value(i, s))
             if len(batch) == COMMIT_EVERY:
                 db.write(batch)
                 batch = WriteBatch(raw_mode=True)

@@ -49,7 +49,7 @@ def row_value(i: int, nth: int) -> bytes:
     return VALUES[(i * 16 + nth) % len(VALUES)]
 
 
-def _store_key(key: bytes, start: int) -> bytes:
+def window_store_key(key: bytes, start: int) -> bytes:
     return key + struct.pack(">qi", start, 0)
 
 
@@ -102,7 +102,7 @@ def run_rocksdict(n_keys: int, where: str) -> dict:
     for w in range(WINDOWS):
         start = T0 + w * MINUTE
         for i in range(n_keys):
-            batch.put(_store_key(row_key(i), start), row_value(i, w))
+            batch.put(window_store_key(row_key(i), start), row_value(i, w))
             if len(batch) == COMMIT_EVERY:
                 db.write(batch)
                 batch = WriteBatch(raw_mode=True)
@@ -112,7 +112,7 @@ def run_rocksdict(n_keys: int, where: str) -> dict:
     started, rows = time.perf_counter(), 0
     for key in keys:
         upper = key + struct.pack(">qi", last, -1)
-        for store_key, _value in db.items(from_key=_store_key(key, T0)):
+        for store_key, _value in db.items(from_key=window_store_key(key, T0)):
             if store_key > upper:
                 break
             rows += 1

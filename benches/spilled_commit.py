@@ -25,7 +25,7 @@ def kstate_commit(n: int, where: str, logged: bool) -> float:
     store = builder.with_config({"statestore.memory.max.bytes": scale.BUDGET}).build().init(f"{where}/app/0_0")
     for start in range(0, n, scale.BATCH):
         end = min(n, start + scale.BATCH)
-        store.put_all(scale._keys(start, end), scale._values(start, end))
+        store.put_all(scale.row_keys(start, end), scale.row_values(start, end))
     started = time.perf_counter()
     store.commit()
     seconds = time.perf_counter() - started
@@ -38,7 +38,7 @@ def rocksdict_write(n: int, where: str) -> float:
 
     db = Rdict(f"{where}/rocksdict", options=Options(raw_mode=True))
     batch = WriteBatch(raw_mode=True)
-    for key, value in zip(scale._keys(0, n), scale._values(0, n)):
+    for key, value in zip(scale.row_keys(0, n), scale.row_values(0, n)):
         batch.put(key, value)
     started = time.perf_counter()
     db.write(batch)

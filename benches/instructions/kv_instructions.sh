@@ -15,10 +15,9 @@ one() {
 ops=60000
 case $op in
     window_fetch|session_fetch|session_find|rocksdict_window_fetch|rocksdict_session_fetch|rocksdict_session_find)
-       library=kstate; read=$op
-       [ "${op#rocksdict_}" != "$op" ] && library=rocksdict && read=${op#rocksdict_}
-       kind=$(case $read in window_fetch) echo window ;; session_fetch) echo session ;; *) echo find ;; esac)
-       a=$(one "$here/segmented_reads.py" $library $kind read); b=$(one "$here/segmented_reads.py" $library $kind none)
+       library=kstate; [ "${op#rocksdict_}" != "$op" ] && library=rocksdict
+       a=$(one "$here/segmented_reads.py" $library "${op#rocksdict_}" read)
+       b=$(one "$here/segmented_reads.py" $library "${op#rocksdict_}" none)
        ops=20000 ;;
     window|session) a=$(one "$here/segmented_ops.py" "$op" put); b=$(one "$here/segmented_ops.py" "$op" none) ;;
     rocksdict_*) a=$(one "$here/rocksdict_ops.py" "${op#rocksdict_}"); b=$(one "$here/rocksdict_ops.py" none) ;;

@@ -48,7 +48,7 @@ def main() -> None:
     if args.build:
         for start in range(0, args.n, scale.BATCH):
             end = min(args.n, start + scale.BATCH)
-            store.put_all(scale._keys(start, end), scale._values(start, end))
+            store.put_all(scale.row_keys(start, end), scale.row_values(start, end))
             store.commit(changelog_offset=start)
         store.close()
         return

@@ -11,7 +11,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from scale import BATCH, BUDGET, _keys, _values  # noqa: E402  (benches/scale.py)
+from scale import BATCH, BUDGET, row_keys, row_values  # noqa: E402  (benches/scale.py)
 
 
 def main(library: str, n: int) -> None:
@@ -22,7 +22,7 @@ def main(library: str, n: int) -> None:
         builder = Stores.key_value_store_builder(Stores.persistent_key_value_store("scale"), "bytes", "bytes")
         store = builder.with_config({"statestore.memory.max.bytes": BUDGET}).build().init(f"{where}/app/0_0")
         for start in range(0, n, BATCH):
-            store.put_all(_keys(start, min(n, start + BATCH)), _values(start, min(n, start + BATCH)))
+            store.put_all(row_keys(start, min(n, start + BATCH)), row_values(start, min(n, start + BATCH)))
             store.commit(changelog_offset=start)
         store.close()
     else:
@@ -31,7 +31,7 @@ def main(library: str, n: int) -> None:
         db = Rdict(f"{where}/rocksdict", options=Options(raw_mode=True))
         for start in range(0, n, BATCH):
             batch = WriteBatch(raw_mode=True)
-            for key, value in zip(_keys(start, min(n, start + BATCH)), _values(start, min(n, start + BATCH))):
+            for key, value in zip(row_keys(start, min(n, start + BATCH)), row_values(start, min(n, start + BATCH))):
                 batch.put(key, value)
             db.write(batch)
         db.close()

@@ -1,5 +1,5 @@
-"""Range reads of window and session stores, for callgrind (kv_instructions.sh
-window_fetch|session_fetch|session_find, and rocksdict_ before each for the peer):
+"""Range reads of window and session stores, for callgrind: ``segmented_reads.py kstate|rocksdict
+window_fetch|session_fetch|session_find read|none`` (kv_instructions.sh runs it):
 20,000 keys with 10 windows (sessions) each, written, compacted (one table file: this measures a
 read, not the shape of the LSM tree), closed and reopened, one warm-up round of every key; then
 ("read") one more round, or ("none") not.
@@ -13,22 +13,20 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from scale_session import GAP, _session  # noqa: E402  (benches/scale_session.py)
-from scale_session import _store_key as session_key  # noqa: E402
-from scale_window import MINUTE, T0, row_key, row_value  # noqa: E402  (benches/scale_window.py)
-from scale_window import _store_key as window_key  # noqa: E402
+from scale_session import GAP, session_store_key, session_times  # noqa: E402  (benches/scale_session.py)
+from scale_window import MINUTE, T0, row_key, row_value, window_store_key  # noqa: E402  (benches/scale_window.py)
 
 KEYS = [row_key(i) for i in range(20_000)]
 ROWS = 10
 LAST = T0 + (ROWS - 1) * MINUTE
 # find_sessions inside each key's sixth session, as scale_session.py's lookups
-AT = _session(ROWS // 2)[0] + 10_000
+AT = session_times(ROWS // 2)[0] + 10_000
 
 
-def kstate_reads(kind: str, where: str):
+def kstate_reads(read: str, where: str):
     from kstate import Stores
 
-    if kind == "window":
+    if read == "window_fetch":
         supplier = Stores.persistent_window_store("w", retention_ms=3_600_000, window_size_ms=MINUTE)
         builder = Stores.window_store_builder(supplier, "bytes", "bytes")
     else:
@@ -37,31 +35,33 @@ def kstate_reads(kind: str, where: str):
     store = builder.build().init(f"{where}/app/0_0")
     for n in range(ROWS):
         values = [row_value(i, n) for i in range(len(KEYS))]
-        if kind == "window":
+        if read == "window_fetch":
             store.put_all(KEYS, values, [T0 + n * MINUTE] * len(KEYS))
         else:
-            start, end = _session(n)
+            start, end = session_times(n)
             store.put_all(KEYS, values, [start] * len(KEYS), [end] * len(KEYS))
         store.commit(changelog_offset=n)
     store.compact()
     store.close()
     store = builder.build().init(f"{where}/app/0_0")
-    if kind == "window":
+    if read == "window_fetch":
         return store, lambda key: sum(1 for _ in store.fetch(key, T0, LAST))
-    if kind == "session":
+    if read == "session_fetch":
         return store, lambda key: sum(1 for _ in store.fetch(key))
     return store, lambda key: sum(1 for _ in store.find_sessions(key, AT - GAP, AT + GAP))
 
 
-def rocksdict_reads(kind: str, where: str):
+def rocksdict_reads(read: str, where: str):
     from rocksdict import Options, Rdict, WriteBatch
 
     db = Rdict(where, options=Options(raw_mode=True))
     for n in range(ROWS):
         batch = WriteBatch(raw_mode=True)
         for i, key in enumerate(KEYS):
-            store_key = window_key(key, T0 + n * MINUTE) if kind == "window" else session_key(key, *_session(n))
-            batch.put(store_key, row_value(i, n))
+            if read == "window_fetch":
+                batch.put(window_store_key(key, T0 + n * MINUTE), row_value(i, n))
+            else:
+                batch.put(session_store_key(key, *session_times(n)), row_value(i, n))
         db.write(batch)
     db.compact_range(None, None)
     db.close()
@@ -69,7 +69,7 @@ def rocksdict_reads(kind: str, where: str):
 
     def window_fetch(key: bytes) -> int:
         upper, rows = key + struct.pack(">qi", LAST, -1), 0
-        for store_key, _value in db.items(from_key=window_key(key, T0)):
+        for store_key, _value in db.items(from_key=window_store_key(key, T0)):
             if store_key > upper:
                 break
             rows += 1
@@ -91,17 +91,16 @@ def rocksdict_reads(kind: str, where: str):
             found += 1
         return found
 
-    return db, {"window": window_fetch, "session": session_fetch, "find": session_find}[kind]
+    return db, {"window_fetch": window_fetch, "session_fetch": session_fetch, "session_find": session_find}[read]
 
 
-def main(library: str, kind: str, op: str) -> None:
+def main(library: str, read: str, op: str) -> None:
     where = tempfile.mkdtemp()
-    store, read = (kstate_reads if library == "kstate" else rocksdict_reads)(kind, where)
-    expected = len(KEYS) * (1 if kind == "find" else ROWS)
-    rounds = 2 if op == "read" else 1
-    for _round in range(rounds):
-        if sum(read(key) for key in KEYS) != expected:
-            raise SystemExit(f"{library} {kind}: wrong row count")
+    store, read_key = (kstate_reads if library == "kstate" else rocksdict_reads)(read, where)
+    expected = len(KEYS) * (1 if read == "session_find" else ROWS)
+    for _round in range(2 if op == "read" else 1):
+        if sum(read_key(key) for key in KEYS) != expected:
+            raise SystemExit(f"{library} {read}: wrong row count")
     store.close()
     shutil.rmtree(where)
 
