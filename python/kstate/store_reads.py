@@ -196,11 +196,8 @@ class KeyValueReads:
         return self.all()
 
 
-def _valid_times(first: Any, second: Any) -> bool:
-    """Whether both are ints (not bools) in 64 bits, as `check_time` accepts."""
-    return (
-        type(first) is int and type(second) is int and MIN_TIME <= first <= MAX_TIME and MIN_TIME <= second <= MAX_TIME
-    )
+_FETCH_TIMES = ("time_from", "time_to")
+_FIND_TIMES = ("earliest_session_end_time", "latest_session_start_time")
 
 
 class SegmentedReads:
@@ -229,6 +226,20 @@ class SegmentedReads:
 
     def _optional_key_bytes(self, key: Any) -> bytes | None:
         return None if key is None else self._key_bytes(key)
+
+    def _one_key_args(self, key: Any, names: tuple[str, str], first: Any, second: Any) -> tuple[bytes, int, int]:
+        """A one-key range read's stored key and checked times. With bytes serdes a ``bytes`` key
+        and int times in 64 bits (the hot case) pass as they are, without a call per argument."""
+        if (
+            self._raw
+            and type(key) is bytes
+            and type(first) is int
+            and type(second) is int
+            and MIN_TIME <= first <= MAX_TIME
+            and MIN_TIME <= second <= MAX_TIME
+        ):
+            return key, first, second
+        return self._key_bytes(key), check_time(names[0], first), check_time(names[1], second)
 
     def _value_and_timestamp_of(self, stored: bytes) -> ValueAndTimestamp:
         if not self._timestamped_bytes:
@@ -275,13 +286,6 @@ class WindowReads(SegmentedReads):
                 return self._reader.fetch(key, time)
             stored = self._reader.fetch(self._key_bytes(key), time)
             return None if stored is None else self._value_of(stored)
-        if len(args) == 3 and self._raw:
-            key, time_from, time_to = args
-            # One key's windows with bytes serdes, the hottest range read: valid arguments go
-            # straight to the native store; anything else takes the checks of `_iterate`.
-            if type(key) is bytes and _valid_times(time_from, time_to):
-                native = self._reader.fetch_key(key, time_from, time_to, False)
-                return WindowedIterator(native.finished_rows(KeyValue), None)
         return self._iterate(args, reverse=False, with_timestamp=False)
 
     def backward_fetch(self, *args: Any) -> WindowedIterator:
@@ -307,9 +311,7 @@ class WindowReads(SegmentedReads):
         reader = self._reader
         if len(args) == 3:
             key, time_from, time_to = args
-            native = reader.fetch_key(
-                self._key_bytes(key), check_time("time_from", time_from), check_time("time_to", time_to), reverse
-            )
+            native = reader.fetch_key(*self._one_key_args(key, _FETCH_TIMES, time_from, time_to), reverse)
             if self._raw and not with_timestamp:
                 return WindowedIterator(native.finished_rows(KeyValue), None)
             value_of = self._decoder(with_timestamp)
@@ -333,8 +335,6 @@ class SessionReads(SegmentedReads):
     def fetch(self, key_or_from: Any, key_to: Any = ...) -> WindowedIterator:
         """``fetch(key)``: every live session of ``key``; ``fetch(key_from, key_to)``: of the keys
         in ``[key_from, key_to]`` (``None``: unbounded). Yields ``KeyValue(Windowed, aggregate)``."""
-        if key_to is ... and self._raw and type(key_or_from) is bytes:
-            return self._one_key_sessions(key_or_from, 0, MAX_TIME)
         return self._find(key_or_from, key_to, 0, MAX_TIME, reverse=False, with_timestamp=False)
 
     def backward_fetch(self, key_or_from: Any, key_to: Any = ...) -> WindowedIterator:
@@ -344,12 +344,6 @@ class SessionReads(SegmentedReads):
         """``find_sessions(key, earliest_session_end_time, latest_session_start_time)`` or
         ``find_sessions(key_from, key_to, earliest_session_end_time, latest_session_start_time)``:
         sessions with ``end >= earliest_session_end_time`` and ``start <= latest_session_start_time``."""
-        if len(args) == 3 and self._raw:
-            key, earliest_end, latest_start = args
-            # The lookup of a session aggregation, bytes serdes: valid arguments go straight to
-            # the native store; anything else takes the checks of `_find`.
-            if type(key) is bytes and _valid_times(earliest_end, latest_start):
-                return self._one_key_sessions(key, earliest_end, latest_start)
         return self._find_args(args, reverse=False, with_timestamp=False)
 
     def backward_find_sessions(self, *args: Any) -> WindowedIterator:
@@ -363,11 +357,6 @@ class SessionReads(SegmentedReads):
             check_time("session_end_time", session_end_time),
         )
         return None if stored is None else self._value_of(stored)
-
-    def _one_key_sessions(self, key: bytes, earliest_end: int, latest_start: int) -> WindowedIterator:
-        """Sessions of one key, oldest first, with bytes serdes and checked arguments."""
-        native = self._reader.find_sessions(key, key, earliest_end, latest_start, False)
-        return WindowedIterator(native.finished_rows(KeyValue, Windowed), None)
 
     def _find_args(self, args: tuple, reverse: bool, with_timestamp: bool) -> WindowedIterator:
         if len(args) == 3:
@@ -384,14 +373,14 @@ class SessionReads(SegmentedReads):
         self, key_from: Any, key_to: Any, earliest_end: int, latest_start: int, reverse: bool, with_timestamp: bool
     ) -> WindowedIterator:
         if key_to is ...:  # one key
-            lower = upper = self._key_bytes(key_from)
+            key, earliest_end, latest_start = self._one_key_args(key_from, _FIND_TIMES, earliest_end, latest_start)
+            native = self._reader.find_sessions(key, key, earliest_end, latest_start, reverse)
         else:
-            lower, upper = self._optional_key_bytes(key_from), self._optional_key_bytes(key_to)
-        native = self._reader.find_sessions(
-            lower,
-            upper,
-            check_time("earliest_session_end_time", earliest_end),
-            check_time("latest_session_start_time", latest_start),
-            reverse,
-        )
+            native = self._reader.find_sessions(
+                self._optional_key_bytes(key_from),
+                self._optional_key_bytes(key_to),
+                check_time(_FIND_TIMES[0], earliest_end),
+                check_time(_FIND_TIMES[1], latest_start),
+                reverse,
+            )
         return self._windowed_iterator(native, with_timestamp)
