@@ -75,6 +75,29 @@ def test_iterators_over_many_entries_in_both_directions(open_store, kind):
         assert it.peek_next_key() == 104
 
 
+@pytest.mark.parametrize("kind", ["persistent", "memory"])
+def test_iterators_over_values_larger_than_a_chunk(open_store, kind):
+    """Chunks end at ~1 MiB of rows: rows of 0 to 2.5 MiB, committed and staged over, come out
+    whole and in order in both directions, and ``peek_next_key`` looks across chunk ends."""
+    store = open_store(kind)
+    sizes = [(i * 104_729) % (5 << 19) for i in range(40)]
+    store.put_all((b"k%02d" % i, bytes([i]) * size) for i, size in enumerate(sizes))
+    store.commit(1)
+    for i in range(0, 40, 5):
+        store.delete(b"k%02d" % i)
+    store.put(b"k07", b"small")
+    expected = {b"k%02d" % i: bytes([i]) * size for i, size in enumerate(sizes) if i % 5}
+    expected[b"k07"] = b"small"
+    assert list(store.all()) == sorted(expected.items())
+    assert list(store.reverse_all()) == sorted(expected.items(), reverse=True)
+    assert list(store.range(b"k11", b"k29")) == [(k, v) for k, v in sorted(expected.items()) if b"k11" <= k <= b"k29"]
+    with store.all() as rows:
+        for key in sorted(expected):
+            assert rows.peek_next_key() == key
+            assert next(rows)[0] == key
+        assert rows.peek_next_key() is None
+
+
 def test_staged_deletes_hide_committed_values_until_recover(open_store):
     store = open_store()
     store.put(b"k", b"v")

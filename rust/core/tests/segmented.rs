@@ -10,9 +10,10 @@ use kstate_core::logged::changelog::Changelog;
 use kstate_core::logged::logged_store::{LoggedStore, StoreChangelog};
 use kstate_core::segmented::commit_intent;
 use kstate_core::segmented::segmented_store::{
-    scan, ScanCursor, SegmentQuery, SegmentReader, SegmentedKeys, SegmentedOpenReport,
+    scan, scan_visit, ScanCursor, SegmentQuery, SegmentReader, SegmentedKeys, SegmentedOpenReport,
 };
 use kstate_core::store::key_range::Direction;
+use kstate_core::store::merge::{ScanLimit, CHUNK_BYTES};
 use kstate_core::{
     SegmentedOptions, SegmentedStore, SessionStore, StoreOptions, Ttl, TtlClock, ValueFormat,
     WindowStore,
@@ -88,6 +89,72 @@ fn window_rows(store: &WindowStore, query: &SegmentQuery) -> Vec<(String, i64, S
             )
         })
         .collect()
+}
+
+#[test]
+fn chunks_of_large_windows_stop_at_their_bytes_across_segments_and_filters() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = open_window(dir.path(), 10 * MINUTE, MINUTE, false);
+    // 40 keys x 4 windows in two 5-minute segments, values up to 2.5x a chunk's bytes; half
+    // committed, half staged.
+    for (n, start) in [0, 3 * MINUTE, 6 * MINUTE, 9 * MINUTE]
+        .into_iter()
+        .enumerate()
+    {
+        for i in 0..40usize {
+            let value = vec![i as u8; (i * n * 104_729) % (5 * CHUNK_BYTES / 2)];
+            store
+                .put(format!("k{i:02}").as_bytes(), Some(&value), start)
+                .unwrap();
+        }
+        if n < 2 {
+            store
+                .segments_mut()
+                .commit(Some(n as i64), &mut |_| {})
+                .unwrap();
+        }
+    }
+    let t = store.segments().stream_time();
+    // fetch_all of two of the four times: the time filter rejects half of each segment's rows.
+    for direction in [Direction::Forward, Direction::Reverse] {
+        let query = store
+            .queries()
+            .range(t, None, None, 3 * MINUTE, 6 * MINUTE, direction);
+        let expected = scan(
+            store.segments(),
+            &query,
+            &mut ScanCursor::default(),
+            usize::MAX,
+        )
+        .unwrap();
+        assert_eq!(expected.len(), 80);
+        let mut cursor = ScanCursor::default();
+        let mut seen = Vec::new();
+        while !cursor.is_done() {
+            let mut chunk = Vec::new();
+            let scanned = scan_visit(
+                store.segments(),
+                &query,
+                &mut cursor,
+                ScanLimit::chunk(2048),
+                &mut |k, v| {
+                    chunk.push((k.to_vec(), v.to_vec()));
+                    Ok(())
+                },
+            )
+            .unwrap();
+            let bytes: usize = chunk.iter().map(|(k, v)| k.len() + v.len()).sum();
+            let last_row = chunk.last().map_or(0, |(k, v)| k.len() + v.len());
+            assert_eq!((scanned.rows, scanned.bytes), (chunk.len(), bytes));
+            assert!(bytes - last_row < CHUNK_BYTES, "a chunk ends at its bytes");
+            assert_eq!(scanned.at_limit, !cursor.is_done());
+            seen.extend(chunk);
+        }
+        assert!(
+            seen == expected,
+            "{direction:?}: chunked rows differ from the whole scan"
+        );
+    }
 }
 
 #[test]

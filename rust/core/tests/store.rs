@@ -2,6 +2,7 @@
 
 use std::path::Path;
 
+use kstate_core::store::merge::{ScanLimit, CHUNK_BYTES};
 use kstate_core::store::{Durability, OpenReport};
 use kstate_core::{Direction, Error, KeyRange, KeyValueStore, StoreOptions, ValueFormat};
 
@@ -251,6 +252,52 @@ fn scans_continue_after_the_last_key_in_chunks() {
             expected.reverse();
         }
         assert_eq!(seen, expected);
+    }
+}
+
+#[test]
+fn chunks_of_large_values_stop_at_their_bytes_and_resume_after_the_last_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = open(dir.path(), ValueFormat::Plain, 64 << 20);
+    // Values from empty to 3x a chunk's bytes, committed, then staged over (a merged scan).
+    let size = |i: usize| (i * 7919) % (3 * CHUNK_BYTES);
+    for i in 0..60usize {
+        store
+            .put(&(i as u32).to_be_bytes(), Some(&vec![i as u8; size(i)]))
+            .unwrap();
+    }
+    store.commit(Some(1), &mut |_| {}).unwrap();
+    for i in (0..60usize).step_by(4) {
+        store.put(&(i as u32).to_be_bytes(), None).unwrap();
+    }
+    store.put(&100u32.to_be_bytes(), Some(&[1; 10])).unwrap();
+    for direction in [Direction::Forward, Direction::Reverse] {
+        let expected = all(&store, direction);
+        let mut range = KeyRange::all();
+        let mut seen = Vec::new();
+        loop {
+            let mut chunk = Vec::new();
+            let scanned = store
+                .scan_with(&range, direction, ScanLimit::chunk(2048), &mut |k, v| {
+                    chunk.push((k.to_vec(), v.to_vec()));
+                    Ok(())
+                })
+                .unwrap();
+            let bytes: usize = chunk.iter().map(|(k, v)| k.len() + v.len()).sum();
+            let last_row = chunk.last().map_or(0, |(k, v)| k.len() + v.len());
+            assert_eq!((scanned.rows, scanned.bytes), (chunk.len(), bytes));
+            assert!(bytes - last_row < CHUNK_BYTES, "a chunk ends at its bytes");
+            seen.extend(chunk);
+            if !scanned.at_limit {
+                break;
+            }
+            range = range.after(&seen.last().unwrap().0, direction);
+        }
+        assert_eq!(seen.len(), 46);
+        assert!(
+            seen == expected,
+            "{direction:?}: chunked rows differ from the whole scan"
+        );
     }
 }
 

@@ -7,6 +7,7 @@ use std::path::Path;
 use kstate_core::format::packed::{BinaryBuilder, BinaryColumn};
 use kstate_core::logged::changelog::{published_marker, Changelog};
 use kstate_core::store::key_value::{Durability, VisitWrite};
+use kstate_core::store::merge::ScanLimit;
 use kstate_core::{
     Direction, KeyRange, KeyValueStore, ReadCommittedView, StoreOptions, Ttl, TtlClock, ValueFormat,
 };
@@ -774,6 +775,7 @@ impl RangeIterator {
             row_type,
             ..
         } = self;
+        let limit = ScanLimit::chunk(*chunk);
         let mut last_key: Vec<u8> = Vec::new();
         // A Python error while making a row stops the scan; it is raised after it.
         let mut failed: Option<PyErr> = None;
@@ -795,18 +797,18 @@ impl RangeIterator {
                 store
                     .logged
                     .store()
-                    .scan_with(rest, *direction, *chunk, &mut visit)
+                    .scan_with(rest, *direction, limit, &mut visit)
             }
-            Reader::View(view) => view.scan_with(rest, *direction, *chunk, &mut visit),
+            Reader::View(view) => view.scan_with(rest, *direction, limit, &mut visit),
         };
         if let Some(error) = failed {
             return Err(error);
         }
         let scanned = guard(|| scanned)?;
-        if scanned < *chunk {
+        if !scanned.at_limit {
             self.exhausted = true;
         }
-        if scanned > 0 {
+        if scanned.rows > 0 {
             self.rest = self.rest.after(&last_key, self.direction);
         }
         self.chunk = (self.chunk * 4).min(MAX_CHUNK);

@@ -9,6 +9,7 @@ use kstate_core::segmented::segmented_store::{
 };
 use kstate_core::segmented::session_store::SessionQueries;
 use kstate_core::segmented::window_store::WindowQueries;
+use kstate_core::store::merge::{ScanLimit, CHUNK_BYTES};
 use kstate_core::{SegmentedOptions, SegmentedStore, SegmentedView, StoreOptions, ValueFormat};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyType};
@@ -21,8 +22,6 @@ use crate::window_store::NativeWindowStore;
 
 const FIRST_CHUNK: usize = 16;
 const MAX_CHUNK: usize = 2048;
-/// At most this much is reserved ahead for a chunk's bytes; rows past it grow the buffer.
-const CHUNK_RESERVE_BYTES: usize = 1 << 20;
 
 /// A time argument in milliseconds: an int (not a bool) that fits in 64 bits, else
 /// `InvalidArgumentError`, so Python may call the native store directly.
@@ -166,8 +165,8 @@ impl ChunkRows {
     }
 
     /// Empties the buffer for a chunk of up to `rows` rows: room for that many, and (at the
-    /// first push) for that many the size of the first row, up to `CHUNK_RESERVE_BYTES`, so a
-    /// chunk grows its buffers once or not at all.
+    /// first push) for that many the size of the first row, up to the chunk's `CHUNK_BYTES`, so
+    /// a chunk grows its buffers once or not at all.
     fn clear_for(&mut self, rows: usize) {
         self.clear();
         self.ends.reserve(rows);
@@ -177,7 +176,7 @@ impl ChunkRows {
         if self.bytes.is_empty() {
             let first = key.len() + value.len();
             self.bytes
-                .reserve((self.ends.capacity() * first).min(CHUNK_RESERVE_BYTES));
+                .reserve((self.ends.capacity() * first).min(CHUNK_BYTES));
         }
         self.bytes.extend_from_slice(key);
         let key_end = self.bytes.len();
@@ -240,7 +239,8 @@ impl WindowedIterator {
             }
             buffer.clear_for(*chunk);
             guard(|| {
-                segmented::scan_visit(reader, query, cursor, *chunk, &mut |key, value| {
+                let limit = ScanLimit::chunk(*chunk);
+                segmented::scan_visit(reader, query, cursor, limit, &mut |key, value| {
                     buffer.push(key, value);
                     Ok(())
                 })

@@ -37,7 +37,7 @@ use crate::store::key_value::{
     CommitProgress, Durability, KeyValueStore, ReadCommittedView, StoreOptions, VisitWrite,
 };
 use crate::store::memory_budget::StoreMemory;
-use crate::store::merge::VisitEntry;
+use crate::store::merge::{ScanLimit, Scanned, VisitEntry};
 use crate::store::rocks::ValueFormat;
 use crate::store::ttl::Ttl;
 
@@ -141,16 +141,16 @@ pub trait SegmentReader {
     fn stream_time(&self) -> i64;
     /// The first live segment id in `lo..=hi` in `direction` order.
     fn next_segment(&self, lo: i64, hi: i64, direction: Direction) -> Result<Option<i64>>;
-    /// Passes up to `limit` rows of segment `id` in `range` to `visit`, borrowed (none once the
-    /// segment is gone); returns how many.
+    /// Passes the rows of segment `id` in `range` to `visit` up to `limit`, borrowed (none once
+    /// the segment is gone); says what it passed.
     fn scan_segment(
         &self,
         id: i64,
         range: &KeyRange,
         direction: Direction,
-        limit: usize,
+        limit: ScanLimit,
         visit: &mut VisitEntry<'_>,
-    ) -> Result<usize>;
+    ) -> Result<Scanned>;
 }
 
 /// Up to `limit` rows of `query` from where `cursor` stands; fewer only at the end.
@@ -161,25 +161,32 @@ pub fn scan(
     limit: usize,
 ) -> Result<Vec<Row>> {
     let mut out = Vec::new();
-    scan_visit(reader, query, cursor, limit, &mut |key, value| {
-        out.push((key.to_vec(), value.to_vec()));
-        Ok(())
-    })?;
+    scan_visit(
+        reader,
+        query,
+        cursor,
+        ScanLimit::rows(limit),
+        &mut |key, value| {
+            out.push((key.to_vec(), value.to_vec()));
+            Ok(())
+        },
+    )?;
     Ok(out)
 }
 
-/// `scan`, passing each row to `visit` borrowed instead of copying it out; returns how many.
+/// `scan`, passing each row to `visit` borrowed instead of copying it out, up to `limit`; says
+/// what it passed (fewer rows than the limit only at the end, when `cursor` is done).
 pub fn scan_visit(
     reader: &dyn SegmentReader,
     query: &SegmentQuery,
     cursor: &mut ScanCursor,
-    limit: usize,
+    limit: ScanLimit,
     visit: &mut VisitEntry<'_>,
-) -> Result<usize> {
-    let mut visited = 0;
+) -> Result<Scanned> {
+    let mut visited = Scanned::default();
     let mut last_key = Vec::new();
     let direction = query.direction;
-    while !cursor.done && visited < limit {
+    while !cursor.done && !visited.reached(limit) {
         let (id, rest) = match cursor.current.take() {
             Some(current) => current,
             None => {
@@ -197,18 +204,24 @@ pub fn scan_visit(
                 }
             }
         };
-        let want = limit - visited;
-        // Only accepted rows are visited: a time range filters most rows of a segment out.
-        let scanned = reader.scan_segment(id, &rest, direction, want, &mut |key, value| {
-            last_key.clear();
-            last_key.extend_from_slice(key);
-            if (query.accept)(key)? {
-                visited += 1;
-                visit(key, value)?;
-            }
-            Ok(())
-        })?;
-        if scanned == want {
+        // Only accepted rows are visited: a time range filters most rows of a segment out. The
+        // rows filtered out count towards this call's limit too, so it ends and resumes.
+        let scanned = reader.scan_segment(
+            id,
+            &rest,
+            direction,
+            limit.after(visited),
+            &mut |key, value| {
+                last_key.clear();
+                last_key.extend_from_slice(key);
+                if (query.accept)(key)? {
+                    visited.count(key, value);
+                    visit(key, value)?;
+                }
+                Ok(())
+            },
+        )?;
+        if scanned.at_limit {
             // More may follow in this segment: the next chunk resumes after the last key seen.
             cursor.current = Some((id, rest.after(&last_key, direction)));
             continue;
@@ -222,6 +235,7 @@ pub fn scan_visit(
             None => cursor.done = true,
         }
     }
+    visited.at_limit = !cursor.done;
     Ok(visited)
 }
 
@@ -1020,13 +1034,13 @@ impl SegmentReader for SegmentedStore {
         id: i64,
         range: &KeyRange,
         direction: Direction,
-        limit: usize,
+        limit: ScanLimit,
         visit: &mut VisitEntry<'_>,
-    ) -> Result<usize> {
+    ) -> Result<Scanned> {
         self.check_open()?;
         match self.segments.get(&id) {
             Some(segment) => segment.scan_with(range, direction, limit, visit),
-            None => Ok(0),
+            None => Ok(Scanned::default()),
         }
     }
 }
@@ -1084,13 +1098,13 @@ impl SegmentReader for SegmentedView {
         id: i64,
         range: &KeyRange,
         direction: Direction,
-        limit: usize,
+        limit: ScanLimit,
         visit: &mut VisitEntry<'_>,
-    ) -> Result<usize> {
+    ) -> Result<Scanned> {
         // The segment's view is cloned out so the scan does not hold the lock.
         match self.with(|c| Ok(c.segments.get(&id).cloned()))? {
             Some(view) => view.scan_with(range, direction, limit, visit),
-            None => Ok(0),
+            None => Ok(Scanned::default()),
         }
     }
 }

@@ -13,7 +13,7 @@ use crate::store::committed::{CommittedState, OffsetWrite, Write};
 use crate::store::key_range::{prefix_upper_bound, Direction, KeyRange};
 use crate::store::memory::MemoryState;
 use crate::store::memory_budget::{MemoryBudget, MemoryProbe, StoreAccount, StoreMemory};
-use crate::store::merge::{Below, IterSource, SortedSource, VisitEntry};
+use crate::store::merge::{Below, IterSource, ScanLimit, Scanned, SortedSource, VisitEntry};
 use crate::store::overlay::Overlay;
 use crate::store::read_cache::{Generations, ReadCache};
 use crate::store::rocks::{RocksState, ValueFormat};
@@ -201,15 +201,15 @@ impl ReadCommittedView {
             .with(|c| c.read_many(keys, &mut |i, v| visit(i, live(ttl, v))))
     }
 
-    /// Passes up to `limit` visible entries of `range` to `visit` without copying them;
-    /// returns how many.
+    /// Passes the visible entries of `range` to `visit` up to `limit`, without copying them;
+    /// says what it passed.
     pub fn scan_with(
         &self,
         range: &KeyRange,
         direction: Direction,
-        limit: usize,
+        limit: ScanLimit,
         visit: &mut VisitEntry<'_>,
-    ) -> Result<usize> {
+    ) -> Result<Scanned> {
         self.state.with(|c| {
             let mut sources = c.sources(range, direction)?;
             ttl::merge_live(self.ttl.as_ref(), &mut sources, direction, limit, visit)
@@ -644,19 +644,19 @@ impl KeyValueStore {
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         collect_rows(limit, |visit| {
-            self.scan_with(range, direction, limit, visit)
+            self.scan_with(range, direction, ScanLimit::rows(limit), visit)
         })
     }
 
-    /// Passes up to `limit` visible entries of `range` to `visit` without copying them, staged
-    /// writes merged over committed ones; returns how many.
+    /// Passes the visible entries of `range` to `visit` up to `limit`, without copying them,
+    /// staged writes merged over committed ones; says what it passed.
     pub fn scan_with(
         &self,
         range: &KeyRange,
         direction: Direction,
-        limit: usize,
+        limit: ScanLimit,
         visit: &mut VisitEntry<'_>,
-    ) -> Result<usize> {
+    ) -> Result<Scanned> {
         self.state.with(|c| {
             let mut sources = self.layered_sources(c, range, direction)?;
             ttl::merge_live(self.ttl.as_ref(), &mut sources, direction, limit, visit)
@@ -700,7 +700,7 @@ impl KeyValueStore {
                     self.ttl.as_ref(),
                     &mut windows,
                     Direction::Forward,
-                    usize::MAX,
+                    ScanLimit::ALL,
                     &mut |k, v| {
                         if go_on {
                             go_on = visit(i, k, v)?;
@@ -1191,7 +1191,7 @@ fn staged_batch(committed: &dyn CommittedState, overlay: &Overlay) -> Result<Wri
 /// The rows a visitor-style `scan` passes, copied out.
 fn collect_rows(
     limit: usize,
-    scan: impl FnOnce(&mut dyn FnMut(&[u8], &[u8]) -> Result<()>) -> Result<usize>,
+    scan: impl FnOnce(&mut dyn FnMut(&[u8], &[u8]) -> Result<()>) -> Result<Scanned>,
 ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
     let mut out = Vec::with_capacity(limit.min(4096));
     scan(&mut |k, v| {

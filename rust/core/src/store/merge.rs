@@ -92,30 +92,98 @@ pub type VisitRow<'f> = dyn FnMut(&[u8], &[u8]) -> Result<bool> + 'f;
 /// Receives one entry (key, value) of a scan, borrowed.
 pub type VisitEntry<'f> = dyn FnMut(&[u8], &[u8]) -> Result<()> + 'f;
 
+/// The bytes an iterator's chunk holds at most, past its last row: a chunk of 2,048 rows of
+/// 1 MiB values would otherwise hold 2 GiB outside any memory budget.
+pub const CHUNK_BYTES: usize = 1 << 20;
+
+/// How much one call of a chunked scan passes on: at most `rows` rows, and no row after the one
+/// whose key and value bring the bytes passed on to `bytes` (so always at least one row).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScanLimit {
+    pub rows: usize,
+    pub bytes: usize,
+}
+
+impl ScanLimit {
+    /// Every row of the range.
+    pub const ALL: Self = Self::rows(usize::MAX);
+
+    /// At most `rows` rows, whatever their size.
+    pub const fn rows(rows: usize) -> Self {
+        Self {
+            rows,
+            bytes: usize::MAX,
+        }
+    }
+
+    /// An iterator's chunk: at most `rows` rows, stopping once they hold `CHUNK_BYTES`.
+    pub const fn chunk(rows: usize) -> Self {
+        Self {
+            rows,
+            bytes: CHUNK_BYTES,
+        }
+    }
+
+    /// What is left of this limit after `scanned`.
+    pub fn after(self, scanned: Scanned) -> Self {
+        Self {
+            rows: self.rows.saturating_sub(scanned.rows),
+            bytes: self.bytes.saturating_sub(scanned.bytes),
+        }
+    }
+}
+
+/// What a scan passed on, and whether it stopped at its limit, so that rows may follow in its
+/// range (`at_limit`), rather than at the range's end.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Scanned {
+    pub rows: usize,
+    pub bytes: usize,
+    pub at_limit: bool,
+}
+
+impl Scanned {
+    /// Counts one row of `key` and `value`.
+    pub fn count(&mut self, key: &[u8], value: &[u8]) {
+        self.rows += 1;
+        self.bytes += key.len() + value.len();
+    }
+
+    /// Whether `limit` is used up.
+    pub fn reached(&self, limit: ScanLimit) -> bool {
+        self.rows >= limit.rows || self.bytes >= limit.bytes
+    }
+}
+
 /// Visits the entries of the merge of `sources` (highest priority first) in `direction` order
-/// until `visit` counted `limit` of them; returns how many it counted. Entries are borrowed
-/// from the sources, never copied. A single source (committed state with nothing staged, the
-/// common case at scale) is walked directly.
+/// until the entries `visit` counted reach `limit`. Entries are borrowed from the sources, never
+/// copied. A single source (committed state with nothing staged, the common case at scale) is
+/// walked directly.
 pub fn merge_visit(
     sources: &mut [Box<dyn SortedSource + '_>],
     direction: Direction,
-    limit: usize,
+    limit: ScanLimit,
     visit: &mut VisitRow<'_>,
-) -> Result<usize> {
-    let mut counted = 0;
+) -> Result<Scanned> {
+    let mut scanned = Scanned::default();
     if let [source] = sources {
-        while counted < limit {
-            let Some(key) = source.key() else { break };
+        while !scanned.reached(limit) {
+            let Some(key) = source.key() else {
+                return Ok(scanned);
+            };
             if let Some(value) = source.value()? {
-                counted += usize::from(visit(key, &value)?);
+                if visit(key, &value)? {
+                    scanned.count(key, &value);
+                }
             }
             source.advance()?;
         }
-        return Ok(counted);
+        scanned.at_limit = true;
+        return Ok(scanned);
     }
     // The winning key, reused: the sources move on before the next comparison.
     let mut key = Vec::new();
-    while counted < limit {
+    while !scanned.reached(limit) {
         let mut best: Option<(usize, &[u8])> = None;
         for (i, source) in sources.iter().enumerate() {
             if let Some(candidate) = source.key() {
@@ -132,10 +200,12 @@ pub fn merge_visit(
             }
         }
         let Some((winner, best_key)) = best else {
-            break;
+            return Ok(scanned);
         };
         if let Some(value) = sources[winner].value()? {
-            counted += usize::from(visit(best_key, &value)?);
+            if visit(best_key, &value)? {
+                scanned.count(best_key, &value);
+            }
         }
         key.clear();
         key.extend_from_slice(best_key);
@@ -145,7 +215,8 @@ pub fn merge_visit(
             }
         }
     }
-    Ok(counted)
+    scanned.at_limit = true;
+    Ok(scanned)
 }
 
 #[cfg(test)]
@@ -165,10 +236,15 @@ mod tests {
             })
             .collect();
         let mut out = Vec::new();
-        merge_visit(&mut sources, direction, limit, &mut |k, v| {
-            out.push((k.to_vec(), v.to_vec()));
-            Ok(true)
-        })
+        merge_visit(
+            &mut sources,
+            direction,
+            ScanLimit::rows(limit),
+            &mut |k, v| {
+                out.push((k.to_vec(), v.to_vec()));
+                Ok(true)
+            },
+        )
         .unwrap();
         out
     }
@@ -188,10 +264,15 @@ mod tests {
             let below = Below::window(&mut source, start, Some(end)).unwrap();
             let mut sources: Vec<Box<dyn SortedSource>> = vec![Box::new(below)];
             let mut out = Vec::new();
-            merge_visit(&mut sources, Direction::Forward, usize::MAX, &mut |k, v| {
-                out.push((k.to_vec(), v.to_vec()));
-                Ok(true)
-            })
+            merge_visit(
+                &mut sources,
+                Direction::Forward,
+                ScanLimit::ALL,
+                &mut |k, v| {
+                    out.push((k.to_vec(), v.to_vec()));
+                    Ok(true)
+                },
+            )
             .unwrap();
             out
         };
@@ -207,6 +288,76 @@ mod tests {
         assert_eq!(window(b"c", b"d"), vec![], "a window never moves back");
         assert_eq!(window(b"d", b"e"), vec![(b"d1".to_vec(), b"5".to_vec())]);
         assert_eq!(window(b"e", b"f"), vec![]);
+    }
+
+    #[test]
+    fn a_byte_limit_ends_after_the_row_that_reaches_it() {
+        static BIG: [u8; 600] = [7; 600];
+        let big = &BIG;
+        let top: Entries = vec![(b"b", Some(&big[..])), (b"c", None)];
+        let base: Entries = vec![
+            (b"a", Some(&big[..])),
+            (b"c", Some(b"C")),
+            (b"d", Some(b"D")),
+            (b"e", Some(b"E")),
+        ];
+        let scan = |layers: Vec<Entries>, direction, limit| {
+            let mut sources: Vec<Box<dyn SortedSource>> = layers
+                .into_iter()
+                .map(|mut l| {
+                    if direction == Direction::Reverse {
+                        l.reverse();
+                    }
+                    Box::new(IterSource::new(l.into_iter())) as Box<dyn SortedSource>
+                })
+                .collect();
+            let mut keys = Vec::new();
+            let scanned = merge_visit(&mut sources, direction, limit, &mut |k, _| {
+                keys.push(k[0]);
+                Ok(true)
+            })
+            .unwrap();
+            (keys, scanned)
+        };
+        let limit = ScanLimit {
+            rows: 10,
+            bytes: 1000,
+        };
+        let single: Entries = vec![
+            (b"a", Some(&big[..])),
+            (b"b", Some(&big[..])),
+            (b"c", Some(b"C")),
+        ];
+        // Merged and single-source scans alike: a (601 bytes), b (1,202: the limit), no more.
+        for layers in [vec![top.clone(), base.clone()], vec![single]] {
+            let (keys, scanned) = scan(layers, Direction::Forward, limit);
+            assert_eq!(keys, vec![b'a', b'b']);
+            assert_eq!(
+                (scanned.rows, scanned.bytes, scanned.at_limit),
+                (2, 1202, true)
+            );
+        }
+        // A first row larger than the limit still passes: a scan always makes progress.
+        let one = ScanLimit { rows: 10, bytes: 1 };
+        let (keys, scanned) = scan(vec![top.clone(), base.clone()], Direction::Reverse, one);
+        assert_eq!(
+            (keys, scanned.rows, scanned.at_limit),
+            (vec![b'e'], 1, true)
+        );
+        // The end of the range before the limit: not at the limit.
+        let (keys, scanned) = scan(
+            vec![top.clone(), base.clone()],
+            Direction::Reverse,
+            ScanLimit::chunk(10),
+        );
+        assert_eq!(keys, vec![b'e', b'd', b'b', b'a']);
+        assert_eq!(
+            (scanned.rows, scanned.bytes, scanned.at_limit),
+            (4, 1206, false)
+        );
+        // Exactly `rows` rows reach the limit: the caller looks again and finds the end.
+        let (_, scanned) = scan(vec![top, base], Direction::Forward, ScanLimit::rows(4));
+        assert!(scanned.at_limit);
     }
 
     #[test]

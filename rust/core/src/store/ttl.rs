@@ -11,7 +11,7 @@ use rocksdb::compaction_filter::Decision;
 
 use crate::error::{Error, Result};
 use crate::store::key_range::Direction;
-use crate::store::merge::{merge_visit, SortedSource, VisitEntry};
+use crate::store::merge::{merge_visit, ScanLimit, Scanned, SortedSource, VisitEntry};
 
 /// What "now" is for expiry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,15 +122,15 @@ impl Ttl {
     }
 }
 
-/// Up to `limit` live entries of the merge of `sources` (see `merge_visit`) passed to `visit`,
-/// values the TTL says expired skipped; returns how many were visited.
+/// The live entries of the merge of `sources` (see `merge_visit`) passed to `visit` up to
+/// `limit`, values the TTL says expired skipped; says what was visited.
 pub fn merge_live(
     ttl: Option<&Ttl>,
     sources: &mut [Box<dyn SortedSource + '_>],
     direction: Direction,
-    limit: usize,
+    limit: ScanLimit,
     visit: &mut VisitEntry<'_>,
-) -> Result<usize> {
+) -> Result<Scanned> {
     match ttl {
         None => merge_visit(sources, direction, limit, &mut |k, v| {
             visit(k, v).map(|()| true)
@@ -192,18 +192,18 @@ mod tests {
             let items = rows.iter().map(|(k, v)| (k.as_slice(), Some(v.as_slice())));
             let mut sources: Vec<Box<dyn SortedSource>> = vec![Box::new(IterSource::new(items))];
             let mut keys = Vec::new();
-            let n = merge_live(
+            let scanned = merge_live(
                 Some(&ttl),
                 &mut sources,
                 Direction::Forward,
-                limit,
+                ScanLimit::rows(limit),
                 &mut |k, _| {
                     keys.push(k[0]);
                     Ok(())
                 },
             )
             .unwrap();
-            assert_eq!(n, keys.len());
+            assert_eq!(scanned.rows, keys.len());
             keys
         };
         assert_eq!(live(2), vec![0, 3]);
