@@ -3,7 +3,8 @@
     python tests/memory/large_values_worker.py write <state dir>
     python tests/memory/large_values_worker.py read <state dir> key-value|window|session
 
-``write`` fills a key-value, a window and a session store with ``ROWS`` values each; ``read``
+``write`` fills a key-value, a window and a session store with ``ROWS`` values each, in
+transactions of ``COMMIT_EVERY`` values, and prints its peak RSS; ``read``
 opens one of them in a fresh process, iterates every row and prints (JSON) how many rows it read
 and how far the process's peak RSS rose while it did.
 """
@@ -16,10 +17,14 @@ import sys
 from kstate import Stores
 
 ROWS = 320
+# 100 MiB a transaction: past the budget's share for staged writes, so each spills.
+COMMIT_EVERY = 100
 VALUE_BYTES = 1 << 20
-BUDGET = 32 << 20
+READ_BUDGET = 32 << 20
 T0 = 1_700_000_000_000
-CONFIG = {"statestore.memory.max.bytes": BUDGET}
+# Writes under the default budget (256 MiB), whose block cache could take the spills' blocks.
+WRITE_CONFIG: dict = {}
+READ_CONFIG = {"statestore.memory.max.bytes": READ_BUDGET}
 
 
 def peak_rss() -> int:
@@ -30,7 +35,7 @@ def peak_rss() -> int:
     return 0
 
 
-def open_store(kind: str, state_dir: str):
+def open_store(kind: str, state_dir: str, config: dict):
     if kind == "key-value":
         builder = Stores.key_value_store_builder(Stores.persistent_key_value_store("kv"), "bytes", "bytes")
     elif kind == "window":
@@ -39,7 +44,7 @@ def open_store(kind: str, state_dir: str):
     else:
         supplier = Stores.persistent_session_store("s", retention_ms=3_600_000)
         builder = Stores.session_store_builder(supplier, "bytes", "bytes")
-    return builder.with_config(CONFIG).build().init(f"{state_dir}/0_0")
+    return builder.with_config(config).build().init(f"{state_dir}/0_0")
 
 
 def value(i: int) -> bytes:
@@ -48,7 +53,7 @@ def value(i: int) -> bytes:
 
 def write(state_dir: str) -> None:
     for kind in ("key-value", "window", "session"):
-        store = open_store(kind, state_dir)
+        store = open_store(kind, state_dir, WRITE_CONFIG)
         for i in range(ROWS):
             if kind == "key-value":
                 store.put(b"k%04d" % i, value(i))
@@ -57,14 +62,15 @@ def write(state_dir: str) -> None:
             else:
                 # One key's sessions: fetch(key) reads them all.
                 store.put_all([b"user"], [value(i)], [T0 + i * 1000], [T0 + i * 1000 + 500])
-            if i % 16 == 15:
+            if i % COMMIT_EVERY == COMMIT_EVERY - 1:
                 store.commit(changelog_offset=i)
         store.commit(changelog_offset=ROWS)
         store.close()
+    print(json.dumps({"peak": peak_rss()}))
 
 
 def read(state_dir: str, kind: str) -> None:
-    store = open_store(kind, state_dir)
+    store = open_store(kind, state_dir, READ_CONFIG)
     before = peak_rss()
     if kind == "key-value":
         rows = store.all()

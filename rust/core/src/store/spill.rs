@@ -24,6 +24,9 @@ const MARKER_CF: &str = "commit";
 const MARKER_KEY: &[u8] = b"offset";
 const TAG_DELETE: u8 = 0;
 const TAG_PUT: u8 = 1;
+/// Bytes of spilled writes per RocksDB write: one write of the whole overlay (64 MiB by default)
+/// would hold a second copy of it and land in one memtable of that size.
+const ABSORB_BATCH_BYTES: usize = 4 << 20;
 
 pub struct Spill {
     db: DB,
@@ -65,10 +68,14 @@ impl Spill {
             .ok_or_else(|| Error::Storage(format!("spill column family {name} is not open")))
     }
 
-    /// Moves the overlay's writes into the spill (newer writes replace spilled ones). No WAL:
-    /// uncommitted writes need not survive a crash, and `mark_commit` flushes before the marker.
+    /// Copies the overlay's writes into the spill (newer writes replace spilled ones), in writes
+    /// of about `ABSORB_BATCH_BYTES`: a failure part way leaves a part spilled that the overlay,
+    /// still whole, overrides. No WAL: uncommitted writes need not survive a crash, and
+    /// `mark_commit` flushes before the marker.
     pub fn absorb(&self, overlay: &Overlay) -> Result<()> {
         let cf = self.cf(WRITES_CF)?;
+        let mut write = WriteOptions::default();
+        write.disable_wal(true);
         let mut batch = WriteBatch::default();
         let mut tagged = Vec::new();
         // In key order: RocksDB's memtable inserts sorted keys faster.
@@ -82,9 +89,10 @@ impl Spill {
                 None => tagged.push(TAG_DELETE),
             }
             batch.put_cf(cf, key, &tagged);
+            if batch.size_in_bytes() >= ABSORB_BATCH_BYTES {
+                self.db.write_opt(std::mem::take(&mut batch), &write)?;
+            }
         }
-        let mut write = WriteOptions::default();
-        write.disable_wal(true);
         self.db.write_opt(batch, &write)?;
         Ok(())
     }
@@ -140,14 +148,26 @@ impl Spill {
 
     /// Passes every spilled write to `visit`, in key order.
     pub fn for_each(&self, visit: &mut WriteSink<'_>) -> Result<()> {
-        let mut iter = self.db.raw_iterator_cf(self.cf(WRITES_CF)?);
-        iter.seek_to_first();
+        let mut iter = self.read_once()?;
         while let Some((key, tagged)) = iter.item() {
             visit((key, decode_tagged(tagged)?))?;
             iter.next();
         }
         iter.status()?;
         Ok(())
+    }
+
+    /// An iterator over every spilled write for a commit's one pass: its blocks are not cached,
+    /// where they would only push the stores' own blocks out of the budget's shared cache.
+    fn read_once(&self) -> Result<DBRawIterator<'_>> {
+        let all = KeyRange::all();
+        range_iterator(
+            &self.db,
+            self.cf(WRITES_CF)?,
+            &all,
+            Direction::Forward,
+            false,
+        )
     }
 
     /// A path inside the spill's directory for a file of the commit (deleted with the spill).
@@ -161,8 +181,7 @@ impl Spill {
         batch_bytes: usize,
         mut apply: impl FnMut(&SpilledWrites) -> Result<()>,
     ) -> Result<()> {
-        let mut iter = self.db.raw_iterator_cf(self.cf(WRITES_CF)?);
-        iter.seek_to_first();
+        let mut iter = self.read_once()?;
         let mut batch: SpilledWrites = Vec::new();
         let mut bytes = 0;
         while let Some((key, tagged)) = iter.item() {
