@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from kstate.config import DURABILITY_WAL, STATESTORE_DURABILITY, ChangelogConfig, StoreConfig
 from kstate.errors import InvalidArgumentError
 from kstate.serdes import Serde
-from kstate.store_lifecycle import StoreLifecycle, Unopened, progress_logger
+from kstate.store_lifecycle import StoreLifecycle, Unopened, now_ms, progress_logger
 from kstate.store_reads import SegmentedReads
 
 if TYPE_CHECKING:
@@ -67,6 +67,7 @@ class SegmentedStore(StoreLifecycle, SegmentedReads):
                 "write-ahead log (a commit spans several segments, which only the log keeps consistent with its offset)"
             )
         self._logging = None if logging is None else ChangelogConfig.parse(logging, _changelog_defaults(supplier))
+        self._changelog_outrun_said = False
         self._reader: Any = Unopened(self.name)
         self._raw = self._raw_bytes()
         self.task_dir: Path | None = None
@@ -160,6 +161,41 @@ class SegmentedStore(StoreLifecycle, SegmentedReads):
     def compact(self) -> None:
         """Compact every segment now. With a TTL, expired values leave the disk."""
         self._reader.compact()
+
+    def clean_changelog(self) -> None:
+        self._say_if_changelog_deletes_live_records()
+        super().clean_changelog()
+
+    def _say_if_changelog_deletes_live_records(self) -> None:
+        """Warns (once) when the changelog's retention deletes records the store still holds.
+
+        The store keeps windows by stream time; its changelog, as Kafka's brokers do, deletes
+        records ``retention.ms`` after their timestamp by the clock. With stream time far behind
+        the clock (old data replayed, a backfill) the changelog drops records as they are
+        written, and a restore from it would not bring them back. Remote changelogs delete
+        nothing by time."""
+        config = self._logging
+        if self._changelog_outrun_said or config is None or config.remote or self.stream_time < 0:
+            return
+        topic = config.topic_config
+        retention = int(topic.get("retention.ms", "-1"))
+        if "delete" not in topic.get("cleanup.policy", "") or retention < 0:
+            return
+        live_from = self.stream_time - self.retention_period + 1
+        if now_ms() - retention <= live_from:
+            return
+        self._changelog_outrun_said = True
+        log.warning(
+            "Store %s: its stream time (%d ms) is more than the changelog's retention.ms (%d) minus the "
+            "store's retention (%d ms) behind the clock, so the changelog deletes records the store still "
+            "holds (by the clock, as Kafka's brokers do) and a restore from it would lose them. For old "
+            "event times set the changelog's retention.ms (with_logging_enabled({'retention.ms': -1}) keeps "
+            "records until compaction replaces them).",
+            self.name,
+            self.stream_time,
+            retention,
+            self.retention_period,
+        )
 
 
 WINDOW_CHANGELOG_ADDITIONAL_RETENTION_MS = 24 * 60 * 60 * 1000

@@ -3,8 +3,10 @@ raw value, spec 1.3 and 1.6-1.7), read back with kafka-python's parser; a lost s
 restored with retention applied; each crash window of a commit reopens at exactly the published
 commits (SIGKILL of a real writer)."""
 
+import logging
 import shutil
 import struct
+import time
 
 import pytest
 from kafka.record.memory_records import MemoryRecords
@@ -96,19 +98,38 @@ def test_session_changelog_records_are_kafka_streams(state_dir):
     ]
 
 
-def test_the_changelog_drops_windows_older_than_its_retention(state_dir):
+def test_the_changelog_drops_windows_older_than_its_retention(state_dir, caplog):
     """Kafka's windowed changelog: compact,delete with retention.ms = the store's + 1 day, on the
-    records' timestamps; the cleaner runs after each commit."""
+    records' timestamps by the clock; the cleaner runs after each commit. The store, which keeps
+    windows by stream time, says once that its changelog deletes what it still holds."""
     day = 24 * 60 * MINUTE
-    with window_store(logging_config={"segment.bytes": 1024}).init(state_dir / APP / "0_0") as store:
-        for i in range(40):
-            store.put(f"old{i}", "x", 0)  # 1970: far past retention
-        store.commit()
-        assert store.fetch("old0", 0) == "x", "the store keeps what its own retention keeps"
+    with caplog.at_level(logging.WARNING, logger="kstate.store"):
+        with window_store(logging_config={"segment.bytes": 1024}).init(state_dir / APP / "0_0") as store:
+            for i in range(40):
+                store.put(f"old{i}", "x", 0)  # 1970: far past retention
+            store.commit()
+            store.put("later", "y", MINUTE)
+            store.commit()
+            assert store.fetch("old0", 0) == "x", "the store keeps what its own retention keeps"
     assert changelog_records(state_dir, "w") == []
+    said = [r.getMessage() for r in caplog.records if "deletes records the store still holds" in r.getMessage()]
+    assert len(said) == 1 and "Store w" in said[0], said
     config = window_store(logging_config={})._logging.topic_config
     assert config["cleanup.policy"] == "compact,delete"
     assert config["retention.ms"] == str(10 * MINUTE + day)
+
+
+def test_current_windows_or_a_changelog_kept_forever_are_not_warned_about(state_dir, caplog):
+    now = time.time_ns() // 1_000_000
+    with caplog.at_level(logging.WARNING, logger="kstate.store"):
+        with window_store(logging_config={}).init(state_dir / APP / "0_0") as store:
+            store.put("a", "x", now - 5 * MINUTE)
+            store.commit()
+        with window_store().init(state_dir / APP / "0_1") as store:  # retention.ms -1, old times
+            store.put("a", "x", 0)
+            store.commit()
+    assert [r for r in caplog.records if "changelog deletes records" in r.getMessage()] == []
+    assert len(changelog_records(state_dir, "w")) == 1
 
 
 def test_a_lost_window_store_is_restored_with_retention_applied(state_dir):
