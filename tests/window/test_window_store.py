@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from kstate import KeyValue, Stores, TimestampedWindowStore, ValueAndTimestamp, Window, Windowed, WindowStore
-from kstate.errors import InvalidArgumentError, SerializationError, StoreClosedError
+from kstate.errors import InvalidArgumentError, InvalidStateStoreError, SerializationError, StoreClosedError
 
 MINUTE = 60_000
 
@@ -216,6 +216,29 @@ def test_legacy_segment_directories_are_renamed_and_read(open_window, task_dir):
     store = open_window()
     assert (task_dir / "w" / "w.300000").is_dir()
     assert store.fetch("k", 5 * MINUTE) == "v"
+
+
+def test_reopening_with_another_retention_is_refused_and_loses_nothing(task_dir):
+    """Segments are named by start on the retention's segment interval: reopened with another
+    retention, a segment that is not one of the new interval's is an error that says why, not
+    a directory left unread (its windows gone without a word). The store opens whole again with
+    the retention it was written with."""
+
+    def window_store(retention_ms):
+        supplier = Stores.persistent_window_store("w", retention_ms, MINUTE)
+        return Stores.window_store_builder(supplier, "string", "string").build()
+
+    t0 = 1_700_000_000_000 // MINUTE * MINUTE
+    with window_store(60 * MINUTE).init(task_dir) as store:
+        for i in range(50):
+            store.put(f"k{i}", "v", t0 + i * MINUTE)
+        store.commit(1)
+    written = sorted(p.name for p in (task_dir / "w").iterdir())
+    with pytest.raises(InvalidStateStoreError, match="written with another retention"):
+        window_store(3 * 60 * MINUTE).init(task_dir)
+    assert sorted(p.name for p in (task_dir / "w").iterdir()) == written
+    with window_store(60 * MINUTE).init(task_dir) as store:
+        assert len(list(store.all())) == 50
 
 
 def test_non_transactional_store_writes_through(task_dir):

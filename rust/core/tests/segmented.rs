@@ -568,6 +568,95 @@ fn legacy_segment_names_are_renamed() {
     assert_eq!(store.fetch(b"k", 5 * MINUTE).unwrap(), Some(b"v".to_vec()));
 }
 
+fn segment_dirs(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    names
+}
+
+fn open_error(dir: &Path, retention_ms: i64) -> kstate_core::Error {
+    match SegmentedStore::open_rocksdb(
+        "w",
+        dir,
+        options(retention_ms, ValueFormat::Plain, None),
+        &mut |_| {},
+    ) {
+        Ok(_) => panic!("opened"),
+        Err(error) => error,
+    }
+}
+
+#[test]
+fn a_store_reopened_with_another_retention_is_refused_not_misread() {
+    let dir = tempfile::tempdir().unwrap();
+    // 60 minutes of retention: 30-minute segments w.1800000 and w.3600000.
+    let mut store = open_window(dir.path(), 60 * MINUTE, MINUTE, false);
+    for minute in [30, 40, 70] {
+        assert!(store.put(b"k", Some(b"v"), minute * MINUTE).unwrap());
+    }
+    store.segments_mut().commit(Some(1), &mut |_| {}).unwrap();
+    store.segments_mut().close().unwrap();
+    let written = segment_dirs(&dir.path().join("w"));
+    assert_eq!(written, ["w.1800000", "w.3600000"]);
+    // 180 minutes: 90-minute segments, none of which starts at 30 minutes.
+    let error = open_error(&dir.path().join("w"), 180 * MINUTE);
+    assert!(
+        matches!(&error, kstate_core::Error::InvalidState(m) if m.contains("w.1800000") && m.contains("retention")),
+        "{error:?}"
+    );
+    assert_eq!(
+        segment_dirs(&dir.path().join("w")),
+        written,
+        "nothing renamed"
+    );
+    let store = open_window(dir.path(), 60 * MINUTE, MINUTE, false);
+    assert_eq!(store.segments().segment_ids(), vec![1, 2]);
+    for minute in [30, 40, 70] {
+        assert_eq!(
+            fetched(&store, minute),
+            vec![b"v".to_vec()],
+            "minute {minute}"
+        );
+    }
+}
+
+/// The values of `k`'s window starting at `minute`.
+fn fetched(store: &WindowStore, minute: i64) -> Vec<Vec<u8>> {
+    let t = store.segments().stream_time();
+    let q = store.queries().key(
+        t,
+        b"k",
+        minute * MINUTE,
+        minute * MINUTE,
+        Direction::Forward,
+    );
+    rows(store.segments(), &q)
+        .into_iter()
+        .map(|(_, v)| v)
+        .collect()
+}
+
+#[test]
+fn two_directories_of_one_segment_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = open_window(dir.path(), 10 * MINUTE, MINUTE, false);
+    store.put(b"k", Some(b"v"), 5 * MINUTE).unwrap();
+    store.segments_mut().commit(Some(1), &mut |_| {}).unwrap();
+    store.segments_mut().close().unwrap();
+    common::copy_dir(
+        &dir.path().join("w/w.300000"),
+        &dir.path().join("w/w:300000"),
+    );
+    let error = open_error(&dir.path().join("w"), 10 * MINUTE);
+    assert!(
+        matches!(&error, kstate_core::Error::InvalidState(m) if m.contains("w:300000")),
+        "{error:?}"
+    );
+}
+
 #[test]
 fn ttl_hides_expired_values_and_compaction_removes_them() {
     let dir = tempfile::tempdir().unwrap();

@@ -30,7 +30,7 @@ use rocksdb::WriteBatch;
 use crate::error::{Error, Result};
 use crate::format::write_batch;
 use crate::segmented::commit_intent::{self, CommitIntent, IntentWriter};
-use crate::segmented::segments::{parse_segment_name, segment_id, segment_name};
+use crate::segmented::segments::{parse_segment_dir, segment_id, segment_name};
 use crate::store::committed::Write;
 use crate::store::key_range::{Direction, KeyRange};
 use crate::store::key_value::{
@@ -330,21 +330,44 @@ impl SegmentedStore {
         check_options(&options)?;
         std::fs::create_dir_all(dir)?;
         let mut report = SegmentedOpenReport::default();
-        let mut ids = Vec::new();
+        let interval = options.segment_interval;
+        // Every directory is checked before any is renamed, so a store that fails to open is
+        // left as it was.
+        let mut found = Vec::new();
         for entry in std::fs::read_dir(dir)? {
             let entry = entry?;
             let Some(file_name) = entry.file_name().to_str().map(str::to_owned) else {
                 continue;
             };
-            let Some(id) = parse_segment_name(name, &file_name, options.segment_interval) else {
+            let Some(segment) = parse_segment_dir(name, &file_name) else {
                 continue;
             };
             if !entry.file_type()?.is_dir() {
                 continue;
             }
-            let canonical = segment_name(name, id, options.segment_interval);
-            if file_name != canonical && !dir.join(&canonical).exists() {
-                std::fs::rename(entry.path(), dir.join(&canonical))?;
+            let id = segment_id(segment.start_ms, interval);
+            let canonical = segment_name(name, id, interval);
+            // Never a directory left unread or read as another segment: its windows would be
+            // lost or expired early without a word.
+            let taken = file_name != canonical
+                && (dir.join(&canonical).exists()
+                    || found.iter().any(|(_, _, c, _)| *c == canonical));
+            if !segment.fits(interval) || taken {
+                return Err(Error::InvalidState(format!(
+                    "store {name}: segment directory {file_name} is not a segment of this \
+                     store's segment interval ({interval} ms, from its retention of {} ms): the \
+                     store was written with another retention. Open it with the retention it was \
+                     written with, or remove {} (a logged store then restores from its changelog)",
+                    options.retention_ms,
+                    dir.display()
+                )));
+            }
+            found.push((entry.path(), file_name, canonical, id));
+        }
+        let mut ids = Vec::new();
+        for (path, file_name, canonical, id) in found {
+            if file_name != canonical {
+                std::fs::rename(path, dir.join(&canonical))?;
                 report.renamed_legacy += 1;
             }
             ids.push(id);

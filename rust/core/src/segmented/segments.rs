@@ -16,16 +16,43 @@ pub fn segment_name(store: &str, id: i64, interval: i64) -> String {
     format!("{store}.{}", id.saturating_mul(interval))
 }
 
+/// What a segment directory's name says: the segment's start in ms, and whether the name gives
+/// it exactly (`<store>.<ms>`, the legacy `<store>:<ms>`) or only to the minute (the legacy
+/// `<store>-yyyyMMddHHmm`, UTC).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentDirName {
+    pub start_ms: i64,
+    pub exact: bool,
+}
+
+impl SegmentDirName {
+    /// Whether the name is a segment start of `interval`: a store written with another segment
+    /// interval (another retention) has names that are not, and their rows would be read, kept
+    /// and expired as the wrong segment's.
+    pub fn fits(&self, interval: i64) -> bool {
+        !self.exact || self.start_ms % interval == 0
+    }
+}
+
+/// A directory name of `store`'s segments (see `SegmentDirName`); `None`: not a segment of it.
+pub fn parse_segment_dir(store: &str, name: &str) -> Option<SegmentDirName> {
+    let rest = name.strip_prefix(store)?;
+    if let Some(ms) = rest.strip_prefix('.').or_else(|| rest.strip_prefix(':')) {
+        return Some(SegmentDirName {
+            start_ms: parse_digits(ms)?,
+            exact: true,
+        });
+    }
+    Some(SegmentDirName {
+        start_ms: legacy_date_millis(rest.strip_prefix('-')?)?,
+        exact: false,
+    })
+}
+
 /// The segment id of a directory name: `<store>.<ms>`, or the legacy `<store>:<ms>` and
 /// `<store>-yyyyMMddHHmm` (UTC) forms that Kafka renames on open. `None`: not a segment of it.
 pub fn parse_segment_name(store: &str, name: &str, interval: i64) -> Option<i64> {
-    let rest = name.strip_prefix(store)?;
-    let millis = if let Some(ms) = rest.strip_prefix('.').or_else(|| rest.strip_prefix(':')) {
-        parse_digits(ms)?
-    } else {
-        legacy_date_millis(rest.strip_prefix('-')?)?
-    };
-    Some(segment_id(millis, interval))
+    parse_segment_dir(store, name).map(|dir| segment_id(dir.start_ms, interval))
 }
 
 fn parse_digits(s: &str) -> Option<i64> {
@@ -89,6 +116,24 @@ mod tests {
         );
         assert_eq!(days_from_civil(1970, 1, 1), 0);
         assert_eq!(days_from_civil(2000, 3, 1), 11_017);
+    }
+
+    #[test]
+    fn names_of_another_interval_do_not_fit() {
+        let thirty_minutes = parse_segment_dir("w", "w.1700001000000").unwrap();
+        assert!(thirty_minutes.fits(1_800_000));
+        assert!(
+            thirty_minutes.fits(5_400_000),
+            "1700001000000 is a multiple of 90 minutes too"
+        );
+        assert!(!parse_segment_dir("w", "w.1700002800000")
+            .unwrap()
+            .fits(5_400_000));
+        assert!(!parse_segment_dir("w", "w:90000").unwrap().fits(60_000));
+        // Minute names cannot say: they fit.
+        assert!(parse_segment_dir("s", "s-201901010002")
+            .unwrap()
+            .fits(7_000_000));
     }
 
     #[test]
