@@ -236,6 +236,9 @@ def test_reopening_with_another_retention_is_refused_and_loses_nothing(task_dir)
     written = sorted(p.name for p in (task_dir / "w").iterdir())
     with pytest.raises(InvalidStateStoreError, match="written with another retention"):
         window_store(3 * 60 * MINUTE).init(task_dir)
+    # 10-minute segments start wherever 30-minute ones do: each segment says what it was made with.
+    with pytest.raises(InvalidStateStoreError, match="created with a segment interval of 1800000 ms"):
+        window_store(20 * MINUTE).init(task_dir)
     assert sorted(p.name for p in (task_dir / "w").iterdir()) == written
     with window_store(60 * MINUTE).init(task_dir) as store:
         assert len(list(store.all())) == 50

@@ -612,6 +612,13 @@ fn a_store_reopened_with_another_retention_is_refused_not_misread() {
         written,
         "nothing renamed"
     );
+    // 20 minutes: 10-minute segments, whose starts the old names are too; the interval each
+    // segment was created with tells.
+    let error = open_error(&dir.path().join("w"), 20 * MINUTE);
+    assert!(
+        matches!(&error, kstate_core::Error::InvalidState(m) if m.contains("created with a segment interval of 1800000 ms")),
+        "{error:?}"
+    );
     let store = open_window(dir.path(), 60 * MINUTE, MINUTE, false);
     assert_eq!(store.segments().segment_ids(), vec![1, 2]);
     for minute in [30, 40, 70] {

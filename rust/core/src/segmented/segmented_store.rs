@@ -30,7 +30,9 @@ use rocksdb::WriteBatch;
 use crate::error::{Error, Result};
 use crate::format::write_batch;
 use crate::segmented::commit_intent::{self, CommitIntent, IntentWriter};
-use crate::segmented::segments::{parse_segment_dir, segment_id, segment_name};
+use crate::segmented::segments::{
+    parse_segment_dir, read_segment_interval, segment_id, segment_name, write_segment_interval,
+};
 use crate::store::committed::Write;
 use crate::store::key_range::{Direction, KeyRange};
 use crate::store::key_value::{
@@ -352,12 +354,17 @@ impl SegmentedStore {
             let taken = file_name != canonical
                 && (dir.join(&canonical).exists()
                     || found.iter().any(|(_, _, c, _)| *c == canonical));
-            if !segment.fits(interval) || taken {
+            let created_with = read_segment_interval(&entry.path())?;
+            if !segment.fits(interval) || taken || created_with.is_some_and(|i| i != interval) {
+                let created = created_with.map_or(String::new(), |i| {
+                    format!(", created with a segment interval of {i} ms")
+                });
                 return Err(Error::InvalidState(format!(
-                    "store {name}: segment directory {file_name} is not a segment of this \
-                     store's segment interval ({interval} ms, from its retention of {} ms): the \
-                     store was written with another retention. Open it with the retention it was \
-                     written with, or remove {} (a logged store then restores from its changelog)",
+                    "store {name}: segment directory {file_name}{created} is not a segment of \
+                     this store's segment interval ({interval} ms, from its retention of {} ms): \
+                     the store was written with another retention. Open it with the retention it \
+                     was written with, or remove {} (a logged store then restores from its \
+                     changelog)",
                     options.retention_ms,
                     dir.display()
                 )));
@@ -499,15 +506,23 @@ impl SegmentedStore {
         let options = self.options.segment_store_options();
         let ttl = self.options.ttl.clone();
         let (store, report) = match &self.dir {
-            Some(dir) => KeyValueStore::open_rocksdb_with_ttl(
-                &segment,
-                &dir.join(&segment),
-                &self.spill_path(&segment)?,
-                self.options.format,
-                options,
-                ttl,
-                progress,
-            )?,
+            Some(dir) => {
+                let segment_dir = dir.join(&segment);
+                let created = !segment_dir.exists();
+                let opened = KeyValueStore::open_rocksdb_with_ttl(
+                    &segment,
+                    &segment_dir,
+                    &self.spill_path(&segment)?,
+                    self.options.format,
+                    options,
+                    ttl,
+                    progress,
+                )?;
+                if created {
+                    write_segment_interval(&segment_dir, self.options.segment_interval)?;
+                }
+                opened
+            }
             None => (
                 KeyValueStore::open_in_memory_with_ttl(&segment, options, ttl),
                 Default::default(),
