@@ -241,6 +241,59 @@ pub fn scan_visit(
     Ok(visited)
 }
 
+/// A segment directory found on open: its name, the name it has in Kafka's current form, its id.
+struct SegmentDir {
+    file_name: String,
+    canonical: String,
+    id: i64,
+}
+
+/// The segment directories under `dir`, every one checked before any is renamed, so a store
+/// that fails to open is left as it was. A directory that is no segment of `options`' interval
+/// (a store written with another retention) or a second directory of one segment is an error:
+/// left unread or read as another segment, its windows would be lost or expire early without
+/// a word.
+fn segment_dirs(name: &str, dir: &Path, options: &SegmentedOptions) -> Result<Vec<SegmentDir>> {
+    let interval = options.segment_interval;
+    let mut found: Vec<SegmentDir> = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let Some(file_name) = entry.file_name().to_str().map(str::to_owned) else {
+            continue;
+        };
+        let Some(segment) = parse_segment_dir(name, &file_name) else {
+            continue;
+        };
+        if !entry.file_type()?.is_dir() {
+            continue;
+        }
+        let id = segment_id(segment.start_ms, interval);
+        let canonical = segment_name(name, id, interval);
+        let taken = file_name != canonical
+            && (dir.join(&canonical).exists() || found.iter().any(|f| f.canonical == canonical));
+        let created_with = read_segment_interval(&entry.path())?;
+        if !segment.fits(interval) || taken || created_with.is_some_and(|i| i != interval) {
+            let created = created_with.map_or(String::new(), |i| {
+                format!(", created with a segment interval of {i} ms")
+            });
+            return Err(Error::InvalidState(format!(
+                "store {name}: segment directory {file_name}{created} is not a segment of this \
+                 store's segment interval ({interval} ms, from its retention of {} ms): the store \
+                 was written with another retention. Open it with the retention it was written \
+                 with, or remove {} (a logged store then restores from its changelog)",
+                options.retention_ms,
+                dir.display()
+            )));
+        }
+        found.push(SegmentDir {
+            file_name,
+            canonical,
+            id,
+        });
+    }
+    Ok(found)
+}
+
 fn first_in<T>(map: &BTreeMap<i64, T>, lo: i64, hi: i64, direction: Direction) -> Option<i64> {
     if lo > hi {
         return None;
@@ -332,52 +385,13 @@ impl SegmentedStore {
         check_options(&options)?;
         std::fs::create_dir_all(dir)?;
         let mut report = SegmentedOpenReport::default();
-        let interval = options.segment_interval;
-        // Every directory is checked before any is renamed, so a store that fails to open is
-        // left as it was.
-        let mut found = Vec::new();
-        for entry in std::fs::read_dir(dir)? {
-            let entry = entry?;
-            let Some(file_name) = entry.file_name().to_str().map(str::to_owned) else {
-                continue;
-            };
-            let Some(segment) = parse_segment_dir(name, &file_name) else {
-                continue;
-            };
-            if !entry.file_type()?.is_dir() {
-                continue;
-            }
-            let id = segment_id(segment.start_ms, interval);
-            let canonical = segment_name(name, id, interval);
-            // Never a directory left unread or read as another segment: its windows would be
-            // lost or expired early without a word.
-            let taken = file_name != canonical
-                && (dir.join(&canonical).exists()
-                    || found.iter().any(|(_, _, c, _)| *c == canonical));
-            let created_with = read_segment_interval(&entry.path())?;
-            if !segment.fits(interval) || taken || created_with.is_some_and(|i| i != interval) {
-                let created = created_with.map_or(String::new(), |i| {
-                    format!(", created with a segment interval of {i} ms")
-                });
-                return Err(Error::InvalidState(format!(
-                    "store {name}: segment directory {file_name}{created} is not a segment of \
-                     this store's segment interval ({interval} ms, from its retention of {} ms): \
-                     the store was written with another retention. Open it with the retention it \
-                     was written with, or remove {} (a logged store then restores from its \
-                     changelog)",
-                    options.retention_ms,
-                    dir.display()
-                )));
-            }
-            found.push((entry.path(), file_name, canonical, id));
-        }
         let mut ids = Vec::new();
-        for (path, file_name, canonical, id) in found {
-            if file_name != canonical {
-                std::fs::rename(path, dir.join(&canonical))?;
+        for segment in segment_dirs(name, dir, &options)? {
+            if segment.file_name != segment.canonical {
+                std::fs::rename(dir.join(&segment.file_name), dir.join(&segment.canonical))?;
                 report.renamed_legacy += 1;
             }
-            ids.push(id);
+            ids.push(segment.id);
         }
         ids.sort_unstable();
         ids.dedup();

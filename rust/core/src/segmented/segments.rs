@@ -45,7 +45,9 @@ impl SegmentDirName {
     }
 }
 
-/// A directory name of `store`'s segments (see `SegmentDirName`); `None`: not a segment of it.
+/// A directory name of `store`'s segments: `<store>.<ms>`, or the legacy `<store>:<ms>` and
+/// `<store>-yyyyMMddHHmm` (UTC) forms that Kafka renames on open (see `SegmentDirName`). `None`:
+/// not a segment of it.
 pub fn parse_segment_dir(store: &str, name: &str) -> Option<SegmentDirName> {
     let rest = name.strip_prefix(store)?;
     if let Some(ms) = rest.strip_prefix('.').or_else(|| rest.strip_prefix(':')) {
@@ -58,12 +60,6 @@ pub fn parse_segment_dir(store: &str, name: &str) -> Option<SegmentDirName> {
         start_ms: legacy_date_millis(rest.strip_prefix('-')?)?,
         exact: false,
     })
-}
-
-/// The segment id of a directory name: `<store>.<ms>`, or the legacy `<store>:<ms>` and
-/// `<store>-yyyyMMddHHmm` (UTC) forms that Kafka renames on open. `None`: not a segment of it.
-pub fn parse_segment_name(store: &str, name: &str, interval: i64) -> Option<i64> {
-    parse_segment_dir(store, name).map(|dir| segment_id(dir.start_ms, interval))
 }
 
 /// Records in a new segment's directory the interval it is created with (atomically, durably).
@@ -135,22 +131,21 @@ mod tests {
         let interval = 60_000;
         assert_eq!(segment_id(119_999, interval), 1);
         assert_eq!(segment_name("counts", 2, interval), "counts.120000");
-        assert_eq!(
-            parse_segment_name("counts", "counts.120000", interval),
-            Some(2)
-        );
+        let dir = parse_segment_dir("counts", "counts.120000").unwrap();
+        assert_eq!((segment_id(dir.start_ms, interval), dir.exact), (2, true));
     }
 
     #[test]
     fn legacy_names_parse_to_the_same_segment() {
         let interval = 60_000;
-        assert_eq!(parse_segment_name("s", "s:120000", interval), Some(2));
-        // 2019-01-01 00:02 UTC = 1546300920000 ms.
-        let id = segment_id(1_546_300_920_000, interval);
+        let colon = parse_segment_dir("s", "s:120000").unwrap();
         assert_eq!(
-            parse_segment_name("s", "s-201901010002", interval),
-            Some(id)
+            (segment_id(colon.start_ms, interval), colon.exact),
+            (2, true)
         );
+        // 2019-01-01 00:02 UTC = 1546300920000 ms.
+        let date = parse_segment_dir("s", "s-201901010002").unwrap();
+        assert_eq!((date.start_ms, date.exact), (1_546_300_920_000, false));
         assert_eq!(days_from_civil(1970, 1, 1), 0);
         assert_eq!(days_from_civil(2000, 3, 1), 11_017);
     }
@@ -196,7 +191,7 @@ mod tests {
             "s.-5",
             ".s.uncommitted",
         ] {
-            assert_eq!(parse_segment_name("s", name, 60_000), None, "{name}");
+            assert_eq!(parse_segment_dir("s", name), None, "{name}");
         }
     }
 }
