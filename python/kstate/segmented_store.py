@@ -186,15 +186,14 @@ class SegmentedStore(StoreLifecycle, SegmentedReads):
             return
         self._changelog_outrun_said = True
         log.warning(
-            "Store %s: its stream time (%d ms) is more than the changelog's retention.ms (%d) minus the "
-            "store's retention (%d ms) behind the clock, so the changelog deletes records the store still "
-            "holds (by the clock, as Kafka's brokers do) and a restore from it would lose them. For old "
+            "Store %s: its changelog deletes records retention.ms (%d ms) after their timestamp by the clock, "
+            "as Kafka's brokers do, and the store's stream time (%d ms) is so far behind the clock that it "
+            "deletes records the store still holds: a restore from the changelog would lose them. For old "
             "event times set the changelog's retention.ms (with_logging_enabled({'retention.ms': -1}) keeps "
             "records until compaction replaces them).",
             self.name,
-            self.stream_time,
             retention,
-            self.retention_period,
+            self.stream_time,
         )
 
 
