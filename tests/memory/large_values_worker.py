@@ -12,6 +12,7 @@ and how far the process's peak RSS rose while it did.
 from __future__ import annotations
 
 import json
+import resource
 import sys
 
 from kstate import Stores
@@ -28,11 +29,7 @@ READ_CONFIG = {"statestore.memory.max.bytes": READ_BUDGET}
 
 
 def peak_rss() -> int:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return 0
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def open_store(kind: str, state_dir: str, config: dict):

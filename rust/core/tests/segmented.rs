@@ -143,10 +143,7 @@ fn chunks_of_large_windows_stop_at_their_bytes_across_segments_and_filters() {
                 },
             )
             .unwrap();
-            let bytes: usize = chunk.iter().map(|(k, v)| k.len() + v.len()).sum();
-            let last_row = chunk.last().map_or(0, |(k, v)| k.len() + v.len());
-            assert_eq!((scanned.rows, scanned.bytes), (chunk.len(), bytes));
-            assert!(bytes - last_row < CHUNK_BYTES, "a chunk ends at its bytes");
+            common::assert_chunk(&chunk, scanned);
             assert_eq!(scanned.at_limit, !cursor.is_done());
             seen.extend(chunk);
         }
@@ -552,13 +549,18 @@ fn spilled_segments_commit_through_the_intent() {
     assert_eq!(rows(store.segments(), &q).len(), 2000);
 }
 
-#[test]
-fn legacy_segment_names_are_renamed() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut store = open_window(dir.path(), 10 * MINUTE, MINUTE, false);
+/// A closed store of 5-minute segments holding window `k` at 5 minutes: segment `w.300000`.
+fn write_one_window(dir: &Path) {
+    let mut store = open_window(dir, 10 * MINUTE, MINUTE, false);
     store.put(b"k", Some(b"v"), 5 * MINUTE).unwrap();
     store.segments_mut().commit(Some(1), &mut |_| {}).unwrap();
     store.segments_mut().close().unwrap();
+}
+
+#[test]
+fn legacy_segment_names_are_renamed() {
+    let dir = tempfile::tempdir().unwrap();
+    write_one_window(dir.path());
     std::fs::rename(dir.path().join("w/w.300000"), dir.path().join("w/w:300000")).unwrap();
     let (segments, report) = open_segments(dir.path(), "w");
     assert_eq!(report.renamed_legacy, 1);
@@ -648,10 +650,7 @@ fn fetched(store: &WindowStore, minute: i64) -> Vec<Vec<u8>> {
 #[test]
 fn two_directories_of_one_segment_are_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let mut store = open_window(dir.path(), 10 * MINUTE, MINUTE, false);
-    store.put(b"k", Some(b"v"), 5 * MINUTE).unwrap();
-    store.segments_mut().commit(Some(1), &mut |_| {}).unwrap();
-    store.segments_mut().close().unwrap();
+    write_one_window(dir.path());
     common::copy_dir(
         &dir.path().join("w/w.300000"),
         &dir.path().join("w/w:300000"),

@@ -283,10 +283,7 @@ fn chunks_of_large_values_stop_at_their_bytes_and_resume_after_the_last_key() {
                     Ok(())
                 })
                 .unwrap();
-            let bytes: usize = chunk.iter().map(|(k, v)| k.len() + v.len()).sum();
-            let last_row = chunk.last().map_or(0, |(k, v)| k.len() + v.len());
-            assert_eq!((scanned.rows, scanned.bytes), (chunk.len(), bytes));
-            assert!(bytes - last_row < CHUNK_BYTES, "a chunk ends at its bytes");
+            common::assert_chunk(&chunk, scanned);
             seen.extend(chunk);
             if !scanned.at_limit {
                 break;

@@ -225,8 +225,9 @@ mod tests {
 
     type Entries = Vec<(&'static [u8], Option<&'static [u8]>)>;
 
-    fn merged(layers: Vec<Entries>, direction: Direction, limit: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
-        let mut sources: Vec<Box<dyn SortedSource>> = layers
+    /// One source per layer, each in the scan's direction.
+    fn sources(layers: Vec<Entries>, direction: Direction) -> Vec<Box<dyn SortedSource>> {
+        layers
             .into_iter()
             .map(|mut l| {
                 if direction == Direction::Reverse {
@@ -234,7 +235,11 @@ mod tests {
                 }
                 Box::new(IterSource::new(l.into_iter())) as Box<dyn SortedSource>
             })
-            .collect();
+            .collect()
+    }
+
+    fn merged(layers: Vec<Entries>, direction: Direction, limit: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut sources = sources(layers, direction);
         let mut out = Vec::new();
         merge_visit(
             &mut sources,
@@ -302,15 +307,7 @@ mod tests {
             (b"e", Some(b"E")),
         ];
         let scan = |layers: Vec<Entries>, direction, limit| {
-            let mut sources: Vec<Box<dyn SortedSource>> = layers
-                .into_iter()
-                .map(|mut l| {
-                    if direction == Direction::Reverse {
-                        l.reverse();
-                    }
-                    Box::new(IterSource::new(l.into_iter())) as Box<dyn SortedSource>
-                })
-                .collect();
+            let mut sources = sources(layers, direction);
             let mut keys = Vec::new();
             let scanned = merge_visit(&mut sources, direction, limit, &mut |k, _| {
                 keys.push(k[0]);

@@ -16,3 +16,15 @@ pub fn copy_dir(from: &Path, to: &Path) {
         }
     }
 }
+
+/// Checks a chunk a scan passed on against what the scan says of it, and that it ends at its
+/// bytes: no row after the one that reached `CHUNK_BYTES`.
+pub fn assert_chunk(chunk: &[(Vec<u8>, Vec<u8>)], scanned: kstate_core::store::merge::Scanned) {
+    let bytes: usize = chunk.iter().map(|(k, v)| k.len() + v.len()).sum();
+    let last_row = chunk.last().map_or(0, |(k, v)| k.len() + v.len());
+    assert_eq!((scanned.rows, scanned.bytes), (chunk.len(), bytes));
+    assert!(
+        bytes - last_row < kstate_core::store::merge::CHUNK_BYTES,
+        "a chunk ends at its bytes"
+    );
+}
