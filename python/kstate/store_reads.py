@@ -34,7 +34,9 @@ def is_arrow(obj: Any) -> bool:
 class KeyValueIterator:
     """Iterator over store entries in key order (or reverse). Use as a context manager or call
     ``close()`` when done early; once its store is closed it raises ``StoreClosedError`` (after
-    the rows of the chunk it already read, at most 2,048)."""
+    the rows of the chunk it already read: at most 2,048, or about 1 MiB). Reading ahead in
+    chunks, it may or may not show a write made while it is open to a key it has not reached
+    (Kafka's stores promise no snapshot either): take the keys first to write while iterating."""
 
     __slots__ = ("_native", "_decode", "_rows")
 

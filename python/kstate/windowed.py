@@ -49,7 +49,9 @@ def check_time(name: str, value: Any) -> int:
 
 class WindowedIterator:
     """Iterator over window or session store entries. Use as a context manager or call ``close()``
-    when done early; it raises ``StoreClosedError`` once its store is closed."""
+    when done early; it raises ``StoreClosedError`` once its store is closed. It reads ahead in
+    chunks, so a write made while it is open to an entry it has not reached may or may not show
+    in it (as for ``KeyValueIterator``)."""
 
     __slots__ = ("_native", "_rows")
 
