@@ -197,7 +197,9 @@ class KeyValueStore(StoreLifecycle, KeyValueReads):
 
     def put_all(self, entries: Any, values: Any = None) -> None:
         """Write many entries in one call: an iterable of ``(key, value)`` pairs, a dict, or two
-        sequences / Arrow arrays ``put_all(keys, values)``."""
+        sequences / Arrow arrays ``put_all(keys, values)``. All or nothing: one entry refused
+        (a bad key or value) writes none, so the whole input is taken in before anything is
+        written; feed a stream larger than memory in batches."""
         native = self._reader
         if values is None:
             keys, vals = keys_and_values(entries.items() if isinstance(entries, Mapping) else entries)
