@@ -57,9 +57,6 @@ pub(crate) fn packed_writes<'py>(
 /// `(offsets, data, validity, start, large)` of an Arrow binary array passed in.
 type ArrowColumn = (Vec<u8>, Vec<u8>, Option<Vec<u8>>, usize, bool);
 
-const FIRST_CHUNK: usize = 16;
-const MAX_CHUNK: usize = 2048;
-
 /// The bytes of a key or value; anything else is the caller's serialization error.
 pub(crate) fn as_bytes<'a>(obj: &'a Bound<'_, PyAny>, what: &str) -> PyResult<&'a [u8]> {
     match obj.cast::<PyBytes>() {
@@ -722,7 +719,7 @@ pub struct RangeIterator {
     /// The last chunk handed out and Python's iterator over it (`peek_next_key` looks in it).
     current: Option<(Py<PyList>, Py<PyAny>)>,
     exhausted: bool,
-    chunk: usize,
+    chunk: ScanLimit,
     /// Rows are `row_type(key, value)` (a named tuple) when given, else `(key, value)` tuples.
     row_type: Option<RowType>,
 }
@@ -742,7 +739,7 @@ impl RangeIterator {
             direction,
             buffer: Vec::new(),
             current: None,
-            chunk: FIRST_CHUNK,
+            chunk: ScanLimit::first_chunk(),
             row_type: row_type.map(|t| RowType::new(py, t)).transpose()?,
         })
     }
@@ -775,7 +772,7 @@ impl RangeIterator {
             row_type,
             ..
         } = self;
-        let limit = ScanLimit::chunk(*chunk);
+        let limit = *chunk;
         let mut last_key: Vec<u8> = Vec::new();
         // A Python error while making a row stops the scan; it is raised after it.
         let mut failed: Option<PyErr> = None;
@@ -811,7 +808,7 @@ impl RangeIterator {
         if scanned.rows > 0 {
             self.rest = self.rest.after(&last_key, self.direction);
         }
-        self.chunk = (self.chunk * 4).min(MAX_CHUNK);
+        self.chunk = self.chunk.next_chunk();
         Ok(())
     }
 }

@@ -20,9 +20,6 @@ use crate::progress::Progress;
 use crate::session_store::NativeSessionStore;
 use crate::window_store::NativeWindowStore;
 
-const FIRST_CHUNK: usize = 16;
-const MAX_CHUNK: usize = 2048;
-
 /// A time argument in milliseconds: an int (not a bool) that fits in 64 bits, else
 /// `InvalidArgumentError`, so Python may call the native store directly.
 pub fn millis(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<i64> {
@@ -144,7 +141,7 @@ pub struct WindowedIterator {
     cursor: ScanCursor,
     decoder: Decoder,
     buffer: ChunkRows,
-    chunk: usize,
+    chunk: ScanLimit,
     rows: WindowRows,
 }
 
@@ -218,7 +215,7 @@ impl WindowedIterator {
             cursor: ScanCursor::default(),
             decoder,
             buffer: ChunkRows::default(),
-            chunk: FIRST_CHUNK,
+            chunk: ScanLimit::first_chunk(),
             rows: WindowRows::Plain,
         }
     }
@@ -237,15 +234,14 @@ impl WindowedIterator {
                 // Still checks the store is open, as every call on a closed store raises.
                 return guard(|| reader.next_segment(0, -1, query.direction).map(|_| ()));
             }
-            buffer.clear_for(*chunk);
+            buffer.clear_for(chunk.rows);
             guard(|| {
-                let limit = ScanLimit::chunk(*chunk);
-                segmented::scan_visit(reader, query, cursor, limit, &mut |key, value| {
+                segmented::scan_visit(reader, query, cursor, *chunk, &mut |key, value| {
                     buffer.push(key, value);
                     Ok(())
                 })
             })?;
-            *chunk = (*chunk * 4).min(MAX_CHUNK);
+            *chunk = chunk.next_chunk();
             Ok(())
         };
         match source {

@@ -124,6 +124,16 @@ impl ScanLimit {
         }
     }
 
+    /// An iterator's first chunk: 16 rows, so a short read stays cheap.
+    pub const fn first_chunk() -> Self {
+        Self::chunk(16)
+    }
+
+    /// The chunk after this one: four times the rows, up to 2,048.
+    pub fn next_chunk(self) -> Self {
+        Self::chunk((self.rows * 4).min(2048))
+    }
+
     /// What is left of this limit after `scanned`.
     pub fn after(self, scanned: Scanned) -> Self {
         Self {
