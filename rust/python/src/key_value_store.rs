@@ -772,7 +772,6 @@ impl RangeIterator {
             row_type,
             ..
         } = self;
-        let limit = *chunk;
         let mut last_key: Vec<u8> = Vec::new();
         // A Python error while making a row stops the scan; it is raised after it.
         let mut failed: Option<PyErr> = None;
@@ -794,9 +793,9 @@ impl RangeIterator {
                 store
                     .logged
                     .store()
-                    .scan_with(rest, *direction, limit, &mut visit)
+                    .scan_with(rest, *direction, *chunk, &mut visit)
             }
-            Reader::View(view) => view.scan_with(rest, *direction, limit, &mut visit),
+            Reader::View(view) => view.scan_with(rest, *direction, *chunk, &mut visit),
         };
         if let Some(error) = failed {
             return Err(error);

@@ -67,6 +67,31 @@ pub(crate) fn write_all_at(file: &File, bytes: &[u8], position: u64) -> std::io:
     }
 }
 
+/// Writes `value` to `path` as text, atomically and durably (a temporary file, fsync, rename,
+/// directory sync): the changelog's marker files, a segment's interval file.
+pub(crate) fn write_number_file(path: &Path, value: i64) -> Result<()> {
+    let tmp = path.with_extension("tmp");
+    let mut file = File::create(&tmp)?;
+    std::io::Write::write_all(&mut file, format!("{value}\n").as_bytes())?;
+    file.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    path.parent().map_or(Ok(()), sync_dir)
+}
+
+/// The number `write_number_file` wrote to `path`; `None` when there is no such file, and
+/// `Corrupted` (naming it `what`) when it holds anything else.
+pub(crate) fn read_number_file(path: &Path, what: &str) -> Result<Option<i64>> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => text
+            .trim()
+            .parse()
+            .map(Some)
+            .map_err(|_| Error::Corrupted(format!("{what} {} holds {text:?}", path.display()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Makes renames, creations and deletions in `dir` durable (a no-op where directories cannot
 /// be opened, as on Windows).
 pub(crate) fn sync_dir(dir: &Path) -> Result<()> {

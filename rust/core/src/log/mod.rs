@@ -42,7 +42,7 @@ mod truncate;
 pub use compaction::CompactionReport;
 pub use config::{CleanupPolicy, LogConfig};
 pub use fetched::FetchedAppend;
-pub(crate) use file_io::sync_dir;
+pub(crate) use file_io::{read_number_file, write_number_file};
 pub use file_names::filename_prefix;
 pub use object_compaction::{compact_objects, CompactedObject, SegmentObject};
 pub use offset_index::OffsetIndexEntry;

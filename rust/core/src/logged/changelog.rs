@@ -71,27 +71,12 @@ pub struct CleaningReport {
     pub compaction: Option<CompactionReport>,
 }
 
-/// Writes `offset` to `path` atomically and durably (the marker and cleaner files).
 fn write_offset_file(path: &Path, offset: i64) -> Result<()> {
-    let tmp = path.with_extension("tmp");
-    let mut file = fs::File::create(&tmp)?;
-    file.write_all(format!("{offset}\n").as_bytes())?;
-    file.sync_all()?;
-    fs::rename(&tmp, path)?;
-    path.parent().map_or(Ok(()), log::sync_dir)
+    log::write_number_file(path, offset)
 }
 
 fn read_marker(path: &Path) -> Result<Option<i64>> {
-    match fs::read_to_string(path) {
-        Ok(text) => text.trim().parse().map(Some).map_err(|_| {
-            Error::Corrupted(format!(
-                "changelog marker {} holds {text:?}",
-                path.display()
-            ))
-        }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e.into()),
-    }
+    log::read_number_file(path, "changelog marker")
 }
 
 /// The last published offset as the marker in the partition directory `dir` records it, read

@@ -1,11 +1,9 @@
 //! Time segments of window and session stores (spec 1.8): each segment is its own RocksDB at
 //! `<task_dir>/<store>/<store>.<segment start ms>`, so expired data goes by deleting a directory.
 
-use std::fs;
-use std::io::Write;
 use std::path::Path;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// The file in each segment directory kstate creates that records the segment interval it was
 /// created with. The names alone cannot tell a store reopened with a retention whose interval
@@ -64,28 +62,13 @@ pub fn parse_segment_dir(store: &str, name: &str) -> Option<SegmentDirName> {
 
 /// Records in a new segment's directory the interval it is created with (atomically, durably).
 pub fn write_segment_interval(segment_dir: &Path, interval: i64) -> Result<()> {
-    let path = segment_dir.join(INTERVAL_FILE);
-    let tmp = path.with_extension("tmp");
-    let mut file = fs::File::create(&tmp)?;
-    file.write_all(format!("{interval}\n").as_bytes())?;
-    file.sync_all()?;
-    fs::rename(&tmp, &path)?;
-    crate::log::sync_dir(segment_dir)
+    crate::log::write_number_file(&segment_dir.join(INTERVAL_FILE), interval)
 }
 
 /// The interval a segment directory was created with; `None` when it does not say (a segment of
 /// an older kstate, or of Kafka Streams).
 pub fn read_segment_interval(segment_dir: &Path) -> Result<Option<i64>> {
-    let path = segment_dir.join(INTERVAL_FILE);
-    match fs::read_to_string(&path) {
-        Ok(text) => text
-            .trim()
-            .parse()
-            .map(Some)
-            .map_err(|_| Error::Corrupted(format!("{} holds {text:?}", path.display()))),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e.into()),
-    }
+    crate::log::read_number_file(&segment_dir.join(INTERVAL_FILE), "segment interval file")
 }
 
 fn parse_digits(s: &str) -> Option<i64> {
@@ -174,9 +157,9 @@ mod tests {
         assert_eq!(read_segment_interval(dir.path()).unwrap(), None);
         write_segment_interval(dir.path(), 1_800_000).unwrap();
         assert_eq!(read_segment_interval(dir.path()).unwrap(), Some(1_800_000));
-        fs::write(dir.path().join(INTERVAL_FILE), "half an hour").unwrap();
+        std::fs::write(dir.path().join(INTERVAL_FILE), "half an hour").unwrap();
         let error = read_segment_interval(dir.path()).unwrap_err();
-        assert!(matches!(error, Error::Corrupted(_)), "{error:?}");
+        assert!(matches!(error, crate::Error::Corrupted(_)), "{error:?}");
     }
 
     #[test]
