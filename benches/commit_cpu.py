@@ -26,7 +26,7 @@ import shutil
 import tempfile
 import time
 
-from scale import BATCH, BUDGET, row_keys, row_values  # benches/scale.py
+from scale import BATCH, BUDGET, bench_dir, row_keys, row_values  # benches/scale.py
 from scale_window import MINUTE, T0, WINDOWS, row_key, row_value, window_store_key  # benches/scale_window.py
 
 # Commits in which a fresh store first touches its memtables' memory (3 write buffers of 16 MiB).
@@ -51,7 +51,7 @@ def main() -> None:
     parser.add_argument("shape", choices=["kv", "window"])
     parser.add_argument("library", choices=["kstate", "rocksdict"])
     parser.add_argument("--keys", type=int, default=1_000_000, help="keys (window: keys x 10 windows)")
-    parser.add_argument("--dir", default=None)
+    parser.add_argument("--dir", type=bench_dir, default=None)
     parser.add_argument("--kstate-options", type=json.loads, default=None, help="rocksdb.config.setter as JSON")
     parser.add_argument("--durability", default=None, help="kstate's statestore.durability (kv only)")
     args = parser.parse_args()

@@ -40,6 +40,12 @@ SCAN = 1_000_000
 BUDGET = 256 << 20
 
 
+def bench_dir(path: str) -> str:
+    """``--dir``: created if missing, so a fresh machine's first run does not fail on it."""
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
 def peak_rss() -> int:
     with open("/proc/self/status") as status:
         for line in status:
@@ -215,7 +221,9 @@ def child(library: str, n: int, where: str, options: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sizes", type=int, nargs="*")
-    parser.add_argument("--dir", default=None, help="where the stores go (default: a temporary directory)")
+    parser.add_argument(
+        "--dir", type=bench_dir, default=None, help="where the stores go (default: a temporary directory)"
+    )
     parser.add_argument("--library", choices=["kstate", "kstate-changelog", "rocksdict"], action="append")
     parser.add_argument("--runs", type=int, default=2, help="runs of each library, alternating (best of them)")
     parser.add_argument(

@@ -27,7 +27,7 @@ import tempfile
 import time
 from collections.abc import Callable
 
-from scale import peak_rss  # benches/scale.py
+from scale import bench_dir, peak_rss  # benches/scale.py
 
 WINDOWS = 10
 MINUTE = 60_000
@@ -176,7 +176,7 @@ def arguments(doc: str | None, run_kstate: Callable, run_rocksdict: Callable) ->
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("keys", type=int, nargs="*")
     parser.add_argument("--runs", type=int, default=2)
-    parser.add_argument("--dir", default=None)
+    parser.add_argument("--dir", type=bench_dir, default=None)
     parser.add_argument(
         "--kstate-options",
         default="{}",

@@ -50,7 +50,7 @@ def rocksdict_write(n: int, where: str) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("n", type=int)
-    parser.add_argument("--dir", default=None)
+    parser.add_argument("--dir", type=scale.bench_dir, default=None)
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--child", choices=["kstate", "kstate-logged", "rocksdict"], help=argparse.SUPPRESS)
     args = parser.parse_args()
