@@ -1125,7 +1125,7 @@ impl KeyValueStore {
     pub fn close(&mut self) -> Result<()> {
         self.discard_staged();
         // Gives the budget back the staged bytes and the read cache.
-        self.account = None;
+        let budget = self.account.take().map(|account| account.budget().clone());
         if let Some(spill) = self.spill.take() {
             spill.destroy()?;
         }
@@ -1145,6 +1145,9 @@ impl KeyValueStore {
                 // directory deleted under it) still closes; a later open replays the WAL.
                 let _ = state.flush();
             }
+        }
+        if let Some(budget) = budget {
+            budget.release_memory_if_idle();
         }
         Ok(())
     }
