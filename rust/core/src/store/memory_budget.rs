@@ -287,9 +287,8 @@ impl MemoryBudget {
 
     /// Once no store of the process is open, gives what the allocator holds free back to the
     /// system. glibc keeps the memory RocksDB frees in its arenas: a process that had closed a
-    /// window store of 50M rows held 368 MiB, 3 MiB of it in use; trimmed, 63 MiB, in 34 ms
-    /// (benches/README.md, issue 21's twelfth pass). A Spark Python worker lives on between
-    /// tasks.
+    /// window store of 50M rows held 368 MiB; trimmed, 63 MiB, in 34 ms (benches/README.md,
+    /// issue 21's twelfth pass). A Spark Python worker lives on between tasks.
     pub(crate) fn release_memory_if_idle(&self) {
         if self.open_stores() == 0 {
             release_freed_memory();
