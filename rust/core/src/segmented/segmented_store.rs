@@ -1022,6 +1022,8 @@ impl SegmentedStore {
             committed.open = false;
             committed.segments.clear();
         }
+        // Before the segments close: the last one to close lets the process's budget go.
+        self.options.store.rocks = None;
         for segment in self.segments.values_mut() {
             segment.close()?;
         }

@@ -1146,8 +1146,13 @@ impl KeyValueStore {
                 let _ = state.flush();
             }
         }
+        // A closed store keeps nothing of the process's budget, so once the last store is
+        // closed the budget and its block cache (blocks of closed tables only) can go too.
+        self.cache = None;
+        self.rocks = None;
+        self.options.rocks = None;
         if let Some(budget) = budget {
-            budget.release_memory_if_idle();
+            MemoryBudget::release_memory_if_idle(budget);
         }
         Ok(())
     }

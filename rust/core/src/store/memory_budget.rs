@@ -285,12 +285,16 @@ impl MemoryBudget {
         self.open.load(Ordering::Relaxed)
     }
 
-    /// Once no store of the process is open, gives what the allocator holds free back to the
-    /// system. glibc keeps the memory RocksDB frees in its arenas: a process that had closed a
-    /// window store of 50M rows held 368 MiB; trimmed, 63 MiB, in 34 ms (benches/README.md,
-    /// issue 21's twelfth pass). A Spark Python worker lives on between tasks.
-    pub(crate) fn release_memory_if_idle(&self) {
-        if self.open_stores() == 0 {
+    /// Called with a closing store's last hold on `budget`: once no store of the process is
+    /// open, drops it (with it the block cache, once nothing else holds it) and gives what the
+    /// allocator then holds free back to the system. glibc keeps the memory RocksDB frees in its
+    /// arenas: a process that had closed a window store of 50M rows held 368 MiB; trimmed, 63
+    /// MiB, in 34 ms (benches/README.md, issue 21's twelfth pass). A Spark Python worker lives
+    /// on between tasks.
+    pub(crate) fn release_memory_if_idle(budget: Arc<Self>) {
+        let idle = budget.open_stores() == 0;
+        drop(budget);
+        if idle {
             release_freed_memory();
         }
     }
