@@ -71,10 +71,7 @@ pub struct CleaningReport {
     pub compaction: Option<CompactionReport>,
 }
 
-fn write_offset_file(path: &Path, offset: i64) -> Result<()> {
-    log::write_number_file(path, offset)
-}
-
+/// The offset a marker file (published, cleaned) holds; `None` before the first is written.
 fn read_marker(path: &Path) -> Result<Option<i64>> {
     log::read_number_file(path, "changelog marker")
 }
@@ -251,7 +248,7 @@ impl Changelog {
 
     fn write_marker(&mut self, offset: i64) -> Result<()> {
         self.marker_durable = false;
-        write_offset_file(&self.marker, offset)?;
+        log::write_number_file(&self.marker, offset)?;
         self.marker_durable = true;
         Ok(())
     }
@@ -294,7 +291,7 @@ impl Changelog {
             .segments()
             .last()
             .map_or(0, |active| active.base_offset);
-        write_offset_file(&self.partition.dir().join(CLEANED_FILE), self.first_dirty)?;
+        log::write_number_file(&self.partition.dir().join(CLEANED_FILE), self.first_dirty)?;
         Ok(report)
     }
 

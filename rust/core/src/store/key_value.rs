@@ -1147,7 +1147,8 @@ impl KeyValueStore {
             }
         }
         // A closed store keeps nothing of the process's budget, so once the last store is
-        // closed the budget and its block cache (blocks of closed tables only) can go too.
+        // closed the budget and its block cache (blocks of closed tables only) can go too. Here,
+        // not in the account's drop: RocksDB has closed by now, so the trim finds its memory free.
         self.cache = None;
         self.rocks = None;
         self.options.rocks = None;
