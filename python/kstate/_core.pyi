@@ -494,11 +494,11 @@ def upgrade_store_to_timestamped(path: str, progress: Callable[[int, int], Any] 
 SegmentedConfig = dict[str, Any]  # timestamped, retention_ms, segment_interval, transactional,
 # max_uncommitted_bytes, cache_max_bytes, offset_key, ttl_ms, ttl_wall_clock, memory_max_bytes, rocksdb_config
 
+def register_window_rows(key_value: type[tuple], windowed: type[tuple]) -> None: ...
+
 @final
 class WindowedIterator:
-    def __iter__(self) -> WindowedIterator: ...
-    def __next__(self) -> Any: ...  # (key, start, end, value), or a finished_rows row
-    def finished_rows(self, key_value: type[tuple], windowed: type[tuple] | None = None) -> WindowedIterator: ...
+    def next_chunk(self) -> Iterator[Any] | None: ...  # (key, start, end, value) tuples, or finished rows
     def close(self) -> None: ...
 
 class _Segmented(_Logged):
@@ -527,9 +527,17 @@ class ReadCommittedWindowView:
     @property
     def is_open(self) -> bool: ...
     def fetch(self, key: bytes, time: int) -> bytes | None: ...
-    def fetch_key(self, key: bytes, time_from: int, time_to: int, reverse: bool = False) -> WindowedIterator: ...
+    def fetch_key(
+        self, key: bytes, time_from: int, time_to: int, reverse: bool = False, finished: bool = False
+    ) -> WindowedIterator: ...
     def fetch_range(
-        self, key_from: bytes | None, key_to: bytes | None, time_from: int, time_to: int, reverse: bool = False
+        self,
+        key_from: bytes | None,
+        key_to: bytes | None,
+        time_from: int,
+        time_to: int,
+        reverse: bool = False,
+        finished: bool = False,
     ) -> WindowedIterator: ...
 
 @final
@@ -546,9 +554,17 @@ class WindowStore(_Segmented):
     def put(self, key: bytes, value: bytes | None, window_start: int) -> bool: ...
     def put_all(self, keys: Iterable[bytes], values: Iterable[bytes | None], window_starts: Iterable[int]) -> int: ...
     def fetch(self, key: bytes, time: int) -> bytes | None: ...
-    def fetch_key(self, key: bytes, time_from: int, time_to: int, reverse: bool = False) -> WindowedIterator: ...
+    def fetch_key(
+        self, key: bytes, time_from: int, time_to: int, reverse: bool = False, finished: bool = False
+    ) -> WindowedIterator: ...
     def fetch_range(
-        self, key_from: bytes | None, key_to: bytes | None, time_from: int, time_to: int, reverse: bool = False
+        self,
+        key_from: bytes | None,
+        key_to: bytes | None,
+        time_from: int,
+        time_to: int,
+        reverse: bool = False,
+        finished: bool = False,
     ) -> WindowedIterator: ...
     def read_committed_view(self) -> ReadCommittedWindowView: ...
 
@@ -558,7 +574,13 @@ class ReadCommittedSessionView:
     def is_open(self) -> bool: ...
     def fetch_session(self, key: bytes, start: int, end: int) -> bytes | None: ...
     def find_sessions(
-        self, key_from: bytes | None, key_to: bytes | None, earliest_end: int, latest_start: int, reverse: bool = False
+        self,
+        key_from: bytes | None,
+        key_to: bytes | None,
+        earliest_end: int,
+        latest_start: int,
+        reverse: bool = False,
+        finished: bool = False,
     ) -> WindowedIterator: ...
 
 @final
@@ -575,6 +597,12 @@ class SessionStore(_Segmented):
     def remove(self, key: bytes, start: int, end: int) -> None: ...
     def fetch_session(self, key: bytes, start: int, end: int) -> bytes | None: ...
     def find_sessions(
-        self, key_from: bytes | None, key_to: bytes | None, earliest_end: int, latest_start: int, reverse: bool = False
+        self,
+        key_from: bytes | None,
+        key_to: bytes | None,
+        earliest_end: int,
+        latest_start: int,
+        reverse: bool = False,
+        finished: bool = False,
     ) -> WindowedIterator: ...
     def read_committed_view(self) -> ReadCommittedSessionView: ...

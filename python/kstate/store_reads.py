@@ -26,6 +26,9 @@ class KeyValue(NamedTuple):
     value: Any
 
 
+_core.register_window_rows(KeyValue, Windowed)  # window and session rows are made natively
+
+
 def is_arrow(obj: Any) -> bool:
     """Whether ``obj`` is a pyarrow array (told without importing pyarrow)."""
     return type(obj).__module__.startswith("pyarrow") and hasattr(obj, "type")
@@ -257,11 +260,14 @@ class SegmentedReads:
     def _decoder(self, with_timestamp: bool) -> Callable[[bytes], Any]:
         return self._value_and_timestamp_of if with_timestamp else self._value_of
 
-    def _windowed_iterator(self, native: Any, with_timestamp: bool) -> WindowedIterator:
-        """Rows as ``KeyValue(Windowed(key, start, end), value)``: made natively with bytes serdes."""
+    def _finished(self, with_timestamp: bool) -> bool:
+        """Whether the binding makes the rows whole: bytes serdes, values without timestamps."""
+        return self._raw and not with_timestamp
 
-        if self._raw and not with_timestamp:
-            return WindowedIterator(native.finished_rows(KeyValue, Windowed), None)
+    def _windowed_iterator(self, native: Any, with_timestamp: bool) -> WindowedIterator:
+        """Rows as ``KeyValue(Windowed(key, start, end), value)``; made natively when ``_finished``."""
+        if self._finished(with_timestamp):
+            return WindowedIterator(native, None)
         key_of = self._key_serde.deserialize
         value_of = self._decoder(with_timestamp)
         return WindowedIterator(native, lambda k, start, end, v: KeyValue(Windowed(key_of(k), start, end), value_of(v)))
@@ -280,6 +286,9 @@ class WindowReads(SegmentedReads):
         - ``fetch(key_from, key_to, time_from, time_to)``: ``KeyValue(Windowed, value)`` of the keys
           in ``[key_from, key_to]`` (``None``: unbounded).
         """
+        if len(args) == 3 and self._raw and type(args[0]) is bytes:
+            # The hot case, in one call: the binding checks the times and makes the rows.
+            return WindowedIterator(self._reader.fetch_key(*args, False, True), None)
         if len(args) == 2:
             key, time = args
             if type(time) is not int or not MIN_TIME <= time <= MAX_TIME:
@@ -313,16 +322,22 @@ class WindowReads(SegmentedReads):
         reader = self._reader
         if len(args) == 3:
             key, time_from, time_to = args
-            native = reader.fetch_key(*self._one_key_args(key, _FETCH_TIMES, time_from, time_to), reverse)
-            if self._raw and not with_timestamp:
-                return WindowedIterator(native.finished_rows(KeyValue), None)
+            finished = self._finished(with_timestamp)
+            native = reader.fetch_key(*self._one_key_args(key, _FETCH_TIMES, time_from, time_to), reverse, finished)
+            if finished:
+                return WindowedIterator(native, None)
             value_of = self._decoder(with_timestamp)
             return WindowedIterator(native, lambda k, start, end, v: KeyValue(start, value_of(v)))
         if len(args) == 4:
             key_from, key_to, time_from, time_to = args
             lower, upper = self._optional_key_bytes(key_from), self._optional_key_bytes(key_to)
             native = reader.fetch_range(
-                lower, upper, check_time("time_from", time_from), check_time("time_to", time_to), reverse
+                lower,
+                upper,
+                check_time("time_from", time_from),
+                check_time("time_to", time_to),
+                reverse,
+                self._finished(with_timestamp),
             )
             return self._windowed_iterator(native, with_timestamp)
         raise InvalidArgumentError(
@@ -346,6 +361,10 @@ class SessionReads(SegmentedReads):
         """``find_sessions(key, earliest_session_end_time, latest_session_start_time)`` or
         ``find_sessions(key_from, key_to, earliest_session_end_time, latest_session_start_time)``:
         sessions with ``end >= earliest_session_end_time`` and ``start <= latest_session_start_time``."""
+        if len(args) == 3 and self._raw and type(args[0]) is bytes:
+            # The hot case, in one call: the binding checks the times and makes the rows.
+            key, earliest_end, latest_start = args
+            return WindowedIterator(self._reader.find_sessions(key, key, earliest_end, latest_start, False, True), None)
         return self._find_args(args, reverse=False, with_timestamp=False)
 
     def backward_find_sessions(self, *args: Any) -> WindowedIterator:
@@ -376,7 +395,9 @@ class SessionReads(SegmentedReads):
     ) -> WindowedIterator:
         if key_to is ...:  # one key
             key, earliest_end, latest_start = self._one_key_args(key_from, _FIND_TIMES, earliest_end, latest_start)
-            native = self._reader.find_sessions(key, key, earliest_end, latest_start, reverse)
+            native = self._reader.find_sessions(
+                key, key, earliest_end, latest_start, reverse, self._finished(with_timestamp)
+            )
         else:
             native = self._reader.find_sessions(
                 self._optional_key_bytes(key_from),
@@ -384,5 +405,6 @@ class SessionReads(SegmentedReads):
                 check_time(_FIND_TIMES[0], earliest_end),
                 check_time(_FIND_TIMES[1], latest_start),
                 reverse,
+                self._finished(with_timestamp),
             )
         return self._windowed_iterator(native, with_timestamp)

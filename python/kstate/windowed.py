@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from itertools import starmap
+from itertools import chain, starmap
 from typing import Any, Callable, NamedTuple
 
 from kstate import _core
@@ -49,18 +49,21 @@ def check_time(name: str, value: Any) -> int:
 
 class WindowedIterator:
     """Iterator over window or session store entries. Use as a context manager or call ``close()``
-    when done early; it raises ``StoreClosedError`` once its store is closed. It reads ahead in
-    chunks, so a write made while it is open to an entry it has not reached may or may not show
-    in it (as for ``KeyValueIterator``)."""
+    when done early; once its store is closed it raises ``StoreClosedError`` (after the rows of
+    the chunk it already read: at most 2,048, or about 1 MiB). Reading ahead in chunks, it may or
+    may not show a write made while it is open to an entry it has not reached (as for
+    ``KeyValueIterator``)."""
 
     __slots__ = ("_native", "_rows")
 
     def __init__(self, native: _core.WindowedIterator, decode: Callable[[bytes, int, int, bytes], Any] | None):
-        # ``decode(key, start, end, stored)`` turns a native row into the entry; ``None`` when the
-        # native iterator yields finished rows (bytes serdes). Either way a ``for`` loop over
-        # ``iter(self)`` runs no Python frame of this class per row.
+        # Rows come in native chunks (lists) that Python's own iterators walk, so a ``for`` loop
+        # over ``iter(self)`` makes no call into the binding per row; ``decode(key, start, end,
+        # stored)`` turns a native row into the entry, ``None`` when the native rows are finished
+        # (bytes serdes).
         self._native = native
-        self._rows = native if decode is None else starmap(decode, native)
+        rows = chain.from_iterable(iter(native.next_chunk, None))
+        self._rows: Iterator[Any] = rows if decode is None else starmap(decode, rows)
 
     def __iter__(self) -> Iterator[Any]:
         return self._rows
@@ -70,6 +73,7 @@ class WindowedIterator:
 
     def close(self) -> None:
         self._native.close()
+        self._rows = iter(())
 
     def __enter__(self) -> WindowedIterator:
         return self

@@ -699,7 +699,7 @@ impl RowType {
 }
 
 /// Leaves a tuple of bytes and ints (or of such tuples) out of the cyclic GC.
-fn untrack(row: &Bound<'_, PyAny>) {
+pub(crate) fn untrack(row: &Bound<'_, PyAny>) {
     // SAFETY: untracking a GC object is always sound; it only stops cycle detection, and a tuple
     // of atomic values cannot be in a cycle.
     unsafe { ffi::PyObject_GC_UnTrack(row.as_ptr().cast()) };

@@ -60,6 +60,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<session_store::NativeSessionStore>()?;
     m.add_class::<session_store::NativeSessionView>()?;
     m.add_class::<windowed::WindowedIterator>()?;
+    m.add_function(wrap_pyfunction!(windowed::register_window_rows, m)?)?;
     m.add_function(wrap_pyfunction!(remote::compact_changelog_objects, m)?)?;
     m.add_function(wrap_pyfunction!(
         value_and_timestamp::encode_value_and_timestamp,

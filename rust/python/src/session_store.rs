@@ -14,7 +14,7 @@ use crate::key_value_store::{
 };
 use crate::logged::{logged_store_methods, Logged};
 use crate::windowed::{
-    millis, open_segmented, segmented_store_methods, Decoder, SegmentedConfig, Source,
+    millis, open_segmented, segmented_store_methods, Decoder, SegmentedConfig, Source, WindowRows,
     WindowedIterator,
 };
 
@@ -164,17 +164,22 @@ impl NativeSessionStore {
     }
 
     /// Sessions of keys in `[key_from, key_to]` (`None` unbounded; equal keys: one key) that
-    /// end at or after `earliest_end` and start at or before `latest_start`.
-    #[pyo3(signature = (key_from, key_to, earliest_end, latest_start, reverse=false))]
+    /// end at or after `earliest_end` and start at or before `latest_start`; `finished`: rows
+    /// are `KeyValue(Windowed(key, start, end), value)` (bytes serdes).
+    #[pyo3(signature = (key_from, key_to, earliest_end, latest_start, reverse=false, finished=false))]
+    #[allow(clippy::too_many_arguments)]
     fn find_sessions(
         slf: Py<Self>,
         py: Python<'_>,
         key_from: Option<&[u8]>,
         key_to: Option<&[u8]>,
-        earliest_end: i64,
-        latest_start: i64,
+        earliest_end: &Bound<'_, PyAny>,
+        latest_start: &Bound<'_, PyAny>,
         reverse: bool,
-    ) -> WindowedIterator {
+        finished: bool,
+    ) -> PyResult<WindowedIterator> {
+        let earliest_end = millis(earliest_end, "earliest_session_end_time")?;
+        let latest_start = millis(latest_start, "latest_session_start_time")?;
         let (query, decoder) = {
             let store = slf.bind(py).borrow();
             let q = *store.logged.inner.store.queries();
@@ -191,7 +196,12 @@ impl NativeSessionStore {
                 Decoder::Session(q),
             )
         };
-        WindowedIterator::new(Source::Session(slf), query, decoder)
+        Ok(WindowedIterator::new(
+            Source::Session(slf),
+            query,
+            decoder,
+            WindowRows::by_window(finished),
+        ))
     }
 
     fn read_committed_view(&self) -> NativeSessionView {
@@ -228,15 +238,18 @@ impl NativeSessionView {
         Ok(value.map(|v| PyBytes::new(py, &v)))
     }
 
-    #[pyo3(signature = (key_from, key_to, earliest_end, latest_start, reverse=false))]
+    #[pyo3(signature = (key_from, key_to, earliest_end, latest_start, reverse=false, finished=false))]
     fn find_sessions(
         &self,
         key_from: Option<&[u8]>,
         key_to: Option<&[u8]>,
-        earliest_end: i64,
-        latest_start: i64,
+        earliest_end: &Bound<'_, PyAny>,
+        latest_start: &Bound<'_, PyAny>,
         reverse: bool,
-    ) -> WindowedIterator {
+        finished: bool,
+    ) -> PyResult<WindowedIterator> {
+        let earliest_end = millis(earliest_end, "earliest_session_end_time")?;
+        let latest_start = millis(latest_start, "latest_session_start_time")?;
         let query = self.queries.find(
             self.view.stream_time(),
             key_from,
@@ -245,10 +258,11 @@ impl NativeSessionView {
             latest_start,
             direction(reverse),
         );
-        WindowedIterator::new(
+        Ok(WindowedIterator::new(
             Source::View(self.view.clone()),
             query,
             Decoder::Session(self.queries),
-        )
+            WindowRows::by_window(finished),
+        ))
     }
 }

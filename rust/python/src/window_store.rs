@@ -14,7 +14,7 @@ use crate::key_value_store::{
 };
 use crate::logged::{logged_store_methods, Logged};
 use crate::windowed::{
-    millis, open_segmented, segmented_store_methods, Decoder, SegmentedConfig, Source,
+    millis, open_segmented, segmented_store_methods, Decoder, SegmentedConfig, Source, WindowRows,
     WindowedIterator,
 };
 
@@ -109,15 +109,18 @@ impl NativeWindowStore {
     }
 
     /// Windows of one key starting in `[time_from, time_to]`.
-    #[pyo3(signature = (key, time_from, time_to, reverse=false))]
+    /// `finished`: rows are `KeyValue(start, value)` (bytes serdes), else tuples to decode.
+    #[pyo3(signature = (key, time_from, time_to, reverse=false, finished=false))]
     fn fetch_key(
         slf: Py<Self>,
         py: Python<'_>,
         key: &[u8],
-        time_from: i64,
-        time_to: i64,
+        time_from: &Bound<'_, PyAny>,
+        time_to: &Bound<'_, PyAny>,
         reverse: bool,
-    ) -> WindowedIterator {
+        finished: bool,
+    ) -> PyResult<WindowedIterator> {
+        let (time_from, time_to) = (millis(time_from, "time_from")?, millis(time_to, "time_to")?);
         let (query, decoder) = {
             let store = slf.bind(py).borrow();
             let q = *store.logged.inner.store.queries();
@@ -127,11 +130,18 @@ impl NativeWindowStore {
                 Decoder::Window(q),
             )
         };
-        WindowedIterator::new(Source::Window(slf), query, decoder)
+        Ok(WindowedIterator::new(
+            Source::Window(slf),
+            query,
+            decoder,
+            WindowRows::by_start(finished),
+        ))
     }
 
-    /// Windows of keys in `[key_from, key_to]` (`None` unbounded) starting in the time range.
-    #[pyo3(signature = (key_from, key_to, time_from, time_to, reverse=false))]
+    /// Windows of keys in `[key_from, key_to]` (`None` unbounded) starting in the time range;
+    /// `finished`: rows are `KeyValue(Windowed(key, start, end), value)` (bytes serdes).
+    #[pyo3(signature = (key_from, key_to, time_from, time_to, reverse=false, finished=false))]
+    #[allow(clippy::too_many_arguments)]
     fn fetch_range(
         slf: Py<Self>,
         py: Python<'_>,
@@ -140,6 +150,7 @@ impl NativeWindowStore {
         time_from: i64,
         time_to: i64,
         reverse: bool,
+        finished: bool,
     ) -> WindowedIterator {
         let (query, decoder) = {
             let store = slf.bind(py).borrow();
@@ -150,7 +161,12 @@ impl NativeWindowStore {
                 Decoder::Window(q),
             )
         };
-        WindowedIterator::new(Source::Window(slf), query, decoder)
+        WindowedIterator::new(
+            Source::Window(slf),
+            query,
+            decoder,
+            WindowRows::by_window(finished),
+        )
     }
 
     fn read_committed_view(&self) -> NativeWindowView {
@@ -194,26 +210,29 @@ impl NativeWindowView {
         Ok(value.map(|v| PyBytes::new(py, &v)))
     }
 
-    #[pyo3(signature = (key, time_from, time_to, reverse=false))]
+    #[pyo3(signature = (key, time_from, time_to, reverse=false, finished=false))]
     fn fetch_key(
         &self,
         key: &[u8],
-        time_from: i64,
-        time_to: i64,
+        time_from: &Bound<'_, PyAny>,
+        time_to: &Bound<'_, PyAny>,
         reverse: bool,
-    ) -> WindowedIterator {
+        finished: bool,
+    ) -> PyResult<WindowedIterator> {
+        let (time_from, time_to) = (millis(time_from, "time_from")?, millis(time_to, "time_to")?);
         let t = self.view.stream_time();
         let query = self
             .queries
             .key(t, key, time_from, time_to, direction(reverse));
-        WindowedIterator::new(
+        Ok(WindowedIterator::new(
             Source::View(self.view.clone()),
             query,
             Decoder::Window(self.queries),
-        )
+            WindowRows::by_start(finished),
+        ))
     }
 
-    #[pyo3(signature = (key_from, key_to, time_from, time_to, reverse=false))]
+    #[pyo3(signature = (key_from, key_to, time_from, time_to, reverse=false, finished=false))]
     fn fetch_range(
         &self,
         key_from: Option<&[u8]>,
@@ -221,6 +240,7 @@ impl NativeWindowView {
         time_from: i64,
         time_to: i64,
         reverse: bool,
+        finished: bool,
     ) -> WindowedIterator {
         let t = self.view.stream_time();
         let query = self
@@ -230,6 +250,7 @@ impl NativeWindowView {
             Source::View(self.view.clone()),
             query,
             Decoder::Window(self.queries),
+            WindowRows::by_window(finished),
         )
     }
 }

@@ -1,7 +1,6 @@
 //! What `kstate.windowed` needs from Rust, shared by the window and session store bindings:
 //! opening a segmented store, and the chunked iterator yielding `(key, start, end, value)` rows.
 
-use std::collections::VecDeque;
 use std::path::Path;
 
 use kstate_core::segmented::segmented_store::{
@@ -9,13 +8,14 @@ use kstate_core::segmented::segmented_store::{
 };
 use kstate_core::segmented::session_store::SessionQueries;
 use kstate_core::segmented::window_store::WindowQueries;
-use kstate_core::store::merge::{ScanLimit, CHUNK_BYTES};
+use kstate_core::store::merge::ScanLimit;
 use kstate_core::{SegmentedOptions, SegmentedStore, SegmentedView, StoreOptions, ValueFormat};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyBytes, PyDict, PyType};
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyTuple, PyType};
 
 use crate::errors::{guard, ErrorClass};
-use crate::key_value_store::{ttl_of, RowType};
+use crate::key_value_store::{ttl_of, untrack, RowType};
 use crate::progress::Progress;
 use crate::session_store::NativeSessionStore;
 use crate::window_store::NativeWindowStore;
@@ -133,182 +133,191 @@ pub enum Decoder {
 }
 
 /// Iterates a query in chunks; each chunk is a fresh scan from the cursor, so no RocksDB
-/// iterator outlives a call and a closed store raises instead of crashing.
+/// iterator outlives a call and a closed store raises instead of crashing. A chunk's rows are
+/// made as the scan hands them over and given to Python as a list (`next_chunk`), which
+/// Python's own iterators walk: no call into the binding per row.
 #[pyclass(module = "kstate._core", name = "WindowedIterator")]
 pub struct WindowedIterator {
     source: Source,
     query: SegmentQuery,
     cursor: ScanCursor,
     decoder: Decoder,
-    buffer: ChunkRows,
     chunk: ScanLimit,
     rows: WindowRows,
 }
 
-/// A chunk's rows, not yet yielded, in one byte buffer (no allocation per row).
-#[derive(Default)]
-struct ChunkRows {
-    bytes: Vec<u8>,
-    /// Where each row's store key ends and its value ends in `bytes`; its key starts where the
-    /// row before it ends.
-    ends: VecDeque<(usize, usize)>,
-    /// Where the next row starts.
-    start: usize,
-}
-
-impl ChunkRows {
-    fn is_empty(&self) -> bool {
-        self.ends.is_empty()
-    }
-
-    /// Empties the buffer for a chunk of up to `rows` rows: room for that many, and (at the
-    /// first push) for that many the size of the first row, up to the chunk's `CHUNK_BYTES`, so
-    /// a chunk grows its buffers once or not at all.
-    fn clear_for(&mut self, rows: usize) {
-        self.clear();
-        self.ends.reserve(rows);
-    }
-
-    fn push(&mut self, key: &[u8], value: &[u8]) {
-        if self.bytes.is_empty() {
-            let first = key.len() + value.len();
-            self.bytes
-                .reserve((self.ends.capacity() * first).min(CHUNK_BYTES));
-        }
-        self.bytes.extend_from_slice(key);
-        let key_end = self.bytes.len();
-        self.bytes.extend_from_slice(value);
-        self.ends.push_back((key_end, self.bytes.len()));
-    }
-
-    /// The next row's store key and value.
-    fn pop(&mut self) -> Option<(&[u8], &[u8])> {
-        let (key_end, value_end) = self.ends.pop_front()?;
-        let start = std::mem::replace(&mut self.start, value_end);
-        Some((&self.bytes[start..key_end], &self.bytes[key_end..value_end]))
-    }
-
-    fn clear(&mut self) {
-        self.bytes.clear();
-        self.ends.clear();
-        self.start = 0;
-    }
-}
-
-/// What `__next__` yields.
-enum WindowRows {
+/// What a chunk's rows are.
+#[derive(Clone, Copy)]
+pub enum WindowRows {
     /// `(key, start, end, value)` tuples, for Python to decode.
     Plain,
-    /// Finished `KeyValue` rows of stored bytes (bytes serdes): `KeyValue(start, value)` without
-    /// a `Windowed` type (one key's windows), else `KeyValue(Windowed(key, start, end), value)`.
-    Finished {
-        key_value: RowType,
-        windowed: Option<RowType>,
-    },
+    /// `KeyValue(start, value)` of the stored bytes (one key's windows, bytes serdes).
+    ByStart,
+    /// `KeyValue(Windowed(key, start, end), value)` of the stored bytes (bytes serdes).
+    ByWindow,
+}
+
+/// `kstate.store_reads.KeyValue` and `kstate.windowed.Windowed`, registered by
+/// `kstate.store_reads` when it loads (`register_window_rows`), so finished rows are made
+/// without a Python call and this module imports no Python of kstate.
+static ROW_TYPES: PyOnceLock<(RowType, RowType)> = PyOnceLock::new();
+
+/// Called by `kstate.store_reads` with its `KeyValue` and `Windowed` (the first registration
+/// stays).
+#[pyfunction]
+pub fn register_window_rows(
+    py: Python<'_>,
+    key_value: Py<PyType>,
+    windowed: Py<PyType>,
+) -> PyResult<()> {
+    let types = (RowType::new(py, key_value)?, RowType::new(py, windowed)?);
+    let _ = ROW_TYPES.set(py, types);
+    Ok(())
+}
+
+impl WindowRows {
+    /// `ByStart` if `finished`, else `Plain`.
+    pub fn by_start(finished: bool) -> Self {
+        if finished {
+            Self::ByStart
+        } else {
+            Self::Plain
+        }
+    }
+
+    /// `ByWindow` if `finished`, else `Plain`.
+    pub fn by_window(finished: bool) -> Self {
+        if finished {
+            Self::ByWindow
+        } else {
+            Self::Plain
+        }
+    }
+
+    /// The row types finished rows are made of (`None` for plain rows).
+    fn types(self, py: Python<'_>) -> PyResult<Option<&(RowType, RowType)>> {
+        if let Self::Plain = self {
+            return Ok(None);
+        }
+        ROW_TYPES.get(py).map(Some).ok_or_else(|| {
+            crate::errors::raise(
+                ErrorClass::KStateError,
+                "finished window rows need kstate.store_reads (which registers KeyValue): import it"
+                    .into(),
+            )
+        })
+    }
+
+    fn make(
+        self,
+        py: Python<'_>,
+        types: Option<&(RowType, RowType)>,
+        (key, start, end): (&[u8], i64, i64),
+        value: &[u8],
+    ) -> PyResult<Py<PyAny>> {
+        let value = PyBytes::new(py, value).into_any();
+        let window = |py| -> PyResult<[Bound<'_, PyAny>; 3]> {
+            Ok([
+                PyBytes::new(py, key).into_any(),
+                start.into_pyobject(py)?.into_any(),
+                end.into_pyobject(py)?.into_any(),
+            ])
+        };
+        let Some((key_value, windowed)) = types else {
+            let [key, start, end] = window(py)?;
+            let row = PyTuple::new(py, [key, start, end, value])?.into_any();
+            untrack(&row);
+            return Ok(row.unbind());
+        };
+        let first = match self {
+            Self::ByWindow => windowed.make(py, window(py)?)?,
+            _ => start.into_pyobject(py)?.into_any(),
+        };
+        Ok(key_value.make(py, [first, value])?.unbind())
+    }
 }
 
 impl WindowedIterator {
-    pub fn new(source: Source, query: SegmentQuery, decoder: Decoder) -> Self {
+    pub fn new(source: Source, query: SegmentQuery, decoder: Decoder, rows: WindowRows) -> Self {
         Self {
             source,
             query,
             cursor: ScanCursor::default(),
             decoder,
-            buffer: ChunkRows::default(),
             chunk: ScanLimit::first_chunk(),
-            rows: WindowRows::Plain,
+            rows,
         }
     }
 
-    fn fill(&mut self, py: Python<'_>) -> PyResult<()> {
+    /// The rows of the next chunk, made while the scan hands them over (none once done).
+    fn read_chunk(&mut self, py: Python<'_>) -> PyResult<Vec<Py<PyAny>>> {
         let Self {
             source,
             query,
             cursor,
-            buffer,
+            decoder,
             chunk,
-            ..
+            rows,
         } = self;
+        let types = rows.types(py)?;
+        let mut made = Vec::new();
+        // A Python error while making a row stops the scan; it is raised after it.
+        let mut failed: Option<PyErr> = None;
         let mut read = |reader: &dyn SegmentReader| {
-            if !buffer.is_empty() || cursor.is_done() {
+            if cursor.is_done() {
                 // Still checks the store is open, as every call on a closed store raises.
                 return guard(|| reader.next_segment(0, -1, query.direction).map(|_| ()));
             }
-            buffer.clear_for(chunk.rows);
+            made.reserve(chunk.rows);
             guard(|| {
-                segmented::scan_visit(reader, query, cursor, *chunk, &mut |key, value| {
-                    buffer.push(key, value);
+                segmented::scan_visit(reader, query, cursor, *chunk, &mut |store_key, value| {
+                    let key = match decoder {
+                        Decoder::Window(q) => q.decode(store_key),
+                        Decoder::Session(q) => q.decode(store_key),
+                    }?;
+                    match rows.make(py, types, key, value) {
+                        Ok(row) => made.push(row),
+                        Err(error) => {
+                            failed = Some(error);
+                            return Err(kstate_core::Error::InvalidState("row not made".into()));
+                        }
+                    }
                     Ok(())
                 })
-            })?;
-            *chunk = chunk.next_chunk();
-            Ok(())
+            })
+            .map(|_| ())
         };
-        match source {
+        let scanned = match source {
             Source::Window(store) => read(store.bind(py).borrow().logged.inner.store.segments()),
             Source::Session(store) => read(store.bind(py).borrow().logged.inner.store.segments()),
             Source::View(view) => read(view),
+        };
+        if let Some(error) = failed {
+            return Err(error);
         }
+        scanned?;
+        *chunk = chunk.next_chunk();
+        Ok(made)
     }
 }
 
 #[pymethods]
 impl WindowedIterator {
-    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
-        slf
-    }
-
-    /// `(key, start, end, value)`, or a finished row (`finished_rows`).
-    fn __next__<'py>(&mut self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
-        self.fill(py)?;
-        let Some((store_key, value)) = self.buffer.pop() else {
-            return Ok(None);
-        };
-        let (key, start, end) = guard(|| match &self.decoder {
-            Decoder::Window(q) => q.decode(store_key),
-            Decoder::Session(q) => q.decode(store_key),
-        })?;
-        let value = PyBytes::new(py, value);
-        let WindowRows::Finished {
-            key_value,
-            windowed,
-        } = &self.rows
-        else {
-            let row = (PyBytes::new(py, key), start, end, value);
-            return Ok(Some(row.into_pyobject(py)?.into_any()));
-        };
-        let first = match windowed {
-            None => start.into_pyobject(py)?.into_any(),
-            Some(windowed) => {
-                let fields = [
-                    PyBytes::new(py, key).into_any(),
-                    start.into_pyobject(py)?.into_any(),
-                    end.into_pyobject(py)?.into_any(),
-                ];
-                windowed.make(py, fields)?
+    /// An iterator over the next chunk of rows (a list), or `None` at the end.
+    fn next_chunk<'py>(&mut self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        loop {
+            // A chunk whose rows the query's filter all dropped is empty but not the end.
+            let made = self.read_chunk(py)?;
+            if !made.is_empty() {
+                return Ok(Some(PyList::new(py, made)?.try_iter()?.into_any()));
             }
-        };
-        key_value.make(py, [first, value.into_any()]).map(Some)
-    }
-
-    /// Makes `__next__` yield finished `KeyValue` rows of the stored bytes (see `WindowRows`);
-    /// returns the iterator.
-    #[pyo3(signature = (key_value, windowed=None))]
-    fn finished_rows(
-        mut slf: PyRefMut<'_, Self>,
-        key_value: Py<PyType>,
-        windowed: Option<Py<PyType>>,
-    ) -> PyResult<PyRefMut<'_, Self>> {
-        let py = slf.py();
-        slf.rows = WindowRows::Finished {
-            key_value: RowType::new(py, key_value)?,
-            windowed: windowed.map(|w| RowType::new(py, w)).transpose()?,
-        };
-        Ok(slf)
+            if self.cursor.is_done() {
+                return Ok(None);
+            }
+        }
     }
 
     fn close(&mut self) {
-        self.buffer.clear();
         self.cursor = ScanCursor::default();
         self.query = SegmentQuery::empty(self.query.direction);
     }
