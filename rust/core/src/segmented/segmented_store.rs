@@ -21,6 +21,7 @@
 //! - Scans walk the segments in time order (reverse for backward scans) and filter each segment's
 //!   key range with the query's predicate, as Kafka's `SegmentIterator` does.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
@@ -189,8 +190,9 @@ pub fn scan_visit(
     let mut last_key = Vec::new();
     let direction = query.direction;
     while !cursor.done && !visited.reached(limit) {
+        // A segment's scan starts on the query's own range; only a resumed one needs its rest.
         let (id, rest) = match cursor.current.take() {
-            Some(current) => current,
+            Some((id, rest)) => (id, Cow::Owned(rest)),
             None => {
                 let (lo, hi) = match (direction, cursor.next) {
                     (_, None) => (query.first_segment, query.last_segment),
@@ -198,7 +200,7 @@ pub fn scan_visit(
                     (Direction::Reverse, Some(next)) => (query.first_segment, next),
                 };
                 match reader.next_segment(lo, hi, direction)? {
-                    Some(id) => (id, query.range.clone()),
+                    Some(id) => (id, Cow::Borrowed(&query.range)),
                     None => {
                         cursor.done = true;
                         break;

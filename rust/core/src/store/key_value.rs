@@ -723,9 +723,12 @@ impl KeyValueStore {
         range: &KeyRange,
         direction: Direction,
     ) -> Result<Vec<Box<dyn SortedSource + 'a>>> {
-        let mut sources: Vec<Box<dyn SortedSource + 'a>> = Vec::new();
         // Nothing staged (the usual state between commits) leaves committed state alone,
         // which the merge walks without comparing keys.
+        if self.overlay.is_empty() && self.spill.is_none() {
+            return committed.sources(range, direction);
+        }
+        let mut sources: Vec<Box<dyn SortedSource + 'a>> = Vec::new();
         if !self.overlay.is_empty() {
             sources.push(Box::new(IterSource::new(
                 self.overlay.range(range, direction),

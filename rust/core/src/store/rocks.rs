@@ -423,7 +423,7 @@ impl SortedSource for RocksSource<'_> {
     }
     fn seek(&mut self, target: &[u8]) -> Result<()> {
         self.iter.seek(target);
-        Ok(self.iter.status()?)
+        checked(&self.iter)
     }
 }
 
@@ -452,8 +452,17 @@ pub(crate) fn range_iterator<'a>(
             Direction::Reverse => iter.seek_to_last(),
         }
     }
-    iter.status()?;
+    checked(&iter)?;
     Ok(iter)
+}
+
+/// The error that left `iter` invalid, if one did: a valid iterator has none (RocksDB's
+/// contract), so the common case costs no call for the status.
+pub(crate) fn checked(iter: &DBRawIterator<'_>) -> Result<()> {
+    if iter.valid() {
+        return Ok(());
+    }
+    Ok(iter.status()?)
 }
 
 /// Moves `iter` one entry on in `direction`.
@@ -462,8 +471,7 @@ pub(crate) fn step(iter: &mut DBRawIterator<'_>, direction: Direction) -> Result
         Direction::Forward => iter.next(),
         Direction::Reverse => iter.prev(),
     }
-    iter.status()?;
-    Ok(())
+    checked(iter)
 }
 
 impl RocksState {
