@@ -247,3 +247,15 @@ def test_bytes_serde_session_reads_match_the_checked_path(task_dir, persistent):
                 call(None)
             with pytest.raises(SerializationError):
                 call("text")
+
+
+@pytest.mark.parametrize("persistent", [True, False], ids=["rocksdb", "memory"])
+def test_find_sessions_of_bytes_checks_its_times_as_other_serdes_do(task_dir, persistent):
+    factory = Stores.persistent_session_store if persistent else Stores.in_memory_session_store
+    store = Stores.session_store_builder(factory("sb", 10 * MINUTE), "bytes", "bytes").build().init(task_dir)
+    store.put(Windowed(b"k", 0, 10), b"v")
+    assert list(store.find_sessions(b"k", 0, 100)) == [KeyValue(Windowed(b"k", 0, 10), b"v")]
+    for earliest_end, latest_start in [(True, 100), (0, "soon"), (0.5, 100), (0, 2**63)]:
+        with pytest.raises(InvalidArgumentError, match="session_"):
+            store.find_sessions(b"k", earliest_end, latest_start)
+    store.close()

@@ -380,3 +380,25 @@ def test_bytes_serde_range_reads_match_the_checked_path(task_dir, persistent):
             store.fetch(None, 0, last)
         with pytest.raises(SerializationError):
             store.fetch("text", 0, last)
+
+
+@pytest.mark.parametrize("persistent", [True, False], ids=["rocksdb", "memory"])
+def test_one_key_fetch_of_bytes_checks_its_times_as_other_serdes_do(task_dir, persistent):
+    factory = Stores.persistent_window_store if persistent else Stores.in_memory_window_store
+    store = Stores.window_store_builder(factory("wb", 10 * MINUTE, MINUTE), "bytes", "bytes").build().init(task_dir)
+    store.put(b"k", b"v", MINUTE)
+    assert list(store.fetch(b"k", 0, MINUTE)) == [KeyValue(MINUTE, b"v")]
+    assert list(store.fetch(bytearray(b"k"), 0, MINUTE)) == [KeyValue(MINUTE, b"v")]
+    for time_from, time_to in [(True, MINUTE), (0, "soon"), (0.5, MINUTE), (0, 2**63), (-(2**63) - 1, 0)]:
+        with pytest.raises(InvalidArgumentError, match="time_"):
+            store.fetch(b"k", time_from, time_to)
+    store.close()
+
+
+def test_a_chunk_whose_rows_the_time_filter_drops_does_not_end_the_read(open_window):
+    store = open_window()
+    for i in range(200):
+        store.put(f"a{i:03d}", "early", 0)
+    store.put("z", "late", MINUTE)
+    assert [kv.key.key for kv in store.fetch_all(MINUTE, MINUTE)] == ["z"]
+    assert [kv.key.key for kv in store.backward_fetch_all(0, 0)][:2] == ["a199", "a198"]
