@@ -522,10 +522,7 @@ class _Segmented(_Logged):
     def put_store_keys(self, keys: list[bytes], values: list[bytes | None]) -> None: ...
     def compact(self) -> None: ...
 
-@final
-class ReadCommittedWindowView:
-    @property
-    def is_open(self) -> bool: ...
+class _WindowReads:  # what a window store and its view share (not a runtime class)
     def fetch(self, key: bytes, time: int) -> bytes | None: ...
     def fetch_key(
         self, key: bytes, time_from: int, time_to: int, reverse: bool = False, finished: bool = False
@@ -541,7 +538,12 @@ class ReadCommittedWindowView:
     ) -> WindowedIterator: ...
 
 @final
-class WindowStore(_Segmented):
+class ReadCommittedWindowView(_WindowReads):
+    @property
+    def is_open(self) -> bool: ...
+
+@final
+class WindowStore(_Segmented, _WindowReads):
     @staticmethod
     def open(
         name: str,
@@ -553,25 +555,9 @@ class WindowStore(_Segmented):
     ) -> tuple[WindowStore, dict[str, Any]]: ...
     def put(self, key: bytes, value: bytes | None, window_start: int) -> bool: ...
     def put_all(self, keys: Iterable[bytes], values: Iterable[bytes | None], window_starts: Iterable[int]) -> int: ...
-    def fetch(self, key: bytes, time: int) -> bytes | None: ...
-    def fetch_key(
-        self, key: bytes, time_from: int, time_to: int, reverse: bool = False, finished: bool = False
-    ) -> WindowedIterator: ...
-    def fetch_range(
-        self,
-        key_from: bytes | None,
-        key_to: bytes | None,
-        time_from: int,
-        time_to: int,
-        reverse: bool = False,
-        finished: bool = False,
-    ) -> WindowedIterator: ...
     def read_committed_view(self) -> ReadCommittedWindowView: ...
 
-@final
-class ReadCommittedSessionView:
-    @property
-    def is_open(self) -> bool: ...
+class _SessionReads:  # what a session store and its view share (not a runtime class)
     def fetch_session(self, key: bytes, start: int, end: int) -> bytes | None: ...
     def find_sessions(
         self,
@@ -584,7 +570,12 @@ class ReadCommittedSessionView:
     ) -> WindowedIterator: ...
 
 @final
-class SessionStore(_Segmented):
+class ReadCommittedSessionView(_SessionReads):
+    @property
+    def is_open(self) -> bool: ...
+
+@final
+class SessionStore(_Segmented, _SessionReads):
     @staticmethod
     def open(
         name: str, dir: str | None, config: SegmentedConfig, progress: Callable[[int, int], Any] | None = None
@@ -595,14 +586,4 @@ class SessionStore(_Segmented):
     ) -> int: ...
     def put_all_sessions(self, sessions: Iterable[tuple[bytes, int, int]], values: Iterable[bytes | None]) -> int: ...
     def remove(self, key: bytes, start: int, end: int) -> None: ...
-    def fetch_session(self, key: bytes, start: int, end: int) -> bytes | None: ...
-    def find_sessions(
-        self,
-        key_from: bytes | None,
-        key_to: bytes | None,
-        earliest_end: int,
-        latest_start: int,
-        reverse: bool = False,
-        finished: bool = False,
-    ) -> WindowedIterator: ...
     def read_committed_view(self) -> ReadCommittedSessionView: ...
