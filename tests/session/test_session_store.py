@@ -255,7 +255,11 @@ def test_find_sessions_of_bytes_checks_its_times_as_other_serdes_do(task_dir, pe
     store = Stores.session_store_builder(factory("sb", 10 * MINUTE), "bytes", "bytes").build().init(task_dir)
     store.put(Windowed(b"k", 0, 10), b"v")
     assert list(store.find_sessions(b"k", 0, 100)) == [KeyValue(Windowed(b"k", 0, 10), b"v")]
+    store.commit(1)
+    view = store.read_only()
+    assert list(view.find_sessions(b"k", 0, 100)) == [KeyValue(Windowed(b"k", 0, 10), b"v")]
     for earliest_end, latest_start in [(True, 100), (0, "soon"), (0.5, 100), (0, 2**63)]:
-        with pytest.raises(InvalidArgumentError, match="session_"):
-            store.find_sessions(b"k", earliest_end, latest_start)
+        for reader in (store, view):
+            with pytest.raises(InvalidArgumentError, match="session_"):
+                reader.find_sessions(b"k", earliest_end, latest_start)
     store.close()

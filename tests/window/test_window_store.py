@@ -389,9 +389,13 @@ def test_one_key_fetch_of_bytes_checks_its_times_as_other_serdes_do(task_dir, pe
     store.put(b"k", b"v", MINUTE)
     assert list(store.fetch(b"k", 0, MINUTE)) == [KeyValue(MINUTE, b"v")]
     assert list(store.fetch(bytearray(b"k"), 0, MINUTE)) == [KeyValue(MINUTE, b"v")]
+    store.commit(1)
+    view = store.read_only()
+    assert list(view.fetch(b"k", 0, MINUTE)) == list(view.backward_fetch(b"k", 0, MINUTE)) == [KeyValue(MINUTE, b"v")]
     for time_from, time_to in [(True, MINUTE), (0, "soon"), (0.5, MINUTE), (0, 2**63), (-(2**63) - 1, 0)]:
-        with pytest.raises(InvalidArgumentError, match="time_"):
-            store.fetch(b"k", time_from, time_to)
+        for reader in (store, view):
+            with pytest.raises(InvalidArgumentError, match="time_"):
+                reader.fetch(b"k", time_from, time_to)
     store.close()
 
 
