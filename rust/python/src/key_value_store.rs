@@ -773,16 +773,9 @@ impl RangeIterator {
             ..
         } = self;
         let mut last_key: Vec<u8> = Vec::new();
-        // A Python error while making a row stops the scan; it is raised after it.
-        let mut failed: Option<PyErr> = None;
+        let mut rows = RowSink::new(buffer);
         let mut visit = |key: &[u8], value: &[u8]| {
-            match make_row(py, row_type.as_ref(), key, value) {
-                Ok(row) => buffer.push(row),
-                Err(error) => {
-                    failed = Some(error);
-                    return Err(kstate_core::Error::InvalidState("row not made".into()));
-                }
-            }
+            rows.push(make_row(py, row_type.as_ref(), key, value))?;
             last_key.clear();
             last_key.extend_from_slice(key);
             Ok(())
@@ -797,10 +790,7 @@ impl RangeIterator {
             }
             Reader::View(view) => view.scan_with(rest, *direction, *chunk, &mut visit),
         };
-        if let Some(error) = failed {
-            return Err(error);
-        }
-        let scanned = guard(|| scanned)?;
+        let scanned = rows.finish(guard(|| scanned))?;
         if !scanned.at_limit {
             self.exhausted = true;
         }
@@ -809,6 +799,40 @@ impl RangeIterator {
         }
         self.chunk = self.chunk.next_chunk();
         Ok(())
+    }
+}
+
+/// Where a scan's rows go as they are made. Making a row can fail in Python: that error ends the
+/// scan (the core sees an `InvalidState`) and is the one raised after it (`finish`).
+pub(crate) struct RowSink<'a> {
+    rows: &'a mut Vec<Py<PyAny>>,
+    failed: Option<PyErr>,
+}
+
+impl<'a> RowSink<'a> {
+    pub(crate) fn new(rows: &'a mut Vec<Py<PyAny>>) -> Self {
+        Self { rows, failed: None }
+    }
+
+    pub(crate) fn push(&mut self, row: PyResult<Py<PyAny>>) -> kstate_core::Result<()> {
+        match row {
+            Ok(row) => {
+                self.rows.push(row);
+                Ok(())
+            }
+            Err(error) => {
+                self.failed = Some(error);
+                Err(kstate_core::Error::InvalidState("row not made".into()))
+            }
+        }
+    }
+
+    /// What the scan returned, or the Python error that ended it.
+    pub(crate) fn finish<T>(self, scanned: PyResult<T>) -> PyResult<T> {
+        match self.failed {
+            Some(error) => Err(error),
+            None => scanned,
+        }
     }
 }
 

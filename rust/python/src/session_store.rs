@@ -200,7 +200,7 @@ impl NativeSessionStore {
             Source::Session(slf),
             query,
             decoder,
-            WindowRows::by_window(finished),
+            WindowRows::finished_if(finished, WindowRows::ByWindow),
         ))
     }
 
@@ -262,7 +262,7 @@ impl NativeSessionView {
             Source::View(self.view.clone()),
             query,
             Decoder::Session(self.queries),
-            WindowRows::by_window(finished),
+            WindowRows::finished_if(finished, WindowRows::ByWindow),
         ))
     }
 }

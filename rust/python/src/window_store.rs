@@ -134,7 +134,7 @@ impl NativeWindowStore {
             Source::Window(slf),
             query,
             decoder,
-            WindowRows::by_start(finished),
+            WindowRows::finished_if(finished, WindowRows::ByStart),
         ))
     }
 
@@ -165,7 +165,7 @@ impl NativeWindowStore {
             Source::Window(slf),
             query,
             decoder,
-            WindowRows::by_window(finished),
+            WindowRows::finished_if(finished, WindowRows::ByWindow),
         )
     }
 
@@ -228,7 +228,7 @@ impl NativeWindowView {
             Source::View(self.view.clone()),
             query,
             Decoder::Window(self.queries),
-            WindowRows::by_start(finished),
+            WindowRows::finished_if(finished, WindowRows::ByStart),
         ))
     }
 
@@ -250,7 +250,7 @@ impl NativeWindowView {
             Source::View(self.view.clone()),
             query,
             Decoder::Window(self.queries),
-            WindowRows::by_window(finished),
+            WindowRows::finished_if(finished, WindowRows::ByWindow),
         )
     }
 }

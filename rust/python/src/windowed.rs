@@ -15,7 +15,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyTuple, PyType};
 
 use crate::errors::{guard, ErrorClass};
-use crate::key_value_store::{ttl_of, untrack, RowType};
+use crate::key_value_store::{ttl_of, untrack, RowSink, RowType};
 use crate::progress::Progress;
 use crate::session_store::NativeSessionStore;
 use crate::window_store::NativeWindowStore;
@@ -176,19 +176,10 @@ pub fn register_window_rows(
 }
 
 impl WindowRows {
-    /// `ByStart` if `finished`, else `Plain`.
-    pub fn by_start(finished: bool) -> Self {
+    /// `finished_rows` (`ByStart` or `ByWindow`) if `finished`, else `Plain`.
+    pub fn finished_if(finished: bool, finished_rows: Self) -> Self {
         if finished {
-            Self::ByStart
-        } else {
-            Self::Plain
-        }
-    }
-
-    /// `ByWindow` if `finished`, else `Plain`.
-    pub fn by_window(finished: bool) -> Self {
-        if finished {
-            Self::ByWindow
+            finished_rows
         } else {
             Self::Plain
         }
@@ -261,28 +252,22 @@ impl WindowedIterator {
         } = self;
         let types = rows.types(py)?;
         let mut made = Vec::new();
-        // A Python error while making a row stops the scan; it is raised after it.
-        let mut failed: Option<PyErr> = None;
+        if !cursor.is_done() {
+            made.reserve(chunk.rows);
+        }
+        let mut sink = RowSink::new(&mut made);
         let mut read = |reader: &dyn SegmentReader| {
             if cursor.is_done() {
                 // Still checks the store is open, as every call on a closed store raises.
                 return guard(|| reader.next_segment(0, -1, query.direction).map(|_| ()));
             }
-            made.reserve(chunk.rows);
             guard(|| {
                 segmented::scan_visit(reader, query, cursor, *chunk, &mut |store_key, value| {
                     let key = match decoder {
                         Decoder::Window(q) => q.decode(store_key),
                         Decoder::Session(q) => q.decode(store_key),
                     }?;
-                    match rows.make(py, types, key, value) {
-                        Ok(row) => made.push(row),
-                        Err(error) => {
-                            failed = Some(error);
-                            return Err(kstate_core::Error::InvalidState("row not made".into()));
-                        }
-                    }
-                    Ok(())
+                    sink.push(rows.make(py, types, key, value))
                 })
             })
             .map(|_| ())
@@ -292,10 +277,7 @@ impl WindowedIterator {
             Source::Session(store) => read(store.bind(py).borrow().logged.inner.store.segments()),
             Source::View(view) => read(view),
         };
-        if let Some(error) = failed {
-            return Err(error);
-        }
-        scanned?;
+        sink.finish(scanned)?;
         *chunk = chunk.next_chunk();
         Ok(made)
     }

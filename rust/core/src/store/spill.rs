@@ -16,7 +16,7 @@ use crate::store::committed::WriteSink;
 use crate::store::key_range::{Direction, KeyRange};
 use crate::store::merge::SortedSource;
 use crate::store::overlay::Overlay;
-use crate::store::rocks::{range_iterator, step};
+use crate::store::rocks::{checked, range_iterator, step};
 use crate::store::rocks_options::RocksConfig;
 
 const WRITES_CF: &str = "writes";
@@ -242,6 +242,6 @@ impl SortedSource for SpillSource<'_> {
     }
     fn seek(&mut self, target: &[u8]) -> Result<()> {
         self.iter.seek(target);
-        Ok(self.iter.status()?)
+        checked(&self.iter)
     }
 }
