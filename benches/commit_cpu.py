@@ -4,7 +4,12 @@ writes and of committing it, kstate against rocksdict (building a ``WriteBatch``
 ``write``), one process each. benches/README.md, issue 21's fifth pass.
 
     .venv/bin/python benches/commit_cpu.py kv|window kstate|rocksdict [--keys 1000000] [--dir /var/tmp]
-        [--kstate-options '{"max_write_buffer_number": 4}'] [--durability wal|changelog]
+        [--kstate-options '{"max_write_buffer_number": 4}'] [--durability wal|changelog] [--offsets-family]
+
+``--offsets-family`` gives rocksdict kstate's column family layout: an ``offsets`` family beside
+the data, one 8-byte entry written there in each batch, as a kstate commit records its offset
+(Kafka's KIP-1035 layout). With more than one column family RocksDB syncs every closed WAL before
+each memtable flush (``SyncClosedWals``), which a single-family rocksdict never does.
 
 ``kv``: ``benches/scale.py``'s put phase (keys in order, 100-byte values); ``window``:
 ``benches/scale_window.py``'s (a minute of every key, then the next; 10 minutes). Prints one
@@ -54,6 +59,9 @@ def main() -> None:
     parser.add_argument("--dir", type=bench_dir, default=None)
     parser.add_argument("--kstate-options", type=json.loads, default=None, help="rocksdb.config.setter as JSON")
     parser.add_argument("--durability", default=None, help="kstate's statestore.durability (kv only)")
+    parser.add_argument(
+        "--offsets-family", action="store_true", help="rocksdict: an offsets column family written in each batch"
+    )
     args = parser.parse_args()
     where = tempfile.mkdtemp(dir=args.dir)
     if args.shape == "kv":
@@ -84,9 +92,17 @@ def main() -> None:
     else:
         from rocksdict import Options, Rdict, WriteBatch
 
-        store = Rdict(f"{where}/rocksdict", options=Options(raw_mode=True))
+        options = Options(raw_mode=True)
+        if args.offsets_family:
+            options.create_missing_column_families(True)
+            store = Rdict(f"{where}/rocksdict", options=options, column_families={"offsets": Options(raw_mode=True)})
+            offsets = store.get_column_family_handle("offsets")
+        else:
+            store = Rdict(f"{where}/rocksdict", options=options)
+        written = 0
 
         def stage(keys, values, starts):
+            nonlocal written
             batch = WriteBatch(raw_mode=True)
             if starts is None:
                 for key, value in zip(keys, values):
@@ -94,6 +110,9 @@ def main() -> None:
             else:
                 for key, value, start in zip(keys, values, starts):
                     batch.put(window_store_key(key, start), value)
+            written += len(keys)
+            if args.offsets_family:
+                batch.put(b"scale-0", written.to_bytes(8, "big"), offsets)
             return batch
 
         def commit(batch) -> None:
@@ -125,6 +144,7 @@ def main() -> None:
                 "shape": args.shape,
                 "library": args.library,
                 "durability": args.durability,
+                "offsets_family": args.offsets_family,
                 "writes": writes,
                 "rate": round(writes / elapsed),
                 "put_cpu_ms": round(put_cpu * per_batch, 1),

@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from typing import Any
 
 from scale import bench_dir, peak_rss  # benches/scale.py
 
@@ -53,7 +54,9 @@ def window_store_key(key: bytes, start: int) -> bytes:
     return key + struct.pack(">qi", start, 0)
 
 
-def run_kstate(n_keys: int, where: str, rocksdb_options: dict | None = None) -> dict:
+def put_kstate(n_keys: int, where: str, rocksdb_options: dict | None = None) -> tuple[Any, float, float]:
+    """A kstate window store holding the bench's rows: the store, the puts' wall-clock and CPU
+    seconds (all threads)."""
     from kstate import Stores
 
     supplier = Stores.persistent_window_store("windows", retention_ms=3_600_000, window_size_ms=MINUTE)
@@ -74,12 +77,23 @@ def run_kstate(n_keys: int, where: str, rocksdb_options: dict | None = None) -> 
             store.put_all(keys, values, [start] * len(keys))
             keys, values = [], []
     store.commit(changelog_offset=0)
-    put_seconds, put_cpu = time.perf_counter() - started, time.process_time() - cpu
-    keys, last = _fetches(n_keys)
-    started, rows = time.perf_counter(), 0
+    return store, time.perf_counter() - started, time.process_time() - cpu
+
+
+def fetch_kstate(store: Any, keys: list[bytes], last: int) -> int:
+    """``fetch(key, T0, last)`` of each key: the windows found."""
+    rows = 0
     for key in keys:
         for _row in store.fetch(key, T0, last):
             rows += 1
+    return rows
+
+
+def run_kstate(n_keys: int, where: str, rocksdb_options: dict | None = None) -> dict:
+    store, put_seconds, put_cpu = put_kstate(n_keys, where, rocksdb_options)
+    keys, last = fetch_keys(n_keys)
+    started = time.perf_counter()
+    rows = fetch_kstate(store, keys, last)
     fetch_seconds = time.perf_counter() - started
     if rows != FETCHES * WINDOWS:
         raise SystemExit(f"fetch found {rows} windows, expected {FETCHES * WINDOWS}")
@@ -94,7 +108,9 @@ def run_kstate(n_keys: int, where: str, rocksdb_options: dict | None = None) -> 
     return _result(n_keys, (put_seconds, put_cpu), fetch_seconds, fetch_all_seconds)
 
 
-def run_rocksdict(n_keys: int, where: str) -> dict:
+def put_rocksdict(n_keys: int, where: str) -> tuple[Any, float, float]:
+    """A rocksdict DB holding the bench's rows under Kafka's window keys: the DB, the puts'
+    wall-clock and CPU seconds (all threads)."""
     from rocksdict import Options, Rdict, WriteBatch
 
     db = Rdict(f"{where}/rocksdict", options=Options(raw_mode=True))
@@ -107,15 +123,26 @@ def run_rocksdict(n_keys: int, where: str) -> dict:
                 db.write(batch)
                 batch = WriteBatch(raw_mode=True)
     db.write(batch)
-    put_seconds, put_cpu = time.perf_counter() - started, time.process_time() - cpu
-    keys, last = _fetches(n_keys)
-    started, rows = time.perf_counter(), 0
+    return db, time.perf_counter() - started, time.process_time() - cpu
+
+
+def fetch_rocksdict(db: Any, keys: list[bytes], last: int) -> int:
+    """The range scan that is rocksdict's ``fetch(key, T0, last)`` of each key: the windows found."""
+    rows = 0
     for key in keys:
         upper = key + struct.pack(">qi", last, -1)
         for store_key, _value in db.items(from_key=window_store_key(key, T0)):
             if store_key > upper:
                 break
             rows += 1
+    return rows
+
+
+def run_rocksdict(n_keys: int, where: str) -> dict:
+    db, put_seconds, put_cpu = put_rocksdict(n_keys, where)
+    keys, last = fetch_keys(n_keys)
+    started = time.perf_counter()
+    rows = fetch_rocksdict(db, keys, last)
     fetch_seconds = time.perf_counter() - started
     if rows != FETCHES * WINDOWS:
         raise SystemExit(f"fetch found {rows} windows, expected {FETCHES * WINDOWS}")
@@ -129,7 +156,7 @@ def run_rocksdict(n_keys: int, where: str) -> dict:
     return _result(n_keys, (put_seconds, put_cpu), fetch_seconds, fetch_all_seconds)
 
 
-def _fetches(n_keys: int) -> tuple[list[bytes], int]:
+def fetch_keys(n_keys: int) -> tuple[list[bytes], int]:
     """The keys both libraries fetch (the same seeded draw) and the last window start."""
     rng = random.Random(1)
     return [row_key(rng.randrange(n_keys)) for _ in range(FETCHES)], T0 + (WINDOWS - 1) * MINUTE
