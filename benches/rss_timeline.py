@@ -3,7 +3,7 @@ thread sampling, every 0.25 s, the process's RSS, glibc's ``mallinfo2()`` (bytes
 use and holds free) and ``kstate.memory.memory_usage()`` (the budget's block cache, its pinned
 part, memtables, staged writes). benches/README.md, issue 21's fourteenth pass. Linux with glibc.
 
-    .venv/bin/python benches/rss_timeline.py [--keys 5000000] [--dir /var/tmp]
+    .venv/bin/python benches/rss_timeline.py [--keys 5000000] [--dir /var/tmp] [--kstate-options JSON]
 
 Prints a JSON line every 5 s, then the sample at the peak and the run's result.
 """
@@ -38,6 +38,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--keys", type=int, default=5_000_000)
     parser.add_argument("--dir", type=bench_dir, default=None)
+    parser.add_argument("--kstate-options", type=json.loads, default=None, help="rocksdb.config.setter as JSON")
     args = parser.parse_args()
     libc = ctypes.CDLL("libc.so.6")
     libc.mallinfo2.restype = MallInfo2
@@ -65,7 +66,7 @@ def main() -> None:
 
     thread = threading.Thread(target=sampler, daemon=True)
     thread.start()
-    result = run_kstate(args.keys, tempfile.mkdtemp(dir=args.dir))
+    result = run_kstate(args.keys, tempfile.mkdtemp(dir=args.dir), args.kstate_options)
     done.set()
     thread.join()
     print("peak", json.dumps(peak))
