@@ -532,3 +532,105 @@ fn changelog_durability_flushes_the_offset_with_the_data_it_belongs_to() {
     assert_eq!(store.committed_offset().unwrap(), Some(3));
     store.close().unwrap();
 }
+
+/// `(number, bytes)` of each WAL file (`<number>.log`) in a RocksDB directory.
+fn wal_files(dir: &Path) -> Vec<(u64, u64)> {
+    let mut files: Vec<(u64, u64)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap())
+        .filter_map(|entry| {
+            let name = entry.file_name().into_string().unwrap();
+            let number = name.strip_suffix(".log")?.parse().ok()?;
+            Some((number, entry.metadata().unwrap().len()))
+        })
+        .collect();
+    files.sort_unstable();
+    files
+}
+
+#[test]
+fn recycled_wal_files_recover_a_killed_store_and_go_at_a_clean_close() {
+    let dir = tempfile::tempdir().unwrap();
+    // 64 KiB write buffers and 256 KiB of WAL: every commit below switches memtables and every
+    // few flush the offsets family too, so WAL files roll over, fall obsolete and are kept to
+    // be written over.
+    let config = kstate_core::RocksConfig::new(
+        kstate_core::MemoryBudget::new(64 << 20).unwrap(),
+        Some("write_buffer_size=65536;max_total_wal_size=262144"),
+    )
+    .unwrap();
+    let open = |dir: &Path| {
+        KeyValueStore::open_rocksdb(
+            "s",
+            &dir.join("rocksdb/s"),
+            &dir.join("rocksdb/.s.uncommitted"),
+            ValueFormat::Plain,
+            StoreOptions {
+                rocks: Some(config.clone()),
+                ..options(1 << 20)
+            },
+            &mut |_| {},
+        )
+        .expect("open")
+        .0
+    };
+    let value = vec![7u8; 1000];
+    let mut store = open(dir.path());
+    let mut expected = Vec::new();
+    for commit in 0..40 {
+        for i in 0..200 {
+            let key = format!("key-{commit:03}-{i:03}").into_bytes();
+            store.put(&key, Some(&value)).unwrap();
+            expected.push((key, value.clone()));
+        }
+        store.commit(Some(commit), &mut |_| {}).unwrap();
+    }
+    // Compacting flushes every family, after which the WAL files before it are kept to be
+    // written over; the next flush's WAL file is one of them. The commits after it are small:
+    // they stay in the memtable and in that file, in front of its old records.
+    let small_commit = |store: &mut KeyValueStore, commit: i64, expected: &mut Vec<_>| {
+        for i in 0..10 {
+            let key = format!("key-{commit:03}-{i:03}").into_bytes();
+            store.put(&key, Some(&value)).unwrap();
+            expected.push((key, value.clone()));
+        }
+        store.commit(Some(commit), &mut |_| {}).unwrap();
+    };
+    store.compact().unwrap();
+    small_commit(&mut store, 40, &mut expected);
+    store.compact().unwrap();
+    for commit in 41..45 {
+        small_commit(&mut store, commit, &mut expected);
+    }
+    let db = dir.path().join("rocksdb/s");
+    let open_wals = wal_files(&db);
+    let &(_, live_bytes) = open_wals.last().unwrap();
+    assert!(
+        live_bytes > 200_000,
+        "the live WAL file is a recycled one, longer than the 40 KB written since: {open_wals:?}"
+    );
+
+    // Killed now: recovery reads the recycled file's new records and stops at its old ones.
+    let killed = tempfile::tempdir().unwrap();
+    copy_dir(dir.path(), killed.path());
+    let mut recovered = open(killed.path());
+    assert_eq!(recovered.committed_offset().unwrap(), Some(44));
+    assert_eq!(all(&recovered, Direction::Forward), expected);
+    recovered.close().unwrap();
+
+    // Closed cleanly: the close's flush wrote a new, empty WAL file and the recycled ones went.
+    store.close().unwrap();
+    let closed_wals = wal_files(&db);
+    assert!(
+        closed_wals.len() <= 1,
+        "{closed_wals:?} (open: {open_wals:?})"
+    );
+    assert!(
+        closed_wals.iter().all(|&(_, bytes)| bytes < 4096),
+        "{closed_wals:?}"
+    );
+    let mut reopened = open(dir.path());
+    assert_eq!(reopened.committed_offset().unwrap(), Some(44));
+    assert_eq!(all(&reopened, Direction::Forward), expected);
+    reopened.close().unwrap();
+}

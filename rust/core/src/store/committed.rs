@@ -130,6 +130,18 @@ pub trait CommittedState: Send + Sync {
         Ok(())
     }
 
+    /// Called before the close's last writes and flush (RocksDB: the flush then starts a WAL
+    /// file of its own rather than reuse a recycled one).
+    fn prepare_close(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// Closes the state after the close's last writes and flush (RocksDB: also removes the
+    /// WAL files it kept only to recycle).
+    fn close(self: Box<Self>) -> Result<()> {
+        Ok(())
+    }
+
     /// Records the KIP-1035 OPEN/CLOSED marker where the state is persistent.
     fn set_status(&self, _status: i64) -> Result<()> {
         Ok(())

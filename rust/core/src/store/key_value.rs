@@ -1133,6 +1133,7 @@ impl KeyValueStore {
             spill.destroy()?;
         }
         if let Some(state) = self.state.take()? {
+            state.prepare_close()?;
             if !self.options.transactional {
                 state.flush()?;
                 state.set_status(STATUS_CLOSED)?;
@@ -1148,6 +1149,7 @@ impl KeyValueStore {
                 // directory deleted under it) still closes; a later open replays the WAL.
                 let _ = state.flush();
             }
+            state.close()?;
         }
         // A closed store keeps nothing of the process's budget, so once the last store is
         // closed the budget and its block cache (blocks of closed tables only) can go too. Here,

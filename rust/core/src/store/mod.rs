@@ -16,6 +16,7 @@ pub mod rocks;
 pub mod rocks_options;
 pub mod spill;
 pub mod ttl;
+pub mod wal_files;
 
 pub use key_value::{
     CommitProgress, Durability, KeyValueStore, OpenReport, ReadCommittedView, StoreOptions,

@@ -25,6 +25,7 @@ use crate::store::memory_budget::{MemoryBudget, StoreMemory};
 use crate::store::merge::SortedSource;
 use crate::store::rocks_options::RocksConfig;
 use crate::store::ttl::Ttl;
+use crate::store::wal_files;
 
 pub const TIMESTAMPED_CF: &str = "keyValueWithTimestamp";
 
@@ -127,6 +128,8 @@ impl RocksState {
             // together, so a table file never holds data whose offset is not in one too.
             opts.set_atomic_flush(true);
             write_options.disable_wal(true);
+            // RocksDB refuses writes without the WAL to a database that recycles WAL files.
+            opts.set_recycle_log_file_num(0);
         }
         let existing = if path.join("CURRENT").exists() {
             DB::list_cf(&opts, path)?
@@ -269,6 +272,22 @@ impl RocksState {
         [DEFAULT_COLUMN_FAMILY_NAME, OFFSETS_CF]
             .into_iter()
             .chain(data)
+    }
+
+    /// Whether any memtable of the store holds a write (active or waiting to be flushed).
+    fn holds_unflushed_writes(&self) -> Result<bool> {
+        for name in self.families() {
+            let cf = self.cf(name)?;
+            for property in [
+                c"rocksdb.num-entries-active-mem-table",
+                c"rocksdb.num-immutable-mem-table",
+            ] {
+                if self.db.property_int_value_cf(cf, property)?.unwrap_or(0) > 0 {
+                    return Ok(true);
+                }
+            }
+        }
+        Ok(false)
     }
 
     /// True while a timestamped store still reads legacy values from `default`.
@@ -664,6 +683,37 @@ impl CommittedState for RocksState {
             .map(|name| self.cf(name))
             .collect::<Result<Vec<_>>>()?;
         self.db.flush_cfs_opt(&families, &options)?;
+        Ok(())
+    }
+
+    fn prepare_close(&self) -> Result<()> {
+        // WAL files are recycled (`rocks_options`). With deletions held, the close's flush opens
+        // a new, empty WAL file: a recycled one would stay on disk as the live WAL, its old
+        // records still in it.
+        Ok(self.db.disable_file_deletions()?)
+    }
+
+    fn close(self: Box<Self>) -> Result<()> {
+        self.db.enable_file_deletions()?;
+        // Lets running flushes and compactions end first, so none makes another WAL file
+        // obsolete after the bound is read.
+        self.db.cancel_all_background_work(true);
+        let keep_from = self
+            .db
+            .property_int_value(c"rocksdb.min-log-number-to-keep")?;
+        // With every memtable empty the live WAL holds no write that is not in a table file.
+        // It can still be a recycled file full of old records, when the close had nothing to
+        // flush; emptied, it is read as the empty log it is. Only under the WAL durability,
+        // whose WAL writes are never synced, so RocksDB records no synced size to check it by.
+        let empty_live = self.durability == Durability::Wal && !self.holds_unflushed_writes()?;
+        let dir = self.db.path().to_path_buf();
+        drop(self);
+        if let Some(keep_from) = keep_from {
+            wal_files::remove_obsolete(&dir, keep_from);
+            if empty_live {
+                wal_files::empty_live(&dir, keep_from);
+            }
+        }
         Ok(())
     }
 

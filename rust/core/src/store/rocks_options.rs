@@ -22,7 +22,9 @@
 //!   do not exhaust descriptors; memtable arena blocks of 64 KiB, so a store written a little
 //!   holds a little;
 //! - two memtable flushes at a time (RocksDB: one), so a writer does not stop for one flush's
-//!   fsyncs.
+//!   fsyncs;
+//! - two WAL files recycled (RocksDB: none), so the WAL is written into files the file system
+//!   has already allocated.
 
 use std::sync::Arc;
 
@@ -52,6 +54,14 @@ const NO_PREALLOCATION: &str = "allow_fallocate=false";
 /// a commit 37 -> 25 ms (benches/README.md, issue 21's ninth pass). The flush thread pool is
 /// the process's, so this is at most two flush threads for every store of the process.
 const TWO_FLUSHES: &str = "max_background_flushes=2";
+/// Two obsolete WAL files kept to be written over (RocksDB: none). With more than one column
+/// family (every store: the offsets family) RocksDB syncs each closed WAL before a flush, and
+/// writing the next WAL into a new file, whose blocks the file system must allocate while the
+/// sync runs, cost a 100k-key commit at 10M keys a third more CPU: 24.3-25.2 -> 16.8 ms
+/// (benches/README.md, issue 21's fourteenth pass). A clean close removes them (`wal_files`).
+/// Stores without a WAL (`Durability::Changelog`) do not recycle, and RocksDB turns it off itself
+/// under a `wal_recovery_mode` that cannot tell a recycled file's old records from damage.
+const RECYCLED_WALS: &str = "recycle_log_file_num=2";
 /// Options naming RocksDB's background jobs: a user's `max_background_jobs` is ignored once
 /// `max_background_flushes` is set (RocksDB's rule for the deprecated per-kind limits), so a
 /// user setting any of them replaces `TWO_FLUSHES`.
@@ -99,7 +109,7 @@ impl RocksConfig {
         // store holding a few KB); with many open stores per executor (every parked partition)
         // that is gigabytes of disk. The WAL is not synced per write, so preallocating buys
         // nothing measurable (benches/README.md, issue 21). The user's options may set it back.
-        let mut defaults = NO_PREALLOCATION.to_owned();
+        let mut defaults = format!("{NO_PREALLOCATION};{RECYCLED_WALS}");
         if !self.user_names(BACKGROUND_JOB_OPTIONS) {
             defaults = format!("{defaults};{TWO_FLUSHES}");
         }
@@ -216,6 +226,14 @@ mod tests {
         assert!(theirs.contains("max_background_flushes=-1\n"), "{theirs}");
         let theirs = written_options(Some("write_buffer_size=8388608; max_background_flushes=3"));
         assert!(theirs.contains("max_background_flushes=3\n"), "{theirs}");
+    }
+
+    #[test]
+    fn wal_files_are_recycled_unless_the_user_says_otherwise() {
+        let ours = written_options(None);
+        assert!(ours.contains("recycle_log_file_num=2\n"), "{ours}");
+        let theirs = written_options(Some("recycle_log_file_num=0"));
+        assert!(theirs.contains("recycle_log_file_num=0\n"), "{theirs}");
     }
 
     #[test]
