@@ -402,19 +402,26 @@ fn staged_writes_stream_out_in_key_order_spilled_or_not_and_restore_bypasses_the
     }
 }
 
-fn open_durable(dir: &Path, durability: Durability) -> (KeyValueStore, OpenReport) {
+fn open_plain(dir: &Path, options: StoreOptions) -> (KeyValueStore, OpenReport) {
     KeyValueStore::open_rocksdb(
         "s",
         &dir.join("rocksdb/s"),
         &dir.join("rocksdb/.s.uncommitted"),
         ValueFormat::Plain,
+        options,
+        &mut |_| {},
+    )
+    .expect("open")
+}
+
+fn open_durable(dir: &Path, durability: Durability) -> (KeyValueStore, OpenReport) {
+    open_plain(
+        dir,
         StoreOptions {
             durability,
             ..options(1 << 20)
         },
-        &mut |_| {},
     )
-    .expect("open")
 }
 
 #[test]
@@ -560,19 +567,11 @@ fn recycled_wal_files_recover_a_killed_store_and_go_at_a_clean_close() {
     )
     .unwrap();
     let open = |dir: &Path| {
-        KeyValueStore::open_rocksdb(
-            "s",
-            &dir.join("rocksdb/s"),
-            &dir.join("rocksdb/.s.uncommitted"),
-            ValueFormat::Plain,
-            StoreOptions {
-                rocks: Some(config.clone()),
-                ..options(1 << 20)
-            },
-            &mut |_| {},
-        )
-        .expect("open")
-        .0
+        let options = StoreOptions {
+            rocks: Some(config.clone()),
+            ..options(1 << 20)
+        };
+        open_plain(dir, options).0
     };
     let value = vec![7u8; 1000];
     let mut store = open(dir.path());

@@ -42,6 +42,7 @@ use crate::store::key_value::{
 use crate::store::memory_budget::StoreMemory;
 use crate::store::merge::{ScanLimit, Scanned, VisitEntry};
 use crate::store::rocks::ValueFormat;
+use crate::store::rocks_options::RocksConfig;
 use crate::store::ttl::Ttl;
 
 /// Size of the batches a spilled segment's writes go into the commit intent in.
@@ -525,6 +526,15 @@ impl SegmentedStore {
             Some(dir) => {
                 let segment_dir = dir.join(&segment);
                 let created = !segment_dir.exists();
+                let config = match &options.rocks {
+                    Some(config) => config.clone(),
+                    None => RocksConfig::process_default()?,
+                };
+                let options = StoreOptions {
+                    // Segments do not recycle WAL files: 50M-row session puts were 30% slower.
+                    rocks: Some(config.without_wal_recycling()),
+                    ..options
+                };
                 let opened = KeyValueStore::open_rocksdb_with_ttl(
                     &segment,
                     &segment_dir,

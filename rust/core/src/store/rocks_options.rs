@@ -24,7 +24,7 @@
 //! - two memtable flushes at a time (RocksDB: one), so a writer does not stop for one flush's
 //!   fsyncs;
 //! - two WAL files recycled (RocksDB: none), so the WAL is written into files the file system
-//!   has already allocated.
+//!   has already allocated; not by the segments of window and session stores.
 
 use std::sync::Arc;
 
@@ -73,6 +73,8 @@ pub struct RocksConfig {
     budget: Arc<MemoryBudget>,
     /// `name=value;...` as RocksDB's `GetOptionsFromString` reads it.
     user: Option<String>,
+    /// Whether stores recycle WAL files (`RECYCLED_WALS`).
+    wal_recycling: bool,
 }
 
 impl RocksConfig {
@@ -85,6 +87,7 @@ impl RocksConfig {
                 .map(str::trim)
                 .filter(|s| !s.is_empty())
                 .map(str::to_owned),
+            wal_recycling: true,
         };
         config.store_options()?;
         Ok(Arc::new(config))
@@ -93,6 +96,17 @@ impl RocksConfig {
     /// The process's budget at its current (or default) size, no user options.
     pub fn process_default() -> Result<Arc<Self>> {
         Self::new(MemoryBudget::process(None)?, None)
+    }
+
+    /// The same budget and user options, for stores that do not recycle WAL files: the segments
+    /// of window and session stores. Session puts at 50M rows ran 0.59-0.69M a second with
+    /// recycling against 0.87-0.97M without (benches/README.md, issue 21's fourteenth pass).
+    pub fn without_wal_recycling(&self) -> Arc<Self> {
+        Arc::new(Self {
+            budget: self.budget.clone(),
+            user: self.user.clone(),
+            wal_recycling: false,
+        })
     }
 
     pub fn budget(&self) -> &Arc<MemoryBudget> {
@@ -109,7 +123,10 @@ impl RocksConfig {
         // store holding a few KB); with many open stores per executor (every parked partition)
         // that is gigabytes of disk. The WAL is not synced per write, so preallocating buys
         // nothing measurable (benches/README.md, issue 21). The user's options may set it back.
-        let mut defaults = format!("{NO_PREALLOCATION};{RECYCLED_WALS}");
+        let mut defaults = NO_PREALLOCATION.to_owned();
+        if self.wal_recycling {
+            defaults = format!("{defaults};{RECYCLED_WALS}");
+        }
         if !self.user_names(BACKGROUND_JOB_OPTIONS) {
             defaults = format!("{defaults};{TWO_FLUSHES}");
         }
@@ -229,11 +246,27 @@ mod tests {
     }
 
     #[test]
-    fn wal_files_are_recycled_unless_the_user_says_otherwise() {
+    fn wal_files_are_recycled_unless_the_user_or_the_store_says_otherwise() {
         let ours = written_options(None);
         assert!(ours.contains("recycle_log_file_num=2\n"), "{ours}");
         let theirs = written_options(Some("recycle_log_file_num=0"));
         assert!(theirs.contains("recycle_log_file_num=0\n"), "{theirs}");
+        let config = RocksConfig::new(budget(), None).unwrap();
+        let segment = config.without_wal_recycling().store_options().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        drop(rocksdb::DB::open(&segment, dir.path()).unwrap());
+        let written = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with("OPTIONS-")
+            })
+            .map(|p| std::fs::read_to_string(p).unwrap())
+            .collect::<String>();
+        assert!(written.contains("recycle_log_file_num=0\n"), "{written}");
     }
 
     #[test]
