@@ -214,8 +214,12 @@ mod tests {
 
     /// The DB options a store opened with `user` options wrote to its OPTIONS file.
     fn written_options(user: Option<&str>) -> String {
+        options_written_by(&RocksConfig::new(budget(), user).unwrap())
+    }
+
+    /// The DB options a store opened with `config` wrote to its OPTIONS file.
+    fn options_written_by(config: &RocksConfig) -> String {
         let dir = tempfile::tempdir().unwrap();
-        let config = RocksConfig::new(budget(), user).unwrap();
         let db = rocksdb::DB::open(&config.store_options().unwrap(), dir.path()).unwrap();
         drop(db);
         let mut written = String::new();
@@ -251,21 +255,10 @@ mod tests {
         assert!(ours.contains("recycle_log_file_num=2\n"), "{ours}");
         let theirs = written_options(Some("recycle_log_file_num=0"));
         assert!(theirs.contains("recycle_log_file_num=0\n"), "{theirs}");
-        let config = RocksConfig::new(budget(), None).unwrap();
-        let segment = config.without_wal_recycling().store_options().unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        drop(rocksdb::DB::open(&segment, dir.path()).unwrap());
-        let written = std::fs::read_dir(dir.path())
+        let segments = RocksConfig::new(budget(), None)
             .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| {
-                p.file_name()
-                    .unwrap()
-                    .to_string_lossy()
-                    .starts_with("OPTIONS-")
-            })
-            .map(|p| std::fs::read_to_string(p).unwrap())
-            .collect::<String>();
+            .without_wal_recycling();
+        let written = options_written_by(&segments);
         assert!(written.contains("recycle_log_file_num=0\n"), "{written}");
     }
 

@@ -1,8 +1,8 @@
-//! The WAL files a closed store leaves behind. Stores recycle their WAL files
-//! (`rocks_options`): RocksDB keeps a few obsolete ones to write over, which saves the file
-//! system a new file's block allocation at every memtable switch, and it deletes them only at
-//! the next open. A clean close removes them itself, so a closed store's directory holds only
-//! what recovery reads.
+//! The WAL files a closed store leaves behind. Key-value stores recycle their WAL files
+//! (`rocks_options`): RocksDB keeps a few obsolete ones to write over, files already allocated
+//! and cached, instead of new ones at every memtable switch, and deletes them only at the next
+//! open. A clean close removes them itself, so a closed store's directory holds only what
+//! recovery reads.
 
 use std::fs;
 use std::path::{Path, PathBuf};
