@@ -31,10 +31,21 @@ _PROCESS_FIELDS = (
 
 def rss_bytes(pid: int | str = "self") -> int:
     """Resident memory of a process (``VmRSS`` in ``/proc/<pid>/status``); 0 where there is no /proc."""
+    return _status_bytes(pid, "VmRSS:")
+
+
+def peak_rss_bytes(pid: int | str = "self") -> int:
+    """The most resident memory a process has had since it started its program (``VmHWM``); 0
+    where there is no /proc. Unlike ``resource.getrusage``'s ``ru_maxrss``, which on Linux
+    carries over the RSS of the process that forked it, up to its ``exec``."""
+    return _status_bytes(pid, "VmHWM:")
+
+
+def _status_bytes(pid: int | str, field: str) -> int:
     try:
         with open(f"/proc/{pid}/status") as status:
             for line in status:
-                if line.startswith("VmRSS:"):
+                if line.startswith(field):
                     return int(line.split()[1]) * 1024
     except OSError:
         pass

@@ -15,6 +15,7 @@ import json
 import sys
 
 from kstate import Stores
+from kstate.memory import peak_rss_bytes
 
 ROWS = 320
 # 100 MiB a transaction: past the budget's share for staged writes, so each spills.
@@ -25,17 +26,6 @@ T0 = 1_700_000_000_000
 # Writes under the default budget (256 MiB), whose block cache could take the spills' blocks.
 WRITE_CONFIG: dict = {}
 READ_CONFIG = {"statestore.memory.max.bytes": READ_BUDGET}
-
-
-def peak_rss() -> int:
-    """This process's peak RSS (``VmHWM``). Not ``ru_maxrss``: Linux carries into it the RSS of the
-    process that forked this one, up to its ``exec`` (a pytest process of 330 MiB made the
-    write's peak read 330 MiB)."""
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmHWM in /proc/self/status")
 
 
 def open_store(kind: str, state_dir: str, config: dict):
@@ -69,12 +59,12 @@ def write(state_dir: str) -> None:
                 store.commit(changelog_offset=i)
         store.commit(changelog_offset=ROWS)
         store.close()
-    print(json.dumps({"peak": peak_rss()}))
+    print(json.dumps({"peak": peak_rss_bytes()}))
 
 
 def read(state_dir: str, kind: str) -> None:
     store = open_store(kind, state_dir, READ_CONFIG)
-    before = peak_rss()
+    before = peak_rss_bytes()
     if kind == "key-value":
         rows = store.all()
     elif kind == "window":
@@ -85,7 +75,7 @@ def read(state_dir: str, kind: str) -> None:
         lengths = [len(row[1]) for row in rows]
     store.close()
     assert set(lengths) == {VALUE_BYTES}, set(lengths)
-    print(json.dumps({"rows": len(lengths), "rise": peak_rss() - before}))
+    print(json.dumps({"rows": len(lengths), "rise": peak_rss_bytes() - before}))
 
 
 if __name__ == "__main__":

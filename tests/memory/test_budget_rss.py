@@ -117,3 +117,24 @@ def test_bad_budget_is_refused_at_build_and_nothing_is_written(tmp_path: Path, c
     with pytest.raises(InvalidArgumentError, match="statestore.memory.max.bytes"):
         builder.with_config(config).build().init(tmp_path / "app" / "0_0")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(platform.system() != "Linux", reason="/proc")
+def test_a_workers_peak_rss_is_its_own_not_the_forking_process(tmp_path: Path) -> None:
+    # ru_maxrss would report this process's 256 MiB of ballast for the child: Linux carries the
+    # forking process's RSS into it up to the exec.
+    ballast = bytearray(256 << 20)
+    ballast[:: 1 << 12] = b"\x01" * len(range(0, len(ballast), 1 << 12))
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from kstate.memory import peak_rss_bytes, rss_bytes; print(peak_rss_bytes(), rss_bytes())",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    peak, rss = map(int, out.split())
+    assert 0 < rss <= peak < 128 << 20, (peak, rss)
+    del ballast

@@ -526,10 +526,7 @@ impl SegmentedStore {
             Some(dir) => {
                 let segment_dir = dir.join(&segment);
                 let created = !segment_dir.exists();
-                let config = match &options.rocks {
-                    Some(config) => config.clone(),
-                    None => RocksConfig::process_default()?,
-                };
+                let config = RocksConfig::given_or_default(options.rocks.as_ref())?;
                 let options = StoreOptions {
                     // Segments do not recycle WAL files: 50M-row session puts were 30% slower.
                     rocks: Some(config.without_wal_recycling()),

@@ -271,10 +271,7 @@ impl KeyValueStore {
         ttl: Option<Ttl>,
         progress: &mut dyn FnMut(CommitProgress),
     ) -> Result<(Self, OpenReport)> {
-        let config = match &options.rocks {
-            Some(config) => config.clone(),
-            None => RocksConfig::process_default()?,
-        };
+        let config = RocksConfig::given_or_default(options.rocks.as_ref())?;
         if options.durability == Durability::Changelog && !options.transactional {
             return Err(Error::InvalidArgument(
                 "changelog durability needs a transactional store: a non-transactional one \
@@ -600,10 +597,7 @@ impl KeyValueStore {
             return Ok(());
         };
         if self.spill.is_none() {
-            let config = match &self.rocks {
-                Some(config) => config.clone(),
-                None => RocksConfig::process_default()?,
-            };
+            let config = RocksConfig::given_or_default(self.rocks.as_ref())?;
             self.spill = Some(Spill::open(path, &config)?);
         }
         if let Some(spill) = &self.spill {

@@ -98,6 +98,14 @@ impl RocksConfig {
         Self::new(MemoryBudget::process(None)?, None)
     }
 
+    /// `config`, or the process's default where a store was given none.
+    pub fn given_or_default(config: Option<&Arc<Self>>) -> Result<Arc<Self>> {
+        match config {
+            Some(config) => Ok(config.clone()),
+            None => Self::process_default(),
+        }
+    }
+
     /// The same budget and user options, for stores that do not recycle WAL files: the segments
     /// of window and session stores. Session puts at 50M rows ran 0.59-0.69M a second with
     /// recycling against 0.87-0.97M without (benches/README.md, issue 21's fourteenth pass).
