@@ -62,6 +62,24 @@ def column_families():
 
 
 @pytest.fixture
+def filter_entries():
+    """The keys the Bloom filters of a RocksDB directory's tables hold, in its default column
+    family, as rocksdict (an independent RocksDB binding) reads their table properties."""
+    from rocksdict import AccessType, Options, Rdict
+
+    def read(path):
+        db = Rdict(str(path), Options(raw_mode=True), access_type=AccessType.read_only())
+        try:
+            properties = db.property_value("rocksdb.aggregated-table-properties")
+        finally:
+            db.close()
+        fields = dict(field.strip().split("=", 1) for field in properties.split(";") if "=" in field)
+        return int(fields["# entries for filter"])
+
+    return read
+
+
+@pytest.fixture
 def kill_writer():
     """Runs a Python ``script`` with ``args`` in a real process, waits until it prints a line
     starting with ``wait_for``, waits ``delay`` seconds more and kills it with SIGKILL. Returns

@@ -51,6 +51,39 @@ def test_find_sessions_as_a_session_window_aggregation_uses_it(open_session, per
     assert [kv.value for kv in store.fetch("k")] == [3]
 
 
+def test_session_tables_carry_no_bloom_filter_and_read_the_same_across_a_change(task_dir, filter_entries):
+    """Session reads are ranges, which Bloom filters do not serve, so session segments write
+    none (issue 21). A store whose tables have filters (an older kstate, or a user's
+    rocksdb.config.setter) reads the same without them, and back."""
+    with_filters = {"rocksdb.config.setter": {"block_based_table_factory": {"filter_policy": "bloomfilter:10:false"}}}
+    segment = task_dir / "s" / "s.0"
+    expected = {}
+
+    def reopen(config, first):
+        store = Stores.session_store_builder(Stores.persistent_session_store("s", 10 * MINUTE), "string", "int64")
+        store = store.with_config(config).build().init(task_dir)
+        for key, sessions in expected.items():
+            assert [(kv.key.start, kv.key.end, kv.value) for kv in store.fetch(key)] == sessions
+            start, end, value = sessions[0]
+            assert list(store.find_sessions(key, end, end)) == [KeyValue(Windowed(key, start, end), value)]
+            assert store.fetch_session(key, start, end) == value
+            assert store.fetch_session(key, start, end + 1) is None
+        for i in range(first, first + 200):
+            sessions = expected.setdefault(f"k{i % 250}", [])
+            sessions.append((i * 100, i * 100 + 50, i))
+            store.put(Windowed(f"k{i % 250}", i * 100, i * 100 + 50), i)
+        store.commit(changelog_offset=first)
+        store.close()
+
+    reopen(with_filters, 0)
+    assert filter_entries(segment) == 200
+    reopen({}, 200)
+    assert filter_entries(segment) == 200, "the new table has no filter; the old one keeps its own"
+    reopen(with_filters, 400)
+    assert filter_entries(segment) == 400
+    reopen({}, 600)
+
+
 def test_keys_on_disk_are_key_end_start(open_session, task_dir, column_families):
     store = open_session()
     store.put(Windowed("a", 10, 20), 5)

@@ -38,6 +38,7 @@ fn options(retention_ms: i64, format: ValueFormat, ttl: Option<Ttl>) -> Segmente
             durability: Default::default(),
         },
         ttl,
+        bloom_filters: true,
     }
 }
 

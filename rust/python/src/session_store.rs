@@ -38,7 +38,8 @@ impl NativeSessionStore {
         config: SegmentedConfig,
         progress: Option<Py<PyAny>>,
     ) -> PyResult<(Self, Bound<'py, PyDict>)> {
-        let (segments, found) = open_segmented(py, name, dir, config, progress)?;
+        // Session reads are all ranges, which Bloom filters do not serve.
+        let (segments, found) = open_segmented(py, name, dir, config, false, progress)?;
         Ok((
             Self {
                 logged: Logged::unlogged(SessionStore::new(segments)),

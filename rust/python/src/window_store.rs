@@ -40,7 +40,8 @@ impl NativeWindowStore {
         retain_duplicates: bool,
         progress: Option<Py<PyAny>>,
     ) -> PyResult<(Self, Bound<'py, PyDict>)> {
-        let (segments, found) = open_segmented(py, name, dir, config, progress)?;
+        // `fetch(key, time)` reads a point: filters skip the tables without it.
+        let (segments, found) = open_segmented(py, name, dir, config, true, progress)?;
         let store = guard(|| WindowStore::new(segments, window_size, retain_duplicates))?;
         Ok((
             Self {

@@ -54,7 +54,7 @@ pub struct SegmentedConfig {
 }
 
 impl SegmentedConfig {
-    fn options(self, persistent: bool) -> PyResult<SegmentedOptions> {
+    fn options(self, persistent: bool, bloom_filters: bool) -> PyResult<SegmentedOptions> {
         let rocks = persistent
             .then(|| {
                 guard(|| {
@@ -82,19 +82,22 @@ impl SegmentedConfig {
                 ..StoreOptions::default()
             },
             ttl: ttl_of(self.ttl_ms, self.ttl_wall_clock)?,
+            bloom_filters,
         })
     }
 }
 
 /// Opens segments under `dir` (`None`: in memory); returns the store and what opening found.
+/// `bloom_filters`: `SegmentedOptions::bloom_filters`, the store kind's choice.
 pub fn open_segmented<'py>(
     py: Python<'py>,
     name: &str,
     dir: Option<&str>,
     config: SegmentedConfig,
+    bloom_filters: bool,
     progress: Option<Py<PyAny>>,
 ) -> PyResult<(SegmentedStore, Bound<'py, PyDict>)> {
-    let options = config.options(dir.is_some())?;
+    let options = config.options(dir.is_some(), bloom_filters)?;
     let found = PyDict::new(py);
     let Some(dir) = dir else {
         return Ok((

@@ -11,7 +11,8 @@
 //!   `benches/README.md`);
 //! - a full Bloom filter of 10 bits per key (Kafka's `BloomFilter()`): a point read of an absent
 //!   key (the first read of every new key) skips the table's data blocks. Unlike Kafka, filters
-//!   stay on the last level too (no `optimize_filters_for_hits`), since misses are common;
+//!   stay on the last level too (no `optimize_filters_for_hits`), since misses are common. Not in
+//!   the segments of session stores, which read only ranges (`RocksConfig::for_segments`);
 //! - 4 KiB blocks (Kafka's, RocksDB's default) and 16 MiB write buffers, at most 3 (Kafka's);
 //! - no compression (Kafka's default), SST format 5 (readable by Kafka Streams 3.x's RocksDB);
 //! - level compaction with dynamic level sizes (RocksDB's default): Kafka picks universal
@@ -75,6 +76,8 @@ pub struct RocksConfig {
     user: Option<String>,
     /// Whether stores recycle WAL files (`RECYCLED_WALS`).
     wal_recycling: bool,
+    /// Whether tables carry Bloom filters (`BLOOM_BITS_PER_KEY`).
+    bloom_filters: bool,
 }
 
 impl RocksConfig {
@@ -88,6 +91,7 @@ impl RocksConfig {
                 .filter(|s| !s.is_empty())
                 .map(str::to_owned),
             wal_recycling: true,
+            bloom_filters: true,
         };
         config.store_options()?;
         Ok(Arc::new(config))
@@ -106,14 +110,18 @@ impl RocksConfig {
         }
     }
 
-    /// The same budget and user options, for stores that do not recycle WAL files: the segments
-    /// of window and session stores. Session puts at 50M rows ran 0.59-0.69M a second with
-    /// recycling against 0.87-0.97M without (benches/README.md, issue 21's fourteenth pass).
-    pub fn without_wal_recycling(&self) -> Arc<Self> {
+    /// The same budget and user options, for the segments of a window or session store.
+    /// - They do not recycle WAL files: session puts at 50M rows ran 0.59-0.69M a second with
+    ///   recycling against 0.87-0.97M without (benches/README.md, issue 21's fourteenth pass).
+    /// - Their tables carry Bloom filters only with `bloom_filters`: a filter serves point reads
+    ///   alone, and its 1.25 bytes a row stay pinned in the budget's cache (issue 21's fifteenth
+    ///   pass). The user's options may set one back.
+    pub fn for_segments(&self, bloom_filters: bool) -> Arc<Self> {
         Arc::new(Self {
             budget: self.budget.clone(),
             user: self.user.clone(),
             wal_recycling: false,
+            bloom_filters,
         })
     }
 
@@ -125,7 +133,9 @@ impl RocksConfig {
     pub fn store_options(&self) -> Result<Options> {
         let mut options = self.shared_options();
         let mut table = self.table_options();
-        table.set_bloom_filter(BLOOM_BITS_PER_KEY, false);
+        if self.bloom_filters {
+            table.set_bloom_filter(BLOOM_BITS_PER_KEY, false);
+        }
         options.set_block_based_table_factory(&table);
         // RocksDB preallocates each live WAL file to 1.1 write buffers (~18 MB of disk for a
         // store holding a few KB); with many open stores per executor (every parked partition)
@@ -263,11 +273,26 @@ mod tests {
         assert!(ours.contains("recycle_log_file_num=2\n"), "{ours}");
         let theirs = written_options(Some("recycle_log_file_num=0"));
         assert!(theirs.contains("recycle_log_file_num=0\n"), "{theirs}");
-        let segments = RocksConfig::new(budget(), None)
-            .unwrap()
-            .without_wal_recycling();
+        let segments = RocksConfig::new(budget(), None).unwrap().for_segments(true);
         let written = options_written_by(&segments);
         assert!(written.contains("recycle_log_file_num=0\n"), "{written}");
+    }
+
+    #[test]
+    fn tables_carry_bloom_filters_unless_the_segments_or_the_user_say_otherwise() {
+        let bloom = "filter_policy=bloomfilter";
+        assert!(written_options(None).contains(bloom));
+        let config = RocksConfig::new(budget(), None).unwrap();
+        assert!(options_written_by(&config.for_segments(true)).contains(bloom));
+        let ranges_only = options_written_by(&config.for_segments(false));
+        assert!(
+            ranges_only.contains("filter_policy=nullptr\n"),
+            "{ranges_only}"
+        );
+        let theirs = Some("block_based_table_factory={filter_policy=bloomfilter:10:false}");
+        let config = RocksConfig::new(budget(), theirs).unwrap();
+        let theirs = options_written_by(&config.for_segments(false));
+        assert!(theirs.contains(bloom), "{theirs}");
     }
 
     #[test]
