@@ -54,12 +54,16 @@ def window_store_key(key: bytes, start: int) -> bytes:
     return key + struct.pack(">qi", start, 0)
 
 
-def put_kstate(n_keys: int, where: str, rocksdb_options: dict | None = None) -> tuple[Any, float, float]:
+def put_kstate(
+    n_keys: int, where: str, rocksdb_options: dict | None = None, retain_duplicates: bool = False
+) -> tuple[Any, float, float]:
     """A kstate window store holding the bench's rows: the store, the puts' wall-clock and CPU
     seconds (all threads)."""
     from kstate import Stores
 
-    supplier = Stores.persistent_window_store("windows", retention_ms=3_600_000, window_size_ms=MINUTE)
+    supplier = Stores.persistent_window_store(
+        "windows", retention_ms=3_600_000, window_size_ms=MINUTE, retain_duplicates=retain_duplicates
+    )
     config = {"statestore.memory.max.bytes": BUDGET, "rocksdb.config.setter": rocksdb_options}
     store = Stores.window_store_builder(supplier, "bytes", "bytes").with_config(config).build()
     store.init(f"{where}/app/0_0")
@@ -89,8 +93,8 @@ def fetch_kstate(store: Any, keys: list[bytes], last: int) -> int:
     return rows
 
 
-def run_kstate(n_keys: int, where: str, rocksdb_options: dict | None = None) -> dict:
-    store, put_seconds, put_cpu = put_kstate(n_keys, where, rocksdb_options)
+def run_kstate(n_keys: int, where: str, rocksdb_options: dict | None = None, retain_duplicates: bool = False) -> dict:
+    store, put_seconds, put_cpu = put_kstate(n_keys, where, rocksdb_options, retain_duplicates)
     keys, last = fetch_keys(n_keys)
     started = time.perf_counter()
     rows = fetch_kstate(store, keys, last)
@@ -224,12 +228,16 @@ def arguments(doc: str | None, run_kstate: Callable, run_rocksdict: Callable) ->
 
 def main() -> None:
     args = arguments(__doc__, run_kstate, run_rocksdict)
-    if args is None:
-        return
+    if args is not None:
+        print_table(__file__, args)
+
+
+def print_table(script: str, args: argparse.Namespace) -> None:
+    """The bench's table: ``script``'s runs of each of ``args.keys``, best of ``args.runs``."""
     print("| library | windows | put windows/s | fetch(key, t0, t9) /s | fetch_all rows scanned/s | peak RSS MiB |")
     print("|---|---:|---:|---:|---:|---:|")
     for n_keys in args.keys:
-        runs = alternating_runs(__file__, n_keys, args.runs, args.dir, args.kstate_options)
+        runs = alternating_runs(script, n_keys, args.runs, args.dir, args.kstate_options)
         best = {}
         for library, results in runs.items():
             best[library] = {k: max(r[k] for r in results) for k in ("put_rate", "fetch_rate", "fetch_all_rate")}

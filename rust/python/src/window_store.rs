@@ -40,8 +40,10 @@ impl NativeWindowStore {
         retain_duplicates: bool,
         progress: Option<Py<PyAny>>,
     ) -> PyResult<(Self, Bound<'py, PyDict>)> {
-        // `fetch(key, time)` reads a point: filters skip the tables without it.
-        let (segments, found) = open_segmented(py, name, dir, config, true, progress)?;
+        // `fetch(key, time)` reads a point, where filters skip the tables without it; with
+        // duplicates (Kafka's stream-stream joins) it reads a range, as every other read does.
+        let bloom_filters = !retain_duplicates;
+        let (segments, found) = open_segmented(py, name, dir, config, bloom_filters, progress)?;
         let store = guard(|| WindowStore::new(segments, window_size, retain_duplicates))?;
         Ok((
             Self {

@@ -61,8 +61,8 @@ pub struct SegmentedOptions {
     pub store: StoreOptions,
     pub ttl: Option<Ttl>,
     /// Whether segment tables carry Bloom filters: for stores that read points (a window store's
-    /// `fetch(key, time)`), not for those that read only ranges (a session store's
-    /// `find_sessions`), where a filter is memory and write work that no read uses.
+    /// `fetch(key, time)`), not for those that read only ranges (session stores, window stores
+    /// with duplicates), where a filter is memory and write work that no read uses.
     pub bloom_filters: bool,
 }
 

@@ -12,7 +12,8 @@
 //! - a full Bloom filter of 10 bits per key (Kafka's `BloomFilter()`): a point read of an absent
 //!   key (the first read of every new key) skips the table's data blocks. Unlike Kafka, filters
 //!   stay on the last level too (no `optimize_filters_for_hits`), since misses are common. Not in
-//!   the segments of session stores, which read only ranges (`RocksConfig::for_segments`);
+//!   the segments of stores that read only ranges (session stores, window stores with
+//!   duplicates: `RocksConfig::for_segments`);
 //! - 4 KiB blocks (Kafka's, RocksDB's default) and 16 MiB write buffers, at most 3 (Kafka's);
 //! - no compression (Kafka's default), SST format 5 (readable by Kafka Streams 3.x's RocksDB);
 //! - level compaction with dynamic level sizes (RocksDB's default): Kafka picks universal
