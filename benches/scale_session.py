@@ -19,6 +19,7 @@ from __future__ import annotations
 import random
 import struct
 import time
+from typing import Any
 
 from scale import peak_rss  # benches/scale.py
 from scale_window import BUDGET, COMMIT_EVERY, MINUTE, T0, alternating_runs, arguments, row_key, row_value
@@ -44,7 +45,9 @@ def _lookups(n_keys: int) -> tuple[list[bytes], int]:
     return [row_key(rng.randrange(n_keys)) for _ in range(LOOKUPS)], session_times(SESSIONS // 2)[0] + 10_000
 
 
-def run_kstate(n_keys: int, where: str, rocksdb_options: dict | None = None) -> dict:
+def put_kstate(n_keys: int, where: str, rocksdb_options: dict | None = None) -> tuple[Any, float, float]:
+    """A kstate session store holding the bench's rows: the store, the puts' wall-clock and CPU
+    seconds (all threads)."""
     from kstate import Stores
 
     supplier = Stores.persistent_session_store("sessions", retention_ms=3_600_000)
@@ -69,7 +72,11 @@ def run_kstate(n_keys: int, where: str, rocksdb_options: dict | None = None) -> 
             put_all(start, end)
             keys, aggregates = [], []
     store.commit(changelog_offset=0)
-    put_seconds, put_cpu = time.perf_counter() - started, time.process_time() - cpu
+    return store, time.perf_counter() - started, time.process_time() - cpu
+
+
+def run_kstate(n_keys: int, where: str, rocksdb_options: dict | None = None) -> dict:
+    store, put_seconds, put_cpu = put_kstate(n_keys, where, rocksdb_options)
     keys, t = _lookups(n_keys)
     started, found = time.perf_counter(), 0
     for key in keys:

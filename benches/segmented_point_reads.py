@@ -20,29 +20,11 @@ import time
 from collections.abc import Callable
 
 from scale_session import SESSIONS, session_times  # benches/scale_session.py
-from scale_window import BUDGET, COMMIT_EVERY, MINUTE, T0, WINDOWS, put_kstate, row_key, row_value
+from scale_session import put_kstate as put_sessions
+from scale_window import MINUTE, T0, WINDOWS, put_kstate, row_key  # benches/scale_window.py
 
 READS = 20_000
 ROUNDS = 3
-
-
-def session_store(n_keys: int, where: str, rocksdb_options: dict | None):
-    """A kstate session store holding ``scale_session.py``'s rows."""
-    from kstate import Stores
-
-    supplier = Stores.persistent_session_store("sessions", retention_ms=3_600_000)
-    config = {"statestore.memory.max.bytes": BUDGET, "rocksdb.config.setter": rocksdb_options}
-    store = Stores.session_store_builder(supplier, "bytes", "bytes").with_config(config).build()
-    store.init(f"{where}/app/0_0")
-    keys = [row_key(i) for i in range(n_keys)]
-    for s in range(SESSIONS):
-        start, end = session_times(s)
-        for first in range(0, n_keys, COMMIT_EVERY):
-            batch = keys[first : first + COMMIT_EVERY]
-            aggregates = [row_value(first + i, s) for i in range(len(batch))]
-            store.put_all(batch, aggregates, [start] * len(batch), [end] * len(batch))
-            store.commit(changelog_offset=0)
-    return store
 
 
 def readers(kind: str, n_keys: int, where: str, rocksdb_options: dict | None):
@@ -51,7 +33,7 @@ def readers(kind: str, n_keys: int, where: str, rocksdb_options: dict | None):
         store = put_kstate(n_keys, where, rocksdb_options)[0]
         absent_time, present_time = T0 + WINDOWS * MINUTE, T0 + WINDOWS // 2 * MINUTE
         return store, lambda key: store.fetch(key, absent_time), lambda key: store.fetch(key, present_time)
-    store = session_store(n_keys, where, rocksdb_options)
+    store = put_sessions(n_keys, where, rocksdb_options)[0]
     start, end = session_times(SESSIONS // 2)
     return (
         store,
