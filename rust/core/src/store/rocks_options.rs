@@ -26,7 +26,9 @@
 //! - two memtable flushes at a time (RocksDB: one), so a writer does not stop for one flush's
 //!   fsyncs;
 //! - two WAL files recycled (RocksDB: none), so the WAL is written into files the file system
-//!   has already allocated; not by the segments of window and session stores.
+//!   has already allocated; not by the segments of window and session stores;
+//! - a table file's blocks erased from the block cache once compaction deletes the file
+//!   (RocksDB: left until evicted), so the cache does not fill with dead index and filter blocks.
 
 use std::sync::Arc;
 
@@ -64,6 +66,13 @@ const TWO_FLUSHES: &str = "max_background_flushes=2";
 /// Stores without a WAL (`Durability::Changelog`) do not recycle, and RocksDB turns it off itself
 /// under a `wal_recovery_mode` that cannot tell a recycled file's old records from damage.
 const RECYCLED_WALS: &str = "recycle_log_file_num=2";
+/// A table file's blocks leave the block cache when compaction makes the file obsolete (RocksDB:
+/// they stay until the cache evicts them). Its pinned index and filter blocks are erased at once,
+/// its data blocks until the first one found missing. Without it, at 50M windows the cache filled
+/// with the index and filter blocks of deleted tables, held in RocksDB's compaction threads' malloc
+/// arenas beside the free pages of the put phase: peak RSS 428 MiB against 301-316 MiB with it
+/// (benches/README.md, issue 21's sixteenth pass).
+const UNCACHE_OBSOLETE_TABLES: &str = "uncache_aggressiveness=1";
 /// Options naming RocksDB's background jobs: a user's `max_background_jobs` is ignored once
 /// `max_background_flushes` is set (RocksDB's rule for the deprecated per-kind limits), so a
 /// user setting any of them replaces `TWO_FLUSHES`.
@@ -142,7 +151,7 @@ impl RocksConfig {
         // store holding a few KB); with many open stores per executor (every parked partition)
         // that is gigabytes of disk. The WAL is not synced per write, so preallocating buys
         // nothing measurable (benches/README.md, issue 21). The user's options may set it back.
-        let mut defaults = NO_PREALLOCATION.to_owned();
+        let mut defaults = format!("{NO_PREALLOCATION};{UNCACHE_OBSOLETE_TABLES}");
         if self.wal_recycling {
             defaults = format!("{defaults};{RECYCLED_WALS}");
         }
@@ -294,6 +303,50 @@ mod tests {
         let config = RocksConfig::new(budget(), theirs).unwrap();
         let theirs = options_written_by(&config.for_segments(false));
         assert!(theirs.contains(bloom), "{theirs}");
+    }
+
+    /// Block cache bytes not pinned once `user`'s store has compacted four flushed tables into
+    /// one: the blocks of the deleted tables, unless they left the cache with them.
+    fn unpinned_after_compaction(user: Option<&str>) -> usize {
+        let budget = budget();
+        let config = RocksConfig::new(budget.clone(), user).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let db = rocksdb::DB::open(&config.store_options().unwrap(), dir.path()).unwrap();
+        for round in 0..4u32 {
+            for key in 0..20_000u32 {
+                db.put(key.to_be_bytes(), round.to_be_bytes().repeat(25))
+                    .unwrap();
+            }
+            db.flush().unwrap();
+        }
+        let cache = budget.block_cache();
+        assert!(
+            cache.get_pinned_usage() > 4 * 20_000,
+            "index and filter pinned"
+        );
+        db.compact_range::<&[u8], &[u8]>(None, None);
+        let mut files = db.live_files().unwrap().len();
+        for _ in 0..100 {
+            if files == 1 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            files = db.live_files().unwrap().len();
+        }
+        assert_eq!(files, 1);
+        // Obsolete files are deleted by a background job after the compaction returns.
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        cache.get_usage() - cache.get_pinned_usage()
+    }
+
+    #[test]
+    fn tables_deleted_by_compaction_leave_the_block_cache() {
+        let ours = unpinned_after_compaction(None);
+        let rocksdb_default = unpinned_after_compaction(Some("uncache_aggressiveness=0"));
+
+        // Four tables' index and filter blocks, left in the cache by RocksDB's default.
+        assert!(rocksdb_default > 100 << 10, "{rocksdb_default}");
+        assert!(ours < rocksdb_default / 4, "{ours} vs {rocksdb_default}");
     }
 
     #[test]
