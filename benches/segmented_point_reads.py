@@ -56,9 +56,9 @@ def main() -> None:
     parser.add_argument("kind", choices=["window", "session"])
     parser.add_argument("keys", type=int)
     parser.add_argument("dir")
-    parser.add_argument("--kstate-options", default="{}", help="rocksdb.config.setter as JSON")
+    parser.add_argument("--kstate-options", type=json.loads, default=None, help="rocksdb.config.setter as JSON")
     args = parser.parse_args()
-    store, absent, present = readers(args.kind, args.keys, args.dir, json.loads(args.kstate_options) or None)
+    store, absent, present = readers(args.kind, args.keys, args.dir, args.kstate_options)
     rng, result = random.Random(1), {"absent": [], "present": []}
     for _ in range(ROUNDS):
         for what, read in (("absent", absent), ("present", present)):
