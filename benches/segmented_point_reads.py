@@ -21,7 +21,8 @@ from collections.abc import Callable
 
 from scale_session import SESSIONS, session_times  # benches/scale_session.py
 from scale_session import put_kstate as put_sessions
-from scale_window import MINUTE, T0, WINDOWS, put_kstate, row_key  # benches/scale_window.py
+from scale_window import MINUTE, T0, WINDOWS, row_key  # benches/scale_window.py
+from scale_window import put_kstate as put_windows
 
 READS = 20_000
 ROUNDS = 3
@@ -30,7 +31,7 @@ ROUNDS = 3
 def readers(kind: str, n_keys: int, where: str, rocksdb_options: dict | None):
     """The store, and a read of one key for rows absent and present."""
     if kind == "window":
-        store = put_kstate(n_keys, where, rocksdb_options)[0]
+        store = put_windows(n_keys, where, rocksdb_options)[0]
         absent_time, present_time = T0 + WINDOWS * MINUTE, T0 + WINDOWS // 2 * MINUTE
         return store, lambda key: store.fetch(key, absent_time), lambda key: store.fetch(key, present_time)
     store = put_sessions(n_keys, where, rocksdb_options)[0]

@@ -3,10 +3,11 @@
 issue 21's thirteenth and fourteenth passes.
 
     .venv/bin/python benches/window_rounds.py kstate|rocksdict [--keys 100000] [--rounds 4]
-        [--dir /var/tmp] [--kstate-options '{"write_buffer_size": 33554432}']
+        [--pause 0.5] [--dir /var/tmp] [--kstate-options '{"write_buffer_size": 33554432}']
 
-The put phase is scale_window's (``--keys`` keys, 10 windows each); then the same
-``fetch(key, t0, t9)`` of its 20k keys, ``--rounds`` times. One line per round: reads a second,
+The put phase is scale_window's (``--keys`` keys, 10 windows each); then, ``--pause`` seconds
+later (RocksDB's flushes and compactions go on meanwhile), the same ``fetch(key, t0, t9)`` of its
+20k keys, ``--rounds`` times. One line per round: reads a second,
 the main thread's CPU, and for kstate the table files of the store's segments.
 """
 
@@ -31,6 +32,7 @@ def main() -> None:
     parser.add_argument("library", choices=["kstate", "rocksdict"])
     parser.add_argument("--keys", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--pause", type=float, default=0.0, help="seconds between the puts and the first round")
     parser.add_argument("--dir", type=bench_dir, default=None)
     parser.add_argument("--kstate-options", type=json.loads, default=None, help="rocksdb.config.setter as JSON")
     args = parser.parse_args()
@@ -42,6 +44,7 @@ def main() -> None:
         store, _, _ = put_rocksdict(args.keys, where)
         fetch = fetch_rocksdict
     keys, last = fetch_keys(args.keys)
+    time.sleep(args.pause)
     for r in range(args.rounds):
         files = table_files(where) if args.library == "kstate" else {}
         started, cpu = time.perf_counter(), time.thread_time()
