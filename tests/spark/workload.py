@@ -4,6 +4,7 @@ count per key as the UDF, and the same count in plain Python."""
 import collections
 import os
 import sys
+import time
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -37,8 +38,10 @@ def reference(files):
 def write_file(work, index, columns):
     """Input file ``index`` of ``work/in`` with ``columns`` (a dict of lists)."""
     path = work / "in" / f"part-{index:05d}.parquet"
-    pq.write_table(pa.table(columns), path)
-    os.utime(path, (1_700_000_000 + index, 1_700_000_000 + index))  # the stream takes files in this order
+    hidden = path.with_name(f".{path.name}")  # a stream lists no hidden file: it never reads half of one
+    pq.write_table(pa.table(columns), hidden)
+    os.utime(hidden, (1_700_000_000 + index, 1_700_000_000 + index))  # the stream takes files in this order
+    os.replace(hidden, path)
 
 
 def add_files(work, indexes):
@@ -132,3 +135,13 @@ def collecting(frame, checkpoint, trigger="200 milliseconds", output_mode="updat
         .start()
     )
     return query, outputs
+
+
+def wait_for(condition, query, what, timeout=600):
+    """Waits until ``condition()`` holds, failing if the streaming ``query`` fails or ``timeout``
+    seconds pass (a deadline for a machine far slower than this one, never a measure of speed)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert query.exception() is None, query.exception()
+        assert time.monotonic() < deadline, f"{what}: not in {timeout} s ({query.recentProgress[-3:]})"
+        time.sleep(0.05)

@@ -31,7 +31,7 @@ from kstate.spark.processor.ticks import needs_batch  # noqa: E402
 from kstate.spark.testing import TwsTester  # noqa: E402
 
 from .. import spark_suite_processors as p  # noqa: E402
-from ..workload import collecting, input_stream, spark_for_tests, write_file  # noqa: E402
+from ..workload import collecting, input_stream, spark_for_tests, wait_for, write_file  # noqa: E402
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -75,19 +75,16 @@ def counts(*batches):
     return expect(*[[{"id": i, "countAsString": c} for i, c in batch] for batch in batches])
 
 
-def collect(frame, checkpoint, batches, trigger="200 milliseconds", timeout=240, output_mode="update"):
+def collect(frame, checkpoint, batches, trigger="200 milliseconds", output_mode="update"):
     """The non-empty outputs of the query's first batches, in order, each a sorted list of
     tuples (the query runs until ``batches`` of them came)."""
     query, outputs = collecting(frame, checkpoint, trigger, output_mode)
-    deadline = time.monotonic() + timeout
     try:
-        while len(outputs) < batches and query.exception() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_for(lambda: len(outputs) >= batches, query, f"{batches} batches with output")
         # The sink sees a batch's rows before Spark writes its commit log: stopping then leaves a
         # checkpoint without that batch, which Spark's state reader refuses to read.
-        committed = Path(checkpoint) / "commits" / str(max(outputs, default=-1))
-        while outputs and not committed.exists() and query.exception() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
+        last = max(outputs)
+        wait_for((Path(checkpoint) / "commits" / str(last)).exists, query, f"batch {last} committed")
     finally:
         query.stop()
     assert query.exception() is None, query.exception()
@@ -410,20 +407,19 @@ def test_event_time_with_late_rows_and_timestamps_in_a_non_utc_zone_equals_spark
         stream = input_stream(spark, work, schema)
         grouped = stream.withWatermark("ts", "5 seconds").groupBy("user")
         frame = grouped.transformWithStateInPandas(p.LastSeen(True), output, "Update", "EventTime")
-        theirs = feed_and_collect(work, frame, "spark", len(files))
+        theirs = feed_and_collect(work, frame, "spark", len(files), owes_batch=watermark_behind(5_000))
         frame = transform_with_state(
             stream, ["user"], p.LastSeen(True), output, work / "state", work / "changelog", "late",
             num_partitions=2, time_mode="EventTime", event_time_column="ts", watermark_delay_ms=5_000, lock_timeout=60,
             fire_idle_timers=True,  # the default on PySpark 4.1+
         )  # fmt: skip
-        # kstate's batch without data comes from its tick source at the next trigger (Spark's at
-        # once): under load 2 s of quiet can pass before it, so wait while the source owes one.
+        # kstate's batch without data comes from its tick source at a later trigger (Spark's at the
+        # next one): the query owes it while the partitions' timer records say one is needed.
         timers = work / "changelog" / "late-kstate-timers"
-
-        def tick_due():
-            return needs_batch(timers, "EventTime", 5_000, int(time.time() * 1000))
-
-        ours = feed_and_collect(work, frame, "kstate", len(files), batch_due=tick_due)
+        ours = feed_and_collect(
+            work, frame, "kstate", len(files),
+            owes_batch=lambda _: needs_batch(timers, "EventTime", 5_000, int(time.time() * 1000)),
+        )  # fmt: skip
         assert timers.is_dir(), "the tick source's records are where this test looks"
     finally:
         for key, value in saved.items():
@@ -434,39 +430,70 @@ def test_event_time_with_late_rows_and_timestamps_in_a_non_utc_zone_equals_spark
     assert sum(r[1] == "expired" for batch in ours for r in batch) >= 3, "timers fired in batches without data"
 
 
-def settle(query, quiet=2.0, timeout=60, batch_due=lambda: False):
-    """Waits until ``query`` has run no batch for ``quiet`` seconds (batches without data
-    included) and ``batch_due()`` says no batch is owed."""
+def file_rows_read(query):
+    """The rows ``query``'s file source has read, over its recent progress."""
+    return sum(
+        source["numInputRows"]
+        for progress in query.recentProgress
+        for source in progress["sources"]
+        if source["description"].startswith("FileStreamSource")
+    )
+
+
+def watermark_behind(delay_ms):
+    """Whether a query with a ``withWatermark`` of ``delay_ms`` owes a batch without data: the
+    watermark its last batch used is below the largest event time read so far less the delay
+    (Spark's rule for running one, with no-data batches on)."""
+
+    def owes(query):
+        progress = query.recentProgress
+        event_times = [p["eventTime"] for p in progress if "eventTime" in p]
+        largest = [instant_ms(e["max"]) for e in event_times if "max" in e]
+        if not largest or "watermark" not in event_times[-1]:
+            return False
+        return instant_ms(event_times[-1]["watermark"]) < max(largest) - delay_ms
+
+    return owes
+
+
+def instant_ms(text):
+    """Milliseconds since the epoch of a progress report's UTC instant (``...T09:00:00.000Z``)."""
+    return int(datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+def settle(query, rows, owes_batch, timeout=600):
+    """Waits until ``query`` has read ``rows`` input rows, owes no batch (``owes_batch(query)``)
+    and runs none: every batch the input so far calls for is done, however slow the machine."""
     deadline = time.monotonic() + timeout
-    last, since = None, time.monotonic()
-    while time.monotonic() < deadline and query.exception() is None:
-        progress = query.lastProgress
-        state = (progress or {}).get("batchId"), query.status["isTriggerActive"]
-        if state != last or state[1] or batch_due():
-            last, since = state, time.monotonic()
-        elif time.monotonic() - since >= quiet:
+    while query.exception() is None:
+        # In this order: a batch that changes what is owed runs until after it changed it.
+        if file_rows_read(query) >= rows and not owes_batch(query) and not query.status["isTriggerActive"]:
             return
+        assert time.monotonic() < deadline, f"the query did not settle in {timeout} s: {query.recentProgress}"
         time.sleep(0.1)
-    assert query.exception() is not None, f"the query did not settle in {timeout} s"
 
 
-def feed_and_collect(work, frame, name, files, batch_due=lambda: False):
+def feed_and_collect(work, frame, name, files, owes_batch):
     """Runs ``frame`` on ``work/in``, adding the staged input files one at a time, each once the
     query settled; the non-empty outputs of its batches, in order."""
     import os
-    import shutil
+
+    import pyarrow.parquet as pq
 
     for old in (work / "in").glob("*"):
         old.unlink()
     query, outputs = collecting(frame, work / f"cp-{name}", "300 milliseconds")
     try:
+        rows = 0
         for index in range(files):
             for part in (work / "stage" / str(index)).glob("*.parquet"):
-                target = work / "in" / f"{index:03d}-{part.name}"
-                shutil.copy(part, target)
-                os.utime(target, (1_700_000_000 + index, 1_700_000_000 + index))
-            time.sleep(0.5)
-            settle(query, batch_due=batch_due)
+                rows += pq.read_metadata(part).num_rows
+                # Written under a hidden name, then renamed: the stream never lists half a file.
+                hidden, target = work / "in" / f".{index:03d}-{part.name}", work / "in" / f"{index:03d}-{part.name}"
+                hidden.write_bytes(part.read_bytes())
+                os.utime(hidden, (1_700_000_000 + index, 1_700_000_000 + index))
+                os.replace(hidden, target)
+            settle(query, rows, owes_batch)
     finally:
         query.stop()
     assert query.exception() is None, query.exception()
@@ -481,7 +508,8 @@ def test_idle_stream_timers_fire_without_input_and_exactly_once_across_a_restart
     write_rows(work, [R3], ("id", "temperature"))
     output = "id string, kind string, count long, at long"
 
-    def query(checkpoint="cp"):
+    def query(trigger):
+        """The query, its rows (``(batch id, *row)``) and its batch ids, filled as it runs."""
         frame = transform_with_state(
             input_stream(spark, work, "id string, temperature long"), ["id"], p.Reminder(False), output,
             work / "state", work / "changelog", "idle", num_partitions=2, time_mode="ProcessingTime", api="row",
@@ -491,75 +519,119 @@ def test_idle_stream_timers_fire_without_input_and_exactly_once_across_a_restart
 
         def sink(batch_frame, batch_id):
             batches.append(batch_id)
-            rows.extend((time.time() * 1000, *r) for r in batch_frame.collect())
+            rows.extend((batch_id, *r) for r in batch_frame.collect())
 
         started = (
             frame.writeStream.outputMode("update")
             .foreachBatch(sink)
-            .option("checkpointLocation", str(work / checkpoint))
-            .trigger(processingTime="500 milliseconds")
+            .option("checkpointLocation", str(work / "cp"))
+            .trigger(**trigger)
             .start()
         )
         return started, rows, batches
 
-    trigger_ms = 500
     no_data = "spark.sql.streaming.noDataMicroBatches.enabled"
     spark.conf.set(no_data, "true")  # Spark's default (the module runs Spark's tests' "false")
     try:
-        idle_timers(spark, work, query, trigger_ms)
+        idle_timers(spark, work, query)
     finally:
         spark.conf.set(no_data, "false")
 
 
-def committed(query, batches, timeout=30):
+def committed(query, batches):
     """Waits until Spark's commit log has the last batch seen (a stopped query replays a batch it
     did not commit: foreachBatch sees it again)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and query.exception() is None:
-        progress = query.lastProgress
-        if batches and progress is not None and progress["batchId"] >= max(batches):
-            return
-        time.sleep(0.05)
+    wait_for(
+        lambda: query.lastProgress is not None and query.lastProgress["batchId"] >= max(batches),
+        query,
+        f"batch {max(batches)} committed",
+    )
 
 
-def idle_timers(spark, work, query, trigger_ms):
-    running, rows, batches = query()
+def planned_at(checkpoint, batch):
+    """When Spark planned ``batch`` (its trigger's time, in its offset log), in ms."""
+    return json.loads((checkpoint / "offsets" / str(batch)).read_text().splitlines()[1])["batchTimestampMs"]
+
+
+def committed_at(checkpoint, batch):
+    """When ``batch``'s commit log entry was written, in ms."""
+    return (checkpoint / "commits" / str(batch)).stat().st_mtime_ns // 1_000_000
+
+
+class IdleTriggers:
+    """A listener counting, per query run, the triggers that ran no batch (Spark's idle events,
+    one a trigger while ``spark.sql.streaming.noDataProgressEventInterval`` is 0)."""
+
+    def __init__(self, spark):
+        from pyspark.sql.streaming import StreamingQueryListener
+
+        seen = self.seen = collections.Counter()
+
+        class Listener(StreamingQueryListener):
+            def onQueryStarted(self, event):  # noqa: N802
+                pass
+
+            def onQueryProgress(self, event):  # noqa: N802
+                pass
+
+            def onQueryIdle(self, event):  # noqa: N802
+                seen[str(event.runId)] += 1
+
+            def onQueryTerminated(self, event):  # noqa: N802
+                pass
+
+        self.listener = Listener()
+        spark.streams.addListener(self.listener)
+
+
+def idle_timers(spark, work, query):
+    trigger_ms = 500
+    every_trigger = {"processingTime": f"{trigger_ms} milliseconds"}
+    running, rows, batches = query(every_trigger)
     try:
-        deadline = time.monotonic() + 60
-        while sum(r[2] == "timer" for r in rows) < 2 and running.exception() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_for(lambda: sum(r[2] == "timer" for r in rows) >= 2, running, "both timers fired")
         committed(running, batches)
     finally:
         running.stop()
     assert running.exception() is None, running.exception()
     fired = [r for r in rows if r[2] == "timer"]
     assert sorted((r[1], r[3]) for r in fired) == [("0", 1), ("1", 1)]
-    for seen_at, _, _, _, expiry in fired:
-        # Due at ``expiry``: the next trigger adds a batch; on this loaded machine a batch takes
-        # up to a few seconds, which is the slack.
-        assert seen_at <= expiry + trigger_ms + 3_000, "fired within its interval plus a trigger"
+    inputs = {r[0] for r in rows if r[2] == "input"}
+    for batch, _, _, _, expiry in fired:
+        assert batch not in inputs, "fired in a batch without input"
+        # The tick source adds the batch at the first trigger that finds the timer due, once the
+        # batch before it is done; the slack covers that trigger's own reads, not a batch's run.
+        ready = max(expiry, committed_at(work / "cp", batch - 1))
+        assert planned_at(work / "cp", batch) <= ready + trigger_ms + 5_000, "fired within its interval plus a trigger"
 
-    # A new input, then stopped before its timer is due; the timer comes due while stopped.
+    # A new input, then stopped before its timer is due (availableNow: the query ends after the
+    # input's batch, and its tick source adds none); the timer comes due while it is stopped.
     write_rows(work, [R3, [("0", 1)]], ("id", "temperature"))
-    running, rows, batches = query()
-    try:
-        deadline = time.monotonic() + 60
-        while not any(r[2] == "input" for r in rows) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        committed(running, batches)
-    finally:
-        running.stop()
+    running, rows, batches = query({"availableNow": True})
+    assert running.awaitTermination(600), "the availableNow query ended"
+    assert running.exception() is None, running.exception()
     assert [r[1:4] for r in rows] == [("0", "input", 2)], "stopped before the timer was due"
-    time.sleep(p.Reminder.delay_ms / 1000 + 0.5)
-    running, rows, batches = query()
+    due = rows[0][4] + p.Reminder.delay_ms
+    while time.time() * 1000 <= due:
+        time.sleep(0.05)
+
+    interval = "spark.sql.streaming.noDataProgressEventInterval"
+    idle = IdleTriggers(spark)
+    spark.conf.set(interval, "0")
     try:
-        deadline = time.monotonic() + 30
-        while not rows and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(3)  # nothing else is due: no more batches, no second firing
-        idle_batches = len(batches)
+        running, rows, batches = query(every_trigger)
+        try:
+            wait_for(lambda: rows, running, "the timer fired after the restart")
+            committed(running, batches)
+            # Nothing else is due: the next triggers run no batch (counted, not waited out).
+            seen = idle.seen[str(running.runId)]
+            wait_for(lambda: idle.seen[str(running.runId)] >= seen + 5, running, "five idle triggers")
+            idle_batches = len(batches)
+        finally:
+            running.stop()
     finally:
-        running.stop()
+        spark.streams.removeListener(idle.listener)
+        spark.conf.unset(interval)
     assert [r[1:4] for r in rows] == [("0", "timer", 2)], "fired once after the restart"
     assert idle_batches == 1, "a query with nothing due ran no batch"
 

@@ -23,7 +23,7 @@ from pyspark.sql.streaming import StatefulProcessor  # noqa: E402
 
 from kstate.spark import read_processor_state, transform_with_state  # noqa: E402
 
-from ..workload import collecting, input_stream, spark_for_tests, write_file  # noqa: E402
+from ..workload import collecting, input_stream, spark_for_tests, wait_for, write_file  # noqa: E402
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -172,7 +172,7 @@ def initial_state(spark):
     return spark.createDataFrame(rows, "user string, count long, total long")
 
 
-def run(frame, checkpoint, batches=FILES, timeout=300):
+def run(frame, checkpoint, batches=FILES):
     """The non-empty outputs of the query's micro-batches, in order. Spark's transformWithState
     in processing time runs a batch without data after every other (its timers may be due), so
     neither ``availableNow`` nor ``processAllAvailable`` ever ends: the query runs until
@@ -185,10 +185,8 @@ def run(frame, checkpoint, batches=FILES, timeout=300):
         progress = query.lastProgress
         return len(outputs) >= batches and progress is not None and progress["batchId"] >= max(outputs)
 
-    deadline = time.monotonic() + timeout
     try:
-        while not committed() and query.exception() is None and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_for(committed, query, f"{batches} batches with output, committed")
     finally:
         query.stop()
     assert query.exception() is None
