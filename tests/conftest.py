@@ -8,8 +8,14 @@ import time
 import urllib.request
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from kstate import Stores
+
+# Hypothesis times its own data generation and fails a test whose draws are slow ("too_slow"):
+# on a busy machine every draw is. Each test's settings start from this profile.
+settings.register_profile("any-machine", suppress_health_check=[HealthCheck.too_slow], deadline=None)
+settings.load_profile("any-machine")
 
 
 @pytest.fixture
@@ -79,24 +85,44 @@ def filter_entries():
     return read
 
 
+WAIT_SECONDS = 300
+"""How long a test waits for something before it fails: a deadline for a machine far slower
+than this one, never a measure of speed."""
+
+
+@pytest.fixture
+def wait_until():
+    """``wait_until(condition, what)`` polls ``condition()`` until it holds; fails saying ``what``
+    did not happen if it does not within ``WAIT_SECONDS``."""
+
+    def wait(condition, what):
+        deadline = time.monotonic() + WAIT_SECONDS
+        while not condition():
+            assert time.monotonic() < deadline, f"{what}: not within {WAIT_SECONDS} s"
+            time.sleep(0.05)
+
+    return wait
+
+
 @pytest.fixture
 def kill_writer():
     """Runs a Python ``script`` with ``args`` in a real process, waits until it prints a line
-    starting with ``wait_for``, waits ``delay`` seconds more and kills it with SIGKILL. Returns
-    every line it printed, split into words."""
+    starting with ``wait_for`` (failing after ``WAIT_SECONDS``), waits ``delay`` seconds more and
+    kills it with SIGKILL. Returns every line it printed, split into words."""
 
     def run(script, args, wait_for, delay=0.0):
         command = [sys.executable, "-c", script, *map(str, args)]
         proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
         lines = []
         try:
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
+            deadline = time.monotonic() + WAIT_SECONDS
+            while True:
                 line = proc.stdout.readline()
                 assert line, f"writer exited early with {proc.wait()}"
                 lines.append(line.split())
                 if line.startswith(wait_for):
                     break
+                assert time.monotonic() < deadline, f"writer printed no {wait_for!r} line within {WAIT_SECONDS} s"
             time.sleep(delay)
         finally:
             os.kill(proc.pid, signal.SIGKILL)
@@ -176,7 +202,7 @@ def s3_endpoint():
     )
     endpoint = f"http://{LOOPBACK}:{port}"
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + WAIT_SECONDS
         while True:
             try:
                 urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1).close()

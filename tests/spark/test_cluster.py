@@ -8,7 +8,6 @@ import os
 import shutil
 import signal
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -63,22 +62,21 @@ def backend_of(work, changelog=None, storage_options=None):
     )
 
 
-def run_query(spark, work, backend, udf):
+def run_query(spark, work, backend, udf, wait_until):
     outputs = {}
     backend.report_progress(spark)
     counted = input_stream(spark, work).repartition(2, "key").mapInArrow(backend.map_in_arrow(udf), SCHEMA)
     run_to_end(counted, work, counts_into(outputs))
     # Progress events reach listeners asynchronously: wait for the last batch's.
-    deadline = time.monotonic() + 30
-    while max(outputs, default=-1) not in {r.batch_id for r in backend.progress} and time.monotonic() < deadline:
-        time.sleep(0.1)
+    last = max(outputs, default=-1)
+    wait_until(lambda: last in {r.batch_id for r in backend.progress}, f"kstate's progress report of batch {last}")
     return outputs
 
 
-def test_executors_keep_their_own_state_and_results_equal_plain_python(cluster, work):
+def test_executors_keep_their_own_state_and_results_equal_plain_python(cluster, work, wait_until):
     add_files(work, range(3))
     backend = backend_of(work)
-    assert run_query(cluster, work, backend, running_count) == reference(range(3))
+    assert run_query(cluster, work, backend, running_count, wait_until) == reference(range(3))
     task_dirs = [d for state in executor_state_dirs(cluster) for d in state.glob(f"cluster-{work.name}/0_*")]
     assert {d.name for d in task_dirs} == {"0_0", "0_1"}, "task dirs live in the executors' own directories"
     assert [r.batch_id for r in backend.progress] == [0, 1, 2]
@@ -88,7 +86,7 @@ def test_executors_keep_their_own_state_and_results_equal_plain_python(cluster, 
     assert all(r.max_open_files > 0 for r in backend.progress)
 
 
-def test_an_executor_killed_mid_query_ends_with_the_reference_result(cluster, work):
+def test_an_executor_killed_mid_query_ends_with_the_reference_result(cluster, work, wait_until):
     add_files(work, range(3))
     marker = work / "killed"
 
@@ -102,25 +100,25 @@ def test_an_executor_killed_mid_query_ends_with_the_reference_result(cluster, wo
                 os.kill(jvm, signal.SIGKILL)
             yield out
 
-    outputs = run_query(cluster, work, backend_of(work), kill_my_executor_once)
+    outputs = run_query(cluster, work, backend_of(work), kill_my_executor_once, wait_until)
     assert marker.exists()
     assert outputs == reference(range(3))
 
 
-def test_a_partition_whose_local_state_is_lost_restores_from_the_shared_changelog(cluster, work):
+def test_a_partition_whose_local_state_is_lost_restores_from_the_shared_changelog(cluster, work, wait_until):
     add_files(work, range(2))
     backend = backend_of(work)
-    run_query(cluster, work, backend, running_count)
+    run_query(cluster, work, backend, running_count, wait_until)
     for state in executor_state_dirs(cluster):
         shutil.rmtree(state / f"cluster-{work.name}", ignore_errors=True)  # as if every partition moved
     add_files(work, range(2, 4))
-    outputs = run_query(cluster, work, backend, running_count)
+    outputs = run_query(cluster, work, backend, running_count, wait_until)
     assert outputs == {b: counts for b, counts in reference(range(4)).items() if b >= 2}
     first = next(r for r in backend.progress if r.batch_id == 2)
     assert first.restored_records > 0, "the lost state was restored from the changelog"
 
 
-def test_the_changelogs_on_s3_survive_lost_executor_state(cluster, work, s3_endpoint):
+def test_the_changelogs_on_s3_survive_lost_executor_state(cluster, work, s3_endpoint, wait_until):
     """Changelogs, batch log and undo files in a bucket of the S3 server on loopback: executors
     restore from it and first-writer-wins comes from exclusive creates, not file locks."""
     import s3fs
@@ -130,11 +128,11 @@ def test_the_changelogs_on_s3_survive_lost_executor_state(cluster, work, s3_endp
     s3fs.S3FileSystem(**options).mkdir(bucket)
     backend = backend_of(work, f"s3://{bucket}/changelogs", options)
     add_files(work, range(2))
-    run_query(cluster, work, backend, running_count)
+    run_query(cluster, work, backend, running_count, wait_until)
     for state in executor_state_dirs(cluster):
         shutil.rmtree(state / f"cluster-{work.name}", ignore_errors=True)
     add_files(work, range(2, 4))
-    outputs = run_query(cluster, work, backend, running_count)
+    outputs = run_query(cluster, work, backend, running_count, wait_until)
     assert outputs == {b: counts for b, counts in reference(range(4)).items() if b >= 2}
     assert next(r for r in backend.progress if r.batch_id == 2).restored_records > 0
     listed = s3fs.S3FileSystem(**options).ls(f"{bucket}/changelogs")

@@ -19,10 +19,11 @@ KEYS = 2000
 SMALL_MEMTABLES = {"write_buffer_size": 65536}
 
 WRITER = textwrap.dedent(f"""
-    import sys
+    import sys, time
     from kstate import Stores
 
     task_dir, durability, memtables = sys.argv[1], sys.argv[2], sys.argv[3]
+    pause_after = int(sys.argv[4]) if len(sys.argv) > 4 else None  # a commit to wait after, to be killed
     config = {{"statestore.durability": durability}}
     if memtables == "small":
         config["rocksdb.config.setter"] = {SMALL_MEMTABLES}
@@ -34,6 +35,8 @@ WRITER = textwrap.dedent(f"""
         store.put_all(keys, [b"%d" % n + b"." * 90] * len(keys))
         store.commit(n)
         print("committed", n, flush=True)
+        if n == pause_after:
+            time.sleep(60)  # the test kills the process here
         n += 1
 """)
 
@@ -79,7 +82,7 @@ def test_the_same_writer_with_the_wal_loses_no_commit(kill_writer, task_dir, cap
 def test_a_killed_store_without_flushes_reopens_empty_then_resumes(kill_writer, task_dir):
     """Default write buffers: the first commits never leave the memtables, so a kill loses them
     all, and the store reopened (unclean) takes commits again and keeps them across a clean close."""
-    kill_writer(WRITER, [task_dir, "changelog", "default"], "committed 3")
+    kill_writer(WRITER, [task_dir, "changelog", "default", 3], "committed 3")
     with reopen(task_dir, "changelog") as store:
         assert store.committed_offset() is None
         assert list(store.all()) == []

@@ -24,6 +24,7 @@ from pyspark import cloudpickle  # noqa: E402
 
 from kstate import Stores  # noqa: E402
 from kstate.spark import StateBackend  # noqa: E402
+from kstate.spark.protocol.progress import batch_listener  # noqa: E402
 
 from ..workload import (  # noqa: E402
     ROWS,
@@ -125,7 +126,7 @@ def test_a_lost_state_dir_is_restored_from_the_changelog(spark, work):
     assert outputs == reference(range(4))
 
 
-def reported_batches(spark, work, backend, wait=True):
+def reported_batches(spark, work, backend, wait_until, wait=True):
     """Runs the query over the files not yet processed with ``backend``'s progress reports on;
     returns (run id, batch id) of every batch Spark reported (``wait``: once kstate's reports
     have them)."""
@@ -139,25 +140,24 @@ def reported_batches(spark, work, backend, wait=True):
     )
     query.awaitTermination()
     batches = {(str(p["runId"]), p["batchId"]) for p in map(json.loads, (p.json for p in query.recentProgress))}
-    deadline = time.monotonic() + (30 if wait else 0)  # progress events reach listeners asynchronously
-    while not batches <= {(r.run_id, r.batch_id) for r in backend.progress} and time.monotonic() < deadline:
-        time.sleep(0.1)
+    if wait:  # progress events reach listeners asynchronously
+        wait_until(lambda: batches <= {(r.run_id, r.batch_id) for r in backend.progress}, "kstate's progress reports")
     return batches
 
 
-def test_progress_reports_each_batch_with_its_own_tasks_whenever_its_event_arrives(spark, work):
+def test_progress_reports_each_batch_with_its_own_tasks_whenever_its_event_arrives(spark, work, wait_until):
     """Each batch's report holds its own tasks' restores and commits, keyed by query run and batch:
     not what happened between two listener events (which arrive late, and interleave with the
     next query's start)."""
     backend = backend_of(work)
     add_files(work, range(2))
-    first = reported_batches(spark, work, backend)
+    first = reported_batches(spark, work, backend, wait_until)
     backend.release_local_state([0, 1])
     shutil.rmtree(work / "state")
     add_files(work, range(2, 4))
-    second = reported_batches(spark, work, backend, wait=False)
+    second = reported_batches(spark, work, backend, wait_until, wait=False)
     add_files(work, range(4, 5))  # the next query starts before the last one's events arrive
-    third = reported_batches(spark, work, backend)
+    third = reported_batches(spark, work, backend, wait_until)
     batches = first | second | third
     reports = {(r.run_id, r.batch_id): r for r in backend.progress}
     assert batches <= set(reports), "every batch Spark reported has kstate's report"
@@ -409,7 +409,7 @@ def test_event_time_timers_fire_once_the_watermark_passes(spark, work):
     assert outputs == {0: [], 1: [("a", 2)], 2: [("b", 2)]}
 
 
-def test_an_in_place_upgrade_switches_a_running_query_to_the_timestamped_format(spark, work):
+def test_an_in_place_upgrade_switches_a_running_query_to_the_timestamped_format(spark, work, wait_until):
     """A query's plain stores are upgraded in place while the query runs: standbys built beside
     them, readiness and the switch exchanged as SubscriptionInfo/AssignmentInfo bytes between
     the tasks and the driver at batch boundaries; the counts stay exact throughout."""
@@ -430,6 +430,11 @@ def test_an_in_place_upgrade_switches_a_running_query_to_the_timestamped_format(
         keys=["key"],
     )
     upgrading.coordinate_upgrade(spark, num_partitions=2)
+    # Spark calls a session's listeners one after another, in the order added: once this one
+    # has heard of a batch, the driver's coordination of that batch is written.
+    coordinated = []
+    after_coordination = batch_listener(lambda event: coordinated.append(event.progress.batchId))
+    spark.streams.addListener(after_coordination)
 
     def timestamped_count(batches, stores):
         """The running count on the timestamped store's API (Python lists)."""
@@ -441,10 +446,14 @@ def test_an_in_place_upgrade_switches_a_running_query_to_the_timestamped_format(
             store.put_all(list(zip(keys, new)))
             yield pa.RecordBatch.from_pydict({"key": keys, "count": new})
 
-    for index in range(1, 5):  # one run per batch: the driver's coordination lands in between
-        add_files(work, [index])
-        run_query(spark, work, upgrading.map_in_arrow(timestamped_count), outputs)
-        time.sleep(1)  # the listener hears of the batch asynchronously
+    try:
+        for index in range(1, 5):  # one run per batch: the driver's coordination lands in between
+            add_files(work, [index])
+            run_query(spark, work, upgrading.map_in_arrow(timestamped_count), outputs)
+            # Listeners hear of a batch asynchronously.
+            wait_until(lambda: max(outputs) in coordinated, "the driver's coordination after the last batch")
+    finally:
+        spark.streams.removeListener(after_coordination)
     assert outputs == reference(range(5))
     for p in (0, 1):
         assert inspect_store(work / "state" / "counts-app" / f"0_{p}" / "rocksdb" / "counts").format == "timestamped"

@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 
@@ -15,6 +14,7 @@ from kstate import Stores
 from kstate.errors import BatchConflictError, ProcessorStateError, StateLockTimeoutError
 from kstate.spark import StateBackend, TaskInfo
 from kstate.spark.protocol.batch_log import BatchLog
+from kstate.spark.protocol.idle import RELEASE_REQUEST
 from kstate.store_lifecycle import native_store
 
 
@@ -168,7 +168,8 @@ def test_a_batch_killed_after_its_entry_is_published_and_restored(backend, tmp_p
     assert count(backend, 1, ["a"]) == {"a": 2}, "a retry of the batch rolls it back and redoes it"
 
 
-def test_of_two_concurrent_attempts_the_first_to_publish_wins(backend):
+def test_of_two_concurrent_attempts_the_first_to_publish_wins(backend, wait_until):
+    backend.lock_timeout = 300  # the second attempt waits for the locks through the first's commit
     count(backend, 0, ["a"])
     first = backend.partition_state(TaskInfo(0, 1, attempt=1))
     stores = first.open()
@@ -183,7 +184,9 @@ def test_of_two_concurrent_attempts_the_first_to_publish_wins(backend):
 
     thread = threading.Thread(target=second_attempt)
     thread.start()
-    time.sleep(0.3)  # the second attempt noted the head and waits for the locks
+    # Having noted the head, an attempt that finds the task directory locked asks its holder to release it.
+    release_request = backend.layout.task_dir(0) / RELEASE_REQUEST
+    wait_until(release_request.exists, "the second attempt waiting for the task directory's lock")
     first.commit()
     thread.join()
     assert "published batch 1" in str(outcome["error"])
@@ -304,12 +307,12 @@ from kstate.spark import StateBackend, TaskInfo
 from kstate.store_lifecycle import RestoreProgress
 
 
-def slow(self, done, total):
+def killed_here(self, done, total):
     print("restored", done, flush=True)
-    time.sleep(0.5)
+    time.sleep(60)  # the test kills the process now: its standby is built part of the way
 
 
-RestoreProgress.__call__ = slow  # the standby build reports each segment it restored
+RestoreProgress.__call__ = killed_here  # the standby build reports each segment it restored
 root = sys.argv[1]
 supplier = Stores.persistent_timestamped_key_value_store("counts")
 counts = Stores.timestamped_key_value_store_builder(supplier, "string", "int64")
@@ -323,7 +326,7 @@ def add_one(stores):
 
 
 list(backend.run(add_one, TaskInfo(0, 10)))
-time.sleep(60)  # the standby builds in the background until the process is killed
+time.sleep(60)  # the standby builds in a daemon thread, up to its first report
 """
 
 
