@@ -37,9 +37,14 @@ def reference(files):
 
 def write_file(work, index, columns):
     """Input file ``index`` of ``work/in`` with ``columns`` (a dict of lists)."""
-    path = work / "in" / f"part-{index:05d}.parquet"
-    hidden = path.with_name(f".{path.name}")  # a stream lists no hidden file: it never reads half of one
-    pq.write_table(pa.table(columns), hidden)
+    add_whole(work / "in" / f"part-{index:05d}.parquet", index, lambda path: pq.write_table(pa.table(columns), path))
+
+
+def add_whole(path, index, write):
+    """Adds input file ``path`` as the ``index``-th, written by ``write(path)`` under a hidden name
+    and then renamed: a stream lists no hidden file, so it never reads half of one."""
+    hidden = path.with_name(f".{path.name}")
+    write(hidden)
     os.utime(hidden, (1_700_000_000 + index, 1_700_000_000 + index))  # the stream takes files in this order
     os.replace(hidden, path)
 
@@ -145,3 +150,13 @@ def wait_for(condition, query, what, timeout=600):
         assert query.exception() is None, query.exception()
         assert time.monotonic() < deadline, f"{what}: not in {timeout} s ({query.recentProgress[-3:]})"
         time.sleep(0.05)
+
+
+def committed(query, batch):
+    """Waits until Spark's commit log has ``batch`` (Spark reports a batch's progress after writing
+    it): a query stopped before then replays the batch when it starts again."""
+    wait_for(
+        lambda: query.lastProgress is not None and query.lastProgress["batchId"] >= batch,
+        query,
+        f"batch {batch} committed",
+    )

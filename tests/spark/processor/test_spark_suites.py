@@ -16,7 +16,6 @@ import random
 import string
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -31,7 +30,15 @@ from kstate.spark.processor.ticks import needs_batch  # noqa: E402
 from kstate.spark.testing import TwsTester  # noqa: E402
 
 from .. import spark_suite_processors as p  # noqa: E402
-from ..workload import collecting, input_stream, spark_for_tests, wait_for, write_file  # noqa: E402
+from ..workload import (  # noqa: E402
+    add_whole,
+    collecting,
+    committed,
+    input_stream,
+    spark_for_tests,
+    wait_for,
+    write_file,
+)
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -83,8 +90,7 @@ def collect(frame, checkpoint, batches, trigger="200 milliseconds", output_mode=
         wait_for(lambda: len(outputs) >= batches, query, f"{batches} batches with output")
         # The sink sees a batch's rows before Spark writes its commit log: stopping then leaves a
         # checkpoint without that batch, which Spark's state reader refuses to read.
-        last = max(outputs)
-        wait_for((Path(checkpoint) / "commits" / str(last)).exists, query, f"batch {last} committed")
+        committed(query, max(outputs))
     finally:
         query.stop()
     assert query.exception() is None, query.exception()
@@ -461,23 +467,20 @@ def instant_ms(text):
     return int(datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
 
 
-def settle(query, rows, owes_batch, timeout=600):
+def settle(query, rows, owes_batch):
     """Waits until ``query`` has read ``rows`` input rows, owes no batch (``owes_batch(query)``)
     and runs none: every batch the input so far calls for is done, however slow the machine."""
-    deadline = time.monotonic() + timeout
-    while query.exception() is None:
-        # In this order: a batch that changes what is owed runs until after it changed it.
-        if file_rows_read(query) >= rows and not owes_batch(query) and not query.status["isTriggerActive"]:
-            return
-        assert time.monotonic() < deadline, f"the query did not settle in {timeout} s: {query.recentProgress}"
-        time.sleep(0.1)
+    # In this order: a batch that changes what is owed runs until after it changed it.
+    wait_for(
+        lambda: file_rows_read(query) >= rows and not owes_batch(query) and not query.status["isTriggerActive"],
+        query,
+        "the query settled",
+    )
 
 
 def feed_and_collect(work, frame, name, files, owes_batch):
     """Runs ``frame`` on ``work/in``, adding the staged input files one at a time, each once the
     query settled; the non-empty outputs of its batches, in order."""
-    import os
-
     import pyarrow.parquet as pq
 
     for old in (work / "in").glob("*"):
@@ -488,11 +491,10 @@ def feed_and_collect(work, frame, name, files, owes_batch):
         for index in range(files):
             for part in (work / "stage" / str(index)).glob("*.parquet"):
                 rows += pq.read_metadata(part).num_rows
-                # Written under a hidden name, then renamed: the stream never lists half a file.
-                hidden, target = work / "in" / f".{index:03d}-{part.name}", work / "in" / f"{index:03d}-{part.name}"
-                hidden.write_bytes(part.read_bytes())
-                os.utime(hidden, (1_700_000_000 + index, 1_700_000_000 + index))
-                os.replace(hidden, target)
+                copy = part.read_bytes()
+                add_whole(
+                    work / "in" / f"{index:03d}-{part.name}", index, lambda path, copy=copy: path.write_bytes(copy)
+                )
             settle(query, rows, owes_batch)
     finally:
         query.stop()
@@ -538,16 +540,6 @@ def test_idle_stream_timers_fire_without_input_and_exactly_once_across_a_restart
         spark.conf.set(no_data, "false")
 
 
-def committed(query, batches):
-    """Waits until Spark's commit log has the last batch seen (a stopped query replays a batch it
-    did not commit: foreachBatch sees it again)."""
-    wait_for(
-        lambda: query.lastProgress is not None and query.lastProgress["batchId"] >= max(batches),
-        query,
-        f"batch {max(batches)} committed",
-    )
-
-
 def planned_at(checkpoint, batch):
     """When Spark planned ``batch`` (its trigger's time, in its offset log), in ms."""
     return json.loads((checkpoint / "offsets" / str(batch)).read_text().splitlines()[1])["batchTimestampMs"]
@@ -590,7 +582,7 @@ def idle_timers(spark, work, query):
     running, rows, batches = query(every_trigger)
     try:
         wait_for(lambda: sum(r[2] == "timer" for r in rows) >= 2, running, "both timers fired")
-        committed(running, batches)
+        committed(running, max(batches))
     finally:
         running.stop()
     assert running.exception() is None, running.exception()
@@ -622,7 +614,7 @@ def idle_timers(spark, work, query):
         running, rows, batches = query(every_trigger)
         try:
             wait_for(lambda: rows, running, "the timer fired after the restart")
-            committed(running, batches)
+            committed(running, max(batches))
             # Nothing else is due: the next triggers run no batch (counted, not waited out).
             seen = idle.seen[str(running.runId)]
             wait_for(lambda: idle.seen[str(running.runId)] >= seen + 5, running, "five idle triggers")

@@ -23,7 +23,7 @@ from pyspark.sql.streaming import StatefulProcessor  # noqa: E402
 
 from kstate.spark import read_processor_state, transform_with_state  # noqa: E402
 
-from ..workload import collecting, input_stream, spark_for_tests, wait_for, write_file  # noqa: E402
+from ..workload import collecting, committed, input_stream, spark_for_tests, wait_for, write_file  # noqa: E402
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -178,15 +178,9 @@ def run(frame, checkpoint, batches=FILES):
     neither ``availableNow`` nor ``processAllAvailable`` ever ends: the query runs until
     ``batches`` batches had output."""
     query, outputs = collecting(frame, checkpoint)
-
-    def committed():
-        """Every output's batch is in the commit log (Spark reports a batch's progress after it), so
-        a query started again on the checkpoint does not replay the last one."""
-        progress = query.lastProgress
-        return len(outputs) >= batches and progress is not None and progress["batchId"] >= max(outputs)
-
     try:
-        wait_for(committed, query, f"{batches} batches with output, committed")
+        wait_for(lambda: len(outputs) >= batches, query, f"{batches} batches with output")
+        committed(query, max(outputs))
     finally:
         query.stop()
     assert query.exception() is None
