@@ -267,7 +267,8 @@ def test_partition_ids_spread_keys(tmp_path):
 def test_the_event_time_watermark_reads_the_same_after_a_rescale(tmp_path):
     """transform_with_state's event-time store is per partition, not per key: a rescale keeps its
     history so the query-wide watermark of every batch (replays included) stays what it was."""
-    from kstate.spark.processor.processor import EVENT_TIME, _query_watermarks, _tracking_event_time
+    from kstate.spark.processor.processor import EVENT_TIME, _tracking_event_time
+    from kstate.spark.processor.watermarks import query_watermarks
 
     def backend(num_partitions=None):
         stores = [
@@ -290,10 +291,10 @@ def test_the_event_time_watermark_reads_the_same_after_a_rescale(tmp_path):
     for batch in range(3):
         run_batch(backend(2), batch, 2, fn=track)
     layout = backend().current_layout()
-    before = [_query_watermarks(layout, b, 0) for b in range(4)]
+    before = [query_watermarks(layout, b, 0) for b in range(4)]
     assert before[0] == (0, 0) and before[3][1] == max(batch_rows(2).column("ts").to_pylist())
     rescale(tmp_path / "changelog", "app", 3)
-    after = [_query_watermarks(backend().current_layout(), b, 0) for b in range(4)]
+    after = [query_watermarks(backend().current_layout(), b, 0) for b in range(4)]
     assert after == before
     run_batch(backend(), 3, 3, fn=track)
-    assert _query_watermarks(backend().current_layout(), 4, 0)[1] == max(batch_rows(3).column("ts").to_pylist())
+    assert query_watermarks(backend().current_layout(), 4, 0)[1] == max(batch_rows(3).column("ts").to_pylist())

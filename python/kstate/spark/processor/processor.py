@@ -20,8 +20,9 @@ time. The watermarks are query-wide and Spark's: a batch's watermark is the larg
 ``watermark_delay_ms`` (0 before any, never going back), and rows at or below the previous
 batch's watermark are late and dropped before the processor sees them. Each partition records
 ``(batch id, largest event time so far)`` in a store of its own every batch, and a task reads the
-others' from their changelogs, taking only records of earlier batches, so a replayed batch sees
-the watermarks it saw before. With ``fire_idle_timers`` (the default in both time modes) the
+others' published records from their changelogs, on a file system or an object store, taking
+only records of earlier batches, so a replayed batch sees the watermarks it saw before
+(``kstate.spark.processor.watermarks``). With ``fire_idle_timers`` (the default in both time modes) the
 ``kstate.spark.processor.ticks`` source adds a batch without input when a timer is due or the watermark
 advanced, as Spark runs batches without data. After the timers, values whose TTL ran out are
 deleted (``kstate.spark.processor.state_variables``).
@@ -50,7 +51,6 @@ from typing import Any
 
 from kstate import _core
 from kstate.errors import InvalidArgumentError, StateSchemaError
-from kstate.log.files import read_log
 from kstate.spark.engine.backend import StateBackend
 from kstate.spark.format.conversion import SessionConversion, average_row_bytes, to_arrow_schema
 from kstate.spark.format.state_schemas import SchemaLog, VariableSchemas, reconcile
@@ -66,7 +66,8 @@ from kstate.spark.processor.state_variables import (
     TypedSchemas,
     ValueState,
 )
-from kstate.spark.protocol.exactly_once import StateLayout, TaskStores
+from kstate.spark.processor.watermarks import EVENT_TIME, query_watermarks
+from kstate.spark.protocol.exactly_once import TaskStores
 from kstate.spark.routing.groups import OutputBatcher, iter_groups
 from kstate.stores import Stores
 
@@ -87,8 +88,6 @@ __all__ = [
 
 TIME_MODES = ("None", "ProcessingTime", "EventTime")
 APIS = ("pandas", "row")
-EVENT_TIME = "tws.event-time"
-"""The store of the largest event time seen (one entry), next to the processor's state variables."""
 NO_STATE = "tws.no-state"
 """The store of a processor without state variables or timers (always empty): kstate's exactly-once
 bookkeeping is per store."""
@@ -251,8 +250,6 @@ def transform_with_state(
         for name, schemas in wanted.items()
         if schemas.values
     }
-    if time_mode == "EventTime" and backend.layout.changelog_url is not None:
-        raise InvalidArgumentError("event-time timers read every partition's changelog from a file system path")
     if isinstance(output_schema, str):
         output_schema = StructType.fromDDL(output_schema)
     spark = df.sparkSession
@@ -269,6 +266,7 @@ def transform_with_state(
 
         df = with_ticks(df, backend, time_mode, watermark_delay_ms)
     routed = backend.partition(df, num_partitions)
+    partitioning = backend.partitioning  # the tasks check that it is still current
     initial_dir = None
     if initial_state is not None:
         initial_dir = stage_initial_state(initial_state, keys, backend)
@@ -283,7 +281,7 @@ def transform_with_state(
         processor.init(handle)
         watermark = -1
         if time_mode == "EventTime":
-            late, watermark = _query_watermarks(stores.layout, stores.batch_id, watermark_delay_ms)
+            late, watermark = query_watermarks(stores.layout, stores.batch_id, watermark_delay_ms, partitioning)
             batches = _tracking_event_time(batches, event_time_column, stores[EVENT_TIME], stores.batch_id, late)
         timer_values = TimerValues(-1 if time_mode == "None" else handle.now_ms, watermark)
         output = OutputBatcher(arrow_schema, pandas=pandas, rows=not pandas, conversion=conversion)
@@ -334,7 +332,9 @@ def transform_with_state(
                 from kstate.spark.processor.ticks import record_next_due
 
                 largest = _largest_event_time(stores[EVENT_TIME]) if time_mode == "EventTime" else None
-                record_next_due(stores.layout, stores.partition, handle.next_timer(), watermark, largest)
+                record_next_due(
+                    stores.layout, stores.partition, stores.batch_id, handle.next_timer(), watermark, largest
+                )
             yield from output.flush()
         finally:
             processor.close()
@@ -453,27 +453,3 @@ def _tracking_event_time(
 def _largest_event_time(store: Any) -> int | None:
     stored = store.get(_core.LATEST_EVENT_TIME_KEY)
     return None if stored is None else _core.split_event_time_record(stored)[1]
-
-
-def _query_watermarks(layout: StateLayout, batch_id: int, delay_ms: int) -> tuple[int, int]:
-    """Spark's two watermarks of batch ``batch_id``: for late rows (the previous batch's
-    watermark) and for timers (the largest event time of every partition's earlier batches,
-    minus ``delay_ms``; never below 0 and never going back), read from the partitions'
-    event-time changelogs (published records only)."""
-
-    before_previous = before = None
-    for directory in layout.changelog_dir.glob(f"{layout.application_id}-{EVENT_TIME}-changelog-*"):
-        for batch in read_log(directory):
-            for value in batch.column("value").to_pylist():
-                if value is None:
-                    continue
-                recorded_batch, time = _core.split_event_time_record(value)
-                if recorded_batch < batch_id and (before is None or time > before):
-                    before = time
-                if recorded_batch < batch_id - 1 and (before_previous is None or time > before_previous):
-                    before_previous = time
-
-    def watermark(largest: int | None) -> int:
-        return 0 if largest is None else max(0, largest - delay_ms)
-
-    return watermark(before_previous), watermark(before)
