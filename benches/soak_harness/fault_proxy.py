@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import os
 import random
+import re
 import socket
 import struct
 import threading
@@ -25,7 +26,7 @@ import time
 import uuid
 from collections.abc import Callable
 from typing import NamedTuple
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 _ANSWERS = {  # fault: status line, S3 error code, message
     "error500": ("500 Internal Server Error", "InternalError", "We encountered an internal error. Please try again."),
@@ -60,6 +61,8 @@ class FaultProxy:
         self.max_delay = max_delay
         self.endpoint = ""
         self.counts: collections.Counter[str] = collections.Counter()
+        # Requests by method and kind of object (the key with digits and ids masked), faulted or not.
+        self.requests: collections.Counter[tuple[str, str]] = collections.Counter()
         self._lock = threading.Lock()
         self._random = random.Random(seed)
         self._shares = {"error": 0.0, "slowdown": 0.0, "delay": 0.0, "reset": 0.0}
@@ -136,6 +139,8 @@ class FaultProxy:
         if not head:
             return False
         method, path = request_line.decode().split(" ")[:2]
+        with self._lock:
+            self.requests[method, _kind_of(path)] += 1
         if headers.get("expect", "").lower() == "100-continue":  # answered here, not upstream
             client.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
             head = b"".join(line for line in head.splitlines(True) if not line.lower().startswith(b"expect:"))
@@ -291,3 +296,13 @@ def _close(sock: socket.socket) -> None:
     except OSError:
         pass
     sock.close()
+
+
+def _kind_of(path: str) -> str:
+    """What a request is about, without which one: ``/bucket/app-count-changelog-1/0042.log`` ->
+    ``/bucket/app-count-changelog-#/#.log``; a listing is its prefix, so masked, with ``?list``."""
+    key, _, query = path.partition("?")
+    prefix = parse_qs(query).get("prefix")
+    if prefix:
+        key = f"{key}/{prefix[0]}?list"
+    return re.sub(r"[0-9a-f]{12,}|\d+", "#", key)
