@@ -264,3 +264,24 @@ def test_pid_of_peer_finds_the_client_process_which_the_action_can_kill(proxy):
     assert client.returncode == -signal.SIGKILL
     assert out == "connecting\n", "killed before it saw an answer"
     assert proxy.counts["intercept"] == 1
+
+
+def test_a_failed_bucket_check_is_retried_not_taken_for_a_missing_bucket(bucket, proxy):
+    """Listing a directory that does not exist asks whether the bucket does. s3fs's ``exists``
+    answers False on any failure, so a dropped connection there read as "bucket does not
+    exist", which is not retried; the check now fails as the storage's failure, and is retried."""
+    store = ObjectStore(bucket.url, through(proxy, bucket, **no_botocore_retries()).storage_options, QUICK)
+    bucket_path = "/" + bucket.url.split("/")[2]
+    drops = []
+
+    def is_bucket_check(method: str, path: str) -> bool:
+        return method == "HEAD" and path.split("?")[0].rstrip("/") == bucket_path
+
+    def drop(pid: int | None) -> None:
+        drops.append(pid)
+        if len(drops) < 6:  # more than s3fs's own retries of one call
+            proxy.intercept(is_bucket_check, drop)
+
+    proxy.intercept(is_bucket_check, drop)
+    assert store.list("missing") == {}
+    assert len(drops) == 6
