@@ -359,9 +359,14 @@ def test_a_commit_whose_upload_answer_was_lost_applies_once(remote, tmp_path, mo
             store.commit()
         monkeypatch.setattr(ObjectStore, "create", real_create)
         assert store.committed_offset() == PER_ROUND - 1
-        with pytest.raises(CommitConflictError):
-            store.commit()  # the retry meets the attempt that did publish
-        assert store.recover()
+        if remote.kind == "s3":
+            store.commit()  # the retry finds its own object there, byte for byte: done
+        else:
+            # A local create compares bytes only after its own call failed (a hard link either
+            # is made or is not); this one succeeded, so the retry meets a conflict.
+            with pytest.raises(CommitConflictError):
+                store.commit()
+            assert store.recover()
         assert store.committed_offset() == PER_ROUND and store.get("once") == 1
 
 
