@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import signal
 import sys
 import tempfile
 from dataclasses import replace
@@ -58,6 +59,8 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    # A stopped soak (timeout, kill) still stops Spark and unmounts its state disks.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     work_dir = args.work_dir or Path(tempfile.mkdtemp(prefix="kstate-soak-"))
     config = SoakConfig(
         work_dir=work_dir,

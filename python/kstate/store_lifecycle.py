@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from kstate.config import ChangelogConfig, StoreConfig
-from kstate.errors import InvalidArgumentError, StoreBehindChangelogError, StoreClosedError
+from kstate.errors import InvalidArgumentError, RemoteStorageError, StoreBehindChangelogError, StoreClosedError
 from kstate.log.remote import CompactionReport, RemoteChangelog, StoreBehindCompaction
 from kstate.memory import disk_bytes
 
@@ -267,7 +267,11 @@ class StoreLifecycle:
 
     def clean_changelog(self) -> None:
         """Runs the changelog's cleaner (retention; compaction once
-        ``min.cleanable.dirty.ratio`` of it was written since the last one) and logs what it did."""
+        ``min.cleanable.dirty.ratio`` of it was written since the last one) and logs what it did;
+        a remote changelog is compacted by the same rule (``RemoteChangelog.wants_compaction``),
+        as Kafka's brokers compact a changelog topic, so it stays bounded by the state it holds.
+        A remote compaction that fails is logged and left to the next commit: the commit
+        before it stands."""
         if self._logging is None:
             return
         cleaned = self._reader.clean_changelog(now_ms())
@@ -277,6 +281,13 @@ class StoreLifecycle:
                 self._changelog_dir,
                 ", ".join(f"{name.replace('_', ' ')} {value:,}" for name, value in cleaned.items()),
             )
+        if self._remote is not None and self._remote.wants_compaction(self._logging.topic_config):
+            try:
+                self.compact_changelog()
+            except RemoteStorageError as error:
+                log.warning(
+                    "Changelog %s: compaction failed, the next commit tries again: %s", self._remote.location, error
+                )
 
     def flush(self) -> None:
         """Kafka's ``flush``: for a transactional store, a commit (at the current offset when

@@ -5,6 +5,7 @@ S3 server (through s3fs) and a ``file://`` directory."""
 
 from __future__ import annotations
 
+import logging
 import shutil
 import threading
 import time
@@ -15,7 +16,7 @@ from kafka.record.memory_records import MemoryRecords
 from kstate import Stores
 from kstate.errors import CommitConflictError, RemoteStorageError
 from kstate.log.object_store import ObjectStore
-from kstate.log.remote import RemoteChangelog, object_name
+from kstate.log.remote import COMPACT_AFTER_COMMITS, RemoteChangelog, object_name
 
 from .locations import Remote, builder
 
@@ -241,6 +242,21 @@ def test_compaction_keeps_the_state_a_restore_sees(remote, tmp_path, caplog):
     assert "wiping its local state to restore it from scratch" in caplog.text
     with builder(remote).build().init(task(tmp_path / "a")) as writer:
         assert commit_rounds(writer, 1, start=12) == [13 * PER_ROUND - 1]
+
+
+def test_commits_compact_the_remote_changelog_as_it_grows(remote, tmp_path, caplog):
+    """A store that only commits keeps its remote changelog bounded, as a Kafka broker compacts a
+    changelog topic: without it a query's changelog, and every restore's replay, grows forever."""
+    with builder(remote).build().init(task(tmp_path / "a")) as store:
+        with caplog.at_level(logging.INFO, logger="kstate.log.remote"):
+            commit_rounds(store, 3 * COMPACT_AFTER_COMMITS)
+        expected = contents(store)
+    objects = remote_log(remote).list()
+    assert any(o.last is not None for o in objects), "compacted objects"
+    assert len([o for o in objects if o.last is None]) <= COMPACT_AFTER_COMMITS + 1
+    assert caplog.text.count("Compacted ") >= 2
+    with builder(remote).build().init(task(tmp_path / "b")) as other:
+        assert contents(other) == expected, "a restore sees the state"
 
 
 def test_a_compaction_interrupted_before_deleting_leaves_a_readable_log(remote, tmp_path, monkeypatch):

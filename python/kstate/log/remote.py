@@ -44,6 +44,8 @@ log = logging.getLogger("kstate.log.remote")
 _NAME = re.compile(r"^(\d{20})(?:-(\d{20}))?\.log$")
 # A concurrent compaction may delete objects a reader listed a moment ago: list again.
 _FETCH_ATTEMPTS = 3
+COMPACT_AFTER_COMMITS = 100
+"""Commit objects a changelog gathers after its last compacted one before a commit compacts it."""
 
 
 def object_name(first: int, last: int | None = None) -> str:
@@ -164,6 +166,7 @@ class RemoteChangelog:
         self.store = ObjectStore(url, storage_options)
         self.directory = f"{topic}-{partition}"
         self.location = f"{self.store.url}/{self.directory}"
+        self._published_chain: list[Link] = []  # the log as the last publish found it
 
     def list(self) -> list[LogObject]:
         """The objects there are now, by first offset."""
@@ -187,13 +190,31 @@ class RemoteChangelog:
             raise CommitConflictError(
                 f"changelog {self.location}: another writer published offset {first} first"
             ) from None
-        if not any(link.object.name == name for link in resolve(self.list())):
+        chain = resolve(self.list())
+        if not any(link.object.name == name for link in chain):
             self.store.delete(self.object_key(name))
             raise CommitConflictError(
                 f"changelog {self.location}: offset {first} was published and compacted before this "
                 f"commit; the writer is behind"
             )
+        self._published_chain = chain
         log.debug("published offsets %d..%d to %s/%s", first, last, self.location, name)
+
+    def wants_compaction(self, config: Mapping[str, Any] | None = None) -> bool:
+        """Whether the log, as the last publish found it, is due for :meth:`compact`, by Kafka's
+        cleaner rule: the commit objects since the last compacted one (the newest aside, which
+        compaction never merges) hold at least ``min.cleanable.dirty.ratio`` (default 0.5) of
+        the bytes that would merge, and there are at least ``COMPACT_AFTER_COMMITS`` of them (as
+        Kafka cleans only segments no longer written). So the log stays within about twice its
+        compacted size plus that many commits, and each byte is rewritten a bounded number of
+        times."""
+        chain = self._published_chain[:-1]
+        compacted = [i for i, link in enumerate(chain) if link.object.last is not None]
+        dirty = chain[compacted[-1] + 1 :] if compacted else chain
+        if len(dirty) < COMPACT_AFTER_COMMITS:
+            return False
+        ratio = float((config or {}).get("min.cleanable.dirty.ratio", 0.5))
+        return sum(link.object.size for link in dirty) >= ratio * sum(link.object.size for link in chain)
 
     def retract_after(self, offset: int | None) -> list[str]:
         """Deletes the commit objects starting after ``offset`` (``None``: all of them): commits
