@@ -17,7 +17,7 @@ from typing import Any, Callable, TypeVar
 
 from kstate.config import ChangelogConfig, StoreConfig
 from kstate.errors import InvalidArgumentError, RemoteStorageError, StoreBehindChangelogError, StoreClosedError
-from kstate.log.remote import CompactionReport, RemoteChangelog, StoreBehindCompaction
+from kstate.log.remote import KEEP_NEWEST_COMMITS, CompactionReport, RemoteChangelog, StoreBehindCompaction
 from kstate.memory import disk_bytes
 
 log = logging.getLogger("kstate.store")
@@ -283,7 +283,9 @@ class StoreLifecycle:
             )
         if self._remote is not None and self._remote.wants_compaction(self._logging.topic_config):
             try:
-                self.compact_changelog()
+                self._remote.compact(
+                    self._logging.topic_config, work_dir=self._fetch_path.parent, keep_newest=KEEP_NEWEST_COMMITS
+                )
             except RemoteStorageError as error:
                 log.warning(
                     "Changelog %s: compaction failed, the next commit tries again: %s", self._remote.location, error

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pytest
 
 from kstate import Stores, _core
+from kstate.log import remote as remote_module
 from kstate.log.object_store import ObjectStore
 from kstate.log.remote import RemoteChangelog
 from kstate.spark import StateBackend, TaskInfo
@@ -262,3 +263,20 @@ def test_tick_records_on_s3_give_each_partitions_newest(s3, monkeypatch):
     assert sorted(r["next_timer"] for r in reader.records()) == [1, 50]
     records.write(1, 2, {"next_timer": None, "watermark": 0, "largest": None})
     assert len(records.store.list("app-kstate-timers")) == 2, "older records deleted"
+
+
+def test_a_replay_after_a_compaction_sees_its_watermarks_again(s3, tmp_path, monkeypatch):
+    """The soak's find: a batch's commit compacted the event-time changelog, then the query
+    restarted and replayed that batch. Had compaction kept only the latest record (the batch
+    itself), the replay's late-row watermark, read from the batches before it, would have been 0
+    and late rows would have counted. Commits leave the newest objects whole."""
+    monkeypatch.setattr(remote_module, "COMPACT_AFTER_COMMITS", 2)
+    batches = [{0: [10_000 * (b + 1)], 1: [10_000 * (b + 1) + 5_000, 1_000]} for b in range(12)]
+    backend = backend_at(s3.url, tmp_path / "state", s3.storage_options)
+    first = run_query(backend, batches)
+    assert [batch[0][:2] for batch in first] == expected_watermarks(batches)
+    objects = RemoteChangelog(s3.url, f"app-{EVENT_TIME}-changelog", 0, s3.storage_options).list()
+    assert any(o.last is not None for o in objects), "the event-time changelog was compacted"
+    watermarks._KNOWN.clear()  # the restarted query's tasks run in new Python workers
+    again = [run_task(backend, 11, p, batches[11][p]) for p in range(PARTITIONS)]  # rolled back, redone
+    assert again == first[11]

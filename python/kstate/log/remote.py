@@ -46,6 +46,10 @@ _NAME = re.compile(r"^(\d{20})(?:-(\d{20}))?\.log$")
 _FETCH_ATTEMPTS = 3
 COMPACT_AFTER_COMMITS = 100
 """Commit objects a changelog gathers after its last compacted one before a commit compacts it."""
+KEEP_NEWEST_COMMITS = 4
+"""Commit objects a commit's compaction leaves whole: kstate.spark reads the records of the
+batches just before one it replays after a restart (Spark's watermarks of that batch), so those
+must keep every record, not only each key's latest."""
 
 
 def object_name(first: int, last: int | None = None) -> str:
@@ -202,13 +206,13 @@ class RemoteChangelog:
 
     def wants_compaction(self, config: Mapping[str, Any] | None = None) -> bool:
         """Whether the log, as the last publish found it, is due for :meth:`compact`, by Kafka's
-        cleaner rule: the commit objects since the last compacted one (the newest aside, which
-        compaction never merges) hold at least ``min.cleanable.dirty.ratio`` (default 0.5) of
+        cleaner rule: the commit objects since the last compacted one (the ``KEEP_NEWEST_COMMITS``
+        newest aside, which it leaves whole) hold at least ``min.cleanable.dirty.ratio`` (default 0.5) of
         the bytes that would merge, and there are at least ``COMPACT_AFTER_COMMITS`` of them (as
         Kafka cleans only segments no longer written). So the log stays within about twice its
         compacted size plus that many commits, and each byte is rewritten a bounded number of
         times."""
-        chain = self._published_chain[:-1]
+        chain = self._published_chain[:-KEEP_NEWEST_COMMITS]
         compacted = [i for i, link in enumerate(chain) if link.object.last is not None]
         dirty = chain[compacted[-1] + 1 :] if compacted else chain
         if len(dirty) < COMPACT_AFTER_COMMITS:
@@ -320,12 +324,13 @@ class RemoteChangelog:
         min_objects: int = 2,
         work_dir: str | os.PathLike[str] | None = None,
         now_ms: int | None = None,
+        keep_newest: int = 1,
     ) -> CompactionReport:
-        """Merges every object but the newest into compacted objects (the latest record per
-        key, tombstones kept ``delete.retention.ms``, offsets kept, groups up to
-        ``segment.bytes``), then deletes what they replace and any garbage. Safe to run while
-        writers commit, and to crash part-way (see the module docstring). Does nothing while
-        fewer than ``min_objects`` objects would merge and there is no garbage."""
+        """Merges every object but the ``keep_newest`` newest into compacted objects (the latest
+        record per key, counting the newest too; tombstones kept ``delete.retention.ms``, offsets
+        kept, groups up to ``segment.bytes``), then deletes what they replace and any garbage.
+        Safe to run while writers commit, and to crash part-way (see the module docstring). Does
+        nothing while fewer than ``min_objects`` objects would merge and there is no garbage."""
         started = time.monotonic()
         now_ms = _now_ms() if now_ms is None else now_ms
         config = {str(k): str(v) for k, v in (config or {}).items()}
@@ -333,7 +338,8 @@ class RemoteChangelog:
         chain = resolve(objects)
         taken = {link.object.name for link in chain}
         garbage = [o for o in objects if o.name not in taken]
-        inputs, newest = chain[:-1], chain[-1:]
+        keep = max(keep_newest, 1)
+        inputs, newest = chain[:-keep], chain[-keep:]
         log.info(
             "Compacting %s: %d objects, %d in the log, %d garbage",
             self.location,
