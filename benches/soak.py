@@ -55,7 +55,7 @@ def main() -> None:
     parser.add_argument("--no-faults", action="store_true", help="no scheduled faults (the proxy still errs)")
     parser.add_argument("--trigger", default=SoakConfig.trigger, help="the queries' processing-time trigger")
     parser.add_argument("--work-dir", type=Path, help="default: a temporary directory")
-    parser.add_argument("--out", type=Path, help="write the report here as JSON")
+    parser.add_argument("--out", type=Path, help="write the report here as JSON (after each check, and at the end)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
@@ -70,10 +70,12 @@ def main() -> None:
         workload=replace(Workload(), rows=args.rows, keys=args.keys, seed=args.seed),
         inflict=not args.no_faults,
         trigger=args.trigger,
+        report_path=args.out,
     )
-    report = Soak(config).run()
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
+    report = Soak(config).run()
+    if args.out:
         args.out.write_text(json.dumps(report, indent=2))
     print(table(report))
     print(json.dumps({k: v for k, v in report.items() if k not in ("blocks", "checks")}, indent=2))

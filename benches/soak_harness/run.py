@@ -6,6 +6,7 @@ schedule, every output row checked against ``reference.py`` as it arrives, and e
 from __future__ import annotations
 
 import collections
+import json
 import logging
 import statistics
 import subprocess
@@ -58,6 +59,7 @@ class SoakConfig:
     file_timeout: float = 600.0
     trigger: str = "1 second"  # as production queries set it; the default polls every 10 ms when idle
     ahead: int = 3  # files written before the oldest of them went through every query
+    report_path: Path | None = None  # where each check writes the report so far (JSON)
     inflict: bool = True  # False: no scheduled faults (the proxy's shares still apply)
 
 
@@ -488,6 +490,8 @@ class Soak:
         self._start_queries()
         check = {"file": index, "problems": problems, "seconds": round(time.monotonic() - started, 1)}
         self.checks.append(check)
+        if self.config.report_path is not None:  # a run stopped later still leaves its figures
+            self.config.report_path.write_text(json.dumps({**self.report(), "failure": None}, indent=2))
         log.info("check at file %d: %s", index, "exact" if not problems else problems)
         if problems:
             raise SoakFailure(f"check at file {index}: {problems}")
