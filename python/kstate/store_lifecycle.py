@@ -23,6 +23,8 @@ from kstate.memory import disk_bytes
 log = logging.getLogger("kstate.store")
 
 TASK_DIR = re.compile(r"^\d+_(\d+)$")
+CACHE_SEGMENT_BYTES = 1 << 20
+"""Segment size of a remote changelog's local cache."""
 """A task directory's name, ``<subtopology>_<partition>``."""
 
 
@@ -146,6 +148,16 @@ class StoreLifecycle:
         self._changelog_dir = log_dir / f"{self.changelog_topic}-{self.partition}"
         self._fetch_path = self._changelog_dir.with_name(f"{self._changelog_dir.name}.fetching.log")
 
+    def _cache_config(self) -> dict[str, str]:
+        """The topic config for the local cache of a remote changelog: segments of at most
+        ``CACHE_SEGMENT_BYTES``, so that the segments a commit leaves behind its committed
+        offset are dropped (with Kafka's 1 GiB segments the cache's one segment held everything
+        the store ever committed); the remote objects keep the topic's own ``segment.bytes``."""
+        assert self._logging is not None
+        config = {str(k): str(v) for k, v in self._logging.topic_config.items()}
+        config["segment.bytes"] = str(min(int(config.get("segment.bytes", CACHE_SEGMENT_BYTES)), CACHE_SEGMENT_BYTES))
+        return config
+
     def attach_changelog(self) -> None:
         """Opens the changelog of the open store again (``init`` does it; kstate.spark after
         ``detach_changelog``), logging a torn tail it cut or unpublished records it dropped."""
@@ -153,7 +165,7 @@ class StoreLifecycle:
         partition_dir = self._changelog_dir
         found = self._reader.attach_changelog(
             str(partition_dir),
-            self._logging.topic_config,
+            self._cache_config() if self._remote is not None else self._logging.topic_config,
             self.changelog_topic,
             self.partition,
             self._supplier.timestamped,
