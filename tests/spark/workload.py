@@ -160,3 +160,18 @@ def committed(query, batch):
         query,
         f"batch {batch} committed",
     )
+
+
+def run_until(frame, checkpoint, batches, trigger="200 milliseconds", output_mode="update"):
+    """Runs the streaming ``frame`` (``collecting``) until ``batches`` of its micro-batches had
+    output and the last of them is committed (the sink sees a batch's rows before Spark writes its
+    commit log: stopping then leaves a checkpoint without that batch, which Spark's state reader
+    refuses to read); returns ``{batch id: sorted rows}`` and the stopped query."""
+    query, outputs = collecting(frame, checkpoint, trigger, output_mode)
+    try:
+        wait_for(lambda: len(outputs) >= batches, query, f"{batches} batches with output")
+        committed(query, max(outputs))
+    finally:
+        query.stop()
+    assert query.exception() is None, query.exception()
+    return outputs, query

@@ -23,7 +23,7 @@ from kstate.spark.protocol.exactly_once import StateLayout  # noqa: E402
 from remote.locations import s3_remote  # noqa: E402
 
 from .. import spark_suite_processors as p  # noqa: E402
-from ..workload import collecting, committed, input_stream, spark_for_tests, wait_for, write_file  # noqa: E402
+from ..workload import collecting, committed, input_stream, run_until, spark_for_tests, wait_for, write_file  # noqa: E402
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -69,19 +69,6 @@ def event_time_query(spark, work, state, changelog, **options):
         changelog, "events", num_partitions=2, time_mode="EventTime", event_time_column="ts",
         watermark_delay_ms=DELAY_MS, lock_timeout=60, **options,
     )  # fmt: skip
-
-
-def run_until(frame, checkpoint, batches):
-    """Runs ``frame`` until it has ``batches`` batches with output (committed); its outputs by
-    batch id and the query."""
-    query, outputs = collecting(frame, checkpoint)
-    try:
-        wait_for(lambda: len(outputs) >= batches, query, f"{batches} batches with output")
-        committed(query, max(outputs))
-    finally:
-        query.stop()
-    assert query.exception() is None, query.exception()
-    return outputs, query
 
 
 def summary(outputs):

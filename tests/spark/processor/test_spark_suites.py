@@ -35,6 +35,7 @@ from ..workload import (  # noqa: E402
     collecting,
     committed,
     input_stream,
+    run_until,
     spark_for_tests,
     wait_for,
     write_file,
@@ -85,15 +86,7 @@ def counts(*batches):
 def collect(frame, checkpoint, batches, trigger="200 milliseconds", output_mode="update"):
     """The non-empty outputs of the query's first batches, in order, each a sorted list of
     tuples (the query runs until ``batches`` of them came)."""
-    query, outputs = collecting(frame, checkpoint, trigger, output_mode)
-    try:
-        wait_for(lambda: len(outputs) >= batches, query, f"{batches} batches with output")
-        # The sink sees a batch's rows before Spark writes its commit log: stopping then leaves a
-        # checkpoint without that batch, which Spark's state reader refuses to read.
-        committed(query, max(outputs))
-    finally:
-        query.stop()
-    assert query.exception() is None, query.exception()
+    outputs, _ = run_until(frame, checkpoint, batches, trigger, output_mode)
     return [outputs[b] for b in sorted(outputs)][:batches]
 
 

@@ -23,7 +23,7 @@ from pyspark.sql.streaming import StatefulProcessor  # noqa: E402
 
 from kstate.spark import read_processor_state, transform_with_state  # noqa: E402
 
-from ..workload import collecting, committed, input_stream, spark_for_tests, wait_for, write_file  # noqa: E402
+from ..workload import input_stream, run_until, spark_for_tests, write_file  # noqa: E402
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -177,13 +177,7 @@ def run(frame, checkpoint, batches=FILES):
     in processing time runs a batch without data after every other (its timers may be due), so
     neither ``availableNow`` nor ``processAllAvailable`` ever ends: the query runs until
     ``batches`` batches had output."""
-    query, outputs = collecting(frame, checkpoint)
-    try:
-        wait_for(lambda: len(outputs) >= batches, query, f"{batches} batches with output")
-        committed(query, max(outputs))
-    finally:
-        query.stop()
-    assert query.exception() is None
+    outputs, _ = run_until(frame, checkpoint, batches)
     return [outputs[b] for b in sorted(outputs)]
 
 
