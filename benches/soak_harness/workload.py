@@ -18,6 +18,9 @@ WATERMARK_DELAY_MS = 30_000
 
 @dataclass(frozen=True)
 class Workload:
+    """The input's shape: ``rows`` per file over ``keys`` Zipf-distributed keys (exponent
+    ``zipf_exponent``) plus ``new_keys`` never seen before, shares of rows out of order and late."""
+
     seed: int = 0
     keys: int = 10_000
     rows: int = 1_000
