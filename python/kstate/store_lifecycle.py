@@ -295,9 +295,7 @@ class StoreLifecycle:
             )
         if self._remote is not None and self._remote.wants_compaction(self._logging.topic_config):
             try:
-                self._remote.compact(
-                    self._logging.topic_config, work_dir=self._fetch_path.parent, keep_newest=KEEP_NEWEST_COMMITS
-                )
+                self.compact_changelog(keep_newest=KEEP_NEWEST_COMMITS)
             except RemoteStorageError as error:
                 log.warning(
                     "Changelog %s: compaction failed, the next commit tries again: %s", self._remote.location, error
@@ -320,14 +318,17 @@ class StoreLifecycle:
             return self._reader.recover(changelog_offset, None)
         return self._catch_up("recovering", lambda progress: self._reader.recover(changelog_offset, progress))
 
-    def compact_changelog(self, min_objects: int = 2) -> CompactionReport:
+    def compact_changelog(self, min_objects: int = 2, keep_newest: int = 1) -> CompactionReport:
         """Compact the store's remote changelog (``kstate.log.remote``): every object but the
-        newest merges into few, keeping the latest record per key. Safe while this or other
-        writers commit; restoring afterwards gives the same state."""
+        ``keep_newest`` newest merges into few, keeping the latest record per key. Safe while
+        this or other writers commit; restoring afterwards gives the same state."""
         if self._remote is None or self._logging is None:
             raise InvalidArgumentError(f"store {self.name} has no remote changelog (changelog.dir as a URL)")
         return self._remote.compact(
-            self._logging.topic_config, min_objects=min_objects, work_dir=self._fetch_path.parent
+            self._logging.topic_config,
+            min_objects=min_objects,
+            work_dir=self._fetch_path.parent,
+            keep_newest=keep_newest,
         )
 
     def committed_offset(self) -> int | None:
