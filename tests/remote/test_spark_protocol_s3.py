@@ -5,9 +5,11 @@ creates decide; two "executors" are two state dirs sharing the bucket."""
 import pytest
 
 from kstate import Stores
-from kstate.errors import BatchConflictError
+from kstate.errors import BatchConflictError, ProcessorStateError
+from kstate.log.object_store import ObjectStore
 from kstate.log.remote import RemoteChangelog
 from kstate.spark import StateBackend, TaskInfo
+from kstate.spark.protocol.batch_log import TRIM_SLACK
 from kstate.store_lifecycle import native_store
 
 
@@ -75,3 +77,24 @@ def test_objects_a_crashed_attempt_published_are_voided_then_deleted(s3, tmp_pat
     b = backend_on(s3, tmp_path / "b")
     assert count(b, 1, ["x"]) == {"x": 2}, "the unrecorded 99 never counted"
     assert snapshot(a) == {"x": 2}
+
+
+def test_a_long_run_keeps_a_bounded_batch_log_and_undo_objects_in_the_bucket(s3, tmp_path):
+    a = backend_on(s3, tmp_path / "a")
+    expected: dict[str, int] = {}
+    for batch in range(2 * TRIM_SLACK + 5):
+        keys = ["x", f"k{batch % 5}"]
+        count(a, batch, keys)
+        for key in keys:
+            expected[key] = expected.get(key, 0) + 1
+    bucket = ObjectStore(s3.url, s3.storage_options)
+    entries = bucket.list(a.layout.batch_log_name(0))
+    assert len(entries) <= a.undo_retained_batches + 1 + TRIM_SLACK, sorted(entries)
+    assert len(bucket.list(f"{a.layout.undo_name(0)}/counts")) == a.undo_retained_batches
+    # Another executor restores and rolls back within what is kept; beyond it, nothing changes.
+    b = backend_on(s3, tmp_path / "b")
+    last = 2 * TRIM_SLACK + 4
+    assert count(b, last, ["x"]) == {"x": expected["x"]}
+    with pytest.raises(ProcessorStateError):
+        count(b, last - 10, ["x"])
+    assert snapshot(a) == {**expected, f"k{last % 5}": expected[f"k{last % 5}"] - 1}

@@ -148,6 +148,11 @@ class Partition:
         log.info("Partition %s: retention %s", self.directory, report)
         return report
 
+    def delete_segments_below(self, offset: int, now_ms: int | None = None) -> int:
+        """Deletes the oldest segments whose records all have offsets below ``offset`` (never the
+        active one), as Kafka's DeleteRecords moves a log's start; returns the new log start offset."""
+        return self._native.delete_segments_below(offset, _now_ms() if now_ms is None else now_ms)
+
     def compact(self, now_ms: int | None = None) -> dict[str, int]:
         """Keep the latest record per key (cleanup policy ``compact``); tombstones go after
         ``delete.retention.ms``."""

@@ -218,7 +218,10 @@ def _history(
             return out, False
         if entry.batch_id != EMPTY_STATE:
             out.append((entry.batch_id, tables))
-        entry = None if entry.previous is None else entries.entry(entry.previous)
+        try:
+            entry = None if entry.previous is None else entries.entry(entry.previous)
+        except ProcessorStateError:
+            return out, False  # the entries before were trimmed with their undo files
     return out, entry is None
 
 

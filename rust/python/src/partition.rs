@@ -130,6 +130,14 @@ impl NativePartition {
         py.detach(|| guard(|| partition.truncate_to(offset)))
     }
 
+    /// Deletes the oldest segments whose records all lie below `offset` (never the active
+    /// one); returns the new log start offset.
+    fn delete_segments_below(&mut self, py: Python<'_>, offset: i64, now_ms: i64) -> PyResult<i64> {
+        let partition = self.partition_mut()?;
+        let report = py.detach(|| guard(|| partition.delete_segments_below(offset, now_ms)))?;
+        Ok(report.log_start_offset)
+    }
+
     /// Deletes segments past retention; returns what it deleted.
     fn delete_expired<'py>(
         &mut self,

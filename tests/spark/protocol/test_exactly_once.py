@@ -13,6 +13,7 @@ import pytest
 from kstate import Stores
 from kstate.errors import BatchConflictError, ProcessorStateError, StateLockTimeoutError
 from kstate.spark import StateBackend, TaskInfo
+from kstate.spark.protocol import batch_log as batch_log_module
 from kstate.spark.protocol.batch_log import BatchLog
 from kstate.spark.protocol.idle import RELEASE_REQUEST
 from kstate.store_lifecycle import native_store
@@ -80,6 +81,26 @@ def test_undo_beyond_retention_is_a_typed_error(backend):
         count(backend, batch, ["a"])
     with pytest.raises(ProcessorStateError, match="undo file"):
         count(backend, 0, ["a"])
+
+
+def test_a_long_run_keeps_a_few_batch_log_segments_and_undo_files(backend, monkeypatch):
+    monkeypatch.setattr(batch_log_module, "SEGMENT_BYTES", 600)  # a few entries per segment
+    expected: dict[str, int] = {}
+    for batch in range(60):
+        keys = ["a", f"k{batch % 7}"]
+        count(backend, batch, keys)
+        for key in keys:
+            expected[key] = expected.get(key, 0) + 1
+    segments = list(backend.layout.batch_log_dir(0).glob("*.log"))
+    assert len(segments) <= 4, f"entries below the undo horizon are deleted, found {len(segments)} segments"
+    assert len(list(backend.layout.undo_dir(0).glob("*/*"))) == backend.undo_retained_batches
+    assert snapshot(backend) == expected
+    # What the log still keeps is enough to roll back as far as undo files reach, and no further.
+    assert count(backend, 59, ["a", "k3"]) == {"a": 60, "k3": 9}
+    assert count(backend, 58, ["a", "k2"]) == {"a": 59, "k2": 9}
+    with pytest.raises(ProcessorStateError):
+        count(backend, 40, ["a"])
+    assert snapshot(backend) == {**expected, "a": 59, "k3": 8}
 
 
 def test_a_failed_attempt_leaves_the_previous_batch(backend):

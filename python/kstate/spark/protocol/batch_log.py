@@ -13,6 +13,10 @@ atomically after each append, lets an attempt note the head before it waits for 
 On an object store (``RemoteBatchLog``) there is no lock: each entry is an object
 ``<20-digit position>.json`` created exclusively, so of two attempts appending at one position
 the first wins and the other gets ``BatchConflictError``.
+
+Only the last few states are ever read (rollback reads the one before the head, ``show_as_of``
+as far back as undo files are kept), so ``trim`` deletes the entries below them: a query that
+runs for weeks keeps a log of a few entries, not one per micro-batch it ever ran.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from kstate.errors import BatchConflictError, CorruptedDataError
+from kstate.errors import BatchConflictError, CorruptedDataError, ProcessorStateError
 from kstate.log.object_store import ObjectStore
 from kstate.log.partition import Partition
 
@@ -33,8 +37,11 @@ EMPTY_STATE = -1
 """The batch id of the state before any batch: every store empty."""
 
 _HEAD_FILE = ".head"
-_SEGMENT_BYTES = 1024 * 1024
+SEGMENT_BYTES = 1024 * 1024
 """Opening a log scans its last segment: entries are small, so keep segments small too."""
+TRIM_SLACK = 32
+"""An object-store log deletes entries it no longer needs once this many have gathered: one
+bulk delete per so many micro-batches, not a request per batch."""
 
 
 @dataclass(frozen=True)
@@ -76,19 +83,37 @@ class BatchEntry:
 class _EntryChain:
     """Walking a batch log's entries back from its head."""
 
+    directory: str | Path
+
     def head(self) -> BatchEntry | None:
         raise NotImplementedError
 
     def entry(self, position: int) -> BatchEntry:
+        """The entry at ``position``; ``ProcessorStateError`` if it was trimmed."""
         raise NotImplementedError
 
+    def trim(self, keep_from: int) -> bool:
+        """Deletes entries below position ``keep_from`` (or some of them, when few have gathered);
+        whether it deleted any."""
+        raise NotImplementedError
+
+    def _trimmed(self, position: int) -> ProcessorStateError:
+        return ProcessorStateError(
+            f"batch log {self.directory}: the entry at {position} is no longer kept (entries below the "
+            "states that undo files reach are deleted)"
+        )
+
     def history(self, count: int) -> list[BatchEntry]:
-        """The head and the entries of the states before it, newest first, at most ``count``."""
+        """The head and the entries of the states before it, newest first, at most ``count`` and
+        as far back as the log keeps."""
         out: list[BatchEntry] = []
         entry = self.head()
         while entry is not None and len(out) < count:
             out.append(entry)
-            entry = None if entry.previous is None else self.entry(entry.previous)
+            try:
+                entry = None if entry.previous is None else self.entry(entry.previous)
+            except ProcessorStateError:
+                break  # trimmed
         return out
 
 
@@ -97,7 +122,7 @@ class BatchLog(_EntryChain):
 
     def __init__(self, directory: str | os.PathLike):
         self.directory = Path(directory)
-        self._log = Partition.open(self.directory, {"segment.bytes": _SEGMENT_BYTES})
+        self._log = Partition.open(self.directory, {"segment.bytes": SEGMENT_BYTES})
 
     def head(self) -> BatchEntry | None:
         """The last entry: the partition's published state; ``None`` before the first batch."""
@@ -105,6 +130,8 @@ class BatchLog(_EntryChain):
         return None if end <= self._log.log_start_offset else self.entry(end - 1)
 
     def entry(self, position: int) -> BatchEntry:
+        if position < self._log.log_start_offset:
+            raise self._trimmed(position)
         records = self._log.read(position, 1)
         if not records or records[0].offset != position:
             raise CorruptedDataError(f"batch log {self.directory} has no entry at offset {position}")
@@ -122,6 +149,11 @@ class BatchLog(_EntryChain):
         written = BatchEntry.from_bytes(entry.to_bytes(), info.last_offset)
         self.write_head_hint(written)
         return written
+
+    def trim(self, keep_from: int) -> bool:
+        """Deletes whole segments below ``keep_from``, never the active one."""
+        start = self._log.log_start_offset
+        return self._log.delete_segments_below(keep_from) > start
 
     def write_head_hint(self, head: BatchEntry | None) -> None:
         """Records where the head is in ``.head`` (temporary file, rename). Not synced: after a
@@ -157,6 +189,8 @@ class RemoteBatchLog(_EntryChain):
         self.directory = name
         self._store = ObjectStore(url, storage_options)
         self._positions = self._list()
+        self._entries: dict[int, BatchEntry] = {}
+        """Entries read or appended by this instance: an entry object never changes once created."""
 
     def _list(self) -> list[int]:
         found = (_ENTRY_NAME.match(n) for n in self._store.list(self.directory))
@@ -169,13 +203,19 @@ class RemoteBatchLog(_EntryChain):
         return self.entry(self._positions[-1]) if self._positions else None
 
     def entry(self, position: int) -> BatchEntry:
+        known = self._entries.get(position)
+        if known is not None:
+            return known
         with tempfile.TemporaryDirectory(prefix="kstate-entry-") as scratch:
             path = Path(scratch) / "entry.json"
             try:
                 self._store.fetch(self._key(position), str(path))
             except FileNotFoundError:
-                raise CorruptedDataError(f"batch log {self.directory} has no entry at {position}") from None
-            return BatchEntry.from_bytes(path.read_bytes(), position)
+                # Listed or pointed to, then gone: a newer attempt's trim took it.
+                raise self._trimmed(position) from None
+            entry = BatchEntry.from_bytes(path.read_bytes(), position)
+        self._entries[position] = entry
+        return entry
 
     @property
     def next_position(self) -> int:
@@ -195,7 +235,19 @@ class RemoteBatchLog(_EntryChain):
                     f"batch log {self.directory}: another attempt published position {position} first"
                 ) from None
         self._positions.append(position)
-        return BatchEntry.from_bytes(entry.to_bytes(), position)
+        written = BatchEntry.from_bytes(entry.to_bytes(), position)
+        self._entries[position] = written
+        return written
+
+    def trim(self, keep_from: int) -> bool:
+        """Deletes the listed entries below ``keep_from`` in one request, once ``TRIM_SLACK`` have
+        gathered. An interrupted delete leaves some of them listed: the next trim takes those."""
+        below = [p for p in self._positions if p < keep_from]
+        if len(below) < TRIM_SLACK:
+            return False
+        self._store.delete_many([self._key(p) for p in below])
+        self._positions = self._positions[len(below) :]
+        return True
 
     def write_head_hint(self, head: BatchEntry | None) -> None:
         """No hint file on an object store: listing is the truth."""

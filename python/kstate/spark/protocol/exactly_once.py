@@ -244,8 +244,8 @@ class PartitionState:
                     self.upgrade.switch(self._logged_builders(), self.layout.task_dir(p), p)
                 self._open_stores()
             self._opened_at = {name: store.committed_offset() for name, store in self._stores.items()}
-            while not read_only and self._head is not None and self._head.batch_id >= batch:
-                self._roll_back()
+            if not read_only:
+                self._roll_back_to(batch)
         except BaseException:
             if parked is not None:
                 release(parked)
@@ -383,15 +383,25 @@ class PartitionState:
             self._stores[builder.name] = store
             self.timings.restored_records += store.restored_records
 
-    def _roll_back(self) -> None:
-        """Takes every store back over the head's batch, as a commit of the undo values."""
-        assert self._log is not None and self._head is not None
-        undone = self._head
-        before = None if undone.previous is None else self._log.entry(undone.previous)
-        for name, store in self._stores.items():
-            undo_file = undone.undo.get(name)
-            if undo_file is not None:
-                stage_raw(store, self._undo.read(undo_file))
+    def _roll_back_to(self, batch: int) -> None:
+        """Takes every store back over each published batch >= ``batch``, newest first. Every
+        undo file is read before the first rollback commits: one that cannot reach ``batch``
+        fails with ``ProcessorStateError`` having changed nothing."""
+        assert self._log is not None
+        steps: list[tuple[BatchEntry, BatchEntry | None, dict[str, Any]]] = []
+        entry = self._head
+        while entry is not None and entry.batch_id >= batch:
+            before = None if entry.previous is None else self._log.entry(entry.previous)
+            undo = {name: self._undo.read(file) for name, file in entry.undo.items() if name in self._stores}
+            steps.append((entry, before, undo))
+            entry = before
+        for undone, before, undo in steps:
+            self._roll_back(undone, before, undo)
+
+    def _roll_back(self, undone: BatchEntry, before: BatchEntry | None, undo: dict[str, Any]) -> None:
+        """Takes every store back over ``undone`` (the head), as a commit of its undo values."""
+        for name, values in undo.items():
+            stage_raw(self._stores[name], values)
         restated = BatchEntry(
             batch_id=EMPTY_STATE if before is None else before.batch_id,
             offsets={},
@@ -468,7 +478,7 @@ class PartitionState:
                     previous=None if self._head is None else self._head.position,
                 )
                 entry = self._publish(entry)
-                self._keep_recent_undo()
+                self._keep_recent()
             if self.upgrade is not None:
                 p = self.task.partition
                 self.upgrade.report(self._logged_builders(), self.layout.task_dir(p), p, self._opened_at)
@@ -554,10 +564,18 @@ class PartitionState:
         self._head = entry
         return entry
 
-    def _keep_recent_undo(self) -> None:
+    def _keep_recent(self) -> None:
+        """Keeps the undo files of the last ``undo_retained_batches`` states and the batch log
+        entries that reach the state before them; deletes the undo files of the entry that just
+        fell out. When the log trims (rarely), also every undo file no kept entry names: those of
+        rolled-back batches and of attempts that died before publishing."""
         assert self._log is not None
-        keep = [name for entry in self._log.history(self.undo_retained_batches) for name in entry.undo.values()]
-        self._undo.keep_only(keep)
+        chain = self._log.history(self.undo_retained_batches + 1)
+        kept, dropped = chain[: self.undo_retained_batches], chain[self.undo_retained_batches :]
+        if self._log.trim(chain[-1].position):
+            self._undo.keep_only(name for entry in kept for name in entry.undo.values())
+        else:
+            self._undo.delete(name for entry in dropped for name in entry.undo.values())
 
     # -- closing ---------------------------------------------------------------------------------
 

@@ -82,6 +82,11 @@ class UndoFiles:
                 "(raise the backend's undo_retained_batches to keep more)"
             ) from None
 
+    def delete(self, names: Iterable[str]) -> None:
+        """Deletes the undo files ``names``; ones already gone are fine."""
+        for name in names:
+            (self.directory / name).unlink(missing_ok=True)
+
     def keep_only(self, names: Iterable[str]) -> int:
         """Deletes every undo file but ``names``; returns how many went."""
         keep = {self.directory / n for n in names}
@@ -126,6 +131,9 @@ class RemoteUndoFiles:
                 ) from None
             with pa.memory_map(str(path)) as source:
                 return pa.ipc.open_file(source).read_all()
+
+    def delete(self, names: Iterable[str]) -> None:
+        self._store.delete_many([f"{self.directory}/{name}" for name in names])
 
     def keep_only(self, names: Iterable[str]) -> int:
         keep = set(names)
