@@ -58,10 +58,10 @@ class SoakConfig:
     state_disk_mb: int = 256
     file_timeout: float = 600.0
     trigger: str = "1 second"  # as production queries set it; the default polls every 10 ms when idle
-    # Files written before the oldest of them went through every query. One: after a restart,
-    # Spark's file source puts a file it had listed but not processed and any newer ones in one
-    # batch (maxFilesPerTrigger counts new files only), and the reference takes a file per batch.
-    ahead: int = 1
+    # Files written before the oldest of them went through every query: the queries always have
+    # the next file waiting, as on a busy stream. Before a restart of the queries only one is
+    # (see _one_file).
+    ahead: int = 2
     report_path: Path | None = None  # where each check writes the report so far (JSON)
     inflict: bool = True  # False: no scheduled faults (the proxy's shares still apply)
 
@@ -247,6 +247,7 @@ class Soak:
         self.samples: list[dict] = []
         self.written: dict[int, float] = {}
         self.batch_ms = {q: {} for q in QUERIES}
+        self.batch_phases: dict[str, dict[int, dict]] = {q: {} for q in QUERIES}  # Spark's durationMs
         self.checks: list[dict] = []
         self.queries: dict = {}
 
@@ -383,6 +384,7 @@ class Soak:
                 )
                 if rows:
                     self.batch_ms[name][progress["batchId"]] = progress["durationMs"].get("triggerExecution", 0)
+                    self.batch_phases[name][progress["batchId"]] = progress["durationMs"]
 
     # -- the run -----------------------------------------------------------------------------
 
@@ -413,8 +415,12 @@ class Soak:
 
     def _one_file(self, index: int) -> None:
         """Writes file ``index`` once file ``index - ahead`` went through every query (so the
-        queries run back to back, as on a busy stream), then inflicts the file's faults."""
-        self._through_every_query(index - self.config.ahead)
+        queries run back to back, as on a busy stream), then inflicts the file's faults. Before
+        a restart of the queries, every earlier file must be through: after a restart, Spark's
+        file source puts a file it had listed but not processed and any newer ones in one batch
+        (maxFilesPerTrigger counts new files only), and the reference takes a file per batch."""
+        restarting = fault_kinds.RESTART_QUERIES in self.plan.get(index, [])
+        self._through_every_query(index - (1 if restarting else self.config.ahead))
         columns = self.config.workload.file(index)
         expected = self.reference.add(index, columns)
         with self.outputs.lock:
@@ -604,6 +610,15 @@ class Soak:
             "seed": self.config.seed,
             "faults": dict(self.faults.happened),
             "proxy": dict(self.proxy.counts),
+            "requests_per_file_all": round(sum(self.proxy.requests.values()) / max(1, done), 1),
+            # Where a data batch's time goes, by Spark's own phases (medians per query).
+            "batch_phases_p50_ms": {
+                q: {
+                    phase: percentile([d.get(phase, 0) for d in phases.values()], 0.5)
+                    for phase in sorted({k for d in phases.values() for k in d})
+                }
+                for q, phases in self.batch_phases.items()
+            },
             "requests_per_file": {
                 f"{method} {kind}": round(n / max(1, done), 1)
                 for (method, kind), n in self.proxy.requests.most_common(25)
