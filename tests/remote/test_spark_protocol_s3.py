@@ -7,7 +7,7 @@ import pytest
 from kstate import Stores
 from kstate.errors import BatchConflictError, ProcessorStateError
 from kstate.log.object_store import ObjectStore
-from kstate.log.remote import RemoteChangelog
+from kstate.log.remote import COMPACT_AFTER_COMMITS, RemoteChangelog
 from kstate.spark import StateBackend, TaskInfo
 from kstate.spark.protocol.batch_log import TRIM_SLACK
 from kstate.store_lifecycle import native_store
@@ -98,3 +98,48 @@ def test_a_long_run_keeps_a_bounded_batch_log_and_undo_objects_in_the_bucket(s3,
     with pytest.raises(ProcessorStateError):
         count(b, last - 10, ["x"])
     assert snapshot(a) == {**expected, f"k{last % 5}": expected[f"k{last % 5}"] - 1}
+
+
+def test_settings_changed_across_restarts_keep_the_state_exact(s3, tmp_path):
+    """A query restarted with another undo retention and another compaction ratio, each time on
+    a fresh executor, reads its state from the bucket and keeps it exact."""
+
+    def backend(state_dir, undo_retained_batches, dirty_ratio):
+        counts = Stores.key_value_store_builder(
+            Stores.persistent_key_value_store("counts"), "string", "int64"
+        ).with_logging_enabled({"min.cleanable.dirty.ratio": dirty_ratio})
+        return StateBackend(
+            [counts],
+            state_dir,
+            s3.url,
+            "app",
+            lock_timeout=5,
+            changelog_storage_options=s3.storage_options,
+            undo_retained_batches=undo_retained_batches,
+        )
+
+    expected: dict[str, int] = {}
+    batch = 0
+
+    def run(on, batches):
+        nonlocal batch
+        for _ in range(batches):
+            keys = ["x", f"k{batch % 11}"]
+            count(on, batch, keys)
+            for key in keys:
+                expected[key] = expected.get(key, 0) + 1
+            batch += 1
+
+    run(backend(tmp_path / "a", 5, "0.5"), TRIM_SLACK + 10)
+    b = backend(tmp_path / "b", 1, "0.01")  # keeps less; compacts at the first chance
+    run(b, COMPACT_AFTER_COMMITS + 10)
+    last = ["x", f"k{(batch - 1) % 11}"]
+    assert count(b, batch - 1, last) == {k: expected[k] for k in last}, "a replay within one batch rolls back"
+    with pytest.raises(ProcessorStateError):
+        count(b, batch - 2, ["x"])
+    compacted = RemoteChangelog(s3.url, "app-counts-changelog", 0, s3.storage_options).list()
+    assert any(o.last is not None for o in compacted), "the lower ratio compacted the changelog"
+    c = backend(tmp_path / "c", 5, "0.5")
+    run(c, 3)
+    assert snapshot(c) == expected
+    assert snapshot(backend(tmp_path / "d", 2, "0.5")) == expected, "a fresh executor restores the same"
