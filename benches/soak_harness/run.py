@@ -416,10 +416,11 @@ class Soak:
     def _one_file(self, index: int) -> None:
         """Writes file ``index`` once file ``index - ahead`` went through every query (so the
         queries run back to back, as on a busy stream), then inflicts the file's faults. Before
-        a restart of the queries, every earlier file must be through: after a restart, Spark's
-        file source puts a file it had listed but not processed and any newer ones in one batch
-        (maxFilesPerTrigger counts new files only), and the reference takes a file per batch."""
-        restarting = fault_kinds.RESTART_QUERIES in self.plan.get(index, [])
+        a restart of the queries, and until the file written before it is through, one file at a
+        time: after a restart, Spark's file source puts a file it had listed but not processed and
+        any newer ones in one batch (maxFilesPerTrigger counts new files only), and the reference
+        takes a file per batch."""
+        restarting = any(fault_kinds.RESTART_QUERIES in self.plan.get(i, []) for i in (index, index - 1))
         self._through_every_query(index - (1 if restarting else self.config.ahead))
         columns = self.config.workload.file(index)
         expected = self.reference.add(index, columns)

@@ -110,8 +110,10 @@ class _EntryChain:
         entry = self.head()
         while entry is not None and len(out) < count:
             out.append(entry)
+            if entry.previous is None or len(out) == count:
+                break
             try:
-                entry = None if entry.previous is None else self.entry(entry.previous)
+                entry = self.entry(entry.previous)
             except ProcessorStateError:
                 break  # trimmed
         return out
