@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import os
 import pickle
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from kstate import _core
@@ -201,6 +201,7 @@ def transform_with_state(
     api: str = "pandas",
     initial_state: Any = None,
     fire_idle_timers: bool | None = None,
+    changelog_config: Mapping[str, Any] | None = None,
     **backend_options: Any,
 ) -> Any:
     """``df`` grouped by ``keys`` through ``processor``, its state in kstate stores: what
@@ -219,6 +220,9 @@ def transform_with_state(
     ``num_partitions``: how many partitions the state has, recorded with it on the first run
     (default: Spark's default parallelism); later runs keep it unless ``kstate rescale`` changed
     it, and kstate routes the rows itself (``StateBackend.partition``), checked in every task.
+    ``changelog_config``: Kafka topic configs for the state's changelogs, as a store's
+    ``with_logging_enabled`` takes them (``delete.retention.ms``, ``min.cleanable.dirty.ratio``,
+    ``segment.bytes``, ...).
     ``backend_options`` go to ``StateBackend`` (``batch_id``, ``lock_timeout``, ...)."""
     from pyspark.sql.types import StructType
 
@@ -233,7 +237,10 @@ def transform_with_state(
     wanted = {name: _parsed_schemas(name, d) for name, d in declaring.declared.items()}
     _refuse_non_nullable_under_avro(wanted, df.sparkSession)
     builders = [
-        Stores.key_value_store_builder(Stores.persistent_key_value_store(name), "bytes", "bytes") for name in names
+        Stores.key_value_store_builder(Stores.persistent_key_value_store(name), "bytes", "bytes").with_logging_enabled(
+            changelog_config
+        )
+        for name in names
     ]
     keys = [keys] if isinstance(keys, str) else list(keys)
     codecs = {name: _KEY_CODECS[d.kind] for name, d in declaring.declared.items()}
