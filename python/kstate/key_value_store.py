@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 from kstate import _core, arrow_numbers
 from kstate.config import DURABILITY_CHANGELOG, DURABILITY_WAL, ChangelogConfig, StoreConfig
 from kstate.errors import InvalidArgumentError
-from kstate.log.remote import RemoteChangelog
 from kstate.serdes import BytesSerde, Serde, StringSerde
 from kstate.store_lifecycle import StoreLifecycle, Unopened, native_store, progress_logger
 from kstate.store_reads import KeyValueReads, is_arrow
 
 if TYPE_CHECKING:
+    from kstate.log.remote import RemoteChangelog
     from kstate.suppliers import KeyValueBytesStoreSupplier
 
 log = logging.getLogger("kstate.store")

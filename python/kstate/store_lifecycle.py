@@ -13,12 +13,14 @@ import re
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from kstate.config import ChangelogConfig, StoreConfig
 from kstate.errors import InvalidArgumentError, RemoteStorageError, StoreBehindChangelogError, StoreClosedError
-from kstate.log.remote import KEEP_NEWEST_COMMITS, CompactionReport, RemoteChangelog, StoreBehindCompaction
 from kstate.memory import disk_bytes
+
+if TYPE_CHECKING:
+    from kstate.log.remote import CompactionReport, RemoteChangelog
 
 log = logging.getLogger("kstate.store")
 
@@ -138,6 +140,9 @@ class StoreLifecycle:
         assert self._logging is not None
         state_dir = task_dir.resolve().parent.parent
         if self._logging.remote:
+            # The object-store side (fsspec, HTTP, TLS) loads only for a store that uses it.
+            from kstate.log.remote import RemoteChangelog
+
             # The remote log is the truth; the local partition directory caches it.
             self._remote = RemoteChangelog(
                 self._logging.changelog_dir, self.changelog_topic, self.partition, self._logging.storage_options
@@ -198,6 +203,8 @@ class StoreLifecycle:
             # trusted up to what the store committed, which only recorded commits reach.
             self._reader.retract_changelog_to(self._reader.committed_offset())
         if self._remote is not None:
+            from kstate.log.remote import StoreBehindCompaction
+
             try:
                 self._remote.sync(self._reader, self._fetch_path, self.restore_until)
             except StoreBehindCompaction as behind:
@@ -294,6 +301,8 @@ class StoreLifecycle:
                 ", ".join(f"{name.replace('_', ' ')} {value:,}" for name, value in cleaned.items()),
             )
         if self._remote is not None and self._remote.wants_compaction(self._logging.topic_config):
+            from kstate.log.remote import KEEP_NEWEST_COMMITS
+
             try:
                 self.compact_changelog(keep_newest=KEEP_NEWEST_COMMITS)
             except RemoteStorageError as error:

@@ -7,7 +7,8 @@
   the modules outside kstate.spark import none of it (but the ``kstate`` command, lazily);
   ``format`` and ``protocol`` load no PySpark when imported;
 - an import inside a function only where it defers a heavy dependency (the native library,
-  PySpark, Arrow, pandas) that the importing module does not load already.
+  PySpark, Arrow, pandas) that the importing module does not load already, or one of
+  ``DEFERRED``.
 
 ``test_the_contract_catches_violations`` runs the same checks over a small package with one
 violation of each kind."""
@@ -34,6 +35,9 @@ points over all of them; nothing below imports them."""
 
 NO_PYSPARK_ON_IMPORT = ("format", "protocol")
 HEAVY = ("kstate._core", "pyspark", "pyarrow", "pandas", "numpy", "fsspec")
+DEFERRED = ("kstate.log.remote",)
+"""kstate modules a function may import to defer them: the object-store side (fsspec, HTTP, TLS),
+which a store without a remote changelog never loads (``test_first_use.py``)."""
 ENTRY_INTO_SPARK = ("cli",)
 """Modules outside kstate.spark allowed to import it (function-level, as the CLI loads it lazily)."""
 
@@ -265,7 +269,10 @@ def needless_function_imports(package: Package) -> list[str]:
     return [
         f"{imp.importer}:{imp.line} imports {imp.target} in a function, which defers nothing heavy"
         for imp in package.imports
-        if _internal(package, imp) and imp.in_function and not heavy[imp.target] - heavy[imp.importer]
+        if _internal(package, imp)
+        and imp.in_function
+        and imp.target not in DEFERRED
+        and not heavy[imp.target] - heavy[imp.importer]
     ]
 
 

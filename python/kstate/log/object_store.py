@@ -37,7 +37,6 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from http.client import IncompleteRead
 from typing import Any, TypeVar
 
 from kstate.errors import InvalidArgumentError, RemoteStorageError
@@ -84,6 +83,7 @@ _TRANSIENT_TYPES = frozenset(
         "HTTPClientError",
         "ConnectionError",
         "IncompleteReadError",
+        "IncompleteRead",  # http.client's
         "ResponseStreamingError",
         "ClientConnectionError",
         "ClientPayloadError",
@@ -118,7 +118,7 @@ def is_transient(error: BaseException) -> bool:
             return _transient_answer(None, status)
         if isinstance(link, _PERMANENT_TYPES):
             return False
-        if isinstance(link, (ConnectionError, TimeoutError, IncompleteRead)):
+        if isinstance(link, (ConnectionError, TimeoutError)):
             return True
         if _TRANSIENT_TYPES.intersection(kind.__name__ for kind in type(link).__mro__):
             return True
