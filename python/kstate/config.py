@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Union
 
 from kstate import _core
 from kstate.errors import InvalidArgumentError
+from kstate.frozen_record import FrozenRecord
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers know the name)
+if TYPE_CHECKING:
+    from typing import Any, Union
 
 ENABLE_TRANSACTIONAL_STATESTORES = "enable.transactional.statestores"
 STATESTORE_UNCOMMITTED_MAX_BYTES = "statestore.uncommitted.max.bytes"
@@ -42,12 +45,27 @@ DEFAULT_MEMORY_MAX_BYTES, MIN_MEMORY_MAX_BYTES = _core.memory_budget_bounds()
 default, a Spark Python worker's share of an executor's memory overhead; at least 32 MiB): RocksDB's
 block cache and memtables, kstate's read caches (a quarter) and staged writes (a quarter)."""
 
-RocksDBOptions = Mapping[str, Any]
-RocksDBConfigSetter = Union[RocksDBOptions, Callable[[str, dict], Any]]
+if TYPE_CHECKING:
+    RocksDBOptions = Mapping[str, Any]
+    RocksDBConfigSetter = Union[RocksDBOptions, Callable[[str, dict], Any]]
 """``rocksdb.config.setter``: RocksDB options applied to every store after kstate's own, as a dict
 (``{"max_open_files": 64, "block_based_table_factory": {"block_size": 16384}}``: RocksDB's option
 names) or a callable ``setter(store_name, options)`` that fills the dict it is given (or returns
 one): Kafka Streams' ``rocksdb.config.setter``. An unknown name or bad value fails at open."""
+
+if not TYPE_CHECKING:
+
+    def __getattr__(name: str) -> object:
+        # The type aliases above, made when first asked for at run time: they need typing,
+        # which a store's first use does without.
+        if name not in ("RocksDBOptions", "RocksDBConfigSetter"):
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        from typing import Any, Union
+
+        options = Mapping[str, Any]
+        globals().update(RocksDBOptions=options, RocksDBConfigSetter=Union[options, Callable[[str, dict], Any]])
+        return globals()[name]
+
 
 _KNOWN = {
     ENABLE_TRANSACTIONAL_STATESTORES,
@@ -134,18 +152,45 @@ def _rocksdb_config_setter(config: Mapping[str, Any]) -> RocksDBConfigSetter | N
     return dict(setter)
 
 
-@dataclass(frozen=True)
-class StoreConfig:
+class StoreConfig(FrozenRecord):
     """Parsed store configuration. Unknown keys are rejected so a typo does not pass silently."""
 
-    transactional: bool = True
-    uncommitted_max_bytes: int = DEFAULT_UNCOMMITTED_MAX_BYTES
-    cache_max_bytes: int = DEFAULT_CACHE_MAX_BYTES
-    application_id: str | None = None
-    memory_max_bytes: int | None = None
-    rocksdb_config_setter: RocksDBConfigSetter | None = None
-    durability: str | None = None
+    transactional: bool
+    uncommitted_max_bytes: int
+    cache_max_bytes: int
+    application_id: str | None
+    memory_max_bytes: int | None
+    rocksdb_config_setter: RocksDBConfigSetter | None
+    durability: str | None
     """``statestore.durability`` as given (``None``: the store's default)."""
+
+    __match_args__ = (
+        "transactional",
+        "uncommitted_max_bytes",
+        "cache_max_bytes",
+        "application_id",
+        "memory_max_bytes",
+        "rocksdb_config_setter",
+        "durability",
+    )
+
+    def __init__(
+        self,
+        transactional: bool = True,
+        uncommitted_max_bytes: int = DEFAULT_UNCOMMITTED_MAX_BYTES,
+        cache_max_bytes: int = DEFAULT_CACHE_MAX_BYTES,
+        application_id: str | None = None,
+        memory_max_bytes: int | None = None,
+        rocksdb_config_setter: RocksDBConfigSetter | None = None,
+        durability: str | None = None,
+    ):
+        object.__setattr__(self, "transactional", transactional)
+        object.__setattr__(self, "uncommitted_max_bytes", uncommitted_max_bytes)
+        object.__setattr__(self, "cache_max_bytes", cache_max_bytes)
+        object.__setattr__(self, "application_id", application_id)
+        object.__setattr__(self, "memory_max_bytes", memory_max_bytes)
+        object.__setattr__(self, "rocksdb_config_setter", rocksdb_config_setter)
+        object.__setattr__(self, "durability", durability)
 
     @classmethod
     def parse(cls, config: Mapping[str, Any] | None) -> StoreConfig:
@@ -201,14 +246,25 @@ CHANGELOG_TOPIC_DEFAULTS = {"cleanup.policy": "compact"}
 """Kafka Streams creates changelog topics compacted: the latest value per key is what restores."""
 
 
-@dataclass(frozen=True)
-class ChangelogConfig:
+class ChangelogConfig(FrozenRecord):
     """Parsed ``with_logging_enabled`` config: where the changelog lives and its topic configs
     (Kafka's names, passed to the log as strings; the log rejects unknown names and values)."""
 
-    changelog_dir: str | None = None
-    topic_config: dict[str, str] = field(default_factory=dict)
-    storage_options: dict[str, Any] = field(default_factory=dict)
+    changelog_dir: str | None
+    topic_config: dict[str, str]
+    storage_options: dict[str, Any]
+
+    __match_args__ = ("changelog_dir", "topic_config", "storage_options")
+
+    def __init__(
+        self,
+        changelog_dir: str | None = None,
+        topic_config: dict[str, str] | None = None,
+        storage_options: dict[str, Any] | None = None,
+    ):
+        object.__setattr__(self, "changelog_dir", changelog_dir)
+        object.__setattr__(self, "topic_config", {} if topic_config is None else topic_config)
+        object.__setattr__(self, "storage_options", {} if storage_options is None else storage_options)
 
     @property
     def remote(self) -> bool:

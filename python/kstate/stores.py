@@ -4,15 +4,13 @@ builds a store from its supplier (``kstate.suppliers``) and serdes."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
-from typing import Any
 
 from kstate.errors import InvalidArgumentError
+from kstate.frozen_record import FrozenRecord
 from kstate.key_value_store import KeyValueStore
 from kstate.serdes import serde_for
 from kstate.session_store import SessionStore
 from kstate.suppliers import (
-    AnySupplier,
     KeyValueBytesStoreSupplier,
     SessionBytesStoreSupplier,
     WindowBytesStoreSupplier,
@@ -26,24 +24,51 @@ from kstate.timestamped_session_store import TimestampedSessionStore
 from kstate.timestamped_window_store import TimestampedWindowStore
 from kstate.window_store import WindowStore
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers know the name)
+if TYPE_CHECKING:
+    from typing import Any
 
-@dataclass(frozen=True)
-class StoreBuilder:
+    from kstate.suppliers import AnySupplier
+
+
+class StoreBuilder(FrozenRecord):
     """Builds a store from a supplier and serdes; ``with_config`` adds store configs."""
 
     supplier: AnySupplier
     key_serde: Any
     value_serde: Any
     timestamped: bool
-    config: Mapping[str, Any] = field(default_factory=dict)
-    logging: Mapping[str, Any] | None = None
+    config: Mapping[str, Any]
+    logging: Mapping[str, Any] | None
+
+    __match_args__ = ("supplier", "key_serde", "value_serde", "timestamped", "config", "logging")
+
+    def __init__(
+        self,
+        supplier: AnySupplier,
+        key_serde: Any,
+        value_serde: Any,
+        timestamped: bool,
+        config: Mapping[str, Any] | None = None,
+        logging: Mapping[str, Any] | None = None,
+    ):
+        object.__setattr__(self, "supplier", supplier)
+        object.__setattr__(self, "key_serde", key_serde)
+        object.__setattr__(self, "value_serde", value_serde)
+        object.__setattr__(self, "timestamped", timestamped)
+        object.__setattr__(self, "config", {} if config is None else config)
+        object.__setattr__(self, "logging", logging)
 
     @property
     def name(self) -> str:
         return self.supplier.name
 
+    def _with(self, config: Mapping[str, Any], logging: Mapping[str, Any] | None) -> StoreBuilder:
+        """This builder with ``config`` and ``logging`` instead of its own."""
+        return type(self)(self.supplier, self.key_serde, self.value_serde, self.timestamped, config, logging)
+
     def with_config(self, config: Mapping[str, Any]) -> StoreBuilder:
-        return replace(self, config={**self.config, **config})
+        return self._with({**self.config, **config}, self.logging)
 
     def with_logging_enabled(self, config: Mapping[str, Any] | None = None) -> StoreBuilder:
         """Back the store with a changelog (Kafka's ``withLoggingEnabled``).
@@ -60,10 +85,10 @@ class StoreBuilder:
         (first writer wins), and ``<state.dir>/changelog-cache`` caches what the store has not
         committed yet (``kstate.log.remote``).
         """
-        return replace(self, logging=dict(config or {}))
+        return self._with(self.config, dict(config or {}))
 
     def with_logging_disabled(self) -> StoreBuilder:
-        return replace(self, logging=None)
+        return self._with(self.config, None)
 
     def build(self) -> Any:
         """The store: a (timestamped) key-value, window or session store, as the supplier says."""

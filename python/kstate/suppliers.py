@@ -4,20 +4,26 @@ supplier; ``kstate.stores`` builds stores from suppliers."""
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-from typing import Any, Union
-
 from kstate.errors import InvalidArgumentError
+from kstate.frozen_record import FrozenRecord
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers know the name)
+if TYPE_CHECKING:
+    from typing import Any, Union
 
 TTL_CLOCKS = ("stream_time", "wall_clock")
 """What a TTL is measured against: the largest value timestamp the store has seen, or the system clock."""
 
-_LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+_LEGAL_NAME_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
 
 def check_name(name: Any) -> str:
-    if not isinstance(name, str) or not _LEGAL_NAME.match(name) or name in (".", ".."):
+    if (
+        not isinstance(name, str)
+        or not 1 <= len(name) <= 249
+        or not _LEGAL_NAME_CHARACTERS.issuperset(name)
+        or name in (".", "..")
+    ):
         raise InvalidArgumentError(
             f"store name {name!r} is not legal: use 1-249 of a-z A-Z 0-9 . _ - (Kafka's topic name rule)"
         )
@@ -42,24 +48,40 @@ def segment_interval(retention_ms: int) -> int:
     return max(retention_ms // 2, 60_000)
 
 
-@dataclass(frozen=True)
-class KeyValueBytesStoreSupplier:
+class KeyValueBytesStoreSupplier(FrozenRecord):
     """What kind of store to build: persistent (RocksDB) or in memory, plain or timestamped.
     Timestamped stores may have a TTL: values ``ttl_ms`` or more behind ``ttl_clock`` expire."""
 
     name: str
     persistent: bool
     timestamped: bool
-    transactional: bool = True
-    ttl_ms: int | None = None
-    ttl_clock: str = "stream_time"
+    transactional: bool
+    ttl_ms: int | None
+    ttl_clock: str
+
+    __match_args__ = ("name", "persistent", "timestamped", "transactional", "ttl_ms", "ttl_clock")
+
+    def __init__(
+        self,
+        name: str,
+        persistent: bool,
+        timestamped: bool,
+        transactional: bool = True,
+        ttl_ms: int | None = None,
+        ttl_clock: str = "stream_time",
+    ):
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "persistent", persistent)
+        object.__setattr__(self, "timestamped", timestamped)
+        object.__setattr__(self, "transactional", transactional)
+        object.__setattr__(self, "ttl_ms", ttl_ms)
+        object.__setattr__(self, "ttl_clock", ttl_clock)
 
     def metrics_scope(self) -> str:
         return "rocksdb" if self.persistent else "in-memory"
 
 
-@dataclass(frozen=True)
-class WindowBytesStoreSupplier:
+class WindowBytesStoreSupplier(FrozenRecord):
     """A window store: retention and window size in ms, duplicates kept or not."""
 
     name: str
@@ -67,10 +89,44 @@ class WindowBytesStoreSupplier:
     timestamped: bool
     retention_ms: int
     window_size_ms: int
-    retain_duplicates: bool = False
-    transactional: bool = True
-    ttl_ms: int | None = None
-    ttl_clock: str = "stream_time"
+    retain_duplicates: bool
+    transactional: bool
+    ttl_ms: int | None
+    ttl_clock: str
+
+    __match_args__ = (
+        "name",
+        "persistent",
+        "timestamped",
+        "retention_ms",
+        "window_size_ms",
+        "retain_duplicates",
+        "transactional",
+        "ttl_ms",
+        "ttl_clock",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        persistent: bool,
+        timestamped: bool,
+        retention_ms: int,
+        window_size_ms: int,
+        retain_duplicates: bool = False,
+        transactional: bool = True,
+        ttl_ms: int | None = None,
+        ttl_clock: str = "stream_time",
+    ):
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "persistent", persistent)
+        object.__setattr__(self, "timestamped", timestamped)
+        object.__setattr__(self, "retention_ms", retention_ms)
+        object.__setattr__(self, "window_size_ms", window_size_ms)
+        object.__setattr__(self, "retain_duplicates", retain_duplicates)
+        object.__setattr__(self, "transactional", transactional)
+        object.__setattr__(self, "ttl_ms", ttl_ms)
+        object.__setattr__(self, "ttl_clock", ttl_clock)
 
     @property
     def segment_interval_ms(self) -> int:
@@ -80,17 +136,36 @@ class WindowBytesStoreSupplier:
         return "rocksdb-window" if self.persistent else "in-memory-window"
 
 
-@dataclass(frozen=True)
-class SessionBytesStoreSupplier:
+class SessionBytesStoreSupplier(FrozenRecord):
     """A session store: retention in ms."""
 
     name: str
     persistent: bool
     timestamped: bool
     retention_ms: int
-    transactional: bool = True
-    ttl_ms: int | None = None
-    ttl_clock: str = "stream_time"
+    transactional: bool
+    ttl_ms: int | None
+    ttl_clock: str
+
+    __match_args__ = ("name", "persistent", "timestamped", "retention_ms", "transactional", "ttl_ms", "ttl_clock")
+
+    def __init__(
+        self,
+        name: str,
+        persistent: bool,
+        timestamped: bool,
+        retention_ms: int,
+        transactional: bool = True,
+        ttl_ms: int | None = None,
+        ttl_clock: str = "stream_time",
+    ):
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "persistent", persistent)
+        object.__setattr__(self, "timestamped", timestamped)
+        object.__setattr__(self, "retention_ms", retention_ms)
+        object.__setattr__(self, "transactional", transactional)
+        object.__setattr__(self, "ttl_ms", ttl_ms)
+        object.__setattr__(self, "ttl_clock", ttl_clock)
 
     @property
     def segment_interval_ms(self) -> int:
@@ -100,8 +175,23 @@ class SessionBytesStoreSupplier:
         return "rocksdb-session" if self.persistent else "in-memory-session"
 
 
-SegmentedBytesStoreSupplier = Union[WindowBytesStoreSupplier, SessionBytesStoreSupplier]
-AnySupplier = Union[KeyValueBytesStoreSupplier, WindowBytesStoreSupplier, SessionBytesStoreSupplier]
+if TYPE_CHECKING:
+    SegmentedBytesStoreSupplier = Union[WindowBytesStoreSupplier, SessionBytesStoreSupplier]
+    AnySupplier = Union[KeyValueBytesStoreSupplier, WindowBytesStoreSupplier, SessionBytesStoreSupplier]
+else:
+
+    def __getattr__(name: str) -> object:
+        # The type aliases above, made when first asked for at run time: they need typing,
+        # which a store's first use does without.
+        if name not in ("SegmentedBytesStoreSupplier", "AnySupplier"):
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        from typing import Union
+
+        segmented = Union[WindowBytesStoreSupplier, SessionBytesStoreSupplier]
+        globals().update(
+            SegmentedBytesStoreSupplier=segmented, AnySupplier=Union[KeyValueBytesStoreSupplier, segmented]
+        )
+        return globals()[name]
 
 
 def window_supplier(

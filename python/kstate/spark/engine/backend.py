@@ -22,7 +22,7 @@ import json
 import logging
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, replace
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
@@ -249,7 +249,7 @@ class StateBackend:
                 json.dumps(
                     {
                         "kind": kind,
-                        "supplier": asdict(supplier),
+                        "supplier": supplier.fields(),
                         "timestamped": builder.timestamped,
                         "config": dict(builder.config),
                         "logging": logging_config,
