@@ -4,10 +4,12 @@ vectorized ``get_many`` / ``put_all`` paths of stores with ``int64`` or ``float6
 
 from __future__ import annotations
 
-from typing import Any
-
 from kstate.errors import InvalidArgumentError, SerializationError
 from kstate.serdes import DoubleSerde, LongSerde
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers know the name)
+if TYPE_CHECKING:
+    from typing import Any
 
 _STORED = {LongSerde: ">i8", DoubleSerde: ">f8"}
 

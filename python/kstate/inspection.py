@@ -14,7 +14,7 @@ from pathlib import Path
 
 from kstate import _core
 from kstate.memory import disk_bytes
-from kstate.store_lifecycle import TASK_DIR
+from kstate.store_lifecycle import task_partition
 
 
 @dataclass
@@ -39,8 +39,7 @@ class StoreReport:
 
 
 def _partition(task_dir: Path) -> int | None:
-    match = TASK_DIR.match(task_dir.name)
-    return int(match.group(1)) if match else None
+    return task_partition(task_dir.name)
 
 
 def _store_dirs(root: Path) -> list[Path]:

@@ -7,23 +7,27 @@ on-disk layout is Kafka Streams' (``<task_dir>/rocksdb/<name>``, KIP-1035 ``offs
 
 from __future__ import annotations
 
-import logging
+import os
 from collections.abc import Iterable, Mapping
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from kstate import _core, arrow_numbers
 from kstate.config import DURABILITY_CHANGELOG, DURABILITY_WAL, ChangelogConfig, StoreConfig
 from kstate.errors import InvalidArgumentError
-from kstate.serdes import BytesSerde, Serde, StringSerde
+from kstate.lazy_logger import LazyLogger
+from kstate.serdes import BytesSerde, StringSerde
 from kstate.store_lifecycle import StoreLifecycle, Unopened, native_store, progress_logger
 from kstate.store_reads import KeyValueReads, is_arrow
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers know the name)
 if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any
+
     from kstate.log.remote import RemoteChangelog
+    from kstate.serdes import Serde
     from kstate.suppliers import KeyValueBytesStoreSupplier
 
-log = logging.getLogger("kstate.store")
+log = LazyLogger("kstate.store")
 
 
 class ReadOnlyKeyValueStore(KeyValueReads):
@@ -67,7 +71,7 @@ class KeyValueStore(StoreLifecycle, KeyValueReads):
         self._config = StoreConfig.parse(config)
         self._logging = ChangelogConfig.parse(logging) if logging is not None else None
         self._reader: Any = Unopened(self.name)
-        self.task_dir: Path | None = None
+        self._task_dir: str | None = None
         self._remote: RemoteChangelog | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -95,10 +99,11 @@ class KeyValueStore(StoreLifecycle, KeyValueReads):
         self._open(task_dir, partition, application_id)
         return self
 
-    def _local_paths(self) -> list[Path]:
+    def _local_paths(self) -> list[str]:
         """The store's RocksDB directory and its spill directory."""
-        rocksdb = self.task_dir / "rocksdb"
-        return [rocksdb / self.name, rocksdb / f".{self.name}.uncommitted"]
+        assert self._task_dir is not None
+        rocksdb = os.path.join(self._task_dir, "rocksdb")
+        return [os.path.join(rocksdb, self.name), os.path.join(rocksdb, f".{self.name}.uncommitted")]
 
     def durable_offset(self) -> int | None:
         """The committed offset a crash now would reopen at: ``committed_offset()`` with the
@@ -120,8 +125,8 @@ class KeyValueStore(StoreLifecycle, KeyValueReads):
         path, spill = self._local_paths()
         native, found = _core.KeyValueStore.open_rocksdb(
             self.name,
-            str(path),
-            str(spill),
+            path,
+            spill,
             self._supplier.timestamped,
             self.transactional,
             self._config.uncommitted_max_bytes,

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from pathlib import Path
-from typing import Any
 
 from kstate import _core
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers know the name)
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any
 
 _PROCESS_FIELDS = (
     "limit",

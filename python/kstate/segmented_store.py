@@ -12,21 +12,24 @@ keyed by store key (``key|start|seq``, ``key|end|start``), restored segment by s
 
 from __future__ import annotations
 
-import logging
+import os
 from collections.abc import Mapping
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from kstate.config import DURABILITY_WAL, STATESTORE_DURABILITY, ChangelogConfig, StoreConfig
 from kstate.errors import InvalidArgumentError
-from kstate.serdes import Serde
+from kstate.lazy_logger import LazyLogger
 from kstate.store_lifecycle import StoreLifecycle, Unopened, now_ms, progress_logger
 from kstate.store_reads import SegmentedReads
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers know the name)
 if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any
+
+    from kstate.serdes import Serde
     from kstate.suppliers import SegmentedBytesStoreSupplier
 
-log = logging.getLogger("kstate.store")
+log = LazyLogger("kstate.store")
 
 
 class SegmentedView(SegmentedReads):
@@ -70,7 +73,7 @@ class SegmentedStore(StoreLifecycle, SegmentedReads):
         self._changelog_outrun_said = False
         self._reader: Any = Unopened(self.name)
         self._raw = self._raw_bytes()
-        self.task_dir: Path | None = None
+        self._task_dir: str | None = None
         self._remote = None
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -114,7 +117,10 @@ class SegmentedStore(StoreLifecycle, SegmentedReads):
             "memory_max_bytes": self._config.memory_max_bytes,
             "rocksdb_config": self._config.rocksdb_options(self.name) if self.persistent else None,
         }
-        directory = str(self.task_dir / self.name) if self.persistent else None
+        directory = None
+        if self.persistent:
+            assert self._task_dir is not None
+            directory = os.path.join(self._task_dir, self.name)
         native, found = self._open_segments(directory, config, progress_logger(f"finishing commit of {self.name}"))
         self._reader = native
         self._bind_raw_calls()
@@ -131,10 +137,23 @@ class SegmentedStore(StoreLifecycle, SegmentedReads):
         if found.get("unclean_shutdown"):
             log.warning("Store %s was not closed cleanly; its offset was dropped so it is restored", self.name)
 
-    def _local_paths(self) -> list[Path]:
+    def _local_paths(self) -> list[str]:
         """The segment directories, the commit-intent file and segment spills (task dir)."""
-        task = self.task_dir
-        return [task / self.name, task / f".{self.name}.commit", *task.glob(f".{self.name}.*.uncommitted")]
+        task = self._task_dir
+        assert task is not None
+        spill_prefix, spill_suffix = f".{self.name}.", ".uncommitted"
+        try:
+            names = sorted(os.listdir(task))
+        except FileNotFoundError:
+            names = []
+        spills = [
+            os.path.join(task, name)
+            for name in names  # the names Path.glob(".<name>.*.uncommitted") finds
+            if name.startswith(spill_prefix)
+            and name.endswith(spill_suffix)
+            and len(name) >= len(spill_prefix) + len(spill_suffix)
+        ]
+        return [os.path.join(task, self.name), os.path.join(task, f".{self.name}.commit"), *spills]
 
     def _bind_raw_calls(self) -> None:
         """With bytes serdes, subclasses may bind their hottest calls to the native store."""

@@ -8,19 +8,38 @@ UTF-8, ``LongSerde`` is Kafka's 8-byte big-endian ``LongSerializer``, ``DoubleSe
 
 from __future__ import annotations
 
-import json
-import pickle
 import struct
-from typing import Any, Protocol, runtime_checkable
 
 from kstate import errors  # the classes load with the native module, when one is raised
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers know the name)
+if TYPE_CHECKING:
+    from typing import Any, Protocol, runtime_checkable
 
-@runtime_checkable
-class Serde(Protocol):
-    def serialize(self, obj: Any) -> bytes | None: ...
+    @runtime_checkable
+    class Serde(Protocol):
+        def serialize(self, obj: Any) -> bytes | None: ...
 
-    def deserialize(self, data: bytes) -> Any: ...
+        def deserialize(self, data: bytes) -> Any: ...
+
+else:
+
+    def __getattr__(name: str) -> type:
+        # ``Serde``, the protocol above, made when first asked for at run time (a
+        # ``typing.Protocol`` needs typing, which a store's first use does without).
+        if name != "Serde":
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        from typing import Protocol, runtime_checkable
+
+        @runtime_checkable
+        class Serde(Protocol):
+            def serialize(self, obj: Any) -> bytes | None: ...
+
+            def deserialize(self, data: bytes) -> Any: ...
+
+        Serde.__qualname__ = "Serde"
+        globals()["Serde"] = Serde
+        return Serde
 
 
 def key_bytes(serde: Serde, key: Any) -> bytes:
@@ -109,15 +128,22 @@ class DoubleSerde(_StructSerde):
 class JsonSerde:
     """JSON text in UTF-8 (compact separators, keys in insertion order)."""
 
+    # ``json`` and ``pickle`` are imported by the serdes that use them (a store of other serdes
+    # never loads them); after the first call the import is a lookup in ``sys.modules``.
+
     def serialize(self, obj: Any) -> bytes | None:
         if obj is None:
             return None
+        import json
+
         try:
             return json.dumps(obj, separators=(",", ":")).encode("utf-8")
         except (TypeError, ValueError) as e:
             raise errors.SerializationError(f"JsonSerde: {e}") from e
 
     def deserialize(self, data: bytes) -> Any:
+        import json
+
         try:
             return json.loads(data)
         except ValueError as e:
@@ -130,12 +156,16 @@ class PickleSerde:
     def serialize(self, obj: Any) -> bytes | None:
         if obj is None:
             return None
+        import pickle
+
         try:
             return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
         except (pickle.PicklingError, TypeError, AttributeError) as e:
             raise errors.SerializationError(f"PickleSerde: {e}") from e
 
     def deserialize(self, data: bytes) -> Any:
+        import pickle
+
         try:
             return pickle.loads(data)  # noqa: S301 - the store's own bytes
         except Exception as e:

@@ -10,13 +10,16 @@ serialized-key order; bounds are inclusive, as in Kafka.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from kstate import _core
 from kstate.errors import InvalidArgumentError
 from kstate.segmented_store import SegmentedStore, SegmentedView
 from kstate.store_reads import SessionReads
 from kstate.windowed import Windowed, check_time
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers know the name)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def session_of(session_key: Any) -> Windowed:

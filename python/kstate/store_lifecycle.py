@@ -4,30 +4,43 @@ that changelog, recovering, closing.
 
 A subclass opens its native store in ``_open_local_state`` and names its local files in
 ``_local_paths``; everything else here works on ``_reader``, the native store.
+
+Paths are strings here, in ``pathlib``'s normal form (``posix_path``): a store's first use loads
+no ``pathlib`` (with ``urllib.parse`` and ``ipaddress``); ``task_dir`` makes a ``Path`` when asked.
 """
 
 from __future__ import annotations
 
-import logging
-import re
-import shutil
+import os
 import time
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from kstate.config import ChangelogConfig, StoreConfig
 from kstate.errors import InvalidArgumentError, RemoteStorageError, StoreBehindChangelogError, StoreClosedError
+from kstate.lazy_logger import LazyLogger
 from kstate.memory import disk_bytes
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers know the name)
 if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any, Callable, TypeVar
+
     from kstate.log.remote import CompactionReport, RemoteChangelog
 
-log = logging.getLogger("kstate.store")
+    _Store = TypeVar("_Store", bound="StoreLifecycle")
 
-TASK_DIR = re.compile(r"^\d+_(\d+)$")
+log = LazyLogger("kstate.store")
+
 CACHE_SEGMENT_BYTES = 1 << 20
 """Segment size of a remote changelog's local cache."""
-"""A task directory's name, ``<subtopology>_<partition>``."""
+
+
+def task_partition(name: str) -> int | None:
+    """The partition a task directory's name gives, ``<subtopology>_<partition>`` (digits each),
+    or ``None`` for another name."""
+    subtopology, underscore, partition = name.partition("_")
+    if underscore and subtopology.isdecimal() and partition.isdecimal():
+        return int(partition)
+    return None
 
 
 class Unopened:
@@ -60,7 +73,7 @@ class StoreLifecycle:
     _config: StoreConfig
     _logging: ChangelogConfig | None
     _remote: RemoteChangelog | None
-    task_dir: Path | None
+    _task_dir: str | None
     restore_until: int | None = None
     """With a remote changelog, restore only commits starting at or before this offset."""
 
@@ -70,7 +83,7 @@ class StoreLifecycle:
         """Opens the native store into ``_reader`` (under ``task_dir`` when persistent)."""
         raise NotImplementedError
 
-    def _local_paths(self) -> list[Path]:
+    def _local_paths(self) -> list[str]:
         """Every file and directory of the store's local state, to wipe it."""
         raise NotImplementedError
 
@@ -79,6 +92,15 @@ class StoreLifecycle:
     @property
     def persistent(self) -> bool:
         return self._supplier.persistent
+
+    @property
+    def task_dir(self) -> Path | None:
+        """The task directory ``init`` opened the store under (``None`` before)."""
+        if self._task_dir is None:
+            return None
+        from pathlib import Path  # the store itself needs the string alone
+
+        return Path(self._task_dir)
 
     @property
     def changelog_config(self) -> ChangelogConfig | None:
@@ -115,20 +137,24 @@ class StoreLifecycle:
         opens the local state, then the changelog, restoring whatever the store lacks."""
         if self._reader.is_open:
             raise InvalidArgumentError(f"store {self.name} is already open")
-        task_dir = Path(task_dir)
+        directory = posix_path(task_dir)
         if partition is None:
-            match = TASK_DIR.match(task_dir.name)
-            partition = int(match.group(1)) if match else 0
-        app = application_id or self._config.application_id or task_dir.resolve().parent.name or "kstate"
+            partition = task_partition(os.path.basename(directory)) or 0
+        app = (
+            application_id
+            or self._config.application_id
+            or os.path.basename(os.path.dirname(os.path.realpath(directory)))
+            or "kstate"
+        )
         self.changelog_topic = f"{app}-{self.name}-changelog"
         self.partition = partition
         self._offset_key = f"{self.changelog_topic}-{partition}"
-        self.task_dir = task_dir
+        self._task_dir = directory
         self._remote = None
         self._open_local_state()
         if self._logging is None:
             return
-        self._locate_changelog(task_dir)
+        self._locate_changelog(directory)
         try:
             self.attach_changelog()
             self.restored_records = self._catch_up("restoring", lambda progress: self._reader.restore(progress))
@@ -136,9 +162,9 @@ class StoreLifecycle:
             self._reader.close()
             raise
 
-    def _locate_changelog(self, task_dir: Path) -> None:
+    def _locate_changelog(self, task_dir: str) -> None:
         assert self._logging is not None
-        state_dir = task_dir.resolve().parent.parent
+        state_dir = os.path.dirname(os.path.dirname(os.path.realpath(task_dir)))
         if self._logging.remote:
             # The object-store side (fsspec, HTTP, TLS) loads only for a store that uses it.
             from kstate.log.remote import RemoteChangelog
@@ -147,11 +173,12 @@ class StoreLifecycle:
             self._remote = RemoteChangelog(
                 self._logging.changelog_dir, self.changelog_topic, self.partition, self._logging.storage_options
             )
-            log_dir = state_dir / "changelog-cache"
+            log_dir = os.path.join(state_dir, "changelog-cache")
         else:
-            log_dir = Path(self._logging.changelog_dir or state_dir / "changelog")
-        self._changelog_dir = log_dir / f"{self.changelog_topic}-{self.partition}"
-        self._fetch_path = self._changelog_dir.with_name(f"{self._changelog_dir.name}.fetching.log")
+            log_dir = self._logging.changelog_dir or os.path.join(state_dir, "changelog")
+        partition_dir = f"{self.changelog_topic}-{self.partition}"
+        self._changelog_dir = posix_path(os.path.join(log_dir, partition_dir))
+        self._fetch_path = posix_path(os.path.join(log_dir, f"{partition_dir}.fetching.log"))
 
     def _cache_config(self) -> dict[str, str]:
         """The topic config for the local cache of a remote changelog: segments of at most
@@ -166,15 +193,15 @@ class StoreLifecycle:
     def attach_changelog(self) -> None:
         """Opens the changelog of the open store again (``init`` does it; kstate.spark after
         ``detach_changelog``), logging a torn tail it cut or unpublished records it dropped."""
-        assert self._logging is not None and self.task_dir is not None
+        assert self._logging is not None and self._task_dir is not None
         partition_dir = self._changelog_dir
         found = self._reader.attach_changelog(
-            str(partition_dir),
+            partition_dir,
             self._cache_config() if self._remote is not None else self._logging.topic_config,
             self.changelog_topic,
             self.partition,
             self._supplier.timestamped,
-            str(self.task_dir / ".checkpoint") if self.persistent else None,
+            os.path.join(self._task_dir, ".checkpoint") if self.persistent else None,
             None if self._remote is None else self._remote.publish,
         )
         if found["truncated_tail"] is not None:
@@ -242,13 +269,18 @@ class StoreLifecycle:
         them from its changelog on the next ``init``)."""
         if self._reader.is_open:
             raise InvalidArgumentError(f"store {self.name} is open; close it before wiping its local state")
-        if self.task_dir is None or not self.persistent:
+        if self._task_dir is None or not self.persistent:
             return
+        import shutil
+
         for path in self._local_paths():
-            if path.is_dir():
+            if os.path.isdir(path):
                 shutil.rmtree(path, ignore_errors=True)
             else:
-                path.unlink(missing_ok=True)
+                try:
+                    os.remove(path)
+                except FileNotFoundError:
+                    pass
 
     # -- transactions ----------------------------------------------------------------------------
 
@@ -336,7 +368,7 @@ class StoreLifecycle:
         return self._remote.compact(
             self._logging.topic_config,
             min_objects=min_objects,
-            work_dir=self._fetch_path.parent,
+            work_dir=os.path.dirname(self._fetch_path),
             keep_newest=keep_newest,
         )
 
@@ -383,11 +415,19 @@ class StoreLifecycle:
         return f"<{type(self).__name__} {self.name!r} {state} transactional={self.transactional}>"
 
 
-_Store = TypeVar("_Store", bound=StoreLifecycle)
-
-
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def posix_path(path: str | os.PathLike[str]) -> str:
+    """``str(pathlib.Path(path))`` on POSIX, without ``pathlib``: empty and ``.`` parts and
+    trailing slashes dropped, ``//`` at the start kept, ``..`` kept. Not a ``str`` (or an
+    ``os.PathLike`` of one): ``TypeError``, as from ``Path``."""
+    text = os.fspath(path)
+    if not isinstance(text, str):
+        raise TypeError(f"argument should be a str object or an os.PathLike object returning str, not {type(text)!r}")
+    root = "//" if text.startswith("//") and not text.startswith("///") else "/" if text.startswith("/") else ""
+    return root + "/".join(part for part in text.split("/") if part and part != ".") or "."
 
 
 class RestoreProgress:

@@ -5,18 +5,25 @@ through ``_reader``, the native store or view, and its serdes."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
 from itertools import chain, starmap
-from typing import Any, Callable, NamedTuple
 
 from kstate import _core, arrow_numbers
 from kstate.errors import InvalidArgumentError
-from kstate.serdes import BytesSerde, Serde, StringSerde, key_bytes, serde_for
+from kstate.lazy_logger import LazyLogger
+from kstate.serdes import BytesSerde, StringSerde, key_bytes, serde_for
 from kstate.value_and_timestamp import NO_TIMESTAMP, ValueAndTimestamp
 from kstate.windowed import MAX_TIME, MIN_TIME, Windowed, WindowedIterator, check_time
 
-log = logging.getLogger("kstate.store")
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers know the name)
+if TYPE_CHECKING:
+    from typing import Any, Callable, NamedTuple
+
+    from kstate.serdes import Serde
+else:
+    from kstate.named_tuple import NamedTuple  # typing's, without importing typing
+
+log = LazyLogger("kstate.store")
 
 
 class KeyValue(NamedTuple):

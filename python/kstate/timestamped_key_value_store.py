@@ -9,7 +9,6 @@ supplier, the store keeps the plain format and reports timestamp -1 (Kafka's ada
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Callable
 
 from kstate import _core
 from kstate.errors import InvalidArgumentError
@@ -17,6 +16,10 @@ from kstate.key_value_store import KeyValueStore, ReadOnlyKeyValueStore, keys_an
 from kstate.store_lifecycle import now_ms
 from kstate.store_reads import KeyValue, KeyValueIterator, KeyValueReads
 from kstate.value_and_timestamp import NO_TIMESTAMP, ValueAndTimestamp
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers know the name)
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 
 def _check_timestamp(timestamp: Any) -> int:

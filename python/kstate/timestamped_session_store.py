@@ -7,14 +7,16 @@ Each segment is a timestamped key-value store: ``<i64 BE timestamp><aggregate>``
 
 from __future__ import annotations
 
-from typing import Any
-
 from kstate import _core
 from kstate.errors import InvalidArgumentError
 from kstate.session_store import ReadOnlySessionStore, SessionStore, session_of
 from kstate.store_reads import SessionReads
 from kstate.value_and_timestamp import ValueAndTimestamp
 from kstate.windowed import MAX_TIME, WindowedIterator, check_time
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers know the name)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class _WithTimestampReads(SessionReads):

@@ -7,14 +7,16 @@ segments. Built over a plain supplier the store keeps the plain format and repor
 
 from __future__ import annotations
 
-from typing import Any
-
 from kstate import _core
 from kstate.errors import InvalidArgumentError
 from kstate.store_reads import WindowReads
 from kstate.value_and_timestamp import ValueAndTimestamp
 from kstate.window_store import ReadOnlyWindowStore, WindowStore
 from kstate.windowed import MAX_TIME, MIN_TIME, WindowedIterator, check_time
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers know the name)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class _WithTimestampReads(WindowReads):

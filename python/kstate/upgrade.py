@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from kstate import _core
 from kstate.errors import InvalidArgumentError, InvalidStateStoreError
 from kstate.log.files import read_log
-from kstate.store_lifecycle import TASK_DIR, RestoreProgress, now_ms
+from kstate.store_lifecycle import RestoreProgress, now_ms, task_partition
 
 if TYPE_CHECKING:
     from kstate.stores import StoreBuilder
@@ -95,8 +95,7 @@ class RollOver(NamedTuple):
         if store.changelog_config.remote:
             raise InvalidArgumentError(f"{builder.name}: roll-over upgrades read a local changelog.dir")
         if partition is None:
-            match = TASK_DIR.match(task_dir.name)
-            partition = int(match.group(1)) if match else 0
+            partition = task_partition(task_dir.name) or 0
         app = application_id or task_dir.resolve().parent.name
         topic = f"{app}-{builder.name}-changelog"
         log_dir = Path(store.changelog_config.changelog_dir or task_dir.resolve().parent.parent / "changelog")

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
-
 from kstate import _core
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers know the name)
+if TYPE_CHECKING:
+    from typing import Any, NamedTuple
+else:
+    from kstate.named_tuple import NamedTuple  # typing's, without importing typing
 
 NO_TIMESTAMP = -1
 """Timestamp of values stored without one (legacy stores, plain suppliers)."""

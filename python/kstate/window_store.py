@@ -9,13 +9,15 @@ inclusive, as in Kafka.
 
 from __future__ import annotations
 
-from typing import Any
-
 from kstate import _core
 from kstate.errors import InvalidArgumentError
 from kstate.segmented_store import SegmentedStore, SegmentedView
 from kstate.store_reads import WindowReads
 from kstate.windowed import MAX_TIME, MIN_TIME, check_time
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers know the name)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class ReadOnlyWindowStore(WindowReads, SegmentedView):

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from itertools import chain, starmap
-from typing import Any, Callable, NamedTuple
 
 from kstate import _core
 from kstate.errors import InvalidArgumentError
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers know the name)
+if TYPE_CHECKING:
+    from typing import Any, Callable, NamedTuple
+else:
+    from kstate.named_tuple import NamedTuple  # typing's, without importing typing
 
 MAX_TIME = 2**63 - 1
 """Java's ``Long.MAX_VALUE``: "no upper bound" for times."""
