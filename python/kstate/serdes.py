@@ -128,24 +128,25 @@ class DoubleSerde(_StructSerde):
 class JsonSerde:
     """JSON text in UTF-8 (compact separators, keys in insertion order)."""
 
-    # ``json`` and ``pickle`` are imported by the serdes that use them (a store of other serdes
-    # never loads them); after the first call the import is a lookup in ``sys.modules``.
+    def __init__(self) -> None:
+        # ``json`` loads with the first JSON serde, not with kstate (a store of other serdes
+        # never needs it); the calls then pay nothing for it.
+        import json
+
+        self._encoder = json.JSONEncoder(separators=(",", ":"))
+        self._decode = json.loads
 
     def serialize(self, obj: Any) -> bytes | None:
         if obj is None:
             return None
-        import json
-
         try:
-            return json.dumps(obj, separators=(",", ":")).encode("utf-8")
+            return self._encoder.encode(obj).encode("utf-8")
         except (TypeError, ValueError) as e:
             raise errors.SerializationError(f"JsonSerde: {e}") from e
 
     def deserialize(self, data: bytes) -> Any:
-        import json
-
         try:
-            return json.loads(data)
+            return self._decode(data)
         except ValueError as e:
             raise errors.SerializationError(f"JsonSerde: stored bytes are not JSON: {e}") from e
 
@@ -153,21 +154,25 @@ class JsonSerde:
 class PickleSerde:
     """Any picklable object. Only for state this job alone reads: pickle is not a stable format."""
 
+    def __init__(self) -> None:
+        import pickle  # as ``json`` above: with the first pickle serde
+
+        # Functions and classes, not the module: a serde must pickle (builders travel to executors).
+        self._dumps, self._loads = pickle.dumps, pickle.loads
+        self._protocol = pickle.HIGHEST_PROTOCOL
+        self._unpicklable = (pickle.PicklingError, TypeError, AttributeError)
+
     def serialize(self, obj: Any) -> bytes | None:
         if obj is None:
             return None
-        import pickle
-
         try:
-            return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-        except (pickle.PicklingError, TypeError, AttributeError) as e:
+            return self._dumps(obj, protocol=self._protocol)
+        except self._unpicklable as e:
             raise errors.SerializationError(f"PickleSerde: {e}") from e
 
     def deserialize(self, data: bytes) -> Any:
-        import pickle
-
         try:
-            return pickle.loads(data)  # noqa: S301 - the store's own bytes
+            return self._loads(data)  # noqa: S301 - the store's own bytes
         except Exception as e:
             raise errors.SerializationError(f"PickleSerde: {e}") from e
 
