@@ -22,31 +22,33 @@ import re
 import shutil
 import tempfile
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from kstate import _core
 from kstate.errors import InvalidArgumentError, PartitioningChangedError, ProcessorStateError
-from kstate.log.files import read_log
 from kstate.log.object_store import ObjectStore, is_url
-from kstate.log.records import decode_arrow
-from kstate.log.remote import RemoteChangelog, resolve
 from kstate.spark.protocol.batch_log import EMPTY_STATE, BatchEntry, BatchLog, RemoteBatchLog
 from kstate.spark.protocol.exactly_once import PartitionState, StateLayout, stage_raw
 from kstate.spark.protocol.locking import FileLock
+from kstate.spark.protocol.published_changelog import published_changelog, stored_entries
 from kstate.spark.protocol.task import TaskInfo
 from kstate.spark.protocol.undo import UNDO_SCHEMA, RemoteUndoFiles, UndoFiles
 from kstate.spark.routing.hashing import partition_ids
-from kstate.spark.routing.partitioning import Partitioning, PartitioningLog, arrow_type_of, generation_application_id
+from kstate.spark.routing.partitioning import (
+    Partitioning,
+    PartitioningLog,
+    arrow_type_of,
+    generation_application_id,
+    store_builder,
+)
 from kstate.store_lifecycle import native_store
 from kstate.stores import StoreBuilder
-from kstate.suppliers import KeyValueBytesStoreSupplier, SessionBytesStoreSupplier, WindowBytesStoreSupplier
 
 log = logging.getLogger("kstate.spark.rescale")
 
@@ -69,24 +71,6 @@ class RescaleReport:
     """Changelog records read from the old partitions."""
     batch: int = EMPTY_STATE
     """The batch the new partitions' state is at (the latest of the old partitions)."""
-
-
-def _builder(name: str, description: Mapping[str, Any]) -> StoreBuilder:
-    """A bytes-serde builder of a store as its record describes it."""
-    kinds = {
-        "key_value": KeyValueBytesStoreSupplier,
-        "window": WindowBytesStoreSupplier,
-        "session": SessionBytesStoreSupplier,
-    }
-    supplier = kinds[description["kind"]](**description["supplier"])
-    return StoreBuilder(
-        supplier,
-        "bytes",
-        "bytes",
-        bool(description["timestamped"]),
-        dict(description.get("config") or {}),
-        dict(description.get("logging") or {}),
-    ).with_logging_enabled(dict(description.get("logging") or {}))
 
 
 class _Router:
@@ -178,27 +162,6 @@ class _Location:
         return max((int(m.group(1)) + 1 for m in map(pattern.match, names) if m), default=0)
 
 
-def _changelog_batches(location: _Location, layout: StateLayout, store: str, partition: int, end: int) -> Iterator[Any]:
-    """Record batches (key, value) of a store's changelog with offsets ``<= end``."""
-
-    if location.url is None:
-        for batch in read_log(layout.changelog_partition_dir(store, partition), 0, end + 1):
-            yield batch
-        return
-    remote = RemoteChangelog(location.url, f"{layout.application_id}-{store}-changelog", partition, location.options)
-    with tempfile.TemporaryDirectory(prefix="kstate-rescale-") as scratch:
-        fetched = Path(scratch) / "object.log"
-        for link in resolve(remote.list()):
-            if link.first > end:
-                break
-            remote.store.fetch(remote.object_key(link.object.name), str(fetched))
-            batch = decode_arrow(fetched.read_bytes())
-            keep = pc.and_(
-                pc.greater_equal(batch.column("offset"), link.first), pc.less_equal(batch.column("offset"), end)
-            )
-            yield batch.filter(keep)
-
-
 def _history(
     location: _Location, layout: StateLayout, partition: int, head: BatchEntry, entries: Any
 ) -> tuple[list[tuple[int, dict[str, pa.Table]]], bool]:
@@ -265,7 +228,7 @@ def rescale(
     for name in location.names(new_app, stores, max(num_partitions, location.existing_partitions(new_app))):
         location.delete(name)  # what a rescale killed before its switch left
     report = RescaleReport(record.num_partitions, num_partitions, generation)
-    builders = [_builder(s, record.stores[s]) for s in stores]
+    builders = [store_builder(s, record.stores[s]) for s in stores]
     router = _Router(record, num_partitions, key_functions)
     log.info(
         "rescaling %s from %d to %d partitions by (%s): generation %d at %s",
@@ -353,12 +316,14 @@ def _move_partitions(
                     if end is None:
                         continue
                     description = record.stores[builder.name]
-                    for batch in _changelog_batches(location, old_layout, builder.name, p, end):
+                    changelog = published_changelog(old_layout, builder.name, p)
+                    for batch in changelog.records(None, end, changelog.watch()):
                         report.records += batch.num_rows
                         if description["key"] == "event-time":
                             _collect_event_times(batch, event_times)
                             continue
-                        _stage_routed(builder.name, description, _stored(batch, description), router, opened)
+                        stored = stored_entries(batch, description["supplier"]["timestamped"])
+                        _stage_routed(builder.name, description, stored, router, opened)
                 for batch_id, tables in walked:
                     batch_ids.add(batch_id)
                     for store, table in tables.items():
@@ -383,18 +348,6 @@ def _move_partitions(
         batch_ids = {b for b in batch_ids if b >= cutoff}
         floor = cutoff - 1
     return history, sorted(batch_ids), floor
-
-
-def _stored(batch: Any, description: Mapping[str, Any]) -> pa.Table:
-    """Changelog records as stored ``key``/``value`` bytes: a timestamped store's changelog keeps
-    the timestamp in the record's, the store in front of the value (8 bytes, big-endian)."""
-    if not description["timestamped"]:
-        return pa.Table.from_batches([batch.select(["key", "value"])])
-    values = [
-        None if v is None else _core.encode_value_and_timestamp(t, v)
-        for t, v in zip(batch.column("timestamp").to_pylist(), batch.column("value").to_pylist())
-    ]
-    return pa.table({"key": batch.column("key"), "value": pa.array(values, pa.binary())})
 
 
 def _stage_routed(

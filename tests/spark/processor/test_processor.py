@@ -414,7 +414,7 @@ def test_grouping_keys_are_unpickled_as_plain_values_only():
     import pyarrow as pa
 
     from kstate.errors import ProcessorStateError
-    from kstate.spark.read.state_reader import plain_unpickle
+    from kstate.spark.format.state_values import plain_unpickle
 
     zoned = pa.array([1, 2], pa.timestamp("us", "Europe/Berlin")).to_pylist()  # ZoneInfo time zones
     key = ("a", 1, 2.5, b"x", True, None, datetime.date(2024, 1, 2), datetime.datetime.now(datetime.timezone.utc))
@@ -475,7 +475,7 @@ def test_the_change_feed_reads_each_batchs_records_and_refuses_what_is_gone(tmp_
     from kstate.spark.read.state_reader import _change_feed, _Variable, plain_unpickle
 
     layout = StateLayout(None, tmp_path, "app")
-    variable = _Variable("v", "value", (), None, False, True)
+    variable = _Variable("v", "value", pickles="repr")
     records = [("a", 1), ("b", 2), ("a", 3), ("a", None), ("b", 4)]  # offsets 0-4
     with Partition.open(layout.changelog_partition_dir("v", 0)) as changelog:
         changelog.append(

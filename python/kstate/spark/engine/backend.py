@@ -31,7 +31,7 @@ from kstate.config import CHANGELOG_DIR, CHANGELOG_STORAGE_OPTIONS
 from kstate.errors import InvalidArgumentError, MisroutedRowsError, PartitioningChangedError
 from kstate.log.object_store import is_url
 from kstate.rebalance import UpgradeConfig
-from kstate.serdes import BytesSerde, DoubleSerde, LongSerde, StringSerde
+from kstate.serdes import BytesSerde, DoubleSerde, JsonSerde, LongSerde, StringSerde
 from kstate.spark.engine.session import default_parallelism, refuse_spark_connect
 from kstate.spark.format.conversion import to_arrow_schema
 from kstate.spark.protocol.exactly_once import TASK_LOCK, PartitionState, StateLayout, TaskStores
@@ -69,6 +69,13 @@ def _arrow_type_of(serde: Any) -> Any:
         if isinstance(serde, kind):
             return arrow_type
     return {LongSerde: pa.int64(), DoubleSerde: pa.float64()}.get(type(serde), pa.string())
+
+
+def _serde_name(serde: Any) -> str | None:
+    """The ``serde_for`` name of a built-in serde (``None``: another serde, which a reader of the
+    state cannot rebuild from a name)."""
+    names = {BytesSerde: "bytes", StringSerde: "string", LongSerde: "int64", DoubleSerde: "float64", JsonSerde: "json"}
+    return names.get(type(serde))
 
 
 def _every_entry(store: Any, timestamped: bool, sessions: bool) -> Any:
@@ -225,11 +232,14 @@ class StateBackend:
         return self.keys
 
     def store_descriptions(self) -> dict[str, dict[str, Any]]:
-        """What a rescale needs to know of each store: its supplier, and how its keys give the
-        key columns (``key``: ``serde:<name>`` for a single key column, ``pickle...`` for
-        ``transform_with_state``'s stores, ``opaque`` when kstate cannot tell)."""
+        """What a rescale or a replica needs to know of each store: its supplier, how its keys
+        give the key columns (``key``: ``serde:<name>`` for a single key column, ``pickle...``
+        for ``transform_with_state``'s stores, ``opaque`` when kstate cannot tell), and its
+        serdes (``serdes``: ``key`` and ``value``, the ``serde_for`` name of a built-in serde, or
+        ``None`` for any other)."""
         out = {}
         for builder in self.builders:
+            built = builder.build()
             supplier = builder.supplier
             kind = (
                 "session"
@@ -240,7 +250,7 @@ class StateBackend:
             )
             codec = self.key_codecs.get(builder.name)
             if codec is None:
-                codec = _SERDE_KEY_CODECS.get(type(builder.build()._key_serde).__name__, "opaque")
+                codec = _SERDE_KEY_CODECS.get(type(built.key_serde).__name__, "opaque")
                 codec = codec if self.keys is not None and len(self.keys) == 1 else "opaque"
             logging_config = {
                 k: v for k, v in (builder.logging or {}).items() if k not in (CHANGELOG_DIR, CHANGELOG_STORAGE_OPTIONS)
@@ -254,6 +264,7 @@ class StateBackend:
                         "config": dict(builder.config),
                         "logging": logging_config,
                         "key": codec,
+                        "serdes": {"key": _serde_name(built.key_serde), "value": _serde_name(built.value_serde)},
                     },
                     default=str,
                 )

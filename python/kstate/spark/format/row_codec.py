@@ -36,9 +36,11 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import re
 from typing import Any, Callable
 
 from kstate import _core
+from kstate.errors import StateSchemaError
 
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 
@@ -47,8 +49,13 @@ def type_name(data_type: Any) -> str:
     return data_type.typeName()
 
 
+_SIZED_JSON_TYPE = re.compile(r"^(decimal|char|varchar)\((\d+)(?:,\s*(-?\d+))?\)$")
+
+
 def _spec(data_type: Any) -> tuple:
     """``data_type`` as the native codec reads it: ``(typeName, str(type), details...)``."""
+    if isinstance(data_type, (dict, str)):
+        return _spec_of_json(data_type)
     name, text = type_name(data_type), str(data_type)
     if name == "struct":
         return (name, text, tuple((f.name, f.nullable, _spec(f.dataType)) for f in data_type.fields))
@@ -63,9 +70,34 @@ def _spec(data_type: Any) -> tuple:
     return (name, text)
 
 
+def _spec_of_json(data_type: dict[str, Any] | str) -> tuple:
+    """``_spec`` of a type in Spark's JSON form (``StructType.jsonValue()``, as the state schemas
+    are recorded), read without PySpark. The type's text, which only messages about values being
+    written show, is its JSON type name."""
+    if isinstance(data_type, str):
+        sized = _SIZED_JSON_TYPE.match(data_type)
+        if sized is None:
+            return (data_type, data_type)
+        name, first, second = sized.groups()
+        if name == "decimal":
+            return (name, data_type, int(first), int(second or 0))
+        return (name, data_type, int(first))
+    name = data_type["type"]
+    if name == "struct":
+        fields = tuple((f["name"], bool(f["nullable"]), _spec_of_json(f["type"])) for f in data_type["fields"])
+        return (name, name, fields)
+    if name == "array":
+        return (name, name, _spec_of_json(data_type["elementType"]), bool(data_type["containsNull"]))
+    if name == "map":
+        key, value = _spec_of_json(data_type["keyType"]), _spec_of_json(data_type["valueType"])
+        return (name, name, key, value, bool(data_type["valueContainsNull"]))
+    raise StateSchemaError(f"a recorded state schema has a type kstate does not store: {data_type!r}")
+
+
 def compile_schema(schema: Any, name: str | None = None) -> _core.RowCodec:
-    """The native codec of ``schema`` (a ``StructType``); ``name`` is what Spark's verifier calls
-    the row in messages (a state variable's name)."""
+    """The native codec of ``schema`` (a ``StructType``, or its JSON form ``jsonValue()`` for
+    reading without PySpark); ``name`` is what Spark's verifier calls the row in messages (a
+    state variable's name)."""
     return _core.RowCodec(_spec(schema), name)
 
 
@@ -168,7 +200,7 @@ def row_encoder(schema: Any) -> Callable[[bytearray, Any], None]:
 def row_decoder(writer: Any, reader: Any) -> Callable[[Any, int], tuple[tuple, int]]:
     """Reads a row ``writer`` wrote as a tuple of ``reader``'s fields (matched by name, nested
     structs too; fields the writer lacks are ``None``): ``decode(raw, pos) -> (row, end)``. The
-    schemas must be compatible (``evolution_problems``)."""
+    schemas (``StructType``s, or both in JSON form) must be compatible (``evolution_problems``)."""
     written = compile_schema(writer)
     decode = written.decode if writer == reader else written.reader(compile_schema(reader)).decode
 

@@ -69,6 +69,15 @@ class SchemaLog(RecordLog):
     suffix = "kstate-state-schemas"
 
     def current(self) -> SchemaRecord | None:
+        recorded = self.recorded()
+        if recorded is None:
+            return None
+        seq, variables = recorded
+        return SchemaRecord({n: VariableSchemas.from_json(v) for n, v in variables.items()}, seq)
+
+    def recorded(self) -> tuple[int, dict[str, dict[str, Any]]] | None:
+        """``(seq, variables)`` of the current record as written (``VariableSchemas.to_json``:
+        schemas in Spark's JSON form), read without PySpark; ``None`` before the first."""
         latest = self.latest()
         if latest is None:
             return None
@@ -76,8 +85,7 @@ class SchemaLog(RecordLog):
         fields = json.loads(raw)
         if fields.get("format") != FORMAT_VERSION:
             raise StateSchemaError(f"{self.location}/{seq:020d}.json: unknown format {fields.get('format')!r}")
-        variables = {n: VariableSchemas.from_json(v) for n, v in fields["variables"].items()}
-        return SchemaRecord(variables, seq)
+        return seq, fields["variables"]
 
     def append(self, variables: Mapping[str, VariableSchemas], after: SchemaRecord | None) -> SchemaRecord:
         """Writes the record after ``after`` (exclusive create: a concurrent writer's record

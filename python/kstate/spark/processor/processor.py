@@ -54,6 +54,7 @@ from kstate.errors import InvalidArgumentError, StateSchemaError
 from kstate.spark.engine.backend import StateBackend
 from kstate.spark.format.conversion import SessionConversion, average_row_bytes, to_arrow_schema
 from kstate.spark.format.state_schemas import SchemaLog, VariableSchemas, reconcile
+from kstate.spark.format.state_values import pickled_key
 from kstate.spark.processor.initial_state import read_initial_state, stage_initial_state
 from kstate.spark.processor.state_variables import (
     TIMERS_BY_KEY,
@@ -103,10 +104,6 @@ _KEY_CODECS = {
     NO_STATE: "pickle",
 }
 """How each store's keys hold the pickled grouping key (for a rescale)."""
-
-
-def _pickled(obj: Any) -> bytes:
-    return pickle.dumps(obj, protocol=4)
 
 
 class StatefulProcessor:
@@ -298,7 +295,7 @@ def transform_with_state(
         pickled_keys: list[bytes] = []
 
         def read_ahead(group_keys: list[tuple]) -> None:
-            pickled_keys.extend(_pickled(key) for key in group_keys)
+            pickled_keys.extend(pickled_key(key) for key in group_keys)
             handle.read_ahead_values(pickled_keys)
 
         try:
@@ -322,16 +319,16 @@ def transform_with_state(
                             yield from output.flush()
             handle.read_ahead_values([])
             for key, rows in initial.items():
-                handle.set_current_key(_pickled(key))
+                handle.set_current_key(pickled_key(key))
                 _apply_initial_state(processor, key, rows, timer_values, pandas)
             if time_mode != "None":
                 due_by = handle.now_ms if time_mode == "ProcessingTime" else watermark
-                for expiry, pickled_key in handle.due_timers(due_by):
-                    handle.set_current_key(pickled_key)
+                for expiry, timer_key in handle.due_timers(due_by):
+                    handle.set_current_key(timer_key)
                     if not handle.has_timer(expiry):
                         continue  # an earlier handler of the key deleted it
                     expired = ExpiredTimerInfo(expiry)
-                    for result in processor.handleExpiredTimer(pickle.loads(pickled_key), timer_values, expired):
+                    for result in processor.handleExpiredTimer(pickle.loads(timer_key), timer_values, expired):
                         yield from output.add(result)
                     handle.deleteTimer(expiry)  # after the handler, as Spark: it still lists the timer
             handle.remove_expired()

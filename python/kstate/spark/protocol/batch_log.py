@@ -6,9 +6,10 @@ of every store at that point, and the undo files that take the state back to the
 Appending an entry (flushed) is the publication point of a micro-batch: a batch counts once its
 entry is in this log, whatever its changelogs hold beyond it.
 
-Only the holder of the partition's publication lock reads or writes the log (opening a log cuts
-a torn tail, which must never be a concurrent writer's append). ``.head``, a small file replaced
-atomically after each append, lets an attempt note the head before it waits for that lock.
+Only the holder of the partition's publication lock opens the log (opening a log cuts a torn
+tail, which must never be a concurrent writer's append); readers beside the query read its files
+without opening it (``BatchLogReader``). ``.head``, a small file replaced atomically after each
+append, lets an attempt note the head before it waits for that lock.
 
 On an object store (``RemoteBatchLog``) there is no lock: each entry is an object
 ``<20-digit position>.json`` created exclusively, so of two attempts appending at one position
@@ -30,6 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from kstate.errors import BatchConflictError, CorruptedDataError, ProcessorStateError
+from kstate.log.files import end_offset, read_log
 from kstate.log.object_store import ObjectStore
 from kstate.log.partition import Partition
 
@@ -70,6 +72,13 @@ class BatchEntry:
         fields = asdict(self)
         del fields["position"]
         return json.dumps(fields, separators=(",", ":"), sort_keys=True).encode()
+
+    @property
+    def holds_state(self) -> bool:
+        """Whether the changelogs up to ``offsets`` hold this entry's state. Not so for the
+        entries a rescale writes for the history before the state it installs (no offsets): the
+        new partitions never published those states, their undo files only lead back to them."""
+        return self.batch_id == EMPTY_STATE or bool(self.offsets)
 
     @classmethod
     def from_bytes(cls, raw: bytes | None, position: int) -> BatchEntry:
@@ -168,6 +177,26 @@ class BatchLog(_EntryChain):
 
     def close(self) -> None:
         self._log.close()
+
+
+class BatchLogReader(_EntryChain):
+    """A partition's batch log read without its lock, from its segment files (``kstate.log.files``):
+    for readers beside the query (a replica), which must never open the log (opening cuts a torn
+    tail, which may be the writer's append in progress). It sees the entries published when it
+    reads; an entry being appended is not one yet."""
+
+    def __init__(self, directory: str | os.PathLike):
+        self.directory = Path(directory)
+
+    def head(self) -> BatchEntry | None:
+        end = end_offset(self.directory) if self.directory.is_dir() else 0
+        return None if end == 0 else self.entry(end - 1)
+
+    def entry(self, position: int) -> BatchEntry:
+        for batch in read_log(self.directory, position, position + 1):
+            if batch.num_rows:
+                return BatchEntry.from_bytes(batch.column("value")[0].as_py(), position)
+        raise self._trimmed(position)
 
 
 def peek_head(directory: str | os.PathLike) -> tuple[int, int] | None:

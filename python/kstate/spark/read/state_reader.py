@@ -37,7 +37,6 @@ attempt does not count), up to one record per key and batch.
 
 from __future__ import annotations
 
-import io
 import os
 import pickle
 from collections.abc import Iterator
@@ -51,53 +50,13 @@ from kstate.log.files import read_log
 from kstate.log.object_store import is_url
 from kstate.spark.engine.backend import StateBackend
 from kstate.spark.engine.session import refuse_spark_connect
-from kstate.spark.format.row_codec import row_decoder
 from kstate.spark.format.state_schemas import SchemaLog
-from kstate.spark.processor.state_variables import NO_EXPIRY, TIMERS_BY_KEY
+from kstate.spark.format.state_values import VariableDecoder, plain_unpickle
+from kstate.spark.processor.state_variables import TIMERS_BY_KEY
 from kstate.spark.protocol.batch_log import BatchEntry
 from kstate.spark.protocol.task import TaskInfo
 from kstate.spark.routing.partitioning import PartitioningLog
 from kstate.stores import Stores
-
-_PLAIN_CLASSES = {
-    ("datetime", "date"),
-    ("datetime", "datetime"),
-    ("datetime", "time"),
-    ("datetime", "timedelta"),
-    ("datetime", "timezone"),
-    ("decimal", "Decimal"),
-    ("zoneinfo", "ZoneInfo"),
-}
-"""What a grouping key's pickle may build besides Python's own literals (Arrow's ``to_pylist``
-values of every key column type kstate routes by: time zones are ``ZoneInfo``s)."""
-
-
-def _zone_lookup(owner: Any, name: str) -> Any:
-    """The one ``getattr`` a pickle of plain values needs: ``ZoneInfo._unpickle`` (how a
-    ``ZoneInfo`` pickles itself); any other attribute could reach arbitrary code."""
-    import zoneinfo
-
-    if owner is zoneinfo.ZoneInfo and name == "_unpickle":
-        return zoneinfo.ZoneInfo._unpickle  # type: ignore[attr-defined]
-    raise ProcessorStateError(f"a stored grouping key asks for {owner!r}.{name}, which the state reader refuses")
-
-
-class _PlainUnpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str) -> Any:
-        if (module, name) in _PLAIN_CLASSES:
-            return super().find_class(module, name)
-        if (module, name) == ("builtins", "getattr"):
-            return _zone_lookup
-        raise ProcessorStateError(
-            f"a stored grouping key holds a {module}.{name}, which the state reader does not unpickle "
-            "(only plain values); pass unpickle=True if only this application writes the changelogs"
-        )
-
-
-def plain_unpickle(raw: bytes) -> Any:
-    """A pickle of plain values (tuples of numbers, strings, bytes, dates, timestamps), refusing
-    any other class: no pickled code runs."""
-    return _PlainUnpickler(io.BytesIO(raw)).load()
 
 
 def _flag(value: Any, name: str) -> bool:
@@ -122,15 +81,8 @@ def _batch_id(value: Any, name: str) -> int | None:
 
 
 @dataclass(frozen=True)
-class _Variable:
-    """How one state variable's stored entries become row values (picklable, for the tasks)."""
-
-    name: str
-    kind: str
-    values: tuple[Any, ...]
-    key_schema: Any
-    ttl: bool
-    unpickle: bool
+class _Variable(VariableDecoder):
+    """A state variable as the reader's rows show it (picklable, for the tasks)."""
 
     def value_type(self) -> Any:
         from pyspark.sql.types import BinaryType, LongType, StringType, StructType
@@ -138,7 +90,7 @@ class _Variable:
         if self.values:
             plain = self.values[-1]
         else:
-            plain = StringType() if self.unpickle else BinaryType()
+            plain = StringType() if self.pickles == "repr" else BinaryType()
         return StructType().add("value", plain).add("ttlExpirationMs", LongType()) if self.ttl else plain
 
     def user_key_type(self) -> Any:
@@ -146,35 +98,7 @@ class _Variable:
 
         if self.key_schema is not None:
             return self.key_schema
-        return StringType() if self.unpickle else BinaryType()
-
-    def value_decoder(self) -> Any:
-        """``stored bytes -> row value`` (``<8-byte expiry><value>``)."""
-        plain = self._decoder(self.values, versioned=True)
-        if not self.ttl:
-            return lambda raw: plain(_core.state_split_stored(raw)[1], 0)
-
-        def with_expiry(raw: bytes) -> Any:
-            expiry, value = _core.state_split_stored(raw)
-            return (plain(value, 0), None if expiry == NO_EXPIRY else expiry)
-
-        return with_expiry
-
-    def user_key_decoder(self) -> Any:
-        """``(store key, offset) -> row value`` of a map's user key."""
-        return self._decoder(() if self.key_schema is None else (self.key_schema,), versioned=False)
-
-    def _decoder(self, schemas: tuple[Any, ...], versioned: bool) -> Any:
-        if schemas:
-            current = schemas[-1]
-            readers = [row_decoder(writer, current) for writer in schemas]
-            if versioned:
-                # A typed value starts with the index of the schema it was written with.
-                return lambda raw, at: readers[raw[at]](memoryview(raw), at + 1)[0]
-            return lambda raw, at: readers[0](memoryview(raw), at)[0]
-        if self.unpickle:
-            return lambda raw, at: repr(pickle.loads(raw[at:]))
-        return lambda raw, at: bytes(raw[at:])
+        return StringType() if self.pickles == "repr" else BinaryType()
 
 
 def read_processor_state(
@@ -234,6 +158,7 @@ def read_processor_state(
     elif start is not None or end is not None:
         raise InvalidArgumentError("changeStartBatchId / changeEndBatchId go with readChangeFeed=True")
 
+    pickles = "repr" if unpickle else "bytes"
     url = os.fspath(changelog_dir) if _is_url(changelog_dir) else None
     local = Path() if url is not None else Path(changelog_dir).absolute()
     options = dict(changelog_storage_options or {})
@@ -247,13 +172,13 @@ def read_processor_state(
     if timers:
         if TIMERS_BY_KEY not in partitioning.stores:
             raise InvalidArgumentError('the query has no timers (time_mode "None")')
-        variable = _Variable(TIMERS_BY_KEY, "timers", (), None, False, unpickle)
+        variable = _Variable(TIMERS_BY_KEY, "timers", pickles=pickles)
     else:
         recorded = schemas.variables.get(stateVarName)  # type: ignore[arg-type]
         live = sorted(n for n, v in schemas.variables.items() if v.kind != "deleted")
         if recorded is None or recorded.kind == "deleted":
             raise InvalidArgumentError(f"no state variable {stateVarName!r}; the query's are {live}")
-        variable = _Variable(stateVarName, recorded.kind, recorded.values, recorded.key, recorded.ttl, unpickle)  # type: ignore[arg-type]
+        variable = _Variable(stateVarName, recorded.kind, recorded.values, recorded.key, recorded.ttl, pickles)  # type: ignore[arg-type]
     if change_feed and timers:
         raise InvalidArgumentError("timers have no change feed (readRegisteredTimers with readChangeFeed), as in Spark")
     if change_feed and url is not None:

@@ -27,13 +27,18 @@ from __future__ import annotations
 import json
 import shlex
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kstate.errors import CorruptedDataError, InvalidArgumentError, MisroutedRowsError, PartitioningChangedError
 from kstate.spark.format.record_log import RecordLog
 from kstate.spark.routing.hashing import partition_ids
+from kstate.stores import StoreBuilder
+from kstate.suppliers import KeyValueBytesStoreSupplier, SessionBytesStoreSupplier, WindowBytesStoreSupplier
+
+if TYPE_CHECKING:
+    from kstate.suppliers import AnySupplier
 
 FORMAT_VERSION = 1
 
@@ -90,6 +95,32 @@ def arrow_type_of(kind: str) -> Any:
     if kind not in types:
         raise InvalidArgumentError(f"unknown key column type {kind!r} in a partitioning record")
     return types[kind]
+
+
+_SUPPLIERS = {
+    "key_value": KeyValueBytesStoreSupplier,
+    "window": WindowBytesStoreSupplier,
+    "session": SessionBytesStoreSupplier,
+}
+"""The supplier class of each store kind a record names."""
+
+
+def store_supplier(description: Mapping[str, Any], **changed: Any) -> AnySupplier:
+    """The supplier of a store as the record describes it (``changed``: fields to differ)."""
+    return _SUPPLIERS[description["kind"]](**{**description["supplier"], **changed})
+
+
+def store_builder(name: str, description: Mapping[str, Any]) -> StoreBuilder:
+    """A bytes-serde builder of a store as the record describes it, logged as the query logs it."""
+    logging = dict(description.get("logging") or {})
+    return StoreBuilder(
+        store_supplier(description),
+        "bytes",
+        "bytes",
+        bool(description["timestamped"]),
+        dict(description.get("config") or {}),
+        logging,
+    ).with_logging_enabled(logging)
 
 
 def generation_application_id(application_id: str, generation: int) -> str:
