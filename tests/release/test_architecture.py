@@ -4,8 +4,9 @@
   under ``TYPE_CHECKING``;
 - no private name (``_x``) taken from another module, by ``from m import _x`` or ``m._x``;
 - kstate.spark in layers, each folder importing only the folders below it (``SPARK_LAYERS``);
-  the modules outside kstate.spark import none of it (but the ``kstate`` command, lazily);
-  ``format`` and ``protocol`` load no PySpark when imported;
+  the modules outside kstate.spark import none of it (but the ``kstate`` command and
+  ``kstate.serving``, lazily); ``format``, ``protocol`` and ``serving`` load no PySpark when
+  imported;
 - an import inside a function only where it defers a heavy dependency (the native library,
   PySpark, Arrow, pandas) that the importing module does not load already, or one of
   ``DEFERRED``.
@@ -28,18 +29,19 @@ SOURCE_DIR = Path(__file__).resolve().parents[2] / "python" / "kstate"
 # as scripts/check-debian11.sh runs them) the installed one; found, not imported.
 PACKAGE_DIR = SOURCE_DIR if SOURCE_DIR.is_dir() else Path(importlib.util.find_spec("kstate").origin).parent
 
-SPARK_LAYERS = ("format", "protocol", "routing", "engine", "processor", "read")
+SPARK_LAYERS = ("format", "protocol", "routing", "engine", "processor", "read", "serving")
 """kstate.spark's folders, lowest first: each may import the ones before it and itself. The
 modules at kstate.spark's top (the package itself, ``testing``, ``rescale``) are the public entry
 points over all of them; nothing below imports them."""
 
-NO_PYSPARK_ON_IMPORT = ("format", "protocol")
+NO_PYSPARK_ON_IMPORT = ("format", "protocol", "serving")
 HEAVY = ("kstate._core", "pyspark", "pyarrow", "pandas", "numpy", "fsspec")
 DEFERRED = ("kstate.log.remote",)
 """kstate modules a function may import to defer them: the object-store side (fsspec, HTTP, TLS),
 which a store without a remote changelog never loads (``test_first_use.py``)."""
-ENTRY_INTO_SPARK = ("cli",)
-"""Modules outside kstate.spark allowed to import it (function-level, as the CLI loads it lazily)."""
+ENTRY_INTO_SPARK = ("cli", "serving")
+"""Modules outside kstate.spark allowed to import it (function-level, as the CLI loads it lazily;
+``kstate.serving`` is the public name of ``kstate.spark.serving``'s replica)."""
 
 
 @dataclass(frozen=True)
