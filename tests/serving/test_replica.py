@@ -61,14 +61,14 @@ def test_a_restarted_replica_catches_up_without_rebuilding(app, tmp_path, caplog
         app.run(batch)
     with StateReplica(tmp_path / "changelog", "app", local_dir=local) as replica:
         check_everything(app, replica)
-    copies = sorted(p.relative_to(local) for p in local.glob("app/partition-*/copy-*"))
+    copies = sorted(p.relative_to(local) for p in local.glob("app/heads/partition-*/copy-*"))
     assert len(copies) == 3
     for batch in range(3, 6):
         app.run(batch)
     with StateReplica(tmp_path / "changelog", "app", local_dir=local) as replica:
         assert replica.batch_id == 5
         check_everything(app, replica)
-    assert sorted(p.relative_to(local) for p in local.glob("app/partition-*/copy-*")) == copies
+    assert sorted(p.relative_to(local) for p in local.glob("app/heads/partition-*/copy-*")) == copies
     assert not rebuilds(caplog)
 
 
@@ -251,10 +251,15 @@ def test_compaction_under_a_replica_rebuilds_it(tmp_path, caplog):
         for replica in (kept_up, behind):
             assert replica.batch_id == 11
             check_everything(app, replica)
-        assert [p.name for p in (tmp_path / "behind" / "app" / "partition-0").iterdir()] == ["copy-1"]
+        assert [p.name for p in (tmp_path / "behind" / "app" / "heads" / "partition-0").iterdir()] == ["copy-1"]
     finally:
         kept_up.close()
         behind.close()
+    # The last compaction ran after batch 11: what it kept is the state at batch 11, not at 10,
+    # so an aligned replica restores batch 11 and takes it back to 10 with its undo.
+    with StateReplica(tmp_path / "changelog", "app", local_dir=tmp_path / "aligned", aligned=True) as aligned:
+        assert aligned.batch_id == 10
+        check_everything(app, aligned)
 
 
 def test_a_trimmed_batch_log_entry_rebuilds_the_copy_on_it(app, tmp_path, caplog, monkeypatch):

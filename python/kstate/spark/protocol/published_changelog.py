@@ -15,8 +15,12 @@ when
   that state for a later record of its key): it reads again, up to a newer batch log head
   (``ChangelogMoved``). In a directory a compaction replaces segment files: ``watch()``, called
   before the batch log head is read, names them, and reading ends by comparing. On an object
-  store it writes compacted objects: one covering the offset read to, or an object gone while
-  fetching, says so.
+  store it writes compacted objects, merged as of every object there was then: compacted
+  objects read while objects past the bound exist, or an object gone while fetching, say so.
+
+A compaction keeps each key's latest record as of when it ran, so records read from scratch give
+the state at the head it ran after, not at an older entry's offsets: such reads go up to a head
+read after ``watch()``.
 """
 
 from __future__ import annotations
@@ -154,11 +158,13 @@ class ChangelogObjects:
             for link in chain
             if link.first <= until and (link.last is None or link.last > (-1 if after is None else after))
         ]
-        for link in wanted:
-            if link.object.last is not None and link.object.last > until:
-                raise ChangelogMoved(f"{self.location}: compacted past offset {until} ({link.object.name})")
-            if link.object.last is not None and after is not None:
-                raise BehindHistory(f"{self.location}: offsets after {after} were compacted ({link.object.name})")
+        compacted = [link.object.name for link in wanted if link.object.last is not None]
+        if compacted and after is not None:
+            raise BehindHistory(f"{self.location}: offsets after {after} were compacted ({compacted[0]})")
+        if compacted and chain[-1].first > until:
+            # A compaction keeps each key's latest record counting every object there was: run
+            # since the bound's head was read, it may have dropped records for later ones.
+            raise ChangelogMoved(f"{self.location}: compacted, and published past offset {until} since")
         with tempfile.TemporaryDirectory(prefix="kstate-changelog-") as scratch:
             fetched = Path(scratch) / "object.log"
 

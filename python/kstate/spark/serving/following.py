@@ -8,12 +8,19 @@ replica's write lock, committed together (``PartitionCopy``). Rollbacks need not
 rolled-back batch's undo is published as new records, and the entry restating the batch before
 names offsets past them.
 
+A store read from scratch (a new copy, a store the query added) is read up to the head, never
+to an older entry: a compaction keeps each key's latest record as of when it ran, so what it
+kept holds the state at the head it ran after, not at the offsets of an older entry. An aligned
+copy that stands on an older entry then takes the head's state back to it with the undo files
+of the entries in between, as a rollback does.
+
 A copy that fell behind what is kept is rebuilt from scratch in a new directory while the old one
 keeps serving (its state is still exactly the batch it names), and replaces it once complete,
 with a warning saying why: records after its offsets were compacted or deleted
 (``BehindHistory``), or the batch log no longer holds the entry it stands on (trimmed, or the
 log was started over), so nothing vouches for it being a prefix of the current history. A read
-that raced a compaction (``ChangelogMoved``) is dropped and redone against a newer head.
+that raced a compaction or the query's progress (``ChangelogMoved``) is dropped and redone
+against a newer head.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from kstate.errors import ProcessorStateError
 from kstate.spark.protocol.batch_log import EMPTY_STATE, BatchEntry, BatchLogReader, RemoteBatchLog, peek_head
 from kstate.spark.protocol.exactly_once import StateLayout
 from kstate.spark.protocol.published_changelog import BehindHistory, ChangelogMoved, published_changelog
+from kstate.spark.protocol.undo import RemoteUndoFiles, UndoFiles
 from kstate.spark.serving.partition_copy import (
     PartitionCopy,
     delete_copy,
@@ -113,17 +121,11 @@ class PartitionFollower:
         the copy if it fell behind). ``published``: the newest batch id any partition had
         published before this read (every earlier batch is finished everywhere)."""
         for _ in range(MOVED_ATTEMPTS):
-            changelogs = {name: published_changelog(self.layout, name, self.partition) for name in self._stores}
-            watched = {name: changelog.watch() for name, changelog in changelogs.items()}
-            entries = self._batch_log()
-            head = entries.head()
-            self.head_batch = EMPTY_STATE if head is None else head.batch_id
-            target = self._target(entries, head, published, aligned)
-            if target is None:
+            reading = self._start_reading(published, aligned)
+            if reading is None:
                 return Update(None, self.copy.entry, self.through)
-            entry, through = target
             try:
-                return self._catch_up(entries, entry, through, changelogs, watched)
+                return self._catch_up(reading)
             except ChangelogMoved as moved:
                 self.copy.discard()
                 log.info("partition %d: %s; reading again", self.partition, moved)
@@ -138,58 +140,82 @@ class PartitionFollower:
                     behind,
                 )
                 return self._rebuild(published, aligned)
-        raise ChangelogMoved(
-            f"partition {self.partition}: the changelogs kept being compacted while read ({MOVED_ATTEMPTS} attempts)"
-        )
+        raise self._kept_moving()
 
-    def _target(
-        self, entries: BatchLogReader | RemoteBatchLog, head: BatchEntry | None, published: int, aligned: bool
-    ) -> tuple[BatchEntry | None, int] | None:
-        """``(entry to stand on, through)``; ``None``: no entry to stand on now (aligned, its
-        entry trimmed or never published: a rescale's history)."""
+    def _start_reading(self, published: int, aligned: bool) -> _Reading | None:
+        """The changelogs (watched first), the head and the entry to stand on; ``None``: none
+        to stand on now (aligned, and its entry trimmed or a rescale's history)."""
+        changelogs = {name: published_changelog(self.layout, name, self.partition) for name in self._stores}
+        watched = {name: changelog.watch() for name, changelog in changelogs.items()}
+        entries = self._batch_log()
+        head = entries.head()
+        self.head_batch = EMPTY_STATE if head is None else head.batch_id
         if not aligned:
-            return head, max(EMPTY_STATE if head is None else head.batch_id, published - 1)
+            through = max(self.head_batch, published - 1)
+            return _Reading(entries, head, head, through, [], changelogs, watched)
         finished = published - 1
-        entry, later = head, None
+        entry, newer = head, []
         while entry is not None and entry.batch_id > finished:
-            later = entry
+            newer.append(entry)
             try:
                 entry = None if entry.previous is None else entries.entry(entry.previous)
             except ProcessorStateError:
                 return None  # trimmed: the next refresh stands on a newer batch
         if entry is not None and not entry.holds_state:
             return None
-        through = max(EMPTY_STATE if entry is None else entry.batch_id, finished)
-        return entry, through if later is None else later.batch_id - 1
+        through = newer[-1].batch_id - 1 if newer else max(EMPTY_STATE if entry is None else entry.batch_id, finished)
+        return _Reading(entries, head, entry, through, newer, changelogs, watched)
 
-    def _catch_up(
-        self,
-        entries: BatchLogReader | RemoteBatchLog,
-        target: BatchEntry | None,
-        through: int,
-        changelogs: Mapping[str, Any],
-        watched: Mapping[str, Any],
-    ) -> Update:
-        copy = self.copy
+    def _catch_up(self, reading: _Reading) -> Update:
+        copy, target = self.copy, reading.target
         if copy.entry is not None:
             try:
-                still = entries.entry(copy.entry.position)
+                still = reading.entries.entry(copy.entry.position)
             except ProcessorStateError:
                 still = None
             if still != copy.entry:
                 raise BehindHistory(f"the batch log no longer holds the entry at {copy.entry.position}")
         if copy.complete and _position(target) <= _position(copy.entry):
-            return Update(None, copy.entry, through if target == copy.entry else self.through)
-        offsets = {} if target is None else target.offsets
-        for name, changelog in changelogs.items():
-            after, until = copy.offset(name), offsets.get(name)
-            if until is None or (after is not None and after >= until):
-                if after != until:  # the store is past the target: a newer one comes
-                    copy.discard()
-                    return Update(None, copy.entry, self.through)
+            return Update(None, copy.entry, reading.through if target == copy.entry else self.through)
+        if not self._stage(copy, reading):
+            copy.discard()  # a store is past the target (a crash between commits): a newer one comes
+            return Update(None, copy.entry, self.through)
+        return Update(copy, target, reading.through)
+
+    def _stage(self, copy: PartitionCopy, reading: _Reading) -> bool:
+        """Stages each store's records up to the target (see the module docstring); ``False``
+        if a store already stands past it."""
+        offsets = {} if reading.target is None else reading.target.offsets
+        for name, changelog in reading.changelogs.items():
+            after = copy.offset(name)
+            if after is None:
+                head_offset = None if reading.head is None else reading.head.offsets.get(name)
+                if head_offset is not None:
+                    copy.stage(name, changelog.records(None, head_offset, reading.watched[name]))
+                for entry in reading.newer:  # newest first, back to the target's state
+                    if name in entry.undo:
+                        copy.stage_stored(name, self._undo(entry.undo[name]))
                 continue
-            copy.stage(name, changelog.records(after, until, watched[name]))
-        return Update(copy, target, through)
+            until = offsets.get(name)
+            if until is None or after >= until:
+                if after != until:
+                    return False
+                continue
+            copy.stage(name, changelog.records(after, until, reading.watched[name]))
+        return True
+
+    def _undo(self, name: str) -> Any:
+        undo = (
+            RemoteUndoFiles(
+                self.layout.changelog_url, self.layout.undo_name(self.partition), [], self.layout.storage_options
+            )
+            if self.layout.changelog_url is not None
+            else UndoFiles(self.layout.undo_dir(self.partition))
+        )
+        try:
+            return undo.read(name)
+        except ProcessorStateError as gone:
+            raise ChangelogMoved(f"the query moved on: {gone}") from None
 
     def _rebuild(self, published: int, aligned: bool) -> Update:
         """A new copy, from scratch, committed at the entry to stand on (the old one serves
@@ -198,21 +224,14 @@ class PartitionFollower:
         for _ in range(MOVED_ATTEMPTS):
             copy = self._open_copy(directory)
             try:
-                changelogs = {name: published_changelog(self.layout, name, self.partition) for name in self._stores}
-                watched = {name: changelog.watch() for name, changelog in changelogs.items()}
-                entries = self._batch_log()
-                target = self._target(entries, entries.head(), published, aligned)
-                if target is None:
+                reading = self._start_reading(published, aligned)
+                if reading is None:
                     copy.close()
                     delete_copy(directory)
                     return Update(None, self.copy.entry, self.through)
-                entry, through = target
-                for name, changelog in changelogs.items():
-                    until = None if entry is None else entry.offsets.get(name)
-                    if until is not None:
-                        copy.stage(name, changelog.records(None, until, watched[name]))
-                copy.commit(entry)
-                return Update(copy, entry, through, rebuilt=True)
+                self._stage(copy, reading)
+                copy.commit(reading.target)
+                return Update(copy, reading.target, reading.through, rebuilt=True)
             except ChangelogMoved as moved:
                 log.info("partition %d: %s; rebuilding again", self.partition, moved)
                 copy.close()
@@ -221,8 +240,11 @@ class PartitionFollower:
                 copy.close()
                 delete_copy(directory)
                 raise
-        raise ChangelogMoved(
-            f"partition {self.partition}: the changelogs kept being compacted while read ({MOVED_ATTEMPTS} attempts)"
+        raise self._kept_moving()
+
+    def _kept_moving(self) -> ChangelogMoved:
+        return ChangelogMoved(
+            f"partition {self.partition}: the changelogs kept changing while read ({MOVED_ATTEMPTS} attempts)"
         )
 
     # -- applying (under the replica's write lock) -----------------------------------------------
@@ -249,6 +271,22 @@ class PartitionFollower:
 
     def close(self) -> None:
         self.copy.close()
+
+
+@dataclass
+class _Reading:
+    """One attempt at catching a partition up: its batch log, the head read, the entry to stand
+    on (``None``: the empty state), the newest batch that state is known to be the partition's
+    (``through``), the entries after it up to the head (newest first), and the changelogs with
+    what ``watch()`` noted of each before the head was read."""
+
+    entries: BatchLogReader | RemoteBatchLog
+    head: BatchEntry | None
+    target: BatchEntry | None
+    through: int
+    newer: list[BatchEntry]
+    changelogs: dict[str, Any]
+    watched: dict[str, Any]
 
 
 def _position(entry: BatchEntry | None) -> int:

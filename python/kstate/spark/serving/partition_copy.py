@@ -143,6 +143,11 @@ class PartitionCopy:
             stage_raw(target, stored_entries(batch, self._timestamped[store]))
             self._staged_until[store] = batch.column("offset")[-1].as_py()
 
+    def stage_stored(self, store: str, entries: Any) -> None:
+        """Stages ``entries`` (``key`` / ``value`` as the store holds them: an undo file) over
+        what is staged."""
+        stage_raw(self._stores[store], entries)
+
     def discard(self) -> None:
         """Drops everything staged since the last commit."""
         for store in self._stores.values():

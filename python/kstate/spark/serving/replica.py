@@ -94,7 +94,8 @@ class StateReplica:
     docstring).
 
     ``local_dir``: where the copy is kept, so a replica started again only catches up (``None``: a
-    temporary directory, deleted on ``close``). ``aligned``: every partition at one batch.
+    temporary directory, deleted on ``close``); one replica at a time uses it. ``aligned``: every
+    partition at one batch (aligned copies are kept apart from the others: a copy never goes back).
     ``serdes``: per store, ``(key serde, value serde)`` as ``Stores`` takes them, for stores
     whose serdes are not built-in ones (those are recorded with the state; others read as
     ``bytes``). ``unpickle``: ``transform_with_state`` values stored without a schema read as the
@@ -248,7 +249,9 @@ class StateReplica:
             self._url,
             self._storage_options,
         )
-        directory = self._local_dir / layout.application_id
+        # An aligned replica's copies stand on older entries than a replica's that follows the
+        # heads, and a copy never goes back: each kind keeps its own.
+        directory = self._local_dir / layout.application_id / ("aligned" if self.aligned else "heads")
         followers = []
         try:
             for p in range(record.num_partitions):

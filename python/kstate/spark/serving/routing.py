@@ -33,11 +33,11 @@ class Routing:
         self.types = [arrow_type_of(kind) for _, kind in partitioning.keys]
 
     def row(self, key: Any) -> tuple:
-        """``key`` as the values of the key columns: itself for one column, else a tuple of one
-        value per column."""
-        if len(self.types) == 1:
+        """``key`` as the values of the key columns: a tuple of one value per column, or for one
+        column the value itself."""
+        if len(self.types) == 1 and not isinstance(key, tuple):
             return (key,)
-        if not isinstance(key, (tuple, list)) or len(key) != len(self.types):
+        if not isinstance(key, tuple) or len(key) != len(self.types):
             raise StateTypeError(
                 f"the state is partitioned by ({self.partitioning.describe_keys()}): give a key as a tuple of "
                 f"{len(self.types)} values, got {key!r}"
