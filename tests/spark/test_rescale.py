@@ -298,3 +298,35 @@ def test_the_event_time_watermark_reads_the_same_after_a_rescale(tmp_path):
     assert after == before
     run_batch(backend(), 3, 3, fn=track)
     assert query_watermarks(backend().current_layout(), 4, 0)[1] == max(batch_rows(3).column("ts").to_pylist())
+
+
+def test_a_timestamped_builder_over_a_plain_supplier_keeps_plain_values(tmp_path):
+    """Such a store keeps the plain format (Kafka's adapter): its changelog's records are
+    restored as plain values, not with their timestamps in front."""
+
+    def backend(num_partitions=None):
+        plain = Stores.persistent_key_value_store("latest")
+        latest = Stores.timestamped_key_value_store_builder(plain, "string", "int64")
+        return StateBackend(
+            [latest], tmp_path / "state", tmp_path / "changelog", "app", keys=["key"], num_partitions=num_partitions
+        )
+
+    def write(batches, stores):
+        for batch in batches:
+            for key in batch.column("key").to_pylist():
+                stores["latest"].put(key, 7, timestamp=123)
+            yield batch.num_rows
+
+    keys = pa.array([f"k{i}" for i in range(10)])
+    ids = partition_ids([keys], 2)
+    for p in range(2):
+        rows = pa.table({"key": keys.filter(pa.array(ids == p))}).to_batches()
+        list(backend(2).process(write, rows, TaskInfo(p, 0)))
+    rescale(tmp_path / "changelog", "app", 3)
+    found = {}
+    for p in range(3):
+        state = backend().partition_state(TaskInfo(p, 1_000_000))
+        with state.open(read_only=True)["latest"].all() as entries:
+            found.update(entries)
+        state.abort()
+    assert found == {key: 7 for key in keys.to_pylist()}
