@@ -276,22 +276,41 @@ def test_a_trimmed_batch_log_entry_rebuilds_the_copy_on_it(app, tmp_path, caplog
 
 
 def test_a_rescaled_application_is_followed_to_its_new_partitions(app, tmp_path, caplog):
+    """After a rescale the new partitions hold the state of batch 2 (and the history before, as
+    undo only): a replica switches to them at once; an aligned one, standing on batch 1, keeps the
+    old partitions until it can stand on a batch of the new ones, after the next batch."""
     caplog.set_level(logging.INFO, "kstate.serving")
     for batch in range(3):
         app.run(batch)
-    with StateReplica(tmp_path / "changelog", "app", local_dir=tmp_path / "r") as replica:
+    replica = StateReplica(tmp_path / "changelog", "app", local_dir=tmp_path / "r")
+    aligned = StateReplica(tmp_path / "changelog", "app", local_dir=tmp_path / "a", aligned=True)
+    try:
         check_everything(app, replica)
+        check_everything(app, aligned)
         app.rescale(5)
-        check_all(app_with(app, partitions=3), replica)  # still the old partitions, until a refresh
+        before = app_with(app, partitions=3)
+        check_all(before, replica)  # still the old partitions, until a refresh
         replica.refresh()
+        aligned.refresh()
         assert (replica.num_partitions, replica.generation) == (5, 1)
         assert any("rescaled from 3 to 5 partitions" in r.getMessage() for r in caplog.records)
         check_everything(app, replica)
+        assert (aligned.num_partitions, aligned.batch_id) == (3, 1)
+        check_everything(before, aligned)
+        with StateReplica(tmp_path / "changelog", "app", local_dir=tmp_path / "new", aligned=True) as starting:
+            with pytest.raises(InvalidStateStoreError, match="no state to serve yet"):
+                starting.get("counts", "user-1")
         app.run(3)
         replica.refresh()
+        aligned.refresh()
         assert max(replica.batches.values()) == 3
         check_everything(app, replica)
+        assert (aligned.num_partitions, aligned.batch_id) == (5, 2)
+        check_everything(app, aligned)
         assert sorted(p.name for p in (tmp_path / "r").iterdir() if p.is_dir()) == ["app-gen1"]
+    finally:
+        replica.close()
+        aligned.close()
 
 
 def app_with(app: Application, partitions: int) -> Application:

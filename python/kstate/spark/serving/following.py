@@ -116,14 +116,15 @@ class PartitionFollower:
 
     # -- preparing (no lock: reads keep being served) ---------------------------------------------
 
-    def prepare(self, published: int, aligned: bool) -> Update:
+    def prepare(self, published: int, aligned: bool) -> Update | None:
         """Reads the head and stages what takes the copy to the entry to stand on (rebuilding
-        the copy if it fell behind). ``published``: the newest batch id any partition had
+        the copy if it fell behind); ``None``: the copy stays as it is (no entry to stand on
+        now, or the copy is past it). ``published``: the newest batch id any partition had
         published before this read (every earlier batch is finished everywhere)."""
         for _ in range(MOVED_ATTEMPTS):
             reading = self._start_reading(published, aligned)
             if reading is None:
-                return Update(None, self.copy.entry, self.through)
+                return None
             try:
                 return self._catch_up(reading)
             except ChangelogMoved as moved:
@@ -166,7 +167,7 @@ class PartitionFollower:
         through = newer[-1].batch_id - 1 if newer else max(EMPTY_STATE if entry is None else entry.batch_id, finished)
         return _Reading(entries, head, entry, through, newer, changelogs, watched)
 
-    def _catch_up(self, reading: _Reading) -> Update:
+    def _catch_up(self, reading: _Reading) -> Update | None:
         copy, target = self.copy, reading.target
         if copy.entry is not None:
             try:
@@ -175,11 +176,11 @@ class PartitionFollower:
                 still = None
             if still != copy.entry:
                 raise BehindHistory(f"the batch log no longer holds the entry at {copy.entry.position}")
-        if copy.complete and _position(target) <= _position(copy.entry):
-            return Update(None, copy.entry, reading.through if target == copy.entry else self.through)
-        if not self._stage(copy, reading):
-            copy.discard()  # a store is past the target (a crash between commits): a newer one comes
-            return Update(None, copy.entry, self.through)
+        if copy.complete and target == copy.entry:
+            return Update(None, copy.entry, reading.through)
+        if (copy.complete and _position(target) < _position(copy.entry)) or not self._stage(copy, reading):
+            copy.discard()  # the copy (or a store, after a crash between commits) is past the target
+            return None
         return Update(copy, target, reading.through)
 
     def _stage(self, copy: PartitionCopy, reading: _Reading) -> bool:
@@ -217,7 +218,7 @@ class PartitionFollower:
         except ProcessorStateError as gone:
             raise ChangelogMoved(f"the query moved on: {gone}") from None
 
-    def _rebuild(self, published: int, aligned: bool) -> Update:
+    def _rebuild(self, published: int, aligned: bool) -> Update | None:
         """A new copy, from scratch, committed at the entry to stand on (the old one serves
         meanwhile)."""
         directory = next_copy_directory(self.directory)
@@ -228,7 +229,7 @@ class PartitionFollower:
                 if reading is None:
                     copy.close()
                     delete_copy(directory)
-                    return Update(None, self.copy.entry, self.through)
+                    return None
                 self._stage(copy, reading)
                 copy.commit(reading.target)
                 return Update(copy, reading.target, reading.through, rebuilt=True)
@@ -249,10 +250,12 @@ class PartitionFollower:
 
     # -- applying (under the replica's write lock) -----------------------------------------------
 
-    def apply(self, update: Update) -> Path | None:
-        """Makes ``update`` what the partition serves; returns the directory of a copy it
-        replaced, to delete once reads no longer use it."""
+    def apply(self, update: Update | None) -> Path | None:
+        """Makes ``update`` what the partition serves (``None``: nothing changes); returns the
+        directory of a copy it replaced, to delete once reads no longer use it."""
         replaced = None
+        if update is None:
+            return None
         if update.rebuilt and update.copy is not None:
             old, self.copy = self.copy, update.copy
             old.close()

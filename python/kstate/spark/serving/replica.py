@@ -156,22 +156,28 @@ class StateReplica:
 
     # -- what the replica follows ------------------------------------------------------------------
 
+    def _served(self) -> Partitioning:
+        """The partitioning record of the state served."""
+        if self._record is None:
+            raise InvalidStateStoreError(
+                f"the replica of {self.application_id} has no state to serve yet (aligned: not every partition "
+                "has an entry of a batch all have finished, as after a rescale before the query ran)"
+            )
+        return self._record
+
     @property
     def num_partitions(self) -> int:
-        assert self._record is not None
-        return self._record.num_partitions
+        return self._served().num_partitions
 
     @property
     def generation(self) -> int:
         """The generation of the application's state followed (a rescale starts a new one)."""
-        assert self._record is not None
-        return self._record.generation
+        return self._served().generation
 
     @property
     def stores(self) -> dict[str, str]:
         """The application's stores and their kinds (``key_value``, ``window``, ``session``)."""
-        assert self._record is not None
-        return {name: d["kind"] for name, d in self._record.stores.items()}
+        return {name: d["kind"] for name, d in self._served().stores.items()}
 
     @property
     def state_variables(self) -> dict[str, dict[str, Any]]:
@@ -217,7 +223,12 @@ class StateReplica:
     def _published_before_reading(self, record: Partitioning) -> int:
         """The newest batch any partition published, as known before this refresh reads the
         heads it catches up to (``PartitionFollower.prepare``)."""
-        followers = self._followers if self._record is not None and record.generation == self.generation else []
+        if self._record is not None and record.generation == self._record.generation:
+            followers = self._followers
+        elif self._next is not None and self._next[0].generation == record.generation:
+            followers = self._next[1]
+        else:
+            followers = []
         known = [] if self._published is None else [self._published]
         known += [hint for f in followers if (hint := f.published_batch_hint()) is not None]
         if self._published is None:  # nothing read yet: read every head once first
@@ -270,6 +281,7 @@ class StateReplica:
         every partition has one; until then the generation before keeps serving."""
         followers = self._new_followers(record)
         _delete([f.apply(f.prepare(published, self.aligned)) for f in followers])  # not served yet: no lock
+        self._published = _newest_head(published, followers)
         if not all(f.servable for f in followers):
             log.info(
                 "%s generation %d: not every partition has a state to serve yet", self.application_id, record.generation
@@ -279,7 +291,6 @@ class StateReplica:
         with self._gate.writing():
             old, self._followers = self._followers, followers
             self._record, self._variables, self._routing = record, variables, Routing(record)
-            self._published = _newest_head(published, followers)
             for follower in old:
                 follower.close()
         self._next = None
@@ -547,8 +558,7 @@ class StateReplica:
         """The record's description of ``store``, which must be of ``kind``."""
         with self._gate.reading():
             self._check_open()
-            assert self._record is not None
-            description = self._record.stores.get(store)
+            description = self._served().stores.get(store)
         if description is None:
             raise InvalidArgumentError(f"no store named {store!r}; the application has {sorted(self.stores)}")
         if description["kind"] != kind:
@@ -601,9 +611,11 @@ class StateReplica:
         while True:
             with self._gate.reading() as version:
                 self._check_open()
-                followers = [self._followers[p] for p in partitions()]
+                followers = [self._followers[p] for p in partitions()] if self._record is not None else []
                 common = _common_batch(followers)
-                ready = all(f.servable for f in followers) and (common is not None or not self.aligned)
+                ready = (
+                    bool(followers) and all(f.servable for f in followers) and (common is not None or not self.aligned)
+                )
                 if ready and (at_least_batch is None or all(f.through >= at_least_batch for f in followers)):
                     value = read([f.copy for f in followers])
                     return Answer(value, common, {f.partition: f.through for f in followers})
