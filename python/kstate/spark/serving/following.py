@@ -256,7 +256,8 @@ class PartitionFollower:
         replaced = None
         if update is None:
             return None
-        if update.rebuilt and update.copy is not None:
+        if update.rebuilt:
+            assert update.copy is not None
             old, self.copy = self.copy, update.copy
             old.close()
             replaced = old.directory

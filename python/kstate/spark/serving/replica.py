@@ -249,7 +249,11 @@ class StateReplica:
     def _new_followers(self, record: Partitioning) -> list[PartitionFollower]:
         """Followers of ``record``'s generation (kept until they serve, across refreshes)."""
         if self._next is not None and self._next[0].generation == record.generation:
-            return self._next[1]
+            pending, followers = self._next
+            for follower in followers:
+                follower.add_stores({n: d for n, d in record.stores.items() if n not in pending.stores})
+            self._next = (record, followers)
+            return followers
         if self._next is not None:
             for follower in self._next[1]:
                 follower.close()
