@@ -261,26 +261,31 @@ def same_state_as_spark_reads_it(spark, checkpoint, changelog_dir):
 @pytest.mark.parametrize("api", ["row", "pandas"])
 def test_a_query_restarted_on_its_checkpoint_continues_exactly(spark, work, api):
     """Stopped after two batches and started again (a new processor, the same checkpoint and
-    state): the value, list and map state continue, TTL state stays expired, timers fire, the
-    initial state is not applied again; on both of kstate's APIs."""
+    state, its changelogs' configs changed): the value, list and map state continue, TTL state
+    stays expired, timers fire, the initial state is not applied again; on both of kstate's APIs."""
     expected = reference(range(FILES))
     schema = "user string, category string, amount long"
     initial = initial_state(spark)
 
-    def query(batches):
+    def query(batches, changelog_config=None):
         processor = RowActivity() if api == "row" else PandasActivity()
         frame = transform_with_state(
             input_stream(spark, work, schema), ["user"], processor, OUTPUT, work / "state", work / "changelog",
             "restarted", num_partitions=2, time_mode="ProcessingTime", api=api,
-            initial_state=initial.groupBy("user"), lock_timeout=60,
+            initial_state=initial.groupBy("user"), lock_timeout=60, changelog_config=changelog_config,
         )  # fmt: skip
         return run(frame, work / "cp", batches=batches)
+
+    def segments():
+        return sum(1 for _ in (work / "changelog").rglob("*.log"))
 
     for i in range(FILES - 1):
         write_file(work, i, file_rows(i))
     assert query(FILES - 1) == expected[: FILES - 1]
+    before = segments()
     write_file(work, FILES - 1, file_rows(FILES - 1))
-    assert query(1) == expected[FILES - 1 :]
+    assert query(1, changelog_config={"segment.bytes": 64}) == expected[FILES - 1 :]
+    assert segments() > before, "the changelogs rolled segments at the new segment.bytes"
 
 
 def kill_once(marker, batch):
