@@ -78,21 +78,23 @@ class Cluster:
             found.append(Executor(executor_id, int(entry), self.work / executor_id))
         return sorted(found, key=lambda e: int(e.id))
 
-    def rss_per_executor(self) -> dict[str, int]:
-        """Each live executor's resident memory: its JVM and every process below it (the
-        PySpark daemon and workers)."""
+    def rss_per_executor(self) -> dict[str, tuple[int, int]]:
+        """Each live executor's resident memory: ``(all, python)``, ``all`` being its JVM and
+        every process below it, ``python`` those processes alone (the PySpark daemons and
+        workers, where kstate runs). The JVM's part grows with its heap for a while after it
+        starts (an executor killed by the soak starts again small)."""
         parents = _parents()
         children: dict[int, list[int]] = {}
         for pid, parent in parents.items():
             children.setdefault(parent, []).append(pid)
         out = {}
         for executor in self.executors():
-            total, stack = 0, [executor.pid]
+            python, stack = 0, list(children.get(executor.pid, []))
             while stack:
                 pid = stack.pop()
-                total += rss_bytes(pid)
+                python += rss_bytes(pid)
                 stack.extend(children.get(pid, []))
-            out[executor.id] = total
+            out[executor.id] = (rss_bytes(executor.pid) + python, python)
         return out
 
 

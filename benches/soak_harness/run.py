@@ -173,6 +173,7 @@ class Sampler:
     def __init__(self, cluster: Cluster, disks: TmpfsStateDirs, remote_bytes):
         self.cluster, self.disks, self.remote_bytes = cluster, disks, remote_bytes
         self.peaks: dict[str, int] = {}
+        self.python_peaks: dict[str, int] = {}
         self.lock = threading.Lock()
         self.stop_event = threading.Event()
         self.thread = threading.Thread(target=self._run, name="soak-sampler", daemon=True)
@@ -181,13 +182,15 @@ class Sampler:
         while not self.stop_event.wait(0.2):
             rss = self.cluster.rss_per_executor()
             with self.lock:
-                for executor_id, value in rss.items():
-                    self.peaks[executor_id] = max(self.peaks.get(executor_id, 0), value)
+                for executor_id, (total, python) in rss.items():
+                    self.peaks[executor_id] = max(self.peaks.get(executor_id, 0), total)
+                    self.python_peaks[executor_id] = max(self.python_peaks.get(executor_id, 0), python)
 
     def take(self, index: int, remote_every: int = 10) -> dict:
         with self.lock:
             peaks, self.peaks = self.peaks, {}
-        sample = {"rss": peaks, "local": sum(self.disks.used_bytes().values())}
+            python_peaks, self.python_peaks = self.python_peaks, {}
+        sample = {"rss": peaks, "rss_python": python_peaks, "local": sum(self.disks.used_bytes().values())}
         if index % remote_every == 0:
             sample["remote"] = self.remote_bytes()
         return sample
@@ -236,6 +239,7 @@ def growth(blocks: list[dict]) -> dict | None:
     keys = last["keys"] / base["keys"]
     ratios = {
         "rss": last["rss_median_mib"] / base["rss_median_mib"],
+        "rss_python": last["rss_python_median_mib"] / base["rss_python_median_mib"],
         "keys": keys,
         "local": last["local_mib"] / base["local_mib"],
         "remote": last["remote_mib"] / base["remote_mib"],
@@ -243,7 +247,7 @@ def growth(blocks: list[dict]) -> dict | None:
         "remote_per_key": last["remote_mib"] / base["remote_mib"] / keys,
         "batch_p50": last["batch_p50_ms"] / base["batch_p50_ms"],
     }
-    limits = {"rss": 1.10, "local_per_key": 1.10, "remote_per_key": 1.10, "batch_p50": 1.20}
+    limits = {"rss": 1.10, "rss_python": 1.10, "local_per_key": 1.10, "remote_per_key": 1.10, "batch_p50": 1.20}
     # The raw storage ratios and the key ratio are reported to read, not judged.
     return {
         name: {"ratio": round(r, 3), **({"within": r <= limits[name]} if name in limits else {})}
@@ -605,6 +609,7 @@ class Soak:
             end = min(done, start + size)
             samples = self.samples[start:end]
             rss = [max(s["rss"].values()) for s in samples if s["rss"]]
+            rss_python = [max(s["rss_python"].values()) for s in samples if s["rss_python"]]
             remote = [s["remote"] for s in samples if "remote" in s]
             batch = [
                 self.batch_ms[q][b]
@@ -622,6 +627,7 @@ class Soak:
                     "batch_p99_ms": percentile(batch, 0.99),
                     "rss_peak_mib": round(max(rss, default=0) / 2**20),
                     "rss_median_mib": round(statistics.median(rss) / 2**20) if rss else 0,
+                    "rss_python_median_mib": round(statistics.median(rss_python) / 2**20) if rss_python else 0,
                     "local_mib": round(statistics.median([s["local"] for s in samples]) / 2**20, 1),
                     "remote_mib": round(statistics.median(remote) / 2**20, 1) if remote else None,
                     "keys": samples[-1]["keys"],  # keys in the state at the block's end (the reference's)
