@@ -374,3 +374,30 @@ def test_an_in_place_upgrade_killed_while_building_its_standby_resumes(tmp_path,
     count(new, 14, ["k0001"])
     assert inspect_store(rocksdb / "counts").format == "timestamped"
     assert snapshot(new) == {**{k: 1 for k in keys}, "k0000": 2, "k0001": 5}
+
+
+def test_parked_stores_are_reused_only_while_their_settings_stay(tmp_path):
+    """A query restarted in the same Spark application (the same Python workers) with another
+    changelog config or serde gets stores opened with it, not the ones parked by the last run."""
+
+    def backend(logging=None, value_serde="int64"):
+        builder = Stores.key_value_store_builder(Stores.persistent_key_value_store("counts"), "string", value_serde)
+        if logging is not None:
+            builder = builder.with_logging_enabled(logging)
+        return StateBackend([builder], tmp_path / "state", tmp_path / "changelog", "app", lock_timeout=5)
+
+    opened = []
+
+    def fn(stores):
+        opened.append(stores["counts"])
+        stores["counts"].put("a", len(opened))
+        yield None
+
+    runs = [backend(), backend(), backend({"segment.bytes": 64}), backend({"segment.bytes": 64}), backend(None, "long")]
+    for batch, run in enumerate(runs):
+        list(run.run(fn, TaskInfo(0, batch)))
+    assert opened[1] is opened[0], "the same settings: the parked stores"
+    assert opened[2] is not opened[1], "another segment.bytes: reopened"
+    assert opened[3] is opened[2]
+    assert opened[4] is not opened[3], "another value serde (and the default segment.bytes again): reopened"
+    assert snapshot(backend()) == {"a": 5}

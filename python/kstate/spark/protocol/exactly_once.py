@@ -269,10 +269,21 @@ class PartitionState:
         parked = IDLE.take(self.layout.task_dir(self.task.partition))
         if parked is None:
             return None
-        if parked.task_lock.still_names_this_file() and set(parked.stores) == {b.name for b in self.builders}:
+        if parked.task_lock.still_names_this_file() and parked.settings == self.store_settings():
             return parked
-        release(parked)  # the task directory was deleted or the backend has other stores
+        release(parked)  # the task directory was deleted, or the backend has other stores or settings
         return None
+
+    def store_settings(self) -> dict[str, Any]:
+        """Per store, what its open stores keep from their builder: serdes, store config and the
+        changelog's topic configs. Code (a serde, a config setter) counts by its name: each task
+        unpickles its own copy of it."""
+        return {
+            b.name: _comparable(
+                (b.key_serde, b.value_serde, b.config, ChangelogConfig.parse(self._logging_config(b)).topic_config)
+            )
+            for b in self.builders
+        }
 
     def _lock_task_dir(self, parked: Parked | None) -> None:
         if parked is not None:
@@ -530,7 +541,10 @@ class PartitionState:
             store.detach_changelog()
         task_dir = self.layout.task_dir(self.task.partition)
         head_position = None if self._head is None else self._head.position
-        IDLE.park(task_dir, Parked(dict(self._stores), self._task_lock, head_position, self._publish_lock.token))
+        IDLE.park(
+            task_dir,
+            Parked(dict(self._stores), self._task_lock, head_position, self._publish_lock.token, self.store_settings()),
+        )
         self._stores.clear()
         self._close_log_and_publication_lock()
 
@@ -603,6 +617,19 @@ class PartitionState:
             self._log.close()
             self._log = None
         self._publish_lock.release()
+
+
+def _comparable(value: Any) -> Any:
+    """``value`` with every object that is not plain data replaced by its type's (or its own)
+    qualified name."""
+    if isinstance(value, (str, int, float, bool, type(None))):
+        return value
+    if isinstance(value, (tuple, list)):
+        return tuple(_comparable(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _comparable(v) for k, v in value.items()}
+    named = value if isinstance(value, type) or callable(value) else type(value)
+    return f"{getattr(named, '__module__', '')}.{getattr(named, '__qualname__', type(named).__name__)}"
 
 
 def stage_raw(store: StoreLifecycle, undo: Any) -> None:

@@ -45,6 +45,9 @@ class Parked:
     """The batch log position the stores are at (``None``: before the first entry)."""
     publish_token: str
     """What this process wrote into the publication lock file when it last held it."""
+    settings: dict[str, Any]
+    """What the stores were opened with (``PartitionState.store_settings``): a task whose stores
+    are set otherwise (a query restarted with other configs) reopens them instead."""
 
 
 class IdleStores:
