@@ -57,6 +57,9 @@ class SoakConfig:
     full_disk_seconds: float = 4.0
     state_disk_mb: int = 256
     file_timeout: float = 600.0
+    # Spark waits for a stopping query's batch forever by default: a stuck batch must fail the
+    # run (and the test), not hang it.
+    stop_timeout: float = 120.0
     trigger: str = "1 second"  # as production queries set it; the default polls every 10 ms when idle
     # Files written before the oldest of them went through every query: the queries always have
     # the next file waiting, as on a busy stream. Before a restart of the queries only one is
@@ -315,7 +318,12 @@ class Soak:
         from kstate.spark import local_session
 
         self.spark = local_session(
-            "kstate-soak", master="local-cluster[2,1,1024]", conf={"spark.ui.showConsoleProgress": "false"}
+            "kstate-soak",
+            master="local-cluster[2,1,1024]",
+            conf={
+                "spark.ui.showConsoleProgress": "false",
+                "spark.sql.streaming.stopTimeout": f"{int(self.config.stop_timeout * 1000)}ms",
+            },
         )
         self.spark.sparkContext.setLogLevel("ERROR")
         app_id = self.spark.sparkContext.applicationId
@@ -493,7 +501,13 @@ class Soak:
                 if not query.isActive:
                     raise SoakFailure(f"query {name} stopped while waiting for {what}: {query.exception()}")
             if time.monotonic() > deadline:
-                raise SoakFailure(f"{what}: not in {self.config.file_timeout} s")
+                with self.outputs.lock:
+                    newest = {q: max(files, default=None) for q, files in self.outputs.batches_of_file.items()}
+                statuses = {name: query.status for name, query in self.queries.items()}
+                raise SoakFailure(
+                    f"{what}: not in {self.config.file_timeout} s (newest file through each query: {newest}; "
+                    f"query status: {statuses})"
+                )
             time.sleep(0.05)
 
     # -- checks ------------------------------------------------------------------------------
@@ -523,7 +537,8 @@ class Soak:
         problems += self._processing_timer_problems(final)
         self._stop_queries()
         problems += self._state_problems()
-        self._start_queries()
+        if not final:
+            self._start_queries()
         check = {"file": index, "problems": problems, "seconds": round(time.monotonic() - started, 1)}
         self.checks.append(check)
         if self.config.report_path is not None:  # a run stopped later still leaves its figures

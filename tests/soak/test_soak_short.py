@@ -20,8 +20,10 @@ from soak_harness.run import Soak, SoakConfig  # noqa: E402
 FILES = 60
 
 
+# A stuck file fails the run within file_timeout; this is the backstop, with every thread's stack.
+@pytest.mark.timeout(1500)
 def test_sixty_batches_through_every_fault_kind_stay_exact(tmp_path):
-    report = Soak(SoakConfig(work_dir=tmp_path, files=FILES, check_every=FILES)).run()
+    report = Soak(SoakConfig(work_dir=tmp_path, files=FILES, check_every=FILES, file_timeout=300)).run()
     assert report["failure"] is None, report["failure"]
     assert report["files"] == FILES
     assert [check["problems"] for check in report["checks"]] == [[]], "the final check compared outputs and state"
