@@ -127,12 +127,23 @@ class RangeIterator:
     def peek_next_key(self) -> bytes | None: ...
     def close(self) -> None: ...
 
+# routed_reads.rs (kstate.spark.serving.snapshot): a store's read-committed views, one per partition,
+# read by keys routed as Spark routes them; None where a key is not a plain str / bytes / int.
+@final
+class RoutedViews:
+    def __new__(cls, views: list[ReadCommittedView], spark_type: str) -> Self: ...
+    def get(self, key: Any) -> tuple[int, bytes | None] | None: ...
+    def get_many(self, keys: list[Any]) -> tuple[list[int], list[bytes | None]] | None: ...
+
 @final
 class ReadCommittedView:
     @property
     def is_open(self) -> bool: ...
     def get(self, key: bytes) -> bytes | None: ...
     def get_many(self, keys: Iterable[bytes]) -> list[bytes | None]: ...
+    def get_many_packed(
+        self, offsets: bytes, data: bytes, validity: bytes | None, start: int, count: int, large: bool
+    ) -> PackedArray: ...
     def range(
         self,
         from_key: bytes | None,
@@ -397,6 +408,12 @@ def compact_changelog_objects(
 HashColumn = tuple[str, bytes | None, bytes, bytes | None, int]
 
 def spark_hash(count: int, columns: list[HashColumn], num_partitions: int | None = None) -> bytes: ...
+
+# The partitions of rows of plain Python values (list per key column, of Spark types string, binary,
+# tinyint, smallint, int, bigint, boolean, double); None if a value needs Arrow's conversion.
+def spark_partitions_of_values(
+    columns: list[list[Any]], spark_types: list[str], num_partitions: int
+) -> list[int] | None: ...
 
 # rebalance.rs (kstate.rebalance)
 

@@ -136,6 +136,25 @@ fn optional_bytes<'py>(py: Python<'py>, value: Option<Vec<u8>>) -> Option<Bound<
     value.map(|v| PyBytes::new(py, &v))
 }
 
+/// The keys of an Arrow binary array's buffers (`get_many_packed`); a null is refused.
+fn packed_keys<'a>(
+    offsets: &'a [u8],
+    data: &'a [u8],
+    validity: Option<&'a [u8]>,
+    start: usize,
+    count: usize,
+    large: bool,
+) -> kstate_core::Result<Vec<&'a [u8]>> {
+    let column = BinaryColumn::parse(offsets, data, validity, start, count, large)?;
+    (0..column.len())
+        .map(|i| {
+            column
+                .get(i)
+                .ok_or_else(|| kstate_core::Error::InvalidArgument("null key".into()))
+        })
+        .collect()
+}
+
 fn packed<'py>(py: Python<'py>, builder: BinaryBuilder) -> PackedArray<'py> {
     (
         PyBytes::new(py, &builder.validity),
@@ -343,14 +362,7 @@ impl NativeKeyValueStore {
     ) -> PyResult<PackedArray<'py>> {
         let store = &mut self.logged.inner.store;
         let builder = guard(|| {
-            let column = BinaryColumn::parse(offsets, data, validity, start, count, large)?;
-            let keys: Vec<&[u8]> = (0..column.len())
-                .map(|i| {
-                    column
-                        .get(i)
-                        .ok_or_else(|| kstate_core::Error::InvalidArgument("null key".into()))
-                })
-                .collect::<kstate_core::Result<_>>()?;
+            let keys = packed_keys(offsets, data, validity, start, count, large)?;
             BinaryBuilder::from_visits(keys.len(), large, |visit| store.get_many_with(&keys, visit))
         })?;
         Ok(packed(py, builder))
@@ -518,7 +530,7 @@ impl NativeKeyValueStore {
 /// Committed-only reads, usable from any thread.
 #[pyclass(module = "kstate._core", name = "ReadCommittedView")]
 pub struct NativeReadCommittedView {
-    inner: ReadCommittedView,
+    pub(crate) inner: ReadCommittedView,
 }
 
 /// Withdraws the records a changelog partition published after `offset` (`None`: all);
@@ -571,6 +583,26 @@ impl NativeReadCommittedView {
         values_list(py, keys, |slices, visit| {
             self.inner.get_many_with(slices, visit)
         })
+    }
+
+    /// `get_many` over Arrow binary buffers, as the store's `get_many_packed`.
+    #[allow(clippy::too_many_arguments)]
+    fn get_many_packed<'py>(
+        &self,
+        py: Python<'py>,
+        offsets: &[u8],
+        data: &[u8],
+        validity: Option<&[u8]>,
+        start: usize,
+        count: usize,
+        large: bool,
+    ) -> PyResult<PackedArray<'py>> {
+        let view = &self.inner;
+        let builder = guard(|| {
+            let keys = packed_keys(offsets, data, validity, start, count, large)?;
+            BinaryBuilder::from_visits(keys.len(), large, |visit| view.get_many_with(&keys, visit))
+        })?;
+        Ok(packed(py, builder))
     }
 
     #[pyo3(signature = (from_key, to_key, reverse=false, row_type=None))]

@@ -11,6 +11,7 @@ mod progress;
 mod rebalance;
 mod records;
 mod remote;
+mod routed_reads;
 mod row_codec;
 mod session_store;
 mod spark_hash;
@@ -43,6 +44,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<state_variables::StateReadAhead>()?;
     state_layout::register(m)?;
     m.add_class::<key_value_store::NativeReadCommittedView>()?;
+    m.add_class::<routed_reads::RoutedViews>()?;
     m.add_class::<key_value_store::RangeIterator>()?;
     m.add_function(wrap_pyfunction!(key_value_store::retract_changelog, m)?)?;
     m.add_class::<partition::NativePartition>()?;
@@ -84,6 +86,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add_function(function)?;
     }
     m.add_function(wrap_pyfunction!(spark_hash::spark_hash, m)?)?;
+    m.add_function(wrap_pyfunction!(spark_hash::spark_partitions_of_values, m)?)?;
     m.add_function(wrap_pyfunction!(memory::check_memory_config, m)?)?;
     m.add_function(wrap_pyfunction!(memory::memory_budget_bounds, m)?)?;
     m.add_function(wrap_pyfunction!(memory::process_memory, m)?)?;

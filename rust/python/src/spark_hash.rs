@@ -1,9 +1,12 @@
 //! Binds `kstate_core::spark::hash` for `kstate.spark.routing.hashing`: Spark's `hash()` and
-//! `HashPartitioning` partition ids over Arrow column buffers, computed without the GIL.
+//! `HashPartitioning` partition ids over Arrow column buffers, computed without the GIL; and
+//! the partitions of rows of plain Python values (a replica's reads), without Arrow.
 
-use kstate_core::spark::hash::{hash_columns, to_partition_ids, ColumnBuffers, ColumnKind};
+use kstate_core::spark::hash::{
+    hash_columns, hash_value, pmod, to_partition_ids, ColumnBuffers, ColumnKind, Scalar, SEED,
+};
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBool, PyBytes, PyFloat, PyInt, PyList, PyString};
 
 use crate::errors::guard;
 
@@ -55,4 +58,82 @@ pub fn spark_hash<'py>(
         })
     })?;
     Ok(PyBytes::new(py, &out))
+}
+
+/// `value`, of a key column of Spark type `spark_type`, mixed into its row's `running` hash;
+/// `None` when it is not a plain Python value of that type (the caller routes it through Arrow,
+/// which converts or refuses it).
+fn mixed(value: &Bound<'_, PyAny>, spark_type: &str, running: i32) -> Option<i32> {
+    if value.is_none() {
+        return Some(hash_value(Scalar::Null, running));
+    }
+    let int = || {
+        if value.is_exact_instance_of::<PyInt>() {
+            value.extract::<i64>().ok()
+        } else {
+            None
+        }
+    };
+    let narrow = |fits: fn(i64) -> bool| int().filter(|v| fits(*v)).map(|v| Scalar::Int(v as i32));
+    let scalar = match spark_type {
+        "string" => {
+            let text = value.cast::<PyString>().ok()?.to_cow().ok()?;
+            return Some(hash_value(Scalar::Bytes(text.as_bytes()), running));
+        }
+        "binary" => {
+            let bytes = value.cast::<PyBytes>().ok()?;
+            return Some(hash_value(Scalar::Bytes(bytes.as_bytes()), running));
+        }
+        "tinyint" => narrow(|v| i8::try_from(v).is_ok()),
+        "smallint" => narrow(|v| i16::try_from(v).is_ok()),
+        "int" => narrow(|v| i32::try_from(v).is_ok()),
+        "bigint" => int().map(Scalar::Long),
+        "boolean" if value.is_exact_instance_of::<PyBool>() => {
+            Some(Scalar::Bool(value.is_truthy().ok()?))
+        }
+        "double" if value.is_exact_instance_of::<PyFloat>() => {
+            Some(Scalar::Double(value.extract::<f64>().ok()?))
+        }
+        _ => None,
+    }?;
+    Some(hash_value(scalar, running))
+}
+
+/// The Spark partition (`pmod(hash(*row), num_partitions)`) of each row of `columns` (lists of
+/// Python values, one per key column, of the Spark types `spark_types`) without Arrow; `None`
+/// if a value is not a plain Python value of its column's type (string: `str`, binary: `bytes`,
+/// tinyint to bigint: `int`, boolean: `bool`, double: `float`; `None` is a null) or a type is
+/// another.
+#[pyfunction]
+pub fn spark_partitions_of_values(
+    columns: Vec<Bound<'_, PyList>>,
+    spark_types: Vec<String>,
+    num_partitions: i32,
+) -> PyResult<Option<Vec<i32>>> {
+    let rows = columns.first().map_or(0, |c| c.len());
+    if columns.len() != spark_types.len()
+        || columns.iter().any(|c| c.len() != rows)
+        || num_partitions <= 0
+    {
+        return guard(|| {
+            Err(kstate_core::Error::InvalidArgument(format!(
+                "{} columns of {:?} rows for {} types into {num_partitions} partitions",
+                columns.len(),
+                columns.iter().map(|c| c.len()).collect::<Vec<_>>(),
+                spark_types.len()
+            )))
+        });
+    }
+    let mut partitions = Vec::with_capacity(rows);
+    for i in 0..rows {
+        let mut running = SEED;
+        for (column, spark_type) in columns.iter().zip(&spark_types) {
+            match mixed(&column.get_item(i)?, spark_type, running) {
+                Some(hash) => running = hash,
+                None => return Ok(None),
+            }
+        }
+        partitions.push(pmod(running, num_partitions));
+    }
+    Ok(Some(partitions))
 }

@@ -19,11 +19,12 @@ import logging
 import os
 import re
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from kstate.config import ENABLE_TRANSACTIONAL_STATESTORES
+from kstate.key_value_store import KeyValueStore
 from kstate.spark.protocol.batch_log import BatchEntry
 from kstate.spark.protocol.exactly_once import stage_raw
 from kstate.spark.protocol.published_changelog import stored_entries
@@ -124,6 +125,18 @@ class PartitionCopy:
 
     def value_serde(self, store: str) -> Any:
         return self._stores[store].value_serde
+
+    def plain_value_decoder(self, store: str) -> Callable[[bytes], Any] | None:
+        """What turns ``store``'s stored values into values when they are their serde's bytes
+        (a plain key-value store, no timestamp); ``None`` otherwise."""
+        target = self._stores[store]
+        if type(target) is not KeyValueStore or self._timestamped[store]:
+            return None
+        return target.value_serde.deserialize  # type: ignore[no-any-return]
+
+    def native_view(self, store: str) -> Any:
+        """The native read-committed view of ``store`` (what ``view`` reads through)."""
+        return native_store(self._stores[store]).read_committed_view()
 
     def offset(self, store: str) -> int | None:
         """The changelog offset ``store`` stands at, with what is staged (``None``: before any)."""

@@ -1,9 +1,14 @@
-"""A readers-writer lock whose writes readers can wait for.
+"""A readers-writer lock whose writes readers can wait for, or read around.
 
 Reads of a replica run together; a refresh applying what it prepared (commits, swapped copies)
 runs alone, so a read sees every partition before or after an update, never during one. A
-waiting writer goes first (a stream of reads cannot starve updates), and each write counts up
-``version``, which a reader waiting for a newer state waits on.
+waiting writer goes first (a stream of reads cannot starve updates).
+
+``sequence`` counts writes as a seqlock does: it goes up when a write starts and again when it
+ends, so it is odd while one runs. A point read too short to be worth the lock reads
+``sequence``, reads, and keeps what it read only if ``sequence`` is still the even number it saw
+(no write started meanwhile); a reader waiting for a newer state waits for ``sequence`` to move
+past a write.
 """
 
 from __future__ import annotations
@@ -20,19 +25,19 @@ class ReadersWriterLock:
         self._readers = 0
         self._writing = False
         self._writers_waiting = 0
-        self.version = 0
-        """How many writes finished."""
+        self.sequence = 0
+        """Twice the writes finished, plus one while a write runs."""
 
     @contextmanager
     def reading(self) -> Iterator[int]:
-        """Holds the lock shared; gives the ``version`` read."""
+        """Holds the lock shared; gives the ``sequence`` read (even: no write runs)."""
         with self._changed:
             while self._writing or self._writers_waiting:
                 self._changed.wait()
             self._readers += 1
-            version = self.version
+            sequence = self.sequence
         try:
-            yield version
+            yield sequence
         finally:
             with self._changed:
                 self._readers -= 1
@@ -48,19 +53,20 @@ class ReadersWriterLock:
                 self._changed.wait()
             self._writers_waiting -= 1
             self._writing = True
+            self.sequence += 1
         try:
             yield
         finally:
             with self._changed:
                 self._writing = False
-                self.version += 1
+                self.sequence += 1
                 self._changed.notify_all()
 
     def wait_for_write(self, seen: int, timeout: float) -> None:
-        """Waits up to ``timeout`` seconds for a write after version ``seen``."""
+        """Waits up to ``timeout`` seconds for a write to finish after ``sequence`` ``seen``."""
         deadline = time.monotonic() + timeout
         with self._changed:
-            while self.version == seen:
+            while self.sequence < seen + 2 - seen % 2:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return

@@ -48,9 +48,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from kstate.errors import InvalidArgumentError, InvalidStateStoreError, StoreClosedError
+from kstate.errors import InvalidArgumentError, InvalidStateStoreError, KStateError, StoreClosedError
 from kstate.log.object_store import is_url
-from kstate.serdes import BytesSerde, DoubleSerde, LongSerde, StringSerde
 from kstate.spark.format.state_schemas import SchemaLog
 from kstate.spark.protocol.batch_log import EMPTY_STATE
 from kstate.spark.protocol.exactly_once import StateLayout
@@ -59,6 +58,7 @@ from kstate.spark.routing.partitioning import Partitioning, PartitioningLog, gen
 from kstate.spark.serving.following import PartitionFollower
 from kstate.spark.serving.readers_writer import ReadersWriterLock
 from kstate.spark.serving.routing import SERDE_KEYS, Routing
+from kstate.spark.serving.snapshot import Snapshot, arrow_value_type
 from kstate.spark.serving.state_variables import StateVariables
 from kstate.store_lifecycle import now_ms
 from kstate.store_reads import is_arrow
@@ -136,6 +136,8 @@ class StateReplica:
             self._local_dir / f"{application_id}.replica.lock", f"replica directory of {application_id}", lock_timeout
         )
         self._gate = ReadersWriterLock()
+        self._snapshot: Snapshot | None = None
+        """What the reads of keys that skip the lock read (``kstate.spark.serving.snapshot``)."""
         self._refreshing = threading.Lock()
         self._record: Partitioning | None = None
         self._routing: Routing | None = None
@@ -185,6 +187,14 @@ class StateReplica:
         schemas (``values``, Spark's JSON form, oldest first; empty: pickled), a map's ``key``
         schema, ``ttl``."""
         return {name: dict(v) for name, v in self._variables.recorded.items()}
+
+    def key_serde(self, store: str) -> Any:
+        """The serde of ``store``'s keys (what its reads take, and order ``range`` by)."""
+        with self._gate.reading():
+            self._check_open()
+            if store not in self._served().stores:
+                raise InvalidArgumentError(f"no store named {store!r}; the application has {sorted(self.stores)}")
+            return self._followers[0].copy.key_serde(store)
 
     @property
     def batches(self) -> dict[int, int]:
@@ -382,6 +392,18 @@ class StateReplica:
         key columns' values (a tuple with several), for a store whose keys are not its key
         column's values. ``at_least_batch``: wait until the key's partition is known to hold
         that batch, up to ``timeout`` seconds (``InvalidStateStoreError`` then)."""
+        if route_by is None:
+            snapshot = self._snapshot
+            if snapshot is None or snapshot.sequence != self._gate.sequence:
+                snapshot = self._current_snapshot()
+            try:
+                read = snapshot.get(store, key, at_least_batch)
+            except KStateError:
+                if self._gate.sequence == snapshot.sequence:
+                    raise
+            else:
+                if read is not None and self._gate.sequence == snapshot.sequence:
+                    return Answer(*read)
         self._description(store, "key_value")
         return self._read(
             lambda: [self._partition_of(store, key, route_by)],
@@ -404,9 +426,22 @@ class StateReplica:
         key, the key columns' values (see ``get``)."""
         import numpy as np
 
-        self._description(store, "key_value")
         arrow = is_arrow(keys)
         keys = keys if arrow else list(keys)
+        if route_by is None:
+            snapshot = self._current_snapshot()
+            try:
+                if arrow:
+                    read = snapshot.get_many_arrow(store, keys, at_least_batch)
+                else:
+                    read = snapshot.get_many(store, keys, at_least_batch)
+            except KStateError:
+                if self._gate.sequence == snapshot.sequence:
+                    raise
+            else:
+                if read is not None and self._gate.sequence == snapshot.sequence:
+                    return Answer(*read)
+        self._description(store, "key_value")
         ids: Any = None
 
         def partitions() -> list[int]:
@@ -558,6 +593,16 @@ class StateReplica:
 
     # -- how reads are answered --------------------------------------------------------------------
 
+    def _current_snapshot(self) -> Snapshot:
+        """The snapshot of the state served now, taken again after an update."""
+        snapshot = self._snapshot
+        if snapshot is None or snapshot.sequence != self._gate.sequence:
+            with self._gate.reading() as sequence:
+                self._check_open()
+                followers = self._followers if self._record is not None else []
+                snapshot = self._snapshot = Snapshot(sequence, self._routing, followers, self.aligned)
+        return snapshot
+
     def _description(self, store: str, kind: str) -> Mapping[str, Any]:
         """The record's description of ``store``, which must be of ``kind``."""
         with self._gate.reading():
@@ -585,19 +630,21 @@ class StateReplica:
         return self._routing.partition_of((key,))
 
     def _partitions_of(self, store: str, keys: Any, route_by: Sequence[Any] | None, arrow: bool) -> Any:
+        import numpy as np
+
         assert self._record is not None and self._routing is not None
         routing = self._routing
         if route_by is not None:
             if len(route_by) != len(keys):
                 raise InvalidArgumentError(f"route_by has {len(route_by)} rows for {len(keys)} keys")
-            return routing.partitions(routing.columns([routing.row(r) for r in route_by]))
+            return np.asarray(routing.partitions_of_rows([routing.row(r) for r in route_by]))
         if self._record.stores[store]["key"] not in SERDE_KEYS:
             raise InvalidArgumentError(
                 f"the keys of store {store!r} do not give the key columns the state is partitioned by "
                 f"({self._record.describe_keys()}): pass route_by=<their values, per key>"
             )
         listed = keys.to_pylist() if arrow else keys
-        return routing.partitions(routing.columns([(k,) for k in listed]))
+        return np.asarray(routing.partitions_of_rows([(k,) for k in listed]))
 
     def _every_partition(self) -> list[int]:
         return list(range(self.num_partitions))
@@ -679,5 +726,4 @@ def _arrow_values(values: list[Any], value_serde: Any) -> Any:
     int64 or float64 by the value serde, else as Arrow infers it."""
     import pyarrow as pa
 
-    types = {StringSerde: pa.string(), BytesSerde: pa.binary(), LongSerde: pa.int64(), DoubleSerde: pa.float64()}
-    return pa.array(values, types.get(type(value_serde)))
+    return pa.array(values, arrow_value_type(value_serde))

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from kstate import _core
 from kstate.errors import StateTypeError
 from kstate.spark.routing.hashing import partition_ids
 from kstate.spark.routing.partitioning import Partitioning, arrow_type_of
@@ -65,7 +66,15 @@ class Routing:
         return partition_ids(columns, self.partitioning.num_partitions)
 
     def partition_of(self, row: tuple) -> int:
-        return int(self.partitions(self.columns([row]))[0])
+        return int(self.partitions_of_rows([row])[0])
+
+    def partitions_of_rows(self, rows: Sequence[tuple]) -> Sequence[int]:
+        """The partition of each of ``rows``: natively from plain Python values of the key
+        columns' types, else through Arrow (which converts other values or refuses them)."""
+        columns = [[row[i] for row in rows] for i in range(len(self.types))]
+        spark_types = [kind for _, kind in self.partitioning.keys]
+        routed = _core.spark_partitions_of_values(columns, spark_types, self.partitioning.num_partitions)
+        return self.partitions(self.columns(rows)) if routed is None else routed
 
     def grouping_key(self, key: Any) -> tuple[int, tuple]:
         """``(partition, grouping key)`` of a ``transform_with_state`` key: its values as the

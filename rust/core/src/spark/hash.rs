@@ -299,6 +299,43 @@ pub fn hash_columns(count: usize, columns: &[ColumnBuffers<'_>]) -> Result<Vec<i
     Ok(hashes)
 }
 
+/// One row's value of a key column, for hashing a single row without Arrow buffers (a read
+/// routed to its partition): the value as the column's kind hashes it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Scalar<'a> {
+    /// A null: the running hash unchanged.
+    Null,
+    /// bool (as int 1/0).
+    Bool(bool),
+    /// byte, short, int, date (days): one 32-bit int.
+    Int(i32),
+    /// long, timestamp (microseconds): one 64-bit long.
+    Long(i64),
+    Double(f64),
+    /// A string's UTF-8 bytes, or a binary.
+    Bytes(&'a [u8]),
+}
+
+/// `value` mixed into the running hash of its row (start at [`SEED`], a column at a time).
+pub fn hash_value(value: Scalar<'_>, running: i32) -> i32 {
+    match value {
+        Scalar::Null => running,
+        Scalar::Bool(b) => hash_int(i32::from(b), running),
+        Scalar::Int(v) => hash_int(v, running),
+        Scalar::Long(v) => hash_long(v, running),
+        Scalar::Double(v) => hash_double(v, running),
+        Scalar::Bytes(b) => hash_bytes(b, running),
+    }
+}
+
+/// Spark's hash of one row's `values` (its key columns, in order): what [`hash_columns`] gives
+/// that row.
+pub fn hash_row(values: &[Scalar<'_>]) -> i32 {
+    values
+        .iter()
+        .fold(SEED, |running, value| hash_value(*value, running))
+}
+
 /// Turns hashes into `HashPartitioning`'s partition ids, `pmod(hash, num_partitions)`, in place.
 pub fn to_partition_ids(hashes: &mut [i32], num_partitions: i32) -> Result<()> {
     if num_partitions <= 0 {
@@ -594,6 +631,42 @@ mod tests {
             to_partition_ids(&mut ids, 0),
             Err(Error::InvalidArgument(_))
         ));
+    }
+
+    #[test]
+    fn a_row_hashes_as_its_columns_do() {
+        let (offsets, data) = binary(&[b"user-17"], false);
+        let string = ColumnBuffers {
+            offsets: Some(&offsets),
+            ..column(ColumnKind::Binary, &data)
+        };
+        let long = le(&[-5_000_000_000i64], i64::to_le_bytes);
+        let int = le(&[-7i32], i32::to_le_bytes);
+        let double = le(&[-0.0f64], f64::to_le_bytes);
+        let columns = [
+            string,
+            column(ColumnKind::Int64, &long),
+            column(ColumnKind::Int32, &int),
+            column(ColumnKind::Bool, &[1]),
+            column(ColumnKind::Float64, &double),
+        ];
+        let row = [
+            Scalar::Bytes(b"user-17"),
+            Scalar::Long(-5_000_000_000),
+            Scalar::Int(-7),
+            Scalar::Bool(true),
+            Scalar::Double(-0.0),
+        ];
+        assert_eq!(hash_row(&row), hash_columns(1, &columns).unwrap()[0]);
+        assert_eq!(
+            hash_row(&[Scalar::Bytes(b"a")]),
+            hash_binary(&[b"a"], false)[0]
+        );
+        assert_eq!(
+            hash_row(&[Scalar::Null, Scalar::Long(1)]),
+            hash_long(1, SEED)
+        );
+        assert_eq!(hash_row(&[]), SEED);
     }
 
     #[test]
