@@ -19,9 +19,17 @@ state.partition(df).mapInArrow(running_count, "key string, count long")  # route
 a processor written for Spark's ``transformWithStateInPandas`` / ``transformWithState`` on kstate
 stores (``docs/stateful-processor.md``); ``kstate.spark.testing.TwsTester`` tests one without Spark;
 ``read_processor_state`` reads its state as Spark's state data source does (typed, per variable).
+
+Each micro-batch's figures (``numRowsTotal``, ``commitTimeMs``, per store ...) are in the query's
+progress, ``query.lastProgress["observedMetrics"]["kstate"]`` (``state_figures(progress)`` reads
+them as a dict in classic Spark and Spark Connect alike); ``StateMetricsListener`` logs them per
+batch and hands them to a callback.
 """
 
+from typing import Any
+
 from kstate.spark.engine.backend import StateBackend
+from kstate.spark.engine.observed import state_figures
 from kstate.spark.engine.session import configure_environment, local_session
 from kstate.spark.processor.processor import (
     ExpiredTimerInfo,
@@ -40,6 +48,14 @@ from kstate.spark.protocol.task import TaskInfo
 from kstate.spark.read.state_reader import read_processor_state
 
 
+def __getattr__(name: str) -> Any:
+    if name == "StateMetricsListener":  # a StreamingQueryListener: PySpark loads with it, not with kstate.spark
+        from kstate.spark.engine.metrics_listener import StateMetricsListener
+
+        return StateMetricsListener
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def register_data_source(spark):  # noqa: ANN001, ANN201
     """Makes ``spark.read.format("kstate")`` (kstate's Kafka logs as a DataFrame) available; see
     ``kstate.spark.engine.source``."""
@@ -55,6 +71,8 @@ __all__ = [
     "PartitionState",
     "BatchEntry",
     "BatchProgress",
+    "StateMetricsListener",
+    "state_figures",
     "StatefulProcessor",
     "StatefulProcessorHandle",
     "ValueState",

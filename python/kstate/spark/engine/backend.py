@@ -10,6 +10,10 @@ function Spark calls:
   DataFrame grouped by key columns (the plan ``groupBy(...).applyInPandas`` runs: hash partitioning
   by the keys, then the groups of each partition in key order).
 
+``map_partitions(df, fn, schema)``, the grouped helpers and ``transform_with_state`` build the
+DataFrame themselves, and add kstate's figures per batch to the query's progress
+(``observedMetrics["kstate"]``, ``kstate.spark.engine.observed``).
+
 Each task opens the stores of ``TaskContext.partitionId()`` at the state after the previous
 micro-batch, runs the function, and commits once the function has consumed its input and
 returned: exactly once per micro-batch (see ``kstate.spark.protocol.exactly_once``).
@@ -21,6 +25,7 @@ import itertools
 import json
 import logging
 import os
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -32,12 +37,20 @@ from kstate.errors import InvalidArgumentError, MisroutedRowsError, Partitioning
 from kstate.log.object_store import is_url
 from kstate.rebalance import UpgradeConfig
 from kstate.serdes import BytesSerde, DoubleSerde, JsonSerde, LongSerde, StringSerde
+from kstate.spark.engine.observed import METRICS_NAME, observe_figures, with_figures, with_figures_column
 from kstate.spark.engine.session import default_parallelism, refuse_spark_connect
-from kstate.spark.format.conversion import to_arrow_schema
+from kstate.spark.format.conversion import SessionConversion, to_arrow_schema
 from kstate.spark.protocol.exactly_once import TASK_LOCK, PartitionState, StateLayout, TaskStores
 from kstate.spark.protocol.idle import RELEASE_REQUEST, claim
 from kstate.spark.protocol.locking import FileLock
-from kstate.spark.protocol.progress import BatchProgress, TaskMetrics, Timings, progress_listener
+from kstate.spark.protocol.progress import (
+    BatchProgress,
+    ProcessorCounts,
+    TaskMetrics,
+    Timings,
+    progress_listener,
+    task_figures,
+)
 from kstate.spark.protocol.task import TaskInfo
 from kstate.spark.protocol.upgrade import InPlaceUpgrade, upgrade_listener
 from kstate.spark.routing.groups import OutputBatcher, iter_groups
@@ -58,6 +71,8 @@ from kstate.suppliers import SessionBytesStoreSupplier, WindowBytesStoreSupplier
 log = logging.getLogger("kstate.spark")
 
 BatchFunction = Callable[[Iterator[Any], TaskStores], Iterable[Any]]
+CountingFunction = Callable[[Iterator[Any], TaskStores, ProcessorCounts], Iterable[Any]]
+"""A ``BatchFunction`` that also counts what it did beyond its stores (timers fired, late rows)."""
 _SERDE_KEY_CODECS = {"StringSerde": "serde:string", "LongSerde": "serde:int64", "BytesSerde": "serde:bytes"}
 GroupFunction = Callable[[tuple, Any, TaskStores], Any]
 
@@ -122,7 +137,9 @@ class StateBackend:
     Streaming counts as. ``lock_timeout``: seconds to wait for another attempt of the same
     partition. ``undo_retained_batches``: how many published batches can be rolled back.
     ``on_task(task, timings)``: called in the worker after each task commits, with the seconds
-    kstate spent opening and committing (metrics).
+    kstate spent opening and committing (metrics). ``metrics_name``: what the DataFrames this
+    backend builds observe their figures under (``observedMetrics[metrics_name]``; two kstate
+    operators in one query need two names); ``None``: no figures.
 
     ``keys``: the columns the state is partitioned by, and ``num_partitions`` how many
     partitions (default: what the state was first written with, else Spark's default
@@ -146,6 +163,7 @@ class StateBackend:
         keys: Sequence[str] | None = None,
         num_partitions: int | None = None,
         key_codecs: Mapping[str, str] | None = None,
+        metrics_name: str | None = METRICS_NAME,
     ):
         builders = list(stores)
         if not builders or not all(isinstance(b, StoreBuilder) for b in builders):
@@ -191,6 +209,9 @@ class StateBackend:
         """Set on the driver by ``partition(df)``: what tasks check the record against."""
         self._metrics: TaskMetrics | None = None
         self.progress: list[BatchProgress] = []
+        self.metrics_name = metrics_name
+        self.observation: Any = None
+        """The ``Observation`` of the last batch DataFrame built here (``job_figures``)."""
 
     def partition_state(self, task: TaskInfo | None = None, layout: StateLayout | None = None) -> PartitionState:
         """The state of the current task's partition (or of ``task``), not yet opened."""
@@ -343,10 +364,17 @@ class StateBackend:
             raise InvalidArgumentError("the backend has no in-place upgrade (upgrade=...)")
         spark.streams.addListener(upgrade_listener(self.upgrade, num_partitions))
 
-    def process(self, fn: BatchFunction, batches: Iterable[Any], task: TaskInfo | None = None) -> Iterator[Any]:
+    def process(
+        self,
+        fn: BatchFunction,
+        batches: Iterable[Any],
+        task: TaskInfo | None = None,
+        committed: Callable[[Timings, int], None] | None = None,
+    ) -> Iterator[Any]:
         """Checks that every row of ``batches`` belongs to the task's partition (the first batch
         before the stores open, each later one before ``fn`` sees it), then ``run``s
-        ``fn(batches, stores)``; misrouted rows fail the task with ``MisroutedRowsError``."""
+        ``fn(batches, stores)``; misrouted rows fail the task with ``MisroutedRowsError``.
+        ``committed(timings, partitions)``: called once the stores committed."""
         task = task or TaskInfo.current(self.batch_id)
         if self.partitioning is not None:
             # Planned on the driver: the partition's directory is known before any row arrives.
@@ -368,23 +396,29 @@ class StateBackend:
             if failures:
                 raise failures[0]  # the function swallowed it: still nothing may commit
 
-        yield from self.run(checked, task, self.layout_of(partitioning))
+        partitions = 0 if partitioning is None else partitioning.num_partitions
+        on_commit = None if committed is None else (lambda timings: committed(timings, partitions))
+        yield from self.run(checked, task, self.layout_of(partitioning), on_commit)
 
     def run(
         self,
         fn: Callable[[TaskStores], Iterable[Any]],
         task: TaskInfo | None = None,
         layout: StateLayout | None = None,
+        committed: Callable[[Timings], None] | None = None,
     ) -> Iterator[Any]:
         """Opens the partition's stores, yields what ``fn(stores)`` yields, and commits when it is
-        done; on any error (or if the caller stops early) nothing is committed."""
+        done; on any error (or if the caller stops early) nothing is committed. ``committed``:
+        called with the task's timings once the stores committed."""
         state = self.partition_state(task, layout)
         stores = state.open()
+        started = time.perf_counter()
         try:
             yield from fn(stores)
         except BaseException:
             state.abort()
             raise
+        state.timings.updates = time.perf_counter() - started
         entry = state.commit()
         log.info(
             "partition %d batch %d: committed %s; kstate open %.3f s, commit %.3f s",
@@ -396,6 +430,8 @@ class StateBackend:
         )
         if self._metrics is not None:
             self._metrics.add(state.task, state.timings)
+        if committed is not None:
+            committed(state.timings)
         if self.on_task is not None:
             self.on_task(state.task, state.timings)
 
@@ -417,7 +453,61 @@ class StateBackend:
 
     def __getstate__(self) -> dict[str, Any]:
         # Tasks get the accumulators, not the driver's reports.
-        return {**self.__dict__, "progress": []}
+        return {**self.__dict__, "progress": [], "observation": None}
+
+    # -- figures in the query's progress --------------------------------------------------------
+
+    def map_partitions(self, df: Any, fn: BatchFunction, schema: Any, num_partitions: int | None = None) -> Any:
+        """``df`` routed as the state is partitioned (``partition``), each partition's rows
+        through ``fn(batches, stores)`` (Arrow record batches in, record batches or tables of
+        ``schema`` out, as ``mapInArrow``), with kstate's figures per batch in the query's
+        progress (``observedMetrics["kstate"]``) or, for a batch DataFrame, in ``job_figures()``."""
+        routed = self.partition(df, num_partitions)
+        return self.map_observed(routed, lambda batches, stores, _: fn(batches, stores), schema)
+
+    def map_observed(self, routed: Any, fn: CountingFunction, schema: Any) -> Any:
+        """``routed.mapInArrow`` of ``fn(batches, stores, counts)`` in ``process``, its figures
+        observed under ``metrics_name`` (``kstate.spark.engine.observed``)."""
+        from pyspark.sql.types import StructField, StructType
+
+        if isinstance(schema, str):
+            schema = StructType.fromDDL(schema)
+        if self.metrics_name is None:
+
+            def plain(batches: Iterator[Any]) -> Iterator[Any]:
+                return self.process(lambda rows, stores: fn(rows, stores, ProcessorCounts()), batches)
+
+            plain.__name__ = getattr(fn, "__name__", "task")
+            return routed.mapInArrow(plain, schema)
+        # The figures' row is null in the user's columns, whatever the schema says of them.
+        nullable = StructType([StructField(field.name, field.dataType, True) for field in schema.fields])
+        arrow_schema = to_arrow_schema(nullable, SessionConversion.of(routed.sparkSession).timezone)
+
+        def task(batches: Iterator[Any]) -> Iterator[Any]:
+            counts = ProcessorCounts()
+            figures: list[dict[str, int]] = []
+
+            def committed(timings: Timings, partitions: int) -> None:
+                figures.append(task_figures(timings, partitions, counts))
+
+            outputs = self.process(lambda rows, stores: fn(rows, stores, counts), batches, committed=committed)
+            return with_figures(outputs, arrow_schema, lambda: figures[0])
+
+        task.__name__ = getattr(fn, "__name__", "task")
+        mapped = routed.mapInArrow(task, with_figures_column(nullable))
+        observed, self.observation = observe_figures(mapped, [b.name for b in self.builders], self.metrics_name)
+        return observed
+
+    def job_figures(self) -> dict[str, int]:
+        """kstate's figures of the last batch DataFrame built by this backend (``map_partitions``,
+        the grouped helpers, ``transform_with_state`` on a batch DataFrame), once an action ran it:
+        summed over its tasks, as a streaming query's progress shows them."""
+        if self.observation is None:
+            raise InvalidArgumentError(
+                "no batch DataFrame of this backend observed its figures: build one with map_partitions, "
+                "apply_in_arrow / apply_in_pandas or transform_with_state (metrics_name not None), and run an action"
+            )
+        return {name: 0 if value is None else int(value) for name, value in self.observation.get.items()}
 
     # -- mapInArrow / mapInPandas ----------------------------------------------------------------
 
@@ -582,22 +672,17 @@ class StateBackend:
         arrow_schema = to_arrow_schema(schema)
 
         partitioned = self.partition(df, num_partitions)
-        return partitioned.mapInArrow(grouped_task(self, keys, fn, arrow_schema, pandas), schema)
+        return self.map_observed(partitioned, grouped_function(keys, fn, arrow_schema, pandas), schema)
 
 
-def grouped_task(
-    backend: StateBackend, keys: Sequence[str], fn: GroupFunction, schema: Any, pandas: bool
-) -> Callable[[Iterator[Any]], Iterator[Any]]:
-    """The ``mapInArrow`` function that calls ``fn(key, group, stores)`` for each group."""
+def grouped_function(keys: Sequence[str], fn: GroupFunction, schema: Any, pandas: bool) -> CountingFunction:
+    """The task function that calls ``fn(key, group, stores)`` for each group."""
 
-    def each_group(batches: Iterator[Any], stores: TaskStores) -> Iterator[Any]:
+    def each_group(batches: Iterator[Any], stores: TaskStores, counts: ProcessorCounts) -> Iterator[Any]:
         output = OutputBatcher(schema, pandas)
         for key, group in iter_groups(batches, keys, pandas):
             yield from output.add(fn(key, group, stores))
         yield from output.flush()
 
-    def task(batches: Iterator[Any]) -> Iterator[Any]:
-        return backend.process(each_group, batches)
-
-    task.__name__ = getattr(fn, "__name__", "grouped")
-    return task
+    each_group.__name__ = getattr(fn, "__name__", "grouped")
+    return each_group

@@ -69,6 +69,7 @@ from kstate.spark.processor.state_variables import (
 )
 from kstate.spark.processor.watermarks import EVENT_TIME, query_watermarks
 from kstate.spark.protocol.exactly_once import TaskStores
+from kstate.spark.protocol.progress import ProcessorCounts
 from kstate.spark.routing.groups import OutputBatcher, iter_groups
 from kstate.stores import Stores
 
@@ -276,7 +277,7 @@ def transform_with_state(
         initial_dir = stage_initial_state(initial_state, keys, backend)
     pandas = api == "pandas"
 
-    def process(batches: Iterator[Any], stores: TaskStores) -> Iterator[Any]:
+    def process(batches: Iterator[Any], stores: TaskStores, counts: ProcessorCounts) -> Iterator[Any]:
         if ticking:
             from kstate.spark.processor.ticks import without_ticks
 
@@ -286,7 +287,9 @@ def transform_with_state(
         watermark = -1
         if time_mode == "EventTime":
             late, watermark = query_watermarks(stores.layout, stores.batch_id, watermark_delay_ms, partitioning)
-            batches = _tracking_event_time(batches, event_time_column, stores[EVENT_TIME], stores.batch_id, late)
+            batches = _tracking_event_time(
+                batches, event_time_column, stores[EVENT_TIME], stores.batch_id, late, counts
+            )
         timer_values = TimerValues(-1 if time_mode == "None" else handle.now_ms, watermark)
         output = OutputBatcher(arrow_schema, pandas=pandas, rows=not pandas, conversion=conversion)
         initial = {}
@@ -328,6 +331,7 @@ def transform_with_state(
                     if not handle.has_timer(expiry):
                         continue  # an earlier handler of the key deleted it
                     expired = ExpiredTimerInfo(expiry)
+                    counts.timers_fired += 1
                     for result in processor.handleExpiredTimer(pickle.loads(timer_key), timer_values, expired):
                         yield from output.add(result)
                     handle.deleteTimer(expiry)  # after the handler, as Spark: it still lists the timer
@@ -343,10 +347,7 @@ def transform_with_state(
         finally:
             processor.close()
 
-    def task(batches: Iterator[Any]) -> Iterator[Any]:
-        return backend.process(process, batches)
-
-    return routed.mapInArrow(task, output_schema)
+    return backend.map_observed(routed, process, output_schema)
 
 
 def _calls(
@@ -425,10 +426,10 @@ def _apply_initial_state(
 
 
 def _tracking_event_time(
-    batches: Iterator[Any], column: str, store: Any, batch_id: int, late_watermark: int
+    batches: Iterator[Any], column: str, store: Any, batch_id: int, late_watermark: int, counts: ProcessorCounts
 ) -> Iterator[Any]:
     """Passes ``batches`` through without the rows at or below ``late_watermark`` (Spark drops
-    late rows before its operator), recording ``(batch_id, largest column value so far)`` in
+    late rows before its operator, counted in ``counts``), recording ``(batch_id, largest column value so far)`` in
     ``store``, late rows included (Spark's watermark counts them), even for a partition without
     input."""
     import pyarrow as pa
@@ -451,7 +452,12 @@ def _tracking_event_time(
             largest = batch_max
             store.put(_core.LATEST_EVENT_TIME_KEY, _core.event_time_record(batch_id, largest))
         on_time = pc.invert(pc.fill_null(pc.less_equal(times, late_bound), False))
-        yield batch if pc.all(on_time).as_py() else batch.filter(on_time)
+        if pc.all(on_time).as_py():
+            yield batch
+            continue
+        kept = batch.filter(on_time)
+        counts.rows_dropped_by_watermark += batch.num_rows - kept.num_rows
+        yield kept
 
 
 def _largest_event_time(store: Any) -> int | None:

@@ -53,6 +53,7 @@ from kstate.spark.protocol.batch_log import EMPTY_STATE, BatchEntry, BatchLog, R
 from kstate.spark.protocol.idle import IDLE, RELEASE_REQUEST, Parked, ask_to_release, release
 from kstate.spark.protocol.locking import FileLock, NoLock
 from kstate.spark.protocol.progress import Timings
+from kstate.spark.protocol.row_counts import RowCounts
 from kstate.spark.protocol.task import TaskInfo
 from kstate.spark.protocol.undo import RemoteUndoFiles, UndoFiles, previous_values
 from kstate.spark.protocol.upgrade import InPlaceUpgrade
@@ -193,6 +194,8 @@ class PartitionState:
         self._stores: dict[str, StoreLifecycle] = {}
         self._opened_at: dict[str, int | None] = {}
         self._undo_sources: dict[str, Any] = {}
+        expiring = {b.name for b in self.builders if getattr(b.supplier, "ttl_ms", None) is not None}
+        self._row_counts = RowCounts(self.layout.task_dir(p), expiring)
 
     # -- opening ---------------------------------------------------------------------------------
 
@@ -246,6 +249,7 @@ class PartitionState:
             self._opened_at = {name: store.committed_offset() for name, store in self._stores.items()}
             if not read_only:
                 self._roll_back_to(batch)
+                self._row_counts.opened(self._stores)
         except BaseException:
             if parked is not None:
                 release(parked)
@@ -479,6 +483,7 @@ class PartitionState:
                 staged, spilled = native.uncommitted()
                 if staged or spilled:
                     previous = previous_values(native, self._undo_sources.get(name))
+                    self._row_counts.staged(name, store, previous)
                     undo[name] = self._undo.write(name, position, self.task.attempt, previous)
             entry = None
             if undo:
@@ -499,7 +504,8 @@ class PartitionState:
         finally:
             self.timings.commit = time.perf_counter() - started
             self._forget_undo_sources()
-        self.timings.sample_memory(self._stores.values())
+        self._row_counts.committed(self._stores)
+        self.timings.sample_memory(self._stores, self._row_counts)
         self._park()
         return entry
 

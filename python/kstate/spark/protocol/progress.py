@@ -1,16 +1,21 @@
-"""kstate's work per micro-batch in a streaming query's progress: what the tasks spent restoring,
-rolling back, opening and committing, summed over a batch's tasks through a Spark accumulator
-keyed by query run and batch, and reported with the batch's progress event
-(``StateBackend.report_progress``)."""
+"""kstate's work per micro-batch in a streaming query's progress.
+
+Each task's ``Timings`` (seconds restoring, rolling back, opening, committing; the stores' rows,
+writes, memory and disk after the commit) become the task's ``figures``: flat names, Spark's
+where the meaning is Spark's (``numRowsTotal``, ``commitTimeMs``, ...), kstate's own beside them,
+and per store ``<store>.<figure>``. Summed over a batch's tasks they reach the query's progress as
+its observed metrics (``kstate.spark.engine.observed``). ``report_progress`` (classic Spark only)
+still sums timings through an accumulator keyed by query run and batch."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from kstate.memory import memory_usage
+from kstate.spark.protocol.row_counts import RowCounts
 
 if TYPE_CHECKING:
     from kstate.spark.protocol.task import TaskInfo
@@ -20,9 +25,25 @@ log = logging.getLogger("kstate.spark")
 
 
 @dataclass
+class StoreFigures:
+    """One store of a task after its commit. ``rows_total`` ``None``: not counted (window and
+    session stores, ``kstate.spark.protocol.row_counts``)."""
+
+    rows_total: int | None = None
+    rows_updated: int = 0
+    rows_removed: int = 0
+    changelog_bytes: int = 0
+    disk_bytes: int = 0
+    memory_bytes: int = 0
+    """RocksDB's memtables and table readers, staged writes, kstate's read cache (the block
+    cache is the process's, shared: ``Timings.memory_in_use``)."""
+
+
+@dataclass
 class Timings:
     """Seconds spent in kstate for one task: opening (locks, restore, rollback), of which
-    opening the stores and restoring them from their changelogs, and committing."""
+    opening the stores and restoring them from their changelogs, the task's work between open
+    and commit, and committing; and its stores after the commit."""
 
     open: float = 0.0
     commit: float = 0.0
@@ -35,10 +56,28 @@ class Timings:
     """The worker process's memory budget in use after the commit (``kstate.memory``)."""
     rss: int = 0
     open_files: int = 0
+    updates: float = 0.0
+    """Seconds between open and commit: the function's work on its input and the stores."""
+    stores: dict[str, StoreFigures] = field(default_factory=dict)
 
-    def sample_memory(self, stores: Iterable[StoreLifecycle]) -> None:
-        """Records the stores' disk and the process's memory, as the commit left them."""
-        self.state_disk_bytes = sum(store.metrics()["disk_bytes"] for store in stores if store.is_open)
+    def sample_memory(self, stores: dict[str, StoreLifecycle], row_counts: RowCounts | None = None) -> None:
+        """Records each store's rows, writes, memory and disk and the process's memory, as the
+        commit left them."""
+        self.stores = {}
+        for name, store in stores.items():
+            if not store.is_open:
+                continue
+            metrics = store.metrics()
+            memory = sum(metrics[part] for part in ("memtables", "table_readers", "staged", "read_cache"))
+            figures = StoreFigures(disk_bytes=metrics["disk_bytes"], memory_bytes=memory)
+            if row_counts is not None and name in row_counts.totals:
+                writes = row_counts.writes.get(name)
+                figures.rows_total = row_counts.totals[name]
+                if writes is not None:
+                    figures.rows_updated, figures.rows_removed = writes.updated, writes.removed
+                    figures.changelog_bytes = writes.bytes
+            self.stores[name] = figures
+        self.state_disk_bytes = sum(figures.disk_bytes for figures in self.stores.values())
         usage = memory_usage(stores=False)
         self.memory_in_use, self.rss, self.open_files = usage["in_use"], usage["rss"], usage["open_files"]
 
@@ -62,6 +101,84 @@ class BatchProgress:
     max_open_files: int = 0
     run_id: str | None = None
     """The streaming query run the batch belongs to (``StreamingQueryProgress.runId``)."""
+
+
+@dataclass
+class ProcessorCounts:
+    """What a ``transform_with_state`` task counts beside its stores."""
+
+    timers_fired: int = 0
+    rows_dropped_by_watermark: int = 0
+
+
+STATE_FIGURES = (
+    "numRowsTotal",
+    "numRowsUpdated",
+    "numRowsRemoved",
+    "commitTimeMs",
+    "allUpdatesTimeMs",
+    "memoryUsedBytes",
+    "numRowsDroppedByWatermark",
+    "numShufflePartitions",
+    "numTasks",
+    "openTimeMs",
+    "restoredRecords",
+    "restoreTimeMs",
+    "rolledBackBatches",
+    "changelogBytesPublished",
+    "timersFired",
+    "stateBytesOnDisk",
+)
+"""A batch's figures over all its stores: Spark's names (``StateOperatorProgress``) first, then
+kstate's own."""
+STORE_FIGURES = (
+    "numRowsTotal",
+    "numRowsUpdated",
+    "numRowsRemoved",
+    "changelogBytesPublished",
+    "stateBytesOnDisk",
+    "memoryUsedBytes",
+)
+"""Each store's figures, named ``<store>.<figure>``."""
+LARGEST = frozenset({"numShufflePartitions"})
+"""Figures whose batch value is the largest of its tasks' (every task names the same count), not their sum."""
+
+
+def figure_names(stores: Iterable[str]) -> list[str]:
+    """Every figure of a batch whose tasks have ``stores``, in the order progress shows them."""
+    return list(STATE_FIGURES) + [f"{store}.{figure}" for store in stores for figure in STORE_FIGURES]
+
+
+def task_figures(timings: Timings, partitions: int, counts: ProcessorCounts | None = None) -> dict[str, int]:
+    """One committed task's figures (``figure_names``); summed over a batch's tasks they are the batch's."""
+    counts = counts or ProcessorCounts()
+    stores = timings.stores.values()
+    figures = {
+        "numRowsTotal": sum(s.rows_total or 0 for s in stores),
+        "numRowsUpdated": sum(s.rows_updated for s in stores),
+        "numRowsRemoved": sum(s.rows_removed for s in stores),
+        "commitTimeMs": round(timings.commit * 1000),
+        "allUpdatesTimeMs": round(timings.updates * 1000),
+        "memoryUsedBytes": sum(s.memory_bytes for s in stores),
+        "numRowsDroppedByWatermark": counts.rows_dropped_by_watermark,
+        "numShufflePartitions": partitions,
+        "numTasks": 1,
+        "openTimeMs": round(timings.open * 1000),
+        "restoredRecords": timings.restored_records,
+        "restoreTimeMs": round(timings.restore * 1000),
+        "rolledBackBatches": timings.rolled_back_batches,
+        "changelogBytesPublished": sum(s.changelog_bytes for s in stores),
+        "timersFired": counts.timers_fired,
+        "stateBytesOnDisk": timings.state_disk_bytes,
+    }
+    for name, store in timings.stores.items():
+        figures[f"{name}.numRowsTotal"] = store.rows_total or 0
+        figures[f"{name}.numRowsUpdated"] = store.rows_updated
+        figures[f"{name}.numRowsRemoved"] = store.rows_removed
+        figures[f"{name}.changelogBytesPublished"] = store.changelog_bytes
+        figures[f"{name}.stateBytesOnDisk"] = store.disk_bytes
+        figures[f"{name}.memoryUsedBytes"] = store.memory_bytes
+    return figures
 
 
 _SUMS = ("tasks", "open", "commit", "restore", "restored_records", "rolled_back_batches", "state_disk_bytes")
