@@ -211,3 +211,22 @@ def test_what_needs_the_spark_context_is_refused(spark, work):
     with pytest.raises(SparkConnectUnsupportedError, match="read_processor_state"):
         read_processor_state(spark, work / "changelog", "connect-refused", stateVarName="count")
     assert backend.partitioning_log().current() is None, "no partition count was recorded"
+
+
+def test_every_figure_of_every_batch_reaches_last_progress_and_the_listener(spark, work, wait_until):
+    """``progress_scenario``'s query under Connect: each batch's figures in ``lastProgress`` (as
+    the Connect client receives observed metrics) equal what the test computes, and a
+    ``StateMetricsListener`` gets the same figures."""
+    from kstate.spark import StateMetricsListener
+
+    from .progress_scenario import check_every_batch
+
+    handed = []
+    listener = StateMetricsListener(lambda progress, figures: handed.append(figures))
+    spark.streams.addListener(listener)
+    try:
+        seen = check_every_batch(spark, work)
+        wait_until(lambda: len(handed) == len(seen), "the listener's calls")
+    finally:
+        spark.streams.removeListener(listener)
+    assert handed == [tws for _, tws, _ in seen]

@@ -41,21 +41,26 @@ def with_figures_column(schema: Any) -> Any:
 
 
 def with_figures(outputs: Iterable[Any], arrow_schema: Any, figures: Any) -> Iterator[Any]:
-    """``outputs`` (Arrow record batches or tables of ``arrow_schema``) with the hidden column
-    null, then one row of the task's figures (``figures()``, called once ``outputs`` is done,
-    i.e. after the commit)."""
+    """``outputs`` (Arrow record batches or tables, ``arrow_schema`` declared) with the hidden
+    column null, then one row of the task's figures (``figures()``, called once ``outputs`` is
+    done, i.e. after the commit), null in the other columns. Every batch a task yields must have
+    one schema: each gets its own columns' names and types, all nullable (the figures' row is
+    null in them), and the hidden column."""
     import pyarrow as pa
 
     kind = figures_arrow_type()
+    hidden = pa.field(FIGURES_COLUMN, kind)
+    schema = None
     for output in outputs:
-        if isinstance(output, pa.Table):
-            for batch in output.to_batches():
-                yield batch.append_column(FIGURES_COLUMN, pa.nulls(batch.num_rows, kind))
-        else:
-            yield output.append_column(FIGURES_COLUMN, pa.nulls(output.num_rows, kind))
-    columns = [pa.nulls(1, field.type) for field in arrow_schema]
-    columns.append(pa.array([list(figures().items())], kind))
-    yield pa.RecordBatch.from_arrays(columns, schema=arrow_schema.append(pa.field(FIGURES_COLUMN, kind)))
+        for batch in output.to_batches() if isinstance(output, pa.Table) else (output,):
+            if schema is None:
+                schema = pa.schema([field.with_nullable(True) for field in batch.schema]).append(hidden)
+            yield pa.RecordBatch.from_arrays([*batch.columns, pa.nulls(batch.num_rows, kind)], schema=schema)
+    if schema is None:
+        schema = pa.schema([field.with_nullable(True) for field in arrow_schema]).append(hidden)
+    columns = [pa.nulls(1, field.type) for field in schema]
+    columns[-1] = pa.array([list(figures().items())], kind)
+    yield pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
 def observe_figures(mapped: Any, stores: Sequence[str], name: str) -> tuple[Any, Any]:
@@ -65,9 +70,17 @@ def observe_figures(mapped: Any, stores: Sequence[str], name: str) -> tuple[Any,
     from pyspark.sql import functions as F
 
     column = F.col(FIGURES_COLUMN)
-    aggregates = [
-        (F.max if figure in LARGEST else F.sum)(column.getItem(figure)).alias(figure) for figure in figure_names(stores)
-    ]
+    # One aggregate reads the column (a row without figures costs one null check); each figure
+    # is then folded from the few tasks' maps it collected.
+    per_task = F.collect_list(column)
+    zero = F.lit(0).cast("long")
+
+    def folded(figure: str) -> Any:
+        if figure in LARGEST:
+            return F.aggregate(per_task, zero, lambda total, task: F.greatest(total, task.getItem(figure)))
+        return F.aggregate(per_task, zero, lambda total, task: total + task.getItem(figure))
+
+    aggregates = [folded(figure).alias(figure) for figure in figure_names(stores)]
     observation = None
     if mapped.isStreaming:
         observed = mapped.observe(name, *aggregates)

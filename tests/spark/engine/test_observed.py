@@ -1,0 +1,55 @@
+"""kstate's figures in the query's own progress (``observedMetrics``), classic Spark: every figure
+of every batch of ``progress_scenario``'s query against what the test computes itself; the
+listener; the figures of a batch job."""
+
+import logging
+import sys
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+from pyspark import cloudpickle  # noqa: E402
+
+from kstate.spark import StateMetricsListener  # noqa: E402
+
+from ..progress_scenario import check_every_batch, count_emitted, store_backend  # noqa: E402
+from ..workload import spark_for_tests  # noqa: E402
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+@pytest.fixture(scope="module")
+def spark():
+    session = spark_for_tests("kstate-observed", "local[2]")
+    yield session
+    session.stop()
+
+
+def test_every_figure_of_every_batch_equals_what_the_test_computes(spark, work, caplog, wait_until):
+    handed = []
+    listener = StateMetricsListener(lambda progress, figures: handed.append((progress.batchId, figures)))
+    spark.streams.addListener(listener)
+    try:
+        with caplog.at_level(logging.INFO, logger="kstate.spark"):
+            seen = check_every_batch(spark, work)
+            wait_until(lambda: len(handed) == len(seen), "the listener's calls")
+    finally:
+        spark.streams.removeListener(listener)
+    assert [figures for _, figures in handed] == [tws for _, tws, _ in seen]
+    lines = [r.getMessage() for r in caplog.records if " kstate numRowsTotal=" in r.getMessage()]
+    assert len(lines) == len(seen) and f"numRowsTotal={seen[-1][1]['numRowsTotal']} " in lines[-1]
+
+
+def test_a_batch_job_returns_its_figures(spark, work):
+    """A batch DataFrame of the backend (``batch_id`` 0) returns the same figures from the job."""
+    rows = spark.createDataFrame([(f"k{i % 7}", 1) for i in range(30)], "key string, count long")
+    backend = store_backend(work)
+    out = backend.map_partitions(rows, count_emitted, "key string, emitted long").collect()
+    figures = backend.job_figures()
+    assert len(out) == 30
+    assert figures["numRowsTotal"] == figures["emitted.numRowsTotal"] == 7
+    assert backend.state_dataframe(spark, "emitted").count() == 7
+    assert figures["numRowsUpdated"] == 7 and figures["numRowsRemoved"] == 0 and figures["numTasks"] == 2
+    key_and_value_bytes = sum(len(f"k{i}") + 8 for i in range(7))  # string keys, int64 values
+    assert figures["changelogBytesPublished"] == key_and_value_bytes
