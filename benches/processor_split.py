@@ -66,6 +66,12 @@ PARTS = [
     ("commit: changelog publish", "~", ("publish",)),
     ("commit: batch log entry", "protocol/batch_log.py", ("append",)),
     ("commit: local commit", "~", ("commit_published",)),
+    (
+        "figures: row counts (staged writes, counts file)",
+        "protocol/row_counts.py",
+        ("RowCounts.opened", "RowCounts.staged", "RowCounts.committed"),
+    ),
+    ("figures: the task's figures", "protocol/progress.py", ("task_figures",)),
     ("commit: rest (memory sample, park)", "protocol/exactly_once.py", ("PartitionState.commit",)),
     ("release (--move: the parked stores closed)", "protocol/idle.py", ("release",)),
 ]
@@ -114,9 +120,24 @@ def task_function(work: Path, timings: Path):
         )  # fmt: skip
     finally:
         frame_class.mapInArrow = original
-    task = captured["task"]
+    task = captured["task"]  # StateBackend.map_observed's
     cells = dict(zip(task.__code__.co_freevars, (c.cell_contents for c in task.__closure__)))
-    return spark, cells["backend"], cells["process"]
+    return spark, cells["self"], cells["fn"], cells["arrow_schema"]
+
+
+def observed_task(backend, process, arrow_schema, batches, task):
+    """What ``map_observed``'s task function runs, for a given ``TaskInfo``: the processor's
+    ``process`` in ``backend.process``, then the task's figures row."""
+    from kstate.spark.engine.observed import with_figures
+    from kstate.spark.protocol.progress import ProcessorCounts, task_figures
+
+    counts, figures = ProcessorCounts(), []
+
+    def committed(timings, partitions):
+        figures.append(task_figures(timings, partitions, counts))
+
+    run = backend.process(lambda rows, stores: process(rows, stores, counts), batches, task=task, committed=committed)
+    return with_figures(run, arrow_schema, lambda: figures[0])
 
 
 def first_line(where: str, qualified: str) -> int:
@@ -183,7 +204,7 @@ def main() -> None:
         work = Path(tempfile.mkdtemp(prefix="processor-split-"))
         sys.modules.pop("kstate_bench_floor", None)  # the floor's dicts start empty in each pass
         (work / "timings").mkdir()
-        spark, backend, process = task_function(work, work / "timings")
+        spark, backend, process, arrow_schema = task_function(work, work / "timings")
         profile = cProfile.Profile()
         for batch_id, columns in enumerate(inputs):
             for partition, batches in enumerate(route(columns, 2)):
@@ -194,7 +215,7 @@ def main() -> None:
                 if args.floor:
                     run = floor_partition(iter(batches))
                 else:
-                    run = backend.process(process, iter(batches), task=task)
+                    run = observed_task(backend, process, arrow_schema, iter(batches), task)
                 for _ in run:
                     pass
                 if args.move:  # as the other worker does when this partition's next task asks

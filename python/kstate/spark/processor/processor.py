@@ -426,7 +426,12 @@ def _apply_initial_state(
 
 
 def _tracking_event_time(
-    batches: Iterator[Any], column: str, store: Any, batch_id: int, late_watermark: int, counts: ProcessorCounts
+    batches: Iterator[Any],
+    column: str,
+    store: Any,
+    batch_id: int,
+    late_watermark: int,
+    counts: ProcessorCounts | None = None,
 ) -> Iterator[Any]:
     """Passes ``batches`` through without the rows at or below ``late_watermark`` (Spark drops
     late rows before its operator, counted in ``counts``), recording ``(batch_id, largest column value so far)`` in
@@ -456,7 +461,8 @@ def _tracking_event_time(
             yield batch
             continue
         kept = batch.filter(on_time)
-        counts.rows_dropped_by_watermark += batch.num_rows - kept.num_rows
+        if counts is not None:
+            counts.rows_dropped_by_watermark += batch.num_rows - kept.num_rows
         yield kept
 
 
