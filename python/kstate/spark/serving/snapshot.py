@@ -15,7 +15,6 @@ the snapshot names. Anything else goes the locked way: keys of other types, stor
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from kstate import _core
@@ -50,8 +49,8 @@ class Snapshot:
         self._num_partitions = len(followers)
         self._through = [f.through for f in followers]
         self._since = [EMPTY_STATE if f.copy.entry is None else f.copy.entry.batch_id for f in followers]
-        self._alone = [self.batches([p]) for p in range(self._num_partitions)]
-        """Per partition, what a read of it alone answers at."""
+        self._alone = [(self.batches([p])[0], self._through[p]) for p in range(self._num_partitions)]
+        """Per partition, the batch a read of it alone answers at, and the newest it holds."""
         self._spark_types: list[str] = []
         self._views: dict[str, list[Any]] = {}
         """Per key-value store read by its keys, each partition's read-committed view."""
@@ -80,10 +79,10 @@ class Snapshot:
             if found is None:
                 return None
             partition, stored = found
-            batch, partitions = self._alone[partition]
+            batch, through = self._alone[partition]
             if (at_least_batch is not None or self._aligned) and not self._answers((partition,), batch, at_least_batch):
                 return None
-            return (None if stored is None else decode(stored)), batch, partitions
+            return (None if stored is None else decode(stored)), batch, {partition: through}
         view_of = self._views.get(store)
         if view_of is None:
             return None
@@ -91,10 +90,10 @@ class Snapshot:
         if hashed is None:
             return None
         partition = hashed[0]
-        batch, partitions = self._alone[partition]
+        batch, through = self._alone[partition]
         if not self._answers((partition,), batch, at_least_batch):
             return None
-        return view_of[partition].get(key), batch, partitions
+        return view_of[partition].get(key), batch, {partition: through}
 
     def get_many(self, store: str, keys: list[Any], at_least_batch: int | None) -> Read | None:
         """``store``'s values of ``keys`` (a list), in their order; ``None``: the locked way."""
@@ -163,14 +162,14 @@ class Snapshot:
             return False
         return at_least_batch is None or min(self._through[p] for p in read) >= at_least_batch
 
-    def batches(self, partitions: Iterable[int]) -> tuple[int | None, Mapping[int, int]]:
+    def batches(self, partitions: Iterable[int]) -> tuple[int | None, dict[int, int]]:
         """The batch every partition of ``partitions`` is known to hold (``None``: none in
         common; a partition's state is known from its entry's batch to ``through``), and each
         one's newest."""
         through = {p: self._through[p] for p in partitions}
         newest_start = max(self._since[p] for p in through)
         oldest_end = min(through.values())
-        return (oldest_end if oldest_end >= newest_start else None), MappingProxyType(through)
+        return (oldest_end if oldest_end >= newest_start else None), through
 
 
 def arrow_value_type(value_serde: Any) -> Any:
