@@ -3,6 +3,7 @@
 kstate log dump <partition dir> [--deep] [--no-data]   entries of every segment, like kafka-dump-log
 kstate log offsets-for-times <partition dir> <ms>      first offset with a timestamp >= ms
 kstate inspect <state dir> [--json]                     stores, partitions, committed offsets, sizes
+kstate serve <changelog dir> --application-id ID --port P   a replica's reads over HTTP/JSON
 """
 
 from __future__ import annotations
@@ -171,6 +172,27 @@ def rescale(args: argparse.Namespace, out=sys.stdout) -> None:
     )
 
 
+def serve(args: argparse.Namespace) -> None:
+    import logging
+
+    try:
+        from kstate.spark.serving.http_api import serve as serve_replica
+    except ImportError as missing:
+        raise InvalidArgumentError(
+            f"kstate serve needs the serve extra (pip install 'kstate[serve]'): {missing}"
+        ) from None
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    serve_replica(
+        args.changelog_dir,
+        args.application_id,
+        args.port,
+        host=args.host,
+        storage_options=dict(option.split("=", 1) for option in args.storage_option),
+        local_dir=args.local_dir,
+        follow_interval=args.follow_interval,
+    )
+
+
 def _check_partition_dir(directory: Path) -> None:
     """A log command reads an existing partition and must not make one (``Partition.open``
     would): the directory has to hold a segment, ``<20-digit base offset>.log``."""
@@ -214,8 +236,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     rescale_parser.add_argument(
         "--storage-option", action="append", default=[], metavar="KEY=VALUE", help="fsspec option of a URL"
     )
+    serve_parser = commands.add_parser(
+        "serve", help="serve a kstate.spark application's state over HTTP/JSON from a replica of its changelogs"
+    )
+    serve_parser.add_argument("changelog_dir", help="the backend changelog_dir (directory or URL)")
+    serve_parser.add_argument("--application-id", required=True)
+    serve_parser.add_argument("--port", type=int, required=True)
+    serve_parser.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
+    serve_parser.add_argument(
+        "--storage-option", action="append", default=[], metavar="KEY=VALUE", help="fsspec option of a URL"
+    )
+    serve_parser.add_argument(
+        "--local-dir", help="where the replica keeps its copy (kept across restarts; default: a temporary directory)"
+    )
+    serve_parser.add_argument(
+        "--follow-interval", type=float, default=1.0, metavar="S", help="seconds between catch-ups (default 1)"
+    )
     args = parser.parse_args(argv)
     try:
+        if args.command == "serve":
+            serve(args)
+            return 0
         if args.command == "rescale":
             rescale(args)
             return 0
