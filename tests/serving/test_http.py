@@ -5,26 +5,15 @@ bad keys and batches not reached get 4xx / 503 with a message."""
 from __future__ import annotations
 
 import base64
-import os
-import socket
-import subprocess
-import sys
-import time
 
-import httpx
 import pytest
 
 from kstate.windowed import MAX_TIME
 
 from .application import KEYS, MINUTE, TODAY
+from .server import serving
 
 KEYS_READ = [f"user-{i}" for i in range(KEYS + 2)]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
@@ -32,28 +21,8 @@ def served(app, tmp_path):
     """``kstate serve`` of ``app`` after batches 0-2, following every 0.1 s; yields a client."""
     for batch in range(3):
         app.run(batch)
-    port = free_port()
-    command = [sys.executable, "-m", "kstate.cli", "serve", str(tmp_path / "changelog"), "--application-id", "app"]
-    command += ["--port", str(port), "--local-dir", str(tmp_path / "replica"), "--follow-interval", "0.1"]
-    server = subprocess.Popen(command, env=os.environ.copy(), stderr=subprocess.PIPE, text=True)
-    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30)
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert server.poll() is None, f"kstate serve exited: {server.stderr.read()}"
-            try:
-                if client.get("/health").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "kstate serve did not answer within 60 s"
-            time.sleep(0.1)
+    with serving(tmp_path / "changelog", "app", tmp_path / "replica") as client:
         yield client
-    finally:
-        client.close()
-        server.terminate()
-        server.wait(30)
-        server.stderr.close()
 
 
 def _at(app, body):

@@ -8,6 +8,8 @@ The state is written as a processor's tasks write it, without Spark: kstate's ow
 
 from __future__ import annotations
 
+import base64
+import json
 import pickle
 import time
 
@@ -27,6 +29,8 @@ from kstate.spark.format.state_values import pickled_key  # noqa: E402
 from kstate.spark.processor.processor import state_store_names  # noqa: E402
 from kstate.spark.processor.state_variables import TTL_INDEX, StatefulProcessorHandle, TypedSchemas  # noqa: E402
 from kstate.spark.routing.hashing import partition_ids  # noqa: E402
+
+from .server import serving  # noqa: E402
 
 PARTITIONS = 2
 USERS = [f"u{i}" for i in range(8)]
@@ -178,3 +182,36 @@ def test_variables_read_as_the_processor_reads_them(tmp_path):
             replica.state_variable("last", ("u1", "extra"))
     with StateReplica(app.changelog_dir, "app", local_dir=tmp_path / "r", unpickle=True) as replica:
         assert replica.state_variable("raw", "u1").value == reference.raw["u1"]
+
+
+def test_variables_over_http(tmp_path):
+    app = Application(tmp_path)
+    app.run(0, LAST)
+    app.run(1, LAST, users=USERS[:5])
+    reference = app.reference
+    with serving(app.changelog_dir, "app", tmp_path / "r") as client:
+        variables = client.get("/variables").json()["variables"]
+        assert {n: v["kind"] for n, v in variables.items()} == {
+            "last": "value",
+            "events": "list",
+            "by_kind": "map",
+            "raw": "value",
+        }
+        for user in [*USERS, "nobody"]:
+            body = client.get("/variables/last", params={"key": json.dumps(user)}).json()
+            expected = reference.last.get(user)
+            assert body["value"] == (None if expected is None else list(expected)) and body["batch_id"] == 1
+            assert client.get("/variables/last", params={"key": json.dumps([user])}).json()["value"] == body["value"]
+            events = client.get("/variables/events", params={"key": json.dumps(user)}).json()["value"]
+            assert events == [list(e) for e in reference.events.get(user, [])]
+            entries = client.get("/variables/by_kind", params={"key": json.dumps(user)}).json()["value"]
+            assert {tuple(e["key"]): tuple(e["value"]) for e in entries} == reference.map_of(user, now_ms())
+        raw = client.get("/variables/raw", params={"key": '"u1"'}).json()["value"]
+        assert pickle.loads(base64.b64decode(raw)) == reference.raw["u1"], "a pickle, as base64 text"
+        app.run(2, LAST, users=USERS[:3])
+        body = client.get("/variables/last", params={"key": '"u0"', "at_least_batch": 2, "timeout": 10}).json()
+        assert body["batch_id"] == 2 and body["value"] == list(reference.last["u0"])
+        wrong = client.get("/variables/last", params={"key": "5"})
+        assert wrong.status_code == 400 and "key column 'user' is string" in wrong.json()["error"]
+        bad = client.get("/variables/last", params={"key": "u0"})
+        assert bad.status_code == 400 and "key is not JSON" in bad.json()["error"]
