@@ -11,7 +11,7 @@ pytest.importorskip("pyspark")
 
 from pyspark import cloudpickle  # noqa: E402
 
-from kstate.spark import StateMetricsListener  # noqa: E402
+from kstate.spark import StateMetricsListener, state_figures  # noqa: E402
 
 from ..progress_scenario import check_every_batch, count_emitted, store_backend  # noqa: E402
 from ..workload import spark_for_tests  # noqa: E402
@@ -53,3 +53,33 @@ def test_a_batch_job_returns_its_figures(spark, work):
     assert figures["numRowsUpdated"] == 7 and figures["numRowsRemoved"] == 0 and figures["numTasks"] == 2
     key_and_value_bytes = sum(len(f"k{i}") + 8 for i in range(7))  # string keys, int64 values
     assert figures["changelogBytesPublished"] == key_and_value_bytes
+
+
+def test_figures_reach_progress_through_foreach_batch_at_spark_defaults(spark, work):
+    """Spark's defaults (200 shuffle partitions, adaptive execution on) upstream of the state, a
+    ``foreachBatch`` sink: the figures still reach each batch's progress."""
+    from ..workload import add_files, file_keys, input_stream
+
+    spark.conf.set("spark.sql.shuffle.partitions", "200")
+    spark.conf.set("spark.sql.adaptive.enabled", "true")
+    try:
+        add_files(work, range(2))
+        shuffled = input_stream(spark, work).repartition("v").withColumnRenamed("v", "count")
+        backend = store_backend(work)
+        counted = backend.map_partitions(shuffled, count_emitted, "key string, emitted long")
+        outputs = {}
+        query = (
+            counted.writeStream.foreachBatch(lambda frame, batch: outputs.update({batch: frame.count()}))
+            .option("checkpointLocation", str(work / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", "2")
+    figures = [state_figures(p, "kstate_store") for p in query.recentProgress]
+    keys = [set(file_keys(i)) for i in range(2)]
+    assert [f["numRowsUpdated"] for f in figures] == [len(k) for k in keys]
+    assert [f["numRowsTotal"] for f in figures] == [len(keys[0]), len(keys[0] | keys[1])]
+    assert figures[-1]["numRowsTotal"] == backend.state_dataframe(spark, "emitted").count()
+    assert [f["numTasks"] for f in figures] == [2, 2] and outputs == {0: 300, 1: 300}
