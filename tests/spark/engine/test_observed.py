@@ -55,6 +55,20 @@ def test_a_batch_job_returns_its_figures(spark, work):
     assert figures["changelogBytesPublished"] == key_and_value_bytes
 
 
+def run_available(frame, work, outputs):
+    """Runs the streaming ``frame`` over the input not yet processed into a ``foreachBatch`` sink
+    (``outputs[batch]``: its row count); the stopped query."""
+    query = (
+        frame.writeStream.foreachBatch(lambda batch_frame, batch: outputs.update({batch: batch_frame.count()}))
+        .option("checkpointLocation", str(work / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    assert query.exception() is None, query.exception()
+    return query
+
+
 def test_figures_reach_progress_through_foreach_batch_at_spark_defaults(spark, work):
     """Spark's defaults (200 shuffle partitions, adaptive execution on) upstream of the state, a
     ``foreachBatch`` sink: the figures still reach each batch's progress."""
@@ -68,13 +82,7 @@ def test_figures_reach_progress_through_foreach_batch_at_spark_defaults(spark, w
         backend = store_backend(work)
         counted = backend.map_partitions(shuffled, count_emitted, "key string, emitted long")
         outputs = {}
-        query = (
-            counted.writeStream.foreachBatch(lambda frame, batch: outputs.update({batch: frame.count()}))
-            .option("checkpointLocation", str(work / "checkpoint"))
-            .trigger(availableNow=True)
-            .start()
-        )
-        query.awaitTermination()
+        query = run_available(counted, work, outputs)
     finally:
         spark.conf.set("spark.sql.shuffle.partitions", "2")
     figures = [state_figures(p, "kstate_store") for p in query.recentProgress]
@@ -83,3 +91,41 @@ def test_figures_reach_progress_through_foreach_batch_at_spark_defaults(spark, w
     assert [f["numRowsTotal"] for f in figures] == [len(keys[0]), len(keys[0] | keys[1])]
     assert figures[-1]["numRowsTotal"] == backend.state_dataframe(spark, "emitted").count()
     assert [f["numTasks"] for f in figures] == [2, 2] and outputs == {0: 300, 1: 300}
+
+
+def test_without_a_metrics_name_the_plan_has_no_figures(spark, work):
+    from kstate.errors import InvalidArgumentError
+
+    rows = spark.createDataFrame([(f"k{i % 7}", 1) for i in range(30)], "key string, count long")
+    backend = store_backend(work)
+    backend.metrics_name = None
+    mapped = backend.map_partitions(rows, count_emitted, "key string, emitted long")
+    assert mapped.columns == ["key", "emitted"] and len(mapped.collect()) == 30
+    with pytest.raises(InvalidArgumentError, match="no batch DataFrame of this backend observed its figures"):
+        backend.job_figures()
+
+
+def test_a_replayed_batch_reports_its_rollbacks_and_exact_counts(spark, work):
+    """Batch 2's state committed, then the driver died before Spark's commit log got it: Spark
+    runs batch 2 again, each partition rolls its state back first, and the counts stay exact."""
+    from ..workload import add_files, file_keys, input_stream
+
+    add_files(work, range(3))
+    backend = store_backend(work)
+
+    def counted():
+        rows = input_stream(spark, work).withColumnRenamed("v", "count")
+        return backend.map_partitions(rows, count_emitted, "key string, emitted long")
+
+    first = run_available(counted(), work, {})
+    for entry in ("2", ".2.crc"):
+        (work / "checkpoint" / "commits" / entry).unlink()
+    replayed = run_available(counted(), work, {})
+    before, again = (
+        state_figures(first.recentProgress[-1], "kstate_store"),
+        state_figures(replayed.lastProgress, "kstate_store"),
+    )
+    assert replayed.lastProgress["batchId"] == 2 and before["rolledBackBatches"] == 0
+    assert again["rolledBackBatches"] == 2 and again["restoredRecords"] == 0
+    assert again["numRowsTotal"] == before["numRowsTotal"] == backend.state_dataframe(spark, "emitted").count()
+    assert again["numRowsUpdated"] == before["numRowsUpdated"] == len(set(file_keys(2)))
