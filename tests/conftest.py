@@ -18,6 +18,17 @@ settings.register_profile("any-machine", suppress_health_check=[HealthCheck.too_
 settings.load_profile("any-machine")
 
 
+@pytest.fixture(autouse=True)
+def parked_stores_released():
+    """Tests that run kstate.spark's protocol in this process leave its stores parked, as a Spark
+    worker would; each test gives them back, so the suite's process holds no descriptors of tests
+    that are done (py4j's callback server, which foreachBatch needs, stops past 1024)."""
+    yield
+    idle = sys.modules.get("kstate.spark.protocol.idle")
+    if idle is not None:
+        idle.IDLE.release_all()
+
+
 @pytest.fixture
 def task_dir(tmp_path):
     """A Kafka-layout task directory: <state.dir>/<application.id>/<subtopology>_<partition>."""

@@ -15,13 +15,20 @@ request and releases their lock. Only parked stores are given up; a running task
 Spark hands a task to whichever Python worker is idle, so with two workers a partition often
 moves: a task asks as soon as it starts (``claim``), and the holder releases while the task still
 waits for its input rows.
+
+Parked stores hold open files (RocksDB's, the changelog cache's) and memory, so a process keeps a
+bounded number: past ``MAX_PARKED`` partitions the longest parked is released, as is any left
+untaken for ``IDLE_SECONDS`` or whose task directory was deleted. A process with too many open
+files breaks more than kstate: py4j's callback server (``foreachBatch``) stops answering once
+its descriptors pass 1024.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +39,12 @@ from kstate.spark.protocol.upgrade import wait_for_build
 log = logging.getLogger("kstate.spark")
 
 RELEASE_REQUEST = ".kstate-release"
+MAX_PARKED = 16
+"""Partitions whose stores one process keeps parked."""
+IDLE_SECONDS = 600.0
+"""How long parked stores wait for their partition's next task before they are released."""
 _POLL_SECONDS = 0.01
+_SWEEP_SECONDS = 1.0
 
 
 @dataclass
@@ -48,10 +60,11 @@ class Parked:
     settings: dict[str, Any]
     """What the stores were opened with (``PartitionState.store_settings``): a task whose stores
     are set otherwise (a query restarted with other configs) reopens them instead."""
+    parked_at: float = field(default_factory=time.monotonic)
 
 
 class IdleStores:
-    """Parked stores by task directory; thread-safe."""
+    """Parked stores by task directory, longest parked first; thread-safe."""
 
     def __init__(self) -> None:
         self._parked: dict[Path, Parked] = {}
@@ -68,13 +81,28 @@ class IdleStores:
 
     def park(self, task_dir: Path, parked: Parked) -> None:
         with self._lock:
+            self._parked.pop(task_dir, None)
             self._parked[task_dir] = parked
+            overflow = [self._parked.pop(d) for d in list(self._parked)[: max(0, len(self._parked) - MAX_PARKED)]]
             if self._watcher is None:
                 self._watcher = threading.Thread(target=self._watch, name="kstate-idle-stores", daemon=True)
                 self._watcher.start()
+        for evicted in overflow:
+            release(evicted)
+        if overflow:
+            log.info("released the parked stores of %d partitions (at most %d stay parked)", len(overflow), MAX_PARKED)
+
+    def release_all(self) -> None:
+        """Closes every parked store of this process (a process done with its partitions)."""
+        with self._lock:
+            given_up = list(self._parked.values())
+            self._parked.clear()
+        for parked in given_up:
+            release(parked)
 
     def _watch(self) -> None:
         stop = threading.Event()
+        next_sweep = time.monotonic() + _SWEEP_SECONDS
         while not stop.wait(_POLL_SECONDS):
             # Released outside the lock: closing flushes memtables, and this process's next task
             # may meanwhile take other parked stores.
@@ -85,6 +113,19 @@ class IdleStores:
                 wait_for_build(task_dir)  # a standby build of an in-place upgrade writes there too
                 release(parked)
                 log.info("released the stores of %s to another worker", task_dir)
+            if time.monotonic() >= next_sweep:
+                self._sweep()
+                next_sweep = time.monotonic() + _SWEEP_SECONDS
+
+    def _sweep(self) -> None:
+        """Releases stores parked for longer than ``IDLE_SECONDS`` or whose task directory is gone."""
+        now = time.monotonic()
+        with self._lock:
+            stale = [d for d, p in self._parked.items() if now - p.parked_at > IDLE_SECONDS or not d.is_dir()]
+            given_up = [(d, self._parked.pop(d)) for d in stale]
+        for task_dir, parked in given_up:
+            release(parked)
+            log.info("released the stores of %s: idle or deleted", task_dir)
 
 
 def ask_to_release(task_dir: Path) -> None:

@@ -1,0 +1,64 @@
+"""Stores parked between a worker's tasks (``kstate.spark.protocol.idle``) stay bounded: how
+many partitions one process keeps, for how long, and not past their task directory."""
+
+import os
+import shutil
+
+from kstate import Stores
+from kstate.spark import StateBackend, TaskInfo
+from kstate.spark.protocol import idle
+from kstate.spark.protocol.idle import IDLE, MAX_PARKED
+
+
+def backend_in(tmp_path):
+    counts = Stores.key_value_store_builder(Stores.persistent_key_value_store("counts"), "string", "int64")
+    return StateBackend([counts], tmp_path / "state", tmp_path / "changelog", "app", lock_timeout=5)
+
+
+def count(backend, batch, partition, key="a"):
+    """One task of ``partition``: adds 1 to ``key``; returns its count after the batch."""
+
+    def fn(stores):
+        store = stores["counts"]
+        store.put(key, (store.get(key) or 0) + 1)
+        yield store.get(key)
+
+    return list(backend.run(fn, TaskInfo(partition, batch, 0)))[0]
+
+
+def open_descriptors():
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_process_keeps_the_stores_of_at_most_max_parked_partitions(tmp_path):
+    backend = backend_in(tmp_path)
+    for partition in range(MAX_PARKED):
+        count(backend, 0, partition)
+    parked_full = open_descriptors()
+    for partition in range(MAX_PARKED, 4 * MAX_PARKED):
+        count(backend, 0, partition)
+    task_dir = backend.layout.task_dir
+    assert not any(IDLE.holds(task_dir(p)) for p in range(3 * MAX_PARKED))
+    assert all(IDLE.holds(task_dir(p)) for p in range(3 * MAX_PARKED, 4 * MAX_PARKED))
+    # Before the bound, each partition parked kept its files open: 48 more partitions held
+    # hundreds of descriptors more.
+    assert open_descriptors() <= parked_full + 8
+    assert count(backend, 1, 0) == 2, "a released partition reopens where it was"
+
+
+def test_parked_stores_left_idle_are_released(tmp_path, monkeypatch, wait_until):
+    monkeypatch.setattr(idle, "IDLE_SECONDS", 0.5)
+    backend = backend_in(tmp_path)
+    count(backend, 0, 0)
+    assert IDLE.holds(backend.layout.task_dir(0))
+    wait_until(lambda: not IDLE.holds(backend.layout.task_dir(0)), "the idle stores released")
+    assert count(backend, 1, 0) == 2
+
+
+def test_parked_stores_whose_task_directory_was_deleted_are_released(tmp_path, wait_until):
+    backend = backend_in(tmp_path)
+    count(backend, 0, 0)
+    before = open_descriptors()
+    shutil.rmtree(tmp_path / "state")
+    wait_until(lambda: not IDLE.holds(backend.layout.task_dir(0)), "the deleted stores released")
+    assert open_descriptors() < before
