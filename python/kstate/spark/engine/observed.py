@@ -70,8 +70,8 @@ def observe_figures(mapped: Any, stores: Sequence[str], name: str) -> tuple[Any,
     from pyspark.sql import functions as F
 
     column = F.col(FIGURES_COLUMN)
-    # One aggregate reads the column (a row without figures costs one null check); each figure
-    # is then folded from the few tasks' maps it collected.
+    # Each figure folds the few tasks' maps that a collect_list of the column gathered: a row
+    # without figures only adds nothing to the lists (cheaper than a map lookup per row and figure).
     per_task = F.collect_list(column)
     zero = F.lit(0).cast("long")
 
