@@ -37,7 +37,13 @@ from kstate.errors import InvalidArgumentError, MisroutedRowsError, Partitioning
 from kstate.log.object_store import is_url
 from kstate.rebalance import UpgradeConfig
 from kstate.serdes import BytesSerde, DoubleSerde, JsonSerde, LongSerde, StringSerde
-from kstate.spark.engine.observed import METRICS_NAME, observe_figures, with_figures, with_figures_column
+from kstate.spark.engine.observed import (
+    METRICS_NAME,
+    observe_figures,
+    state_figures,
+    with_figures,
+    with_figures_column,
+)
 from kstate.spark.engine.session import default_parallelism, refuse_spark_connect
 from kstate.spark.format.conversion import SessionConversion, to_arrow_schema
 from kstate.spark.protocol.exactly_once import TASK_LOCK, PartitionState, StateLayout, TaskStores
@@ -495,7 +501,7 @@ class StateBackend:
 
         task.__name__ = getattr(fn, "__name__", "task")
         mapped = routed.mapInArrow(task, with_figures_column(nullable))
-        observed, self.observation = observe_figures(mapped, [b.name for b in self.builders], self.metrics_name)
+        observed, self.observation = observe_figures(mapped, self.metrics_name)
         return observed
 
     def job_figures(self) -> dict[str, int]:
@@ -507,7 +513,7 @@ class StateBackend:
                 "no batch DataFrame of this backend observed its figures: build one with map_partitions, "
                 "apply_in_arrow / apply_in_pandas or transform_with_state (metrics_name not None), and run an action"
             )
-        return {name: 0 if value is None else int(value) for name, value in self.observation.get.items()}
+        return state_figures({"observedMetrics": {self.metrics_name: self.observation.get}}, self.metrics_name) or {}
 
     # -- mapInArrow / mapInPandas ----------------------------------------------------------------
 

@@ -6,23 +6,28 @@ Spark and Spark Connect (accumulators and listeners on the driver need the class
 batch DataFrame an ``Observation`` returns them after the action. So a kstate task, once its
 stores committed, yields one more row: the user's columns null, a hidden map column holding the
 task's figures (``kstate.spark.protocol.progress.task_figures``); every other row has the map
-null. The plan observes, per figure, the sum over the batch's rows (the map's entry; null rows
-add nothing), then drops the figures' rows and the column, so the user's output is unchanged.
+null. The plan observes one column, ``figures``: the tasks' maps gathered (``collect_list``: a
+row without figures adds nothing) and summed per figure; then it drops the figures' rows and the
+column, so the user's output is unchanged.
 
-The figures are flat (``numRowsTotal``, ``counts.numRowsTotal``), not nested structs: under
-Spark Connect the client receives observed metrics as JSON in which a nested row arrives as its
-``values`` and ``schema`` (``state_figures`` reads either form).
+One observed column, not one per figure: Spark keeps an aggregate per observed column, and 40
+of them cost the JVM measurably per batch (``benches/README.md``). A map, not a struct: its
+names are flat (``numRowsTotal``, ``counts.numRowsTotal``), and under Spark Connect the client
+receives observed metrics as JSON in which a nested row arrives as its ``values`` and ``schema``
+(``state_figures`` reads either form).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from typing import Any
 
-from kstate.spark.protocol.progress import LARGEST, figure_names
+from kstate.spark.protocol.progress import LARGEST
 
 METRICS_NAME = "kstate"
 """The name the figures are observed under (``observedMetrics["kstate"]``)."""
+FIGURES = "figures"
+"""The observed column: ``observedMetrics["kstate"]["figures"]["numRowsTotal"]``."""
 FIGURES_COLUMN = "__kstate_figures"
 """The hidden column: a task's figures in its last row, null in every other."""
 
@@ -63,24 +68,22 @@ def with_figures(outputs: Iterable[Any], arrow_schema: Any, figures: Any) -> Ite
     yield pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
-def observe_figures(mapped: Any, stores: Sequence[str], name: str) -> tuple[Any, Any]:
+def observe_figures(mapped: Any, name: str) -> tuple[Any, Any]:
     """``mapped`` (with the hidden column) observed under ``name`` and without the figures' rows
     and column. Returns it and, for a batch DataFrame, the ``Observation`` whose ``get`` holds
     the figures after an action (``None`` for a streaming one: its progress holds them)."""
     from pyspark.sql import functions as F
 
     column = F.col(FIGURES_COLUMN)
-    # Each figure folds the few tasks' maps that a collect_list of the column gathered: a row
-    # without figures only adds nothing to the lists (cheaper than a map lookup per row and figure).
-    per_task = F.collect_list(column)
     zero = F.lit(0).cast("long")
 
-    def folded(figure: str) -> Any:
-        if figure in LARGEST:
-            return F.aggregate(per_task, zero, lambda total, task: F.greatest(total, task.getItem(figure)))
-        return F.aggregate(per_task, zero, lambda total, task: total + task.getItem(figure))
+    def added(figure: Any, total: Any, task: Any) -> Any:
+        total, task = F.coalesce(total, zero), F.coalesce(task, zero)
+        return F.when(figure.isin(*LARGEST), F.greatest(total, task)).otherwise(total + task)
 
-    aggregates = [folded(figure).alias(figure) for figure in figure_names(stores)]
+    empty = F.create_map().cast("map<string,bigint>")
+    summed = F.aggregate(F.collect_list(column), empty, lambda total, task: F.map_zip_with(total, task, added))
+    aggregates = [summed.alias(FIGURES)]
     observation = None
     if mapped.isStreaming:
         observed = mapped.observe(name, *aggregates)
@@ -104,4 +107,4 @@ def state_figures(progress: Any, name: str = METRICS_NAME) -> dict[str, int] | N
     if set(values) == {"values", "schema"}:  # Spark Connect: the row as JSON gave its parts
         names = [field["name"] for field in values["schema"]["fields"]]
         values = dict(zip(names, values["values"]))
-    return {figure: 0 if value is None else int(value) for figure, value in values.items()}
+    return {figure: 0 if value is None else int(value) for figure, value in (values[FIGURES] or {}).items()}

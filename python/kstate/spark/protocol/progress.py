@@ -10,7 +10,6 @@ still sums timings through an accumulator keyed by query run and batch."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -142,11 +141,6 @@ STORE_FIGURES = (
 """Each store's figures, named ``<store>.<figure>``."""
 LARGEST = frozenset({"numShufflePartitions"})
 """Figures whose batch value is the largest of its tasks' (every task names the same count), not their sum."""
-
-
-def figure_names(stores: Iterable[str]) -> list[str]:
-    """Every figure of a batch whose tasks have ``stores``, in the order progress shows them."""
-    return list(STATE_FIGURES) + [f"{store}.{figure}" for store in stores for figure in STORE_FIGURES]
 
 
 def task_figures(timings: Timings, partitions: int, counts: ProcessorCounts | None = None) -> dict[str, int]:
