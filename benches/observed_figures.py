@@ -6,8 +6,14 @@ alternating, REPEAT times each after one warm-up pair. Its input is cached, so t
 plan's: the Python worker's Arrow round trip, the state's open and commit (no writes), and for
 ``kstate`` the figures' share.
 
+``--streaming``: per micro-batch instead, in one warm JVM: a streaming running count
+(``map_partitions``) over FILES parquet files of 2,000 rows (500 keys), one per batch,
+``availableNow``, without and then with figures, REPEAT pairs; the medians of Spark's
+``durationMs`` over each run's batches after its first.
+
   .venv/bin/python benches/observed_figures.py                  # 2,000,000 rows, 5 pairs
   .venv/bin/python benches/observed_figures.py --rows 500000 --repeat 3
+  .venv/bin/python benches/observed_figures.py --streaming --files 10 --repeat 2
 """
 
 from __future__ import annotations
@@ -23,18 +29,76 @@ def passthrough(batches, stores):
     yield from batches
 
 
+def running_count(batches, stores):
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    store = stores["counts"]
+    for batch in batches:
+        counted = pc.value_counts(batch.column("key"))
+        keys, n = counted.field("values"), counted.field("counts")
+        new = pc.add(pc.fill_null(store.get_many(keys), 0), n)
+        store.put_all(keys, new)
+        yield pa.RecordBatch.from_arrays([keys, new], names=["key", "count"])
+
+
+def per_batch(spark, work: str, files: int, repeat: int) -> None:
+    """Each run's median ``durationMs`` per batch, without and with figures, alternating."""
+    import os
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from kstate import Stores
+    from kstate.spark import StateBackend
+
+    os.makedirs(f"{work}/in")
+    for i in range(files):
+        keys = [f"k{(i * 7 + j) % 500}" for j in range(2000)]
+        pq.write_table(pa.table({"key": keys, "v": list(range(2000))}), f"{work}/in/{i:04d}.parquet")
+    runs: dict[str, list[dict[str, float]]] = {"none": [], "kstate": []}
+    for run in range(repeat):
+        for mode in runs:
+            app = f"{mode}-{run}"
+            counts = Stores.key_value_store_builder(Stores.persistent_key_value_store("counts"), "string", "int64")
+            backend = StateBackend(
+                [counts], f"{work}/state", application_id=app, keys=["key"], num_partitions=2,
+                metrics_name=None if mode == "none" else "kstate",
+            )  # fmt: skip
+            rows = spark.readStream.schema("key string, v long").option("maxFilesPerTrigger", 1).parquet(f"{work}/in")
+            query = (
+                backend.map_partitions(rows, running_count, "key string, count long")
+                .writeStream.format("noop")
+                .option("checkpointLocation", f"{work}/checkpoint-{app}")
+                .trigger(availableNow=True)
+                .start()
+            )
+            query.awaitTermination()
+            batches = [p for p in query.recentProgress if p.numInputRows > 0][1:]
+            parts = ("queryPlanning", "addBatch", "triggerExecution")
+            runs[mode].append({part: statistics.median(p.durationMs[part] for p in batches) for part in parts})
+    print(json.dumps({"files": files, "ms per batch": runs}))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--streaming", action="store_true", help="per micro-batch, in one warm JVM")
+    parser.add_argument("--files", type=int, default=10)
     args = parser.parse_args()
 
     from kstate import Stores
     from kstate.spark import StateBackend, local_session
 
-    spark = local_session("observed-figures", conf={"spark.sql.shuffle.partitions": 2})
+    conf = {"spark.sql.shuffle.partitions": 2, "spark.sql.streaming.pollingDelay": "100ms"}
+    spark = local_session("observed-figures", conf=conf)
     spark.sparkContext.setLogLevel("ERROR")
     state_dir = tempfile.mkdtemp(prefix="observed-figures-")
+    if args.streaming:
+        per_batch(spark, state_dir, args.files, args.repeat)
+        spark.stop()
+        return
     rows = spark.range(args.rows).selectExpr("cast(id % 100000 as string) as key", "id as v").cache()
     rows.count()
     seconds: dict[str, list[float]] = {"none": [], "kstate": []}
