@@ -24,22 +24,11 @@ import statistics
 import tempfile
 import time
 
+from spark_cluster import kstate_udf
+
 
 def passthrough(batches, stores):
     yield from batches
-
-
-def running_count(batches, stores):
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    store = stores["counts"]
-    for batch in batches:
-        counted = pc.value_counts(batch.column("key"))
-        keys, n = counted.field("values"), counted.field("counts")
-        new = pc.add(pc.fill_null(store.get_many(keys), 0), n)
-        store.put_all(keys, new)
-        yield pa.RecordBatch.from_arrays([keys, new], names=["key", "count"])
 
 
 def per_batch(spark, work: str, files: int, repeat: int) -> None:
@@ -67,7 +56,7 @@ def per_batch(spark, work: str, files: int, repeat: int) -> None:
             )  # fmt: skip
             rows = spark.readStream.schema("key string, v long").option("maxFilesPerTrigger", 1).parquet(f"{work}/in")
             query = (
-                backend.map_partitions(rows, running_count, "key string, count long")
+                backend.map_partitions(rows, kstate_udf(), "key string, count long")
                 .writeStream.format("noop")
                 .option("checkpointLocation", f"{work}/checkpoint-{app}")
                 .trigger(availableNow=True)
