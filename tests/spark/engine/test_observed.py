@@ -2,6 +2,7 @@
 of every batch of ``progress_scenario``'s query against what the test computes itself; the
 listener; the figures of a batch job."""
 
+import collections
 import logging
 import sys
 
@@ -12,6 +13,7 @@ pytest.importorskip("pyspark")
 from pyspark import cloudpickle  # noqa: E402
 
 from kstate.spark import StateMetricsListener, state_figures  # noqa: E402
+from kstate.spark.engine.observed import FIGURES_COLUMN, with_figures  # noqa: E402
 
 from ..progress_scenario import check_every_batch, count_emitted, store_backend  # noqa: E402
 from ..workload import spark_for_tests  # noqa: E402
@@ -53,6 +55,39 @@ def test_a_batch_job_returns_its_figures(spark, work):
     assert figures["numRowsUpdated"] == 7 and figures["numRowsRemoved"] == 0 and figures["numTasks"] == 2
     key_and_value_bytes = sum(len(f"k{i}") + 8 for i in range(7))  # string keys, int64 values
     assert figures["changelogBytesPublished"] == key_and_value_bytes
+
+
+def test_the_declared_nullability_stays_the_outputs(spark, work):
+    """The figures' row is dropped, and the user's NOT NULL columns stay NOT NULL, as without
+    figures (and as Spark's own operators keep their declared output)."""
+    rows = spark.createDataFrame([(f"k{i % 7}", 1) for i in range(30)], "key string, count long")
+    backend = store_backend(work)
+    out = backend.map_partitions(rows, count_emitted, "key string not null, emitted long not null")
+    assert [field.nullable for field in out.schema.fields] == [False, False]
+    per_key = collections.Counter(f"k{i % 7}" for i in range(30))
+    assert sorted(r.emitted for r in out.collect()) == sorted(n for c in per_key.values() for n in range(1, c + 1))
+    assert backend.job_figures()["numRowsTotal"] == 7
+
+
+def test_the_figures_row_fills_never_null_columns_of_every_type():
+    import pyarrow as pa
+
+    declared = pa.schema(
+        [
+            pa.field("s", pa.string(), nullable=False),
+            pa.field("b", pa.binary(), nullable=False),
+            pa.field("flag", pa.bool_(), nullable=False),
+            pa.field("t", pa.timestamp("us", "UTC"), nullable=False),
+            pa.field("nested", pa.struct([pa.field("n", pa.int32(), nullable=False), ("maybe", pa.string())]), False),
+            pa.field("items", pa.list_(pa.int64()), nullable=False),
+            pa.field("counts", pa.map_(pa.string(), pa.int64()), nullable=False),
+            pa.field("note", pa.string()),
+        ]
+    )
+    *_, last = with_figures([], declared, lambda: {"numTasks": 1})
+    assert last.schema.remove(last.num_columns - 1) == declared
+    assert [last.column(i).null_count for i in range(len(declared))] == [0] * 7 + [1]
+    assert last.column(FIGURES_COLUMN).to_pylist() == [[("numTasks", 1)]]
 
 
 def run_available(frame, work, outputs):

@@ -474,7 +474,7 @@ class StateBackend:
     def map_observed(self, routed: Any, fn: CountingFunction, schema: Any) -> Any:
         """``routed.mapInArrow`` of ``fn(batches, stores, counts)`` in ``process``, its figures
         observed under ``metrics_name`` (``kstate.spark.engine.observed``)."""
-        from pyspark.sql.types import StructField, StructType
+        from pyspark.sql.types import StructType
 
         if isinstance(schema, str):
             schema = StructType.fromDDL(schema)
@@ -485,9 +485,7 @@ class StateBackend:
 
             plain.__name__ = getattr(fn, "__name__", "task")
             return routed.mapInArrow(plain, schema)
-        # The figures' row is null in the user's columns, whatever the schema says of them.
-        nullable = StructType([StructField(field.name, field.dataType, True) for field in schema.fields])
-        arrow_schema = to_arrow_schema(nullable, SessionConversion.of(routed.sparkSession).timezone)
+        arrow_schema = to_arrow_schema(schema, SessionConversion.of(routed.sparkSession).timezone)
 
         def task(batches: Iterator[Any]) -> Iterator[Any]:
             counts = ProcessorCounts()
@@ -500,7 +498,7 @@ class StateBackend:
             return with_figures(outputs, arrow_schema, lambda: figures[0])
 
         task.__name__ = getattr(fn, "__name__", "task")
-        mapped = routed.mapInArrow(task, with_figures_column(nullable))
+        mapped = routed.mapInArrow(task, with_figures_column(schema))
         observed, self.observation = observe_figures(mapped, self.metrics_name)
         return observed
 

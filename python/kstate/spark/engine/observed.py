@@ -48,9 +48,11 @@ def with_figures_column(schema: Any) -> Any:
 def with_figures(outputs: Iterable[Any], arrow_schema: Any, figures: Any) -> Iterator[Any]:
     """``outputs`` (Arrow record batches or tables, ``arrow_schema`` declared) with the hidden
     column null, then one row of the task's figures (``figures()``, called once ``outputs`` is
-    done, i.e. after the commit), null in the other columns. Every batch a task yields must have
-    one schema: each gets its own columns' names and types, all nullable (the figures' row is
-    null in them), and the hidden column."""
+    done, i.e. after the commit). Every batch a task yields must have one schema: each gets its
+    own columns' names and types, the declared nullability, and the hidden column. In the
+    figures' row the user's columns are null, or a placeholder where the schema says never null
+    (the row is dropped before anyone sees it; the declared schema stays the query's, as
+    Spark's own operators keep it)."""
     import pyarrow as pa
 
     kind = figures_arrow_type()
@@ -59,13 +61,36 @@ def with_figures(outputs: Iterable[Any], arrow_schema: Any, figures: Any) -> Ite
     for output in outputs:
         for batch in output.to_batches() if isinstance(output, pa.Table) else (output,):
             if schema is None:
-                schema = pa.schema([field.with_nullable(True) for field in batch.schema]).append(hidden)
+                fields = zip(batch.schema, arrow_schema)
+                schema = pa.schema([field.with_nullable(declared.nullable) for field, declared in fields]).append(
+                    hidden
+                )
             yield pa.RecordBatch.from_arrays([*batch.columns, pa.nulls(batch.num_rows, kind)], schema=schema)
     if schema is None:
-        schema = pa.schema([field.with_nullable(True) for field in arrow_schema]).append(hidden)
-    columns = [pa.nulls(1, field.type) for field in schema]
+        schema = pa.schema(list(arrow_schema)).append(hidden)
+    columns = [
+        pa.nulls(1, field.type) if field.nullable else pa.array([_placeholder(field.type)], field.type)
+        for field in schema
+    ]
     columns[-1] = pa.array([list(figures().items())], kind)
     yield pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def _placeholder(kind: Any) -> Any:
+    """A value of Arrow type ``kind`` for a never-null column of the figures' row."""
+    import pyarrow as pa
+
+    if pa.types.is_struct(kind):
+        return {f.name: _placeholder(f.type) if not f.nullable else None for f in kind}
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_map(kind):
+        return []
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return ""
+    if pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
+        return b""
+    if pa.types.is_boolean(kind):
+        return False
+    return 0
 
 
 def observe_figures(mapped: Any, name: str) -> tuple[Any, Any]:
