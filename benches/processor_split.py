@@ -18,6 +18,16 @@ task runs under ``cProfile`` and its time is attributed to kstate's functions by
   .venv/bin/python benches/processor_split.py --move              # every task reopens its stores
   .venv/bin/python benches/processor_split.py --floor             # the floor's task on the same input
 
+``--shape NAME`` runs a shape of benches/processor_shapes.py instead (its processor as
+benches/processor_matrix.py runs it, its input), on ``--api row`` or ``pandas``; the parts then
+include every kind of state call a shape makes (list appends and clears, map ``containsKey``,
+map walks, timers in the handlers and the batch's firing, the TTL sweep), the store iterators
+opened within them, and the seconds Python's cyclic GC took (``gc.callbacks``, unprofiled pass).
+
+  .venv/bin/python benches/processor_split.py --shape 2
+  .venv/bin/python benches/processor_split.py --shape 5 --api pandas
+  .venv/bin/python benches/processor_split.py --shape 3 --floor   # the shape's Row floor
+
 ``--floor`` runs benches/spark_processor.py's floor (``floor_partition``: the same logic on dicts
 the worker keeps, no state store) on the same routed batches, split into its parts the same way
 (``FLOOR_PARTS``): what kstate Row's parts compare with.
@@ -34,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import pstats
 import shutil
 import sys
@@ -43,6 +54,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from processor_matrix import _HELD as held_dicts  # noqa: E402
+from processor_matrix import floor_row as shape_floor  # noqa: E402
+from processor_matrix import processor as shape_processor  # noqa: E402
+from processor_shapes import INPUT, SHAPES, WATERMARK_DELAY_MS  # noqa: E402
+from processor_shapes import input_files as shape_input  # noqa: E402
 from spark_processor import OUTPUT, floor_partition, input_files, processor  # noqa: E402
 
 # (part, file, function names): a function is matched by its file (a path suffix; "~" for a
@@ -51,15 +67,30 @@ from spark_processor import OUTPUT, floor_partition, input_files, processor  # n
 PARTS = [
     ("routing checks", "routing/partitioning.py", ("verify_batch", "checked_batches")),
     ("Row construction", "routing/groups.py", ("python_rows",)),
-    ("grouping (sort, bounds, keys)", "routing/groups.py", ("iter_groups",)),
+    ("grouping (sort, bounds, keys; pandas: per-key frames)", "routing/groups.py", ("iter_groups",)),
+    ("pandas: a key's frames cut to Spark's batch limits", "format/conversion.py", ("chunks",)),
     ("read-ahead (pickle keys, get_many, list / map scans)", "processor/processor.py", ("read_ahead",)),
     ("value get", "processor/state_variables.py", ("ValueState.get",)),
     ("value update", "processor/state_variables.py", ("ValueState.update",)),
+    ("value clear", "processor/state_variables.py", ("ValueState.clear",)),
     ("list get", "processor/state_variables.py", ("ListState.get",)),
     ("list put", "processor/state_variables.py", ("ListState.put",)),
+    ("list appendValue / appendList", "processor/state_variables.py",
+     ("ListState.appendValue", "ListState.appendList")),
+    ("list clear", "processor/state_variables.py", ("ListState.clear",)),
     ("map getValue", "processor/state_variables.py", ("MapState.getValue",)),
+    ("map containsKey", "processor/state_variables.py", ("MapState.containsKey",)),
     ("map updateValue", "processor/state_variables.py", ("MapState.updateValue",)),
-    ("processor's own logic", "spark_processor.py", ("handleInputRows",)),
+    ("map iterator / keys / values (walked)", "processor/state_variables.py", ("MapState.iterator", "<genexpr>")),
+    ("timers: listTimers / deleteTimer / registerTimer in the handlers", "processor/state_variables.py",
+     ("StatefulProcessorHandle.listTimers", "StatefulProcessorHandle.deleteTimer",
+      "StatefulProcessorHandle.registerTimer"), ("not", "processor/processor.py")),
+    ("timers: firing (due, still set, deleted after the handler, next)", "processor/state_variables.py",
+     ("StatefulProcessorHandle.due_timers", "StatefulProcessorHandle.has_timer",
+      "StatefulProcessorHandle.next_timer", "StatefulProcessorHandle.deleteTimer"), ("only", "processor/processor.py")),
+    ("TTL: the batch's sweep (index entries are in the writes)", "processor/state_variables.py",
+     ("StatefulProcessorHandle.remove_expired",)),
+    ("processor's own logic", ("spark_processor.py", "processor_matrix.py"), ("handleInputRows", "handleExpiredTimer")),
     ("output conversion", "routing/groups.py", ("OutputBatcher.add", "OutputBatcher.flush")),
     ("open (locks, stores)", "protocol/exactly_once.py", ("PartitionState.open",)),
     ("commit: undo files", "protocol/undo.py", ("previous_values", "write")),
@@ -74,22 +105,34 @@ PARTS = [
     ("figures: the task's figures", "protocol/progress.py", ("task_figures",)),
     ("commit: rest (memory sample, park)", "protocol/exactly_once.py", ("PartitionState.commit",)),
     ("release (--move: the parked stores closed)", "protocol/idle.py", ("release",)),
-]
+]  # fmt: skip
+WITHIN_HANDLERS = ("value ", "list ", "map ", "timers: listTimers")
+"""The parts a processor's handlers call (subtracted from the processor's own logic)."""
+ITERATORS = ("of these, store iterators opened (prefix_scan, range, reverse_range, all)", "kstate/store_reads.py",
+             ("prefix_scan", "range", "reverse_range", "all"))  # fmt: skip
+"""Not a part of its own: the store reads that open a RocksDB iterator, within their callers' parts."""
 
 FLOOR_PARTS = [
     ("grouping + logic on dicts, Arrow in and out", "spark_processor.py", ("floor_partition",)),
+]
+SHAPE_FLOOR_PARTS = [
+    ("grouping, Arrow in and out", "processor_matrix.py", ("task",)),
+    ("the shape's logic on dicts", "processor_shapes.py", ("on_input", "fire")),
 ]
 """cProfile does not see pyarrow's Cython methods (``to_pydict``, ``from_pydict``): the floor's
 task is one part."""
 
 
-def route(columns: dict[str, list], partitions: int) -> list[list]:
-    """Each partition's Arrow record batches of one micro-batch, routed by Spark's hash."""
+def route(columns: dict[str, list], partitions: int, event_time: bool = False) -> list[list]:
+    """Each partition's Arrow record batches of one micro-batch, routed by Spark's hash;
+    ``event_time``: with column ``ts``, ``ms`` as a timestamp (a shape with event time)."""
     import pyarrow as pa
 
     from kstate.spark.routing.hashing import partition_ids
 
-    table = pa.table({"user": columns["user"], "category": columns["category"], "amount": columns["amount"]})
+    table = pa.table(columns)
+    if event_time:
+        table = table.append_column("ts", pa.array(columns["ms"], pa.timestamp("ms", tz="UTC")))
     ids = partition_ids([table.column("user")], partitions)
     out = []
     for p in range(partitions):
@@ -98,12 +141,17 @@ def route(columns: dict[str, list], partitions: int) -> list[list]:
     return out
 
 
-def task_function(work: Path, timings: Path):
-    """``(backend, process)`` of the Row query over the bench's processor, as its task runs them."""
+def task_function(work: Path, timings: Path, shape=None, api: str = "row"):
+    """``(backend, process)`` of the query over the bench's processor (or ``shape``'s on ``api``),
+    as its task runs them."""
     from kstate.spark import local_session, transform_with_state
 
-    spark = local_session("processor-split", conf={"spark.sql.shuffle.partitions": 2})
-    df = spark.createDataFrame([], "user string, category string, amount long")
+    conf = {"spark.sql.shuffle.partitions": 2, "spark.sql.session.timeZone": "UTC"}
+    spark = local_session("processor-split", conf=conf)
+    schema = "user string, category string, amount long"
+    if shape is not None:
+        schema = INPUT if shape.event_time else INPUT.removesuffix(", ts timestamp")
+    df = spark.createDataFrame([], schema)
     captured = {}
     frame_class = type(df)  # PySpark 4's classic DataFrame
     original = frame_class.mapInArrow
@@ -114,10 +162,18 @@ def task_function(work: Path, timings: Path):
 
     frame_class.mapInArrow = capture
     try:
-        transform_with_state(
-            df, ["user"], processor("row", str(timings)), OUTPUT, work / "state", work / "changelog", "bench",
-            num_partitions=2, api="row",
-        )  # fmt: skip
+        if shape is None:
+            transform_with_state(
+                df, ["user"], processor("row", str(timings)), OUTPUT, work / "state", work / "changelog", "bench",
+                num_partitions=2, api="row",
+            )  # fmt: skip
+        else:
+            time_mode = "EventTime" if shape.event_time else "None"
+            timing = {"event_time_column": "ts", "watermark_delay_ms": WATERMARK_DELAY_MS} if shape.event_time else {}
+            transform_with_state(
+                df, ["user"], shape_processor(shape, api), shape.output, work / "state", work / "changelog", "bench",
+                num_partitions=2, api=api, time_mode=time_mode, fire_idle_timers=False, **timing,
+            )  # fmt: skip
     finally:
         frame_class.mapInArrow = original
     task = captured["task"]  # StateBackend.map_observed's
@@ -152,19 +208,37 @@ def first_line(where: str, qualified: str) -> int:
 
 def matched(stats: pstats.Stats, table: list) -> dict[str, float]:
     """Cumulative seconds of each part of ``table`` (``PARTS``' shape) in the profile. Method
-    names are matched without their class (cProfile keeps only the function's name)."""
+    names are matched without their class (cProfile keeps only the function's name, so a
+    method's first line tells it apart); ``<genexpr>`` matches every generator expression of the
+    file. A part's functions called by one another count once (the callers' edges subtracted). A
+    fourth element ``("only" | "not", file)`` counts only the calls from (or not from) that file."""
     raw = stats.stats  # (file, line, name) -> (cc, nc, tt, ct, callers)
     parts: dict[str, float] = {}
-    for part, where, names in table:
-        bare = {n.split(".")[-1] for n in names}
-        lines = {line for n in names if "." in n for line in [first_line(where, n)]}
-        total = 0.0
-        for (file, line, fn), (_, _, _, ct, _) in raw.items():
-            if where == "~":
-                hit = file == "~" and any(f"'{n}'" in fn for n in bare)
+    for part, where, names, *by_caller in table:
+        wheres = (where,) if isinstance(where, str) else where
+        specs = [(n.split(".")[-1], first_line(wheres[0], n) if "." in n else None) for n in names]
+        hits = set()
+        for func in raw:
+            file, line, fn = func
+            if wheres == ("~",):
+                hit = file == "~" and any(f"'{bare}'" in fn for bare, _ in specs)
             else:
-                hit = file.endswith(where) and fn in bare and (not lines or line in lines)
-            total += ct if hit else 0.0
+                hit = any(file.endswith(w) for w in wheres) and any(
+                    fn == bare and (first is None or first == line) for bare, first in specs
+                )
+            if hit:
+                hits.add(func)
+        total = 0.0
+        for func in hits:
+            _, _, _, ct, callers = raw[func]
+            edges = {caller: edge[3] for caller, edge in callers.items() if caller not in hits}
+            if by_caller:
+                kind, caller_file = by_caller[0]
+                chosen = sum(t for caller, t in edges.items() if caller[0].endswith(caller_file))
+                ct = chosen if kind == "only" else sum(edges.values()) - chosen
+            else:
+                ct -= sum(edge[3] for caller, edge in callers.items() if caller in hits)
+            total += ct
         parts[part] = total
     return parts
 
@@ -172,11 +246,10 @@ def matched(stats: pstats.Stats, table: list) -> dict[str, float]:
 def parts_of(stats: pstats.Stats) -> dict[str, float]:
     """Seconds per part from the profile (nested parts subtracted from their parents)."""
     parts = matched(stats, PARTS)
-    parts["grouping (sort, bounds, keys)"] -= (
-        parts["Row construction"] + parts["read-ahead (pickle keys, get_many, list / map scans)"]
-    )
-    state = sum(seconds for part, seconds in parts.items() if part.split()[0] in ("value", "list", "map"))
-    parts["processor's own logic"] -= state
+    grouping = "grouping (sort, bounds, keys; pandas: per-key frames)"
+    parts[grouping] -= parts["Row construction"] + parts["read-ahead (pickle keys, get_many, list / map scans)"]
+    within = sum(seconds for part, seconds in parts.items() if part.startswith(WITHIN_HANDLERS))
+    parts["processor's own logic"] -= within
     parts["commit: rest (memory sample, park)"] -= sum(
         s for p, s in parts.items() if p.startswith("commit: ") and "rest" not in p
     )
@@ -191,29 +264,51 @@ def main() -> None:
     parser.add_argument("--move", action="store_true", help="every task opens its stores (moved partitions)")
     parser.add_argument("--floor", action="store_true", help="the floor's task (no state store) instead")
     parser.add_argument("--dump", help="write the whole profile here (pstats)")
+    parser.add_argument("--shape", choices=SHAPES, help="a shape of benches/processor_shapes.py (its own input)")
+    parser.add_argument("--api", choices=("row", "pandas"), default="row", help="with --shape")
     args = parser.parse_args()
+    shape = None if args.shape is None else SHAPES[args.shape]
+    if shape is not None and args.floor and (shape.event_time or args.api == "pandas"):
+        parser.error("--floor with --shape runs the Row floor of shapes without event time")
 
     from kstate.spark import TaskInfo
     from kstate.spark.protocol.idle import IDLE, release
 
-    inputs = input_files(args.files, args.rows, args.keys)
+    if shape is None:
+        inputs = input_files(args.files, args.rows, args.keys)
+        floor_task = floor_partition
+    else:
+        inputs = shape_input(shape)
+        floor_task = shape_floor(shape)
+        args.files, args.rows, args.keys = shape.files, shape.rows, shape.keys
     totals: dict[str, float] = {}
-    task_seconds = {"profiled": 0.0, "unprofiled": 0.0, "unprofiled CPU": 0.0}
+    task_seconds = {"profiled": 0.0, "unprofiled": 0.0, "unprofiled CPU": 0.0, "GC": 0.0}
+    gc_started: list[float] = []
+
+    def gc_timer(phase: str, info: dict) -> None:
+        if phase == "start":
+            gc_started.append(time.perf_counter())
+        elif gc_started:
+            task_seconds["GC"] += time.perf_counter() - gc_started.pop()
+
     whole = pstats.Stats()
     for profiled in (False, True):
         work = Path(tempfile.mkdtemp(prefix="processor-split-"))
         sys.modules.pop("kstate_bench_floor", None)  # the floor's dicts start empty in each pass
+        held_dicts.clear()
         (work / "timings").mkdir()
-        spark, backend, process, arrow_schema = task_function(work, work / "timings")
+        spark, backend, process, arrow_schema = task_function(work, work / "timings", shape, args.api)
         profile = cProfile.Profile()
         for batch_id, columns in enumerate(inputs):
-            for partition, batches in enumerate(route(columns, 2)):
+            for partition, batches in enumerate(route(columns, 2, shape is not None and shape.event_time)):
                 task = TaskInfo(partition, batch_id, attempt=batch_id * 2 + partition)
                 started, cpu_started = time.perf_counter(), time.thread_time()
                 if profiled:
                     profile.enable()
+                else:
+                    gc.callbacks.append(gc_timer)
                 if args.floor:
-                    run = floor_partition(iter(batches))
+                    run = floor_task(iter(batches))
                 else:
                     run = observed_task(backend, process, arrow_schema, iter(batches), task)
                 for _ in run:
@@ -222,13 +317,21 @@ def main() -> None:
                     release(IDLE.take(backend.current_layout().task_dir(partition)))
                 if profiled:
                     profile.disable()
+                else:
+                    gc.callbacks.remove(gc_timer)
                 task_seconds["profiled" if profiled else "unprofiled"] += time.perf_counter() - started
                 if not profiled:
                     task_seconds["unprofiled CPU"] += time.thread_time() - cpu_started
         if profiled:
             stats = pstats.Stats(profile)
             whole = stats
-            totals = matched(stats, FLOOR_PARTS) if args.floor else parts_of(stats)
+            if args.floor:
+                totals = matched(stats, FLOOR_PARTS if shape is None else SHAPE_FLOOR_PARTS)
+                if shape is not None:
+                    totals[SHAPE_FLOOR_PARTS[0][0]] -= totals[SHAPE_FLOOR_PARTS[1][0]]
+            else:
+                totals = parts_of(stats)
+            iterators = matched(stats, [ITERATORS])
             profiled_total = sum(v[2] for v in stats.stats.values())
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
@@ -237,10 +340,12 @@ def main() -> None:
     known = sum(totals.values())
     moved = ", stores released after each task" if args.move else ""
     moved += ", the floor's task" if args.floor else ""
+    moved += f", shape {shape.name} ({shape.title}), {args.api} API" if shape is not None else ""
     print(f"{args.files} x {args.rows:,} rows, {args.keys:,} keys, 2 partitions, tasks run one after the other{moved}")
     print(
         f"task seconds: unprofiled {task_seconds['unprofiled']:.2f} (CPU of the task thread "
-        f"{task_seconds['unprofiled CPU']:.2f}), profiled {task_seconds['profiled']:.2f}"
+        f"{task_seconds['unprofiled CPU']:.2f}; Python's cyclic GC {task_seconds['GC']:.2f}), "
+        f"profiled {task_seconds['profiled']:.2f}"
     )
     print()
     print("| part | profiled s | share |")
@@ -248,6 +353,8 @@ def main() -> None:
     for part, seconds in [*totals.items(), ("other (unattributed)", profiled_total - known)]:
         print(f"| {part} | {seconds:.2f} | {100 * seconds / profiled_total:.0f}% |")
     print(f"| all | {profiled_total:.2f} | 100% |")
+    for part, seconds in iterators.items():
+        print(f"| {part} | {seconds:.2f} | {100 * seconds / profiled_total:.0f}% |")
 
 
 if __name__ == "__main__":
