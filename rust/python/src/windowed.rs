@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use kstate_core::format::packed::{BinaryBuilder, BinaryColumn};
 use kstate_core::segmented::segmented_store::{
     self as segmented, ScanCursor, SegmentQuery, SegmentReader, SegmentedKeys,
 };
@@ -15,7 +16,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyTuple, PyType};
 
 use crate::errors::{guard, ErrorClass};
-use crate::key_value_store::{ttl_of, untrack, RowSink, RowType};
+use crate::key_value_store::{ttl_of, untrack, PackedArray, RowSink, RowType};
 use crate::progress::Progress;
 use crate::session_store::NativeSessionStore;
 use crate::window_store::NativeWindowStore;
@@ -333,6 +334,48 @@ pub fn put_store_keys<T: SegmentedKeys + Send>(
     })
 }
 
+/// Each of the store keys in the Arrow binary buffers given: the segment time it carries
+/// (little-endian int64s, one per key) and its value as the staged writes leave it (`None`:
+/// absent), shown by reads or not. What a commit changes, for exact row counts.
+#[allow(clippy::too_many_arguments)]
+pub fn staged_values<'py, T: SegmentedKeys + Send>(
+    py: Python<'py>,
+    store: &mut T,
+    offsets: &[u8],
+    data: &[u8],
+    validity: Option<&[u8]>,
+    start: usize,
+    count: usize,
+    large: bool,
+) -> PyResult<(Bound<'py, PyBytes>, PackedArray<'py>)> {
+    let segments = store.segments_mut();
+    let (times, values) = py.detach(|| {
+        guard(|| {
+            let keys = BinaryColumn::parse(offsets, data, validity, start, count, large)?;
+            let mut times = Vec::with_capacity(keys.len() * 8);
+            let values = BinaryBuilder::from_visits(keys.len(), large, |visit| {
+                for i in 0..keys.len() {
+                    let key = keys.get(i).ok_or_else(|| {
+                        kstate_core::Error::InvalidArgument("null store key".into())
+                    })?;
+                    let time = T::segment_time(key)?;
+                    times.extend_from_slice(&time.to_le_bytes());
+                    segments.get_stored_with(key, time, |value| visit(i, value))?;
+                }
+                Ok(())
+            })?;
+            Ok((times, values))
+        })
+    })?;
+    let packed = (
+        PyBytes::new(py, &values.validity),
+        PyBytes::new(py, &values.offsets),
+        PyBytes::new(py, &values.data),
+        values.null_count,
+    );
+    Ok((PyBytes::new(py, &times), packed))
+}
+
 /// Adds what window and session stores share to a store class whose `logged.inner.store` is
 /// one of them: state getters, segments, sizes and compaction.
 macro_rules! segmented_store_methods {
@@ -401,6 +444,33 @@ macro_rules! segmented_store_methods {
                 crate::key_value_store::packed_writes(py, large, |visit| {
                     segments.previous_values_of_staged(visit)
                 })
+            }
+
+            /// `staged_values` of the store keys in these Arrow binary buffers.
+            #[allow(clippy::too_many_arguments)]
+            fn staged_values_packed<'py>(
+                &mut self,
+                py: pyo3::Python<'py>,
+                offsets: &[u8],
+                data: &[u8],
+                validity: Option<&[u8]>,
+                start: usize,
+                count: usize,
+                large: bool,
+            ) -> pyo3::PyResult<(
+                pyo3::Bound<'py, pyo3::types::PyBytes>,
+                crate::key_value_store::PackedArray<'py>,
+            )> {
+                crate::windowed::staged_values(
+                    py,
+                    &mut self.logged.inner.store,
+                    offsets,
+                    data,
+                    validity,
+                    start,
+                    count,
+                    large,
+                )
             }
 
             /// Stages writes by store key (`None` deletes), values as stored.

@@ -15,7 +15,7 @@ from pyspark import cloudpickle  # noqa: E402
 from kstate.spark import StateMetricsListener, state_figures  # noqa: E402
 from kstate.spark.engine.observed import FIGURES_COLUMN, with_figures  # noqa: E402
 
-from ..progress_scenario import check_every_batch, count_emitted, store_backend  # noqa: E402
+from ..progress_scenario import STORE_APP, Changelogs, check_every_batch, count_emitted, store_backend  # noqa: E402
 from ..workload import spark_for_tests  # noqa: E402
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -142,20 +142,24 @@ def test_without_a_metrics_name_the_plan_has_no_figures(spark, work):
 
 def test_a_replayed_batch_reports_its_rollbacks_and_exact_counts(spark, work):
     """Batch 2's state committed, then the driver died before Spark's commit log got it: Spark
-    runs batch 2 again, each partition rolls its state back first, and the counts stay exact."""
+    runs batch 2 again, each partition rolls its state back first, and the counts stay exact;
+    the changelog bytes are the rollback's records and the redo's."""
     from ..workload import add_files, file_keys, input_stream
 
     add_files(work, range(3))
     backend = store_backend(work)
+    changelogs = Changelogs(work, [(STORE_APP, "emitted")])
 
     def counted():
         rows = input_stream(spark, work).withColumnRenamed("v", "count")
         return backend.map_partitions(rows, count_emitted, "key string, emitted long")
 
     first = run_available(counted(), work, {})
+    changelogs.next_batch()
     for entry in ("2", ".2.crc"):
         (work / "checkpoint" / "commits" / entry).unlink()
     replayed = run_available(counted(), work, {})
+    published = changelogs.next_batch()["emitted"]["changelogBytesPublished"]
     before, again = (
         state_figures(first.recentProgress[-1], "kstate_store"),
         state_figures(replayed.lastProgress, "kstate_store"),
@@ -164,3 +168,4 @@ def test_a_replayed_batch_reports_its_rollbacks_and_exact_counts(spark, work):
     assert again["rolledBackBatches"] == 2 and again["restoredRecords"] == 0
     assert again["numRowsTotal"] == before["numRowsTotal"] == backend.state_dataframe(spark, "emitted").count()
     assert again["numRowsUpdated"] == before["numRowsUpdated"] == len(set(file_keys(2)))
+    assert again["changelogBytesPublished"] == published > before["changelogBytesPublished"]

@@ -417,6 +417,7 @@ class PartitionState:
         """Takes every store back over ``undone`` (the head), as a commit of its undo values."""
         for name, values in undo.items():
             stage_raw(self._stores[name], values)
+            self._row_counts.rolled_back(name, values)
         restated = BatchEntry(
             batch_id=EMPTY_STATE if before is None else before.batch_id,
             offsets={},

@@ -25,8 +25,8 @@ log = logging.getLogger("kstate.spark")
 
 @dataclass
 class StoreFigures:
-    """One store of a task after its commit. ``rows_total`` ``None``: not counted (window and
-    session stores, ``kstate.spark.protocol.row_counts``)."""
+    """One store of a task after its commit. ``rows_total`` ``None``: not counted (a task
+    without ``kstate.spark.protocol.row_counts``)."""
 
     rows_total: int | None = None
     rows_updated: int = 0
@@ -75,6 +75,7 @@ class Timings:
                 if writes is not None:
                     figures.rows_updated, figures.rows_removed = writes.updated, writes.removed
                     figures.changelog_bytes = writes.bytes
+                figures.changelog_bytes += row_counts.rolled_back_bytes.get(name, 0)
             self.stores[name] = figures
         self.state_disk_bytes = sum(figures.disk_bytes for figures in self.stores.values())
         usage = memory_usage(stores=False)

@@ -763,6 +763,18 @@ impl SegmentedStore {
         if timestamp < min_live_time(self.stream_time, self.options.retention_ms) {
             return Ok(f(None));
         }
+        self.get_stored_with(key, timestamp, f)
+    }
+
+    /// `get_with` of what is stored, shown by reads or not: the value a commit publishes for
+    /// `key` (staged or committed), even older than `stream_time - retention + 1`.
+    pub fn get_stored_with<R>(
+        &mut self,
+        key: &[u8],
+        timestamp: i64,
+        f: impl FnOnce(Option<&[u8]>) -> R,
+    ) -> Result<R> {
+        self.check_open()?;
         let id = self.options.segment_id(timestamp);
         match self.segments.get_mut(&id) {
             Some(segment) => segment.get_with(key, f),
