@@ -20,6 +20,16 @@ such runs; ``--codec MODE`` runs the typed codec alone, no store (``encode`` / `
 ``(count, total)`` row or ``key``-encode a map key, KEYS times; ``none``: the baseline), which
 callgrind counts exactly.
 
+``--loops N`` makes each call (and the set of the key) N times on one key read ahead, every kind
+inside its own ``functools.reduce``, so that one callgrind run counts each kind alone (a dump
+per ``functools_reduce``, which kstate does not call; the first kind, ``none``, is the loop's
+own cost):
+
+  valgrind --tool=callgrind --collect-atstart=no --toggle-collect=functools_reduce \
+      --dump-after=functools_reduce --callgrind-out-file=/tmp/cg/out .venv/bin/python \
+      benches/processor_calls.py --loops 5000
+  # the last 13 dumps, in LOOPED's order: (summary - none's summary) / 5000 per call
+
 Batch 1 reads every variable's state for its keys ahead first, as ``transform_with_state`` does
 for a micro-batch (``StatefulProcessorHandle._read_ahead_values``: value state through
 ``get_many``, list and map state through one native scan each); its cost per key is its own row,
@@ -32,6 +42,7 @@ to the JVM: 65-78 us p50 per call (SPARK-52333); the target here is p50 <= 2 us.
 from __future__ import annotations
 
 import argparse
+import functools
 import pickle
 import statistics
 import tempfile
@@ -129,6 +140,70 @@ def measure(
     return timings
 
 
+LOOPED = {
+    "none": "None",
+    "value get": "totals.get()",
+    "value update": "totals.update((3, 4))",
+    "list get": "list(recent.get())",
+    "list put": "recent.put([(2,), (3,), (4,)])",
+    "list appendValue": "recent.appendValue((5,))",
+    "map containsKey": "categories.containsKey(('c3',))",
+    "map getValue": "categories.getValue(('c3',))",
+    "map updateValue": "categories.updateValue(('c3',), (4,))",
+    "map iterator (5 entries)": "list(categories.iterator())",
+    "map keys (5 entries)": "list(categories.keys())",
+    "map values (5 entries)": "list(categories.values())",
+    "set the current key": "handle.set_current_key(other)",
+}
+"""``--loops``' calls, in the order they run (each its own ``functools.reduce``)."""
+
+
+def loops(count: int, work: Path) -> None:
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from kstate.spark import StateBackend, StatefulProcessorHandle, TaskInfo
+    from kstate.spark.processor.state_variables import TypedSchemas
+    from kstate.stores import Stores
+
+    value_schema = StructType([StructField("count", LongType()), StructField("total", LongType())])
+    amount_schema = StructType([StructField("amount", LongType())])
+    key_schema = StructType([StructField("category", StringType())])
+    n_schema = StructType([StructField("n", LongType())])
+    schemas = {
+        "totals": TypedSchemas((value_schema,), value_schema),
+        "recent": TypedSchemas((amount_schema,), amount_schema),
+        "categories": TypedSchemas((n_schema,), n_schema, key_schema),
+    }
+    builders = [
+        Stores.key_value_store_builder(Stores.persistent_key_value_store(n), "bytes", "bytes")
+        for n in ("totals", "recent", "categories")
+    ]
+    backend = StateBackend(builders, work / "state", work / "log", "bench")
+    keys = [pickle.dumps((f"u{i}",), protocol=4) for i in range(100)]
+    for batch in (0, 1):
+        state = backend.partition_state(TaskInfo(0, batch))
+        handle = StatefulProcessorHandle(state.open(), schemas=schemas)
+        totals = handle.getValueState("totals", value_schema)
+        recent = handle.getListState("recent", amount_schema)
+        categories = handle.getMapState("categories", key_schema, n_schema)
+        if batch == 0:
+            for key in keys:
+                handle.set_current_key(key)
+                totals.update((1, 10))
+                recent.put([(1,), (2,), (3,)])
+                for c in range(5):
+                    categories.updateValue((f"c{c}",), (c,))
+            state.commit()
+    handle.read_ahead_values(keys)
+    scope = {"totals": totals, "recent": recent, "categories": categories, "handle": handle, "other": keys[7]}
+    for label, call in LOOPED.items():
+        handle.set_current_key(keys[5])
+        function = eval(f"lambda done, _: ({call}, done)[1]", scope)  # noqa: S307 (the bench's own calls)
+        functools.reduce(function, range(count), 0)
+        print(f"done {label}", flush=True)
+    state.commit()
+
+
 def codec_only(mode: str, count: int) -> None:
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
@@ -161,7 +236,12 @@ def main() -> None:
     parser.add_argument("--values", choices=("typed", "pickled"), default="typed", help="with --only")
     parser.add_argument("--no-read-ahead", action="store_true", help="with --only: no read-ahead for batch 1")
     parser.add_argument("--codec", choices=("none", "encode", "decode", "key"), help="the typed codec alone, untimed")
+    parser.add_argument("--loops", type=int, help="each of LOOPED's calls this many times, for callgrind")
     args = parser.parse_args()
+    if args.loops is not None:
+        with tempfile.TemporaryDirectory(prefix="kstate-calls-") as work:
+            loops(args.loops, Path(work))
+        return
     if args.codec is not None:
         codec_only(args.codec, args.keys)
         return

@@ -358,6 +358,7 @@ class StateCodec:
         now_ms: int,
         keys: StateCodec | None = None,
         ahead: StateReadAhead | None = None,
+        values: bool = True,
     ) -> list[Any]: ...
     def any_live(
         self, store: KeyValueStore, prefix: bytes, now_ms: int, ahead: StateReadAhead | None = None
@@ -386,6 +387,46 @@ class StateReadAhead:
         self, store: KeyValueStore, large: bool
     ) -> tuple[tuple[bytes, bytes, bytes, int], tuple[bytes, bytes, bytes, int]]: ...
     def kept_values(self) -> int: ...
+    def stage(self, store: KeyValueStore, prefix: bytes, key: bytes, stored: bytes | None) -> None: ...
+    def timer_expiries(self, prefix: bytes) -> list[int] | None: ...
+
+@final
+class StateCursor:
+    now_ms: int
+    def __new__(cls, now_ms: int) -> Self: ...
+    def set(self, pickled_key: bytes) -> bytes: ...
+
+@final
+class MapCalls:
+    def __new__(
+        cls,
+        store: KeyValueStore,
+        values: StateCodec,
+        keys: StateCodec,
+        ahead: StateReadAhead | None,
+        cursor: StateCursor,
+        bare: bool,
+        normalize: Callable[[Any], Any],
+        require: Callable[[Any], Any],
+    ) -> Self: ...
+    def containsKey(self, key: Any) -> bool: ...  # noqa: N802
+    def getValue(self, key: Any) -> Any: ...  # noqa: N802
+    def updateValue(self, key: Any, value: Any) -> None: ...  # noqa: N802
+
+@final
+class ListCalls:
+    def __new__(
+        cls,
+        store: KeyValueStore,
+        values: StateCodec,
+        ahead: StateReadAhead | None,
+        cursor: StateCursor,
+        require: Callable[[Any], Any],
+    ) -> Self: ...
+    def appendValue(self, value: Any) -> None: ...  # noqa: N802
+    def append(self, values: list[Any], expiry: int) -> list[bytes] | None: ...
+    def put(self, values: list[Any], expiry: int) -> list[bytes] | None: ...
+    def clear(self) -> None: ...
 
 def retract_changelog(partition_dir: str, config: dict[str, str], offset: int | None) -> int: ...
 

@@ -125,7 +125,7 @@ class TwsTester:
         if currentTimeMs <= self._processing_time:
             raise InvalidArgumentError(f"processing time must move forward: {self._processing_time} -> {currentTimeMs}")
         self._processing_time = currentTimeMs
-        self.handle.now_ms = currentTimeMs
+        self.handle.set_processing_time(currentTimeMs)
         return self._end_of_batch(currentTimeMs if self._time_mode == "ProcessingTime" else None)
 
     def setWatermark(self, currentWatermarkMs: int) -> Any:  # noqa: N802, N803

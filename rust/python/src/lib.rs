@@ -42,6 +42,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<row_codec::RowReader>()?;
     m.add_class::<state_variables::StateCodec>()?;
     m.add_class::<state_variables::StateReadAhead>()?;
+    m.add_class::<state_variables::StateCursor>()?;
+    m.add_class::<state_variables::MapCalls>()?;
+    m.add_class::<state_variables::ListCalls>()?;
     state_layout::register(m)?;
     m.add_class::<key_value_store::NativeReadCommittedView>()?;
     m.add_class::<routed_reads::RoutedViews>()?;

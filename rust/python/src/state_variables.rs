@@ -10,7 +10,7 @@ use kstate_core::spark::state_read_ahead::{
 };
 use kstate_core::{Direction, KeyRange, KeyValueStore};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList, PyTuple};
+use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 
 use crate::errors::{guard, raise, to_py, ErrorClass};
 use crate::key_value_store::{packed_writes, NativeKeyValueStore, PackedArray};
@@ -135,6 +135,41 @@ impl StateReadAhead {
     fn kept_values(&self) -> usize {
         self.entries.kept_values()
     }
+
+    /// Stages `key -> stored` (`None`: a delete) in `store`, `key` being under `prefix`, and
+    /// keeps this read-ahead in step: the writes of a prefixed store no codec writes (the
+    /// timers by key).
+    #[pyo3(signature = (store, prefix, key, stored))]
+    fn stage(
+        slf: &Bound<'_, Self>,
+        store: &Bound<'_, NativeKeyValueStore>,
+        prefix: &[u8],
+        key: &[u8],
+        stored: Option<Vec<u8>>,
+    ) -> PyResult<()> {
+        if !key.starts_with(prefix) {
+            return Err(raise(
+                ErrorClass::InvalidArgumentError,
+                "a read-ahead's write must be under the prefix it names".to_string(),
+            ));
+        }
+        stage_under(store, Some(slf), prefix, &[(key.to_vec(), stored)])
+    }
+
+    /// The expiries of the timers held under `prefix` of the timers-by-key store
+    /// (`state_layout::timer_keys`), earliest first, or `None` if not read ahead.
+    fn timer_expiries(&self, prefix: &[u8]) -> PyResult<Option<Vec<i64>>> {
+        self.entries
+            .entries(prefix)
+            .map(|entries| {
+                entries
+                    .iter()
+                    .map(|(suffix, _)| layout::timer_suffix_time(suffix))
+                    .collect::<kstate_core::Result<Vec<_>>>()
+            })
+            .transpose()
+            .map_err(to_py)
+    }
 }
 
 /// A write to stage: a key and its stored bytes (`None`: a delete).
@@ -148,7 +183,9 @@ fn map_key(
     keys: &StateCodec,
     user_key: &Bound<'_, PyAny>,
 ) -> PyResult<Vec<u8>> {
-    let mut key = prefix.to_vec();
+    // Room for a short map key: no reallocation as it is encoded after the prefix.
+    let mut key = Vec::with_capacity(prefix.len() + 32);
+    key.extend_from_slice(prefix);
     keys.encode_into(py, user_key, &mut key)?;
     Ok(key)
 }
@@ -505,8 +542,10 @@ impl StateCodec {
     }
 
     /// List and map state: the live entries under `prefix` in key order, as values (`keys`
-    /// `None`) or `(map key, value)` pairs decoded by `keys`.
-    #[pyo3(signature = (store, prefix, now_ms, keys=None, ahead=None))]
+    /// `None`) or `(map key, value)` pairs decoded by `keys`; with `values=False`, the map keys
+    /// alone (the values not decoded).
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (store, prefix, now_ms, keys=None, ahead=None, values=true))]
     fn scan_live<'py>(
         &self,
         py: Python<'py>,
@@ -515,6 +554,7 @@ impl StateCodec {
         now_ms: i64,
         keys: Option<&StateCodec>,
         ahead: Option<&Bound<'py, StateReadAhead>>,
+        values: bool,
     ) -> PyResult<Bound<'py, PyList>> {
         let ahead = ahead.map(Bound::try_borrow).transpose()?;
         let entries = entries_under(
@@ -524,12 +564,21 @@ impl StateCodec {
         )?;
         let out = PyList::empty(py);
         for (suffix, stored) in entries.iter() {
-            if let Some(value) = self.live(py, Some(stored), now_ms)? {
-                match keys {
-                    None => out.append(value)?,
-                    Some(keys) => {
-                        let user_key = keys.decode_raw(py, suffix)?;
-                        out.append(PyTuple::new(py, [user_key, value])?)?
+            match (keys, values) {
+                (Some(keys), false) => {
+                    if expiry_of(stored)? > now_ms {
+                        out.append(keys.decode_raw(py, suffix)?)?
+                    }
+                }
+                (keys, _) => {
+                    if let Some(value) = self.live(py, Some(stored), now_ms)? {
+                        match keys {
+                            None => out.append(value)?,
+                            Some(keys) => {
+                                let user_key = keys.decode_raw(py, suffix)?;
+                                out.append(PyTuple::new(py, [user_key, value])?)?
+                            }
+                        }
                     }
                 }
             }
@@ -667,4 +716,283 @@ fn suffixes<'py>(
             .map(|(k, _)| PyBytes::new(py, &k[prefix.len()..]))
             .collect()
     })
+}
+
+/// The grouping key a task's state calls act on (its prefix, `state_layout::key_prefix`) and
+/// the batch's processing time, shared by a handle's bound calls ([`MapCalls`]): set once per
+/// key, so a per-row call passes only its own arguments.
+#[pyclass(module = "kstate._core")]
+pub struct StateCursor {
+    prefix: Vec<u8>,
+    /// The processing time (ms) expiries are checked against.
+    #[pyo3(get, set)]
+    now_ms: i64,
+}
+
+#[pymethods]
+impl StateCursor {
+    #[new]
+    fn new(now_ms: i64) -> PyResult<Self> {
+        Ok(Self {
+            prefix: layout::key_prefix(b"").map_err(to_py)?,
+            now_ms,
+        })
+    }
+
+    /// Makes `pickled_key` the current grouping key; returns its prefix.
+    fn set<'py>(&mut self, py: Python<'py>, pickled_key: &[u8]) -> PyResult<Bound<'py, PyBytes>> {
+        self.prefix = layout::key_prefix(pickled_key).map_err(to_py)?;
+        Ok(PyBytes::new(py, &self.prefix))
+    }
+}
+
+/// A typed map variable's per-row calls (`containsKey`, `getValue`, `updateValue` without a
+/// TTL) as native methods bound to its store, codecs, read-ahead and the handle's
+/// [`StateCursor`]: a processor's call is one native call, no Python frame. A key the native
+/// path does not take as is (`None`; with `bare`, a one-field key schema, a bare string) goes
+/// through `normalize` (Python's check, which raises or returns the key Spark would store); a
+/// `None` value through `require`, which raises.
+#[pyclass(module = "kstate._core", frozen)]
+pub struct MapCalls {
+    store: Py<NativeKeyValueStore>,
+    values: Py<StateCodec>,
+    keys: Py<StateCodec>,
+    ahead: Option<Py<StateReadAhead>>,
+    cursor: Py<StateCursor>,
+    bare: bool,
+    normalize: Py<PyAny>,
+    require: Py<PyAny>,
+}
+
+impl MapCalls {
+    fn user_key<'py>(&self, key: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        if key.is_none() || (self.bare && key.is_instance_of::<PyString>()) {
+            return self.normalize.bind(key.py()).call1((key,));
+        }
+        Ok(key.clone())
+    }
+}
+
+#[pymethods]
+impl MapCalls {
+    #[new]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        store: Py<NativeKeyValueStore>,
+        values: Py<StateCodec>,
+        keys: Py<StateCodec>,
+        ahead: Option<Py<StateReadAhead>>,
+        cursor: Py<StateCursor>,
+        bare: bool,
+        normalize: Py<PyAny>,
+        require: Py<PyAny>,
+    ) -> Self {
+        Self {
+            store,
+            values,
+            keys,
+            ahead,
+            cursor,
+            bare,
+            normalize,
+            require,
+        }
+    }
+
+    #[allow(non_snake_case)]
+    #[pyo3(name = "containsKey")]
+    fn contains_key(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let py = key.py();
+        let key = self.user_key(key)?;
+        let cursor = self.cursor.bind(py).try_borrow()?;
+        self.values.get().map_contains(
+            py,
+            self.store.bind(py),
+            &cursor.prefix,
+            self.keys.get(),
+            &key,
+            cursor.now_ms,
+            self.ahead.as_ref().map(|a| a.bind(py)),
+        )
+    }
+
+    #[pyo3(name = "getValue")]
+    fn get_value<'py>(&self, key: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let py = key.py();
+        let key = self.user_key(key)?;
+        let cursor = self.cursor.bind(py).try_borrow()?;
+        self.values.get().map_get(
+            py,
+            self.store.bind(py),
+            &cursor.prefix,
+            self.keys.get(),
+            &key,
+            cursor.now_ms,
+            self.ahead.as_ref().map(|a| a.bind(py)),
+        )
+    }
+
+    #[pyo3(name = "updateValue")]
+    fn update_value(&self, key: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        let py = key.py();
+        if value.is_none() {
+            self.require.bind(py).call1((value,))?;
+        }
+        let key = self.user_key(key)?;
+        let cursor = self.cursor.bind(py).try_borrow()?;
+        self.values.get().map_put(
+            py,
+            self.store.bind(py),
+            &cursor.prefix,
+            self.keys.get(),
+            &key,
+            NO_EXPIRY,
+            value,
+            self.ahead.as_ref().map(|a| a.bind(py)),
+        )?;
+        Ok(())
+    }
+}
+
+/// A list variable's appends as native methods bound to its store, codec, read-ahead and the
+/// handle's [`StateCursor`] (`appendValue` without a TTL is a processor's per-row call: one
+/// native call, no Python frame), its `put` and `clear`, and the sequence its next element
+/// takes, known once per key (the read-ahead's, else one reverse seek of the store) and kept as
+/// it appends, puts and clears. A `None` value goes through `require`, which raises.
+#[pyclass(module = "kstate._core")]
+pub struct ListCalls {
+    store: Py<NativeKeyValueStore>,
+    values: Py<StateCodec>,
+    ahead: Option<Py<StateReadAhead>>,
+    cursor: Py<StateCursor>,
+    require: Py<PyAny>,
+    /// The prefix of the list whose next sequence is known, and that sequence.
+    next: Option<(Vec<u8>, u64)>,
+}
+
+impl ListCalls {
+    /// The next sequence of the list under `prefix`: one past its newest element, live or not.
+    fn next_of(&self, py: Python<'_>, prefix: &[u8]) -> PyResult<u64> {
+        if let Some((known, next)) = &self.next {
+            if known.as_slice() == prefix {
+                return Ok(*next);
+            }
+        }
+        if let Some(ahead) = &self.ahead {
+            if let Some(next) = ahead.bind(py).try_borrow()?.entries.next_sequence(prefix) {
+                return next.map_err(to_py);
+            }
+        }
+        let store = self.store.bind(py).try_borrow()?;
+        let newest = guard(|| {
+            store
+                .logged
+                .inner
+                .store
+                .scan(&KeyRange::prefix(prefix), Direction::Reverse, 1)
+        })?;
+        match newest.first() {
+            None => Ok(0),
+            Some((key, _)) => Ok(layout::list_sequence(key, prefix).map_err(to_py)? + 1),
+        }
+    }
+
+    fn append_values<'py>(
+        &mut self,
+        py: Python<'py>,
+        values: &[Bound<'py, PyAny>],
+        expiry: i64,
+    ) -> PyResult<Option<Vec<Bound<'py, PyBytes>>>> {
+        let prefix = self.cursor.bind(py).try_borrow()?.prefix.clone();
+        let first = self.next_of(py, &prefix)?;
+        let writes = self
+            .values
+            .get()
+            .elements(py, &prefix, first, expiry, values)?;
+        stage_under(
+            self.store.bind(py),
+            self.ahead.as_ref().map(|a| a.bind(py)),
+            &prefix,
+            &writes,
+        )?;
+        let appended = suffixes(py, &prefix, expiry, &writes);
+        self.next = Some((prefix, first + values.len() as u64));
+        Ok(appended)
+    }
+}
+
+#[pymethods]
+impl ListCalls {
+    #[new]
+    fn new(
+        store: Py<NativeKeyValueStore>,
+        values: Py<StateCodec>,
+        ahead: Option<Py<StateReadAhead>>,
+        cursor: Py<StateCursor>,
+        require: Py<PyAny>,
+    ) -> Self {
+        Self {
+            store,
+            values,
+            ahead,
+            cursor,
+            require,
+            next: None,
+        }
+    }
+
+    #[pyo3(name = "appendValue")]
+    fn append_value(&mut self, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        let py = value.py();
+        if value.is_none() {
+            self.require.bind(py).call1((value,))?;
+        }
+        self.append_values(py, std::slice::from_ref(value), NO_EXPIRY)?;
+        Ok(())
+    }
+
+    /// Appends `values` (checked by the caller) to the current key's list, each expiring at
+    /// `expiry`; returns their sequence suffixes when they expire (the TTL index needs them).
+    fn append<'py>(
+        &mut self,
+        py: Python<'py>,
+        values: Vec<Bound<'py, PyAny>>,
+        expiry: i64,
+    ) -> PyResult<Option<Vec<Bound<'py, PyBytes>>>> {
+        self.append_values(py, &values, expiry)
+    }
+
+    /// `put`: the current key's list becomes `values` (checked by the caller), each expiring
+    /// at `expiry` (`StateCodec::replace_list`); returns what `append` returns.
+    fn put<'py>(
+        &mut self,
+        py: Python<'py>,
+        values: Vec<Bound<'py, PyAny>>,
+        expiry: i64,
+    ) -> PyResult<Option<Vec<Bound<'py, PyBytes>>>> {
+        let prefix = self.cursor.bind(py).try_borrow()?.prefix.clone();
+        let count = values.len() as u64;
+        let written = self.values.get().replace_list(
+            py,
+            self.store.bind(py),
+            &prefix,
+            expiry,
+            values,
+            self.ahead.as_ref().map(|a| a.bind(py)),
+        )?;
+        self.next = Some((prefix, count));
+        Ok(written)
+    }
+
+    /// `clear`: deletes the current key's list.
+    fn clear(&mut self, py: Python<'_>) -> PyResult<()> {
+        let prefix = self.cursor.bind(py).try_borrow()?.prefix.clone();
+        self.values.get().delete_all(
+            self.store.bind(py),
+            &prefix,
+            self.ahead.as_ref().map(|a| a.bind(py)),
+        )?;
+        self.next = Some((prefix, 0));
+        Ok(())
+    }
 }

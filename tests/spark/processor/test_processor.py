@@ -507,3 +507,152 @@ def test_the_change_feed_reads_each_batchs_records_and_refuses_what_is_gone(tmp_
     batches.close()
     with pytest.raises(ProcessorStateError, match="no longer holds"):
         list(_change_feed(gapped, variable, 0, 0, None, plain_unpickle))
+
+
+def typed_handle(open_handle, batch, ttl=None, now=NOW):
+    """A handle whose map ``m`` is typed: one-string-field keys, ``n long`` values, or (``n2``)
+    values holding a nested struct, as ``transform_with_state`` types them from DDL."""
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from kstate.spark.processor.state_variables import TypedSchemas
+
+    keys = StructType([StructField("category", StringType())])
+    values = StructType([StructField("n", LongType())])
+    nested = StructType([StructField("inner", values)])
+    schemas = {"m": TypedSchemas((values,), values, keys), "n2": TypedSchemas((nested,), nested, keys)}
+    names = ("m", "n2") + ((TTL_INDEX,) if ttl else ())
+    state, handle = open_handle(batch, names=names, now=now)
+    handle = StatefulProcessorHandle(handle._stores, schemas=schemas, now=now)
+    return state, handle, handle.getMapState("m", keys, values, ttl), handle.getMapState("n2", keys, nested)
+
+
+@pytest.mark.parametrize("ttl", [None, 60_000])
+def test_map_calls_answer_natively_as_the_python_methods_do(open_handle, ttl):
+    """A typed map's ``containsKey``, ``getValue`` and (without a TTL) ``updateValue`` are native
+    calls bound to the variable (``_core.MapCalls``): on keys read ahead and not, staged and
+    committed, they answer as the Python methods (``MapState.__dict__``'s) on the same state, and
+    refuse what those refuse with the same errors: a ``None`` key or value, a bare string of more
+    than one character for a one-field key (one character is that field). Values holding nested
+    structs come back as ``Row``s through Python's ``getValue``; a deleted variable refuses them."""
+    import random
+
+    from kstate.errors import DeletedStateVariableError, StateTypeError
+    from kstate.spark.processor.state_variables import MapState
+
+    state, handle, m, nested = typed_handle(open_handle, 0, ttl)
+    assert "containsKey" in vars(m) and "getValue" in vars(m) and ("updateValue" in vars(m)) == (ttl is None)
+    assert "getValue" not in vars(nested), "nested structs are made Rows in Python"
+    users = [f"u{i}" for i in range(20)]
+    model = {u: {} for u in users}
+    for u in users[::2]:
+        key(handle, u)
+        for c in "abc":
+            m.updateValue((c,), (ord(c),))
+            model[u][c] = ord(c)
+    state.commit()
+    state, handle, m, nested = typed_handle(open_handle, 1, ttl)
+    handle.read_ahead_values([pickle.dumps((u,), protocol=4) for u in users[:14]])
+    rng = random.Random(45)
+    python = {name: getattr(MapState, name).__get__(m) for name in ("containsKey", "getValue", "updateValue")}
+    for step in range(2000):
+        u = rng.choice(users)
+        key(handle, u)
+        c = rng.choice("abcde")
+        if rng.random() < 0.4:
+            update = m.updateValue if rng.random() < 0.5 else python["updateValue"]
+            update((c,) if rng.random() < 0.5 else c, (step,))  # a one-character bare string is the field
+            model[u][c] = step
+        for probe in ((c,), c):
+            expected = model[u].get(c)
+            assert m.containsKey(probe) == python["containsKey"](probe) == (expected is not None)
+            got = m.getValue(probe)
+            assert got == python["getValue"](probe) == (None if expected is None else (expected,))
+    for call in (m.containsKey, m.getValue, python["containsKey"], python["getValue"]):
+        with pytest.raises(InvalidArgumentError, match="cannot be None"):
+            call(None)
+        with pytest.raises(StateTypeError, match="is a tuple"):
+            call("ab")
+    for update in (m.updateValue, python["updateValue"]):
+        with pytest.raises(InvalidArgumentError, match="cannot be None"):
+            update(("a",), None)
+        with pytest.raises(InvalidArgumentError, match="cannot be None"):
+            update(None, (1,))
+        with pytest.raises(StateTypeError, match="is a tuple"):
+            update("ab", (1,))
+    key(handle, "u1")
+    nested.updateValue(("x",), ((5,),))
+    got = nested.getValue(("x",))
+    assert got == ((5,),) and type(got[0]).__name__ == "Row" and got[0].n == 5
+    handle.deleteIfExists("m")
+    with pytest.raises(DeletedStateVariableError):
+        m.containsKey(("a",))
+    with pytest.raises(DeletedStateVariableError):
+        m.updateValue(("a",), (1,))
+
+
+def test_map_keys_and_values_are_the_iterators_halves_expired_entries_hidden(open_handle):
+    """``keys()`` decodes the live map keys alone and ``values()`` the live values alone, in the
+    iterator's order, read ahead or not; entries whose TTL ran out are in neither."""
+    state, handle = open_handle(0, names=("m", "e", TTL_INDEX))
+    mapping, expiring = handle.getMapState("m"), handle.getMapState("e", None, None, 10)
+    for u in ("a", "b"):
+        key(handle, u)
+        for k in ("z", "y", ("t", 1)):
+            mapping.updateValue(k, {"of": k})
+            expiring.updateValue(k, 1)
+    state.commit()
+    state, handle = open_handle(1, names=("m", "e", TTL_INDEX), now=NOW + 20)
+    mapping, expiring = handle.getMapState("m"), handle.getMapState("e", None, None, 10)
+    handle.read_ahead_values([pickle.dumps(("a",), protocol=4)])  # "b" is read from the store
+    for u in ("a", "b"):
+        key(handle, u)
+        expiring.updateValue("fresh", 2)
+        entries = list(mapping.iterator())
+        assert list(mapping.keys()) == [k for k, _ in entries] and len(entries) == 3
+        assert list(mapping.values()) == [v for _, v in entries]
+        assert list(expiring.keys()) == ["fresh"] and list(expiring.values()) == [2]
+
+
+def test_timers_of_keys_read_ahead_are_listed_from_it_and_kept_in_step(open_handle):
+    """Timers by key are read ahead for the batch's keys: ``listTimers`` answers from the
+    read-ahead, and registering or deleting a timer keeps it in step, checked against a model
+    after every call, on keys read ahead and not; the committed timers read back without a
+    read-ahead are the model's, and the due ones are found in expiry order."""
+    import random
+
+    names = ("v", TIMERS_BY_TIME, TIMERS_BY_KEY)
+    users = [f"u{i}" for i in range(30)]
+    timers = {u: set() for u in users}
+    state, handle = open_handle(0, names=names, time_mode="ProcessingTime")
+    for u in users[::3]:
+        key(handle, u)
+        handle.registerTimer(1_000 + len(u))
+        timers[u].add(1_000 + len(u))
+    state.commit()
+    state, handle = open_handle(1, names=names, time_mode="ProcessingTime")
+    handle.read_ahead_values([pickle.dumps((u,), protocol=4) for u in users[:20]])
+    rng = random.Random(45)
+    for _ in range(1500):
+        u = rng.choice(users)
+        key(handle, u)
+        if rng.random() < 0.5:
+            expiry = rng.randrange(-50, 3_000)
+            handle.registerTimer(expiry)
+            timers[u].add(expiry)
+        elif timers[u]:
+            expiry = rng.choice(sorted(timers[u]))
+            handle.deleteTimer(expiry)
+            timers[u].discard(expiry)
+        assert list(handle.listTimers()) == sorted(timers[u])
+    key(handle, users[0])
+    assert handle._timers_ahead.timer_expiries(handle._current_prefix) == sorted(timers[users[0]])
+    key(handle, users[25])
+    assert handle._timers_ahead.timer_expiries(handle._current_prefix) is None, "not read ahead"
+    handle.read_ahead_values([])
+    state.commit()
+    state, handle = open_handle(2, names=names, time_mode="ProcessingTime")
+    for u in users:
+        key(handle, u)
+        assert list(handle.listTimers()) == sorted(timers[u])
+    due = sorted((e, pickle.dumps((u,), protocol=4)) for u in users for e in timers[u] if e <= 1_500)
+    assert handle.due_timers(1_500) == due

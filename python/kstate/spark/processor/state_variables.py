@@ -29,6 +29,7 @@ from __future__ import annotations
 import pickle
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from kstate import _core
@@ -143,7 +144,7 @@ class _Variable:
         # A processor is pickled to the executors with the variables its init declared (on the
         # driver, without stores): the native codecs are rebuilt from their Python owners.
         state = dict(self.__dict__)
-        for derived in ("_codec", "_rows", "_keys", "_key_rows"):
+        for derived in ("_codec", "_rows", "_keys", "_key_rows", "_calls", *NATIVE_CALLS):
             state.pop(derived, None)
         return state
 
@@ -245,26 +246,21 @@ def _same(value: Any) -> Any:
 
 class ListState(_PrefixedVariable):
     """A list per grouping key (Spark's ``ListState``): one store entry per element, so
-    ``appendValue`` costs one put whatever the list's length."""
+    ``appendValue`` costs one put whatever the list's length. Appends go through
+    ``_core.ListCalls``, which knows the sequence the key's next element takes; without a TTL
+    ``appendValue`` is its native method, bound to the variable (no Python frame per row)."""
+
+    _calls: Any = None
+    """``_core.ListCalls`` (none on the driver, which has no stores)."""
 
     def __init__(self, handle: StatefulProcessorHandle, name: str, codec: Any, ttl_ms: int | None):
         super().__init__(handle, name, codec, ttl_ms)
-        self._next_for: bytes | None = None
-        self._next = 0
-
-    def _next_sequence(self) -> int:
-        prefix = self._handle._current_prefix
-        if self._next_for != prefix:
-            held = None if self._ahead is None else self._ahead.next_sequence(prefix)
-            if held is not None:
-                self._next = held
-            else:
-                first, last = _core.state_list_bounds(prefix)
-                with self._store.reverse_range(first, last) as entries:
-                    newest = next(entries, None)
-                self._next = 0 if newest is None else _core.state_list_sequence(newest[0], prefix) + 1
-            self._next_for = prefix
-        return self._next
+        if self._store is not None:
+            self._calls = _core.ListCalls(
+                self._native, self._codec, self._ahead, handle._cursor, partial(_require_value, name=name)
+            )
+            if ttl_ms is None:
+                self.appendValue = self._calls.appendValue  # type: ignore[method-assign]
 
     def get(self) -> Iterator[Any]:
         handle = self._handle
@@ -275,24 +271,22 @@ class ListState(_PrefixedVariable):
         """Replaces the list with ``newState`` (non-empty, as Spark requires)."""
         values = self._checked(newState)
         expiry = self._expiry()
-        prefix = self._handle._current_prefix
         # One native call: the new elements are 0..n-1, the old ones past them are deleted.
-        suffixes = self._codec.replace_list(self._native, prefix, expiry, values, self._ahead)
-        self._next, self._next_for = len(values), prefix
+        suffixes = self._calls.put(values, expiry)
         if suffixes:
             for suffix in suffixes:
                 self._index(expiry, suffix)
 
     def appendValue(self, newState: Any) -> None:  # noqa: N802, N803
-        _require_value(newState, self._name)
+        if newState is None:
+            _require_value(newState, self._name)
         self._append([newState])
 
     def appendList(self, newState: Sequence[Any]) -> None:  # noqa: N802, N803
         self._append(self._checked(newState))
 
     def clear(self) -> None:
-        super().clear()
-        self._next, self._next_for = 0, self._handle._current_prefix
+        self._calls.clear()
 
     def _checked(self, values: Any) -> list[Any]:
         if values is None or isinstance(values, (str, bytes)):
@@ -306,13 +300,8 @@ class ListState(_PrefixedVariable):
         return values
 
     def _append(self, values: list[Any]) -> None:
-        first = self._next_sequence()
         expiry = self._expiry()
-        suffixes = self._codec.append_all(
-            self._native, self._handle._current_prefix, first, expiry, values, self._ahead
-        )
-        self._next = first + len(values)
-        for suffix in suffixes or ():
+        for suffix in self._calls.append(values, expiry) or ():
             self._index(expiry, suffix)
 
 
@@ -326,19 +315,33 @@ class MapState(_PrefixedVariable):
         self._keys = key_codec.native
         self._key_rows = key_codec.rows
         self._bare_keys = getattr(key_codec, "fields", 0) == 1
+        if self._store is not None:
+            self._bind_native_calls()
+
+    def _bind_native_calls(self) -> None:
+        """Shadows ``containsKey``, ``getValue`` and (without a TTL) ``updateValue`` with native
+        methods bound to this variable's store, codecs and read-ahead and the handle's cursor
+        (``_core.MapCalls``): a processor's per-row call is then one native call, its checks
+        made there (the keys it does not take as they are go through ``_spark_map_key``).
+        ``getValue`` stays Python's where values hold nested structs (made ``Row``s here)."""
+        calls = _core.MapCalls(
+            self._native,
+            self._codec,
+            self._keys,
+            self._ahead,
+            self._handle._cursor,
+            self._bare_keys,
+            partial(_spark_map_key, self._name, self._bare_keys),
+            partial(_require_value, name=self._name),
+        )
+        self.containsKey = calls.containsKey  # type: ignore[method-assign]
+        if self._rows is None:
+            self.getValue = calls.getValue  # type: ignore[method-assign]
+        if self._ttl_ms is None:
+            self.updateValue = calls.updateValue  # type: ignore[method-assign]
 
     def _spark_key(self, key: Any) -> Any:
-        """``key`` as Spark's serializer takes it: with a one-field key schema a bare string of
-        one character is that field (Spark iterates what it is given: a longer string would
-        be cut to its first character, so kstate refuses it)."""
-        if self._bare_keys and isinstance(key, str):
-            if len(key) != 1:
-                raise StateTypeError(
-                    f"map state {self._name!r}: a map key of a one-field key schema is a tuple, e.g. ({key!r},); "
-                    f"Spark would store the bare string {key!r} as its first character only"
-                )
-            return (key,)
-        return key
+        return _spark_map_key(self._name, self._bare_keys, key)
 
     def getValue(self, key: Any) -> Any:  # noqa: N802
         # The checks inline (this is a processor's most frequent call): ``_require_value``,
@@ -352,11 +355,14 @@ class MapState(_PrefixedVariable):
         return value if value is None or self._rows is None else self._rows(value)
 
     def containsKey(self, key: Any) -> bool:  # noqa: N802
-        _require_value(key, self._name)
+        # The checks inline, as in ``getValue`` (a processor may call both for every row).
+        if key is None:
+            _require_value(key, self._name)
+        if self._bare_keys and isinstance(key, str):
+            key = self._spark_key(key)
         handle = self._handle
-        return self._codec.map_contains(
-            self._native, handle._current_prefix, self._keys, self._spark_key(key), handle.now_ms, self._ahead
-        )
+        prefix = handle._current_prefix
+        return self._codec.map_contains(self._native, prefix, self._keys, key, handle.now_ms, self._ahead)
 
     def updateValue(self, key: Any, value: Any) -> None:  # noqa: N802
         if value is None or key is None:
@@ -381,16 +387,44 @@ class MapState(_PrefixedVariable):
         return ((keys(k), values(v)) for k, v in entries)
 
     def keys(self) -> Iterator[Any]:
-        return (k for k, _ in self.iterator())
+        handle = self._handle
+        keys = self._codec.scan_live(
+            self._native, handle._current_prefix, handle.now_ms, self._keys, self._ahead, False
+        )  # the keys alone: no value decoded
+        return iter(keys if self._key_rows is None else map(self._key_rows, keys))
 
     def values(self) -> Iterator[Any]:
-        return (v for _, v in self.iterator())
+        handle = self._handle
+        values = self._codec.scan_live(self._native, handle._current_prefix, handle.now_ms, None, self._ahead)
+        return iter(values if self._rows is None else map(self._rows, values))
 
     def removeKey(self, key: Any) -> None:  # noqa: N802
-        _require_value(key, self._name)
-        prefix = self._handle._current_prefix
-        self._codec.map_remove(self._native, prefix, self._keys, self._spark_key(key), self._ahead)
+        if key is None:
+            _require_value(key, self._name)
+        if self._bare_keys and isinstance(key, str):
+            key = self._spark_key(key)
+        self._codec.map_remove(self._native, self._handle._current_prefix, self._keys, key, self._ahead)
 
+
+def _spark_map_key(name: str, bare_keys: bool, key: Any) -> Any:
+    """``key`` as Spark's serializer takes it (``None`` refused): with a one-field key schema
+    (``bare_keys``) a bare string of one character is that field (Spark iterates what it is
+    given: a longer string would be cut to its first character, so kstate refuses it)."""
+    if key is None:
+        _require_value(key, name)
+    if bare_keys and isinstance(key, str):
+        if len(key) != 1:
+            raise StateTypeError(
+                f"map state {name!r}: a map key of a one-field key schema is a tuple, e.g. ({key!r},); "
+                f"Spark would store the bare string {key!r} as its first character only"
+            )
+        return (key,)
+    return key
+
+
+NATIVE_CALLS = ("containsKey", "getValue", "updateValue", "appendValue")
+"""The methods a variable may shadow with native bound calls (``MapState._bind_native_calls``,
+``ListState``'s ``appendValue``)."""
 
 _SPARK_ERRORS = {
     ("value", "exists"): "Error checking value state exists",
@@ -445,6 +479,8 @@ class _DeletedVariable(_Variable):
 
 def _delete(variable: _Variable) -> None:
     kind = "list" if isinstance(variable, ListState) else "map" if isinstance(variable, MapState) else "value"
+    for name in NATIVE_CALLS:
+        variable.__dict__.pop(name, None)  # else they would answer past ``__getattr__``
     variable.__class__ = _DeletedVariable
     variable._kind = kind
 
@@ -465,7 +501,12 @@ class StatefulProcessorHandle:
         self._schemas = schemas or {}
         self._time_mode = time_mode
         self.now_ms = now_ms() if now is None else now
-        """The batch's processing time: TTL expiries and processing-time timers count from it."""
+        """The batch's processing time: TTL expiries and processing-time timers count from it
+        (``set_processing_time`` moves it)."""
+        self._cursor = _core.StateCursor(self.now_ms)
+        """The current key's prefix and the processing time, as the variables' native calls read them."""
+        self._timers_ahead: Any = None
+        """The timers by key of the batch's keys, read ahead (``_core.StateReadAhead``)."""
         self.declared: dict[str, Declared] = {}
         self._ttl_names: dict[str, bytes] = {}
         self._ttl_store: Any = None
@@ -475,16 +516,32 @@ class StatefulProcessorHandle:
         """Per list and map variable, its ``_core.StateReadAhead`` (one per name, whatever number of
         variable objects ``init`` got for it)."""
         self._current_key = b""
-        self._current_prefix = _core.state_key_prefix(b"")
+        self._current_prefix = self._cursor.set(b"")
         self._variables: dict[str, _Variable] = {}
         """The variables ``init`` got, by name (``deleteIfExists`` turns one into a deleted one)."""
 
     # -- what kstate's processor loop and TwsTester drive (not Spark's handle API) ---------------
 
+    def set_processing_time(self, ms: int) -> None:
+        """Makes ``ms`` the processing time the variables' calls see (``TwsTester`` moves it)."""
+        self.now_ms = self._cursor.now_ms = ms
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Pickled with the processor's variables (on the driver, without stores).
+        state = dict(self.__dict__)
+        state["_cursor"] = state["_cursor"].now_ms
+        state["_timers_ahead"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._cursor = _core.StateCursor(state["_cursor"])
+        self._cursor.set(self._current_key)
+
     def set_current_key(self, pickled_key: bytes) -> None:
         """Makes ``pickled_key`` the grouping key the variables and timers act on."""
         self._current_key = pickled_key
-        self._current_prefix = _core.state_key_prefix(pickled_key)
+        self._current_prefix = self._cursor.set(pickled_key)
 
     def read_ahead_values(self, pickled_keys: list[bytes]) -> None:
         """Reads every value-state variable's values of ``pickled_keys`` with one ``get_many``
@@ -498,6 +555,10 @@ class StatefulProcessorHandle:
         for name, ahead in self._prefixed_ahead.items():
             if name in self._variables:
                 ahead.read(native_store(self._stores[name]), pickled_keys)
+        if self._time_mode != "None" and TIMERS_BY_KEY in self._stores:
+            if self._timers_ahead is None:
+                self._timers_ahead = _core.StateReadAhead()  # the commit reads its undo from the store
+            self._timers_ahead.read(native_store(self._stores[TIMERS_BY_KEY]), pickled_keys)
         if not pickled_keys:
             return
         for name, declared in self.declared.items():
@@ -602,18 +663,29 @@ class StatefulProcessorHandle:
         by_time, by_key = self._timer_stores()
         time_key, key_key = _core.state_timer_keys(int(expiryTimestampMs), self._current_key, self._current_prefix)
         by_time.put(time_key, b"")
-        by_key.put(key_key, b"")
+        self._put_timer_by_key(by_key, key_key, b"")
 
     def deleteTimer(self, expiryTimestampMs: int) -> None:  # noqa: N802, N803
         by_time, by_key = self._timer_stores()
         time_key, key_key = _core.state_timer_keys(int(expiryTimestampMs), self._current_key, self._current_prefix)
         by_time.delete(time_key)
-        by_key.delete(key_key)
+        self._put_timer_by_key(by_key, key_key, None)
+
+    def _put_timer_by_key(self, by_key: Any, key: bytes, value: bytes | None) -> None:
+        """Stages a by-key timer write, keeping the timers read ahead in step."""
+        if self._timers_ahead is None:
+            by_key.put(key, value)
+        else:
+            self._timers_ahead.stage(native_store(by_key), self._current_prefix, key, value)
 
     def listTimers(self) -> Iterator[int]:  # noqa: N802
         """The current key's timers, earliest first."""
         _, by_key = self._timer_stores()
         prefix = self._current_prefix
+        if self._timers_ahead is not None:
+            held = self._timers_ahead.timer_expiries(prefix)
+            if held is not None:
+                return iter(held)
         with by_key.prefix_scan(prefix) as entries:
             expiries = [_core.state_split_timer_by_key(k)[1] for k, _ in entries]
         return iter(expiries)

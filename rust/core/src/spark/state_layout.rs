@@ -148,6 +148,17 @@ pub fn split_timer_by_key(raw: &[u8]) -> Result<(&[u8], i64)> {
     Ok((key, time_of(time)?))
 }
 
+/// The expiry of a by-key timer key given what follows its prefix (a read-ahead's suffix).
+pub fn timer_suffix_time(suffix: &[u8]) -> Result<i64> {
+    if suffix.len() != TIME_LEN {
+        return Err(corrupted(
+            "a by-key timer key without its 8-byte time",
+            suffix,
+        ));
+    }
+    time_of(suffix)
+}
+
 /// The `<u8 length><name>` a variable's TTL index entries carry.
 pub fn ttl_name(name: &str) -> Result<Vec<u8>> {
     let length = u8::try_from(name.len()).map_err(|_| {
@@ -292,6 +303,11 @@ mod tests {
         assert!(!later_by_key.starts_with(&prefix));
         assert!(matches!(
             split_timer_by_key(&prefix),
+            Err(Error::Corrupted(_))
+        ));
+        assert_eq!(timer_suffix_time(&by_key[prefix.len()..]).unwrap(), -5);
+        assert!(matches!(
+            timer_suffix_time(&by_key[prefix.len() + 1..]),
             Err(Error::Corrupted(_))
         ));
     }
