@@ -34,6 +34,8 @@ COLUMNS = [
     ("batch_p99_ms", "batch p99 ms"),
     ("rss_median_mib", "RSS/executor median MiB"),
     ("rss_peak_mib", "RSS/executor peak MiB"),
+    ("rss_python_median_mib", "Python/executor median MiB"),
+    ("rss_worker_median_mib", "worker median MiB"),
     ("local_mib", "local state MiB"),
     ("remote_mib", "remote MiB"),
 ]

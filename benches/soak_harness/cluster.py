@@ -78,23 +78,28 @@ class Cluster:
             found.append(Executor(executor_id, int(entry), self.work / executor_id))
         return sorted(found, key=lambda e: int(e.id))
 
-    def rss_per_executor(self) -> dict[str, tuple[int, int]]:
-        """Each live executor's resident memory: ``(all, python)``, ``all`` being its JVM and
-        every process below it, ``python`` those processes alone (the PySpark daemons and
-        workers, where kstate runs). The JVM's part grows with its heap for a while after it
-        starts (an executor killed by the soak starts again small)."""
+    def rss_per_executor(self) -> dict[str, tuple[int, int, int]]:
+        """Each live executor's resident memory: ``(all, python, worker)``. ``all`` is its JVM
+        and every process below it; ``python`` those processes alone (PySpark's daemons and
+        their workers); ``worker`` the largest worker, the process where kstate runs. The
+        daemons are PySpark's fork servers, ~48 MiB each, one per kind of Python task that has
+        run on the executor so far (UDFs, the tick source), so ``python`` steps by a daemon as
+        an executor ages; ``worker`` does not."""
         parents = _parents()
         children: dict[int, list[int]] = {}
         for pid, parent in parents.items():
             children.setdefault(parent, []).append(pid)
         out = {}
         for executor in self.executors():
-            python, stack = 0, list(children.get(executor.pid, []))
+            python, worker, stack = 0, 0, list(children.get(executor.pid, []))
             while stack:
                 pid = stack.pop()
-                python += rss_bytes(pid)
+                rss = rss_bytes(pid)
+                python += rss
+                if parents.get(parents.get(pid, 0), 0) == executor.pid:  # a daemon's child
+                    worker = max(worker, rss)
                 stack.extend(children.get(pid, []))
-            out[executor.id] = (rss_bytes(executor.pid) + python, python)
+            out[executor.id] = (rss_bytes(executor.pid) + python, python, worker)
         return out
 
 
