@@ -9,6 +9,7 @@ pub mod platform;
 pub mod rebalance;
 pub mod record;
 pub mod segmented;
+pub mod snapshot;
 pub mod spark;
 pub mod store;
 pub mod tools;

@@ -61,6 +61,9 @@ pub struct Changelog {
     first_dirty: i64,
     /// The marker file is known durable: no write of it failed part-way since it was read.
     marker_durable: bool,
+    /// Bytes of records appended since opening (published or not): how much a restore from
+    /// here would replay, for deciding when a snapshot is due.
+    appended_bytes: u64,
 }
 
 /// What [`Changelog::clean`] did.
@@ -119,6 +122,7 @@ impl Changelog {
             publisher: None,
             first_dirty,
             marker_durable: false,
+            appended_bytes: 0,
         };
         // A clean close left the marker durable (a marker write that failed part-way keeps the
         // close from being clean): rewriting and fsyncing it again would change nothing.
@@ -153,9 +157,15 @@ impl Changelog {
     /// Appends records of the commit being built; they count once [`Self::publish`] returns.
     pub fn append(&mut self, records: &[NewRecord<'_>], now_ms: i64) -> Result<()> {
         if !records.is_empty() {
-            self.partition.append(records, now_ms)?;
+            let appended = self.partition.append(records, now_ms)?;
+            self.appended_bytes += appended.bytes as u64;
         }
         Ok(())
+    }
+
+    /// Bytes of records appended since the changelog was opened.
+    pub fn appended_bytes(&self) -> u64 {
+        self.appended_bytes
     }
 
     /// Makes the appended records durable, then published: with a [`Publisher`], `uploaded`

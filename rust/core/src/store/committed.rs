@@ -142,6 +142,16 @@ pub trait CommittedState: Send + Sync {
         Ok(())
     }
 
+    /// Captures the state as it is now at `dir` (which must not exist): RocksDB's checkpoint,
+    /// its table files hard links of the store's, its memtables flushed first. State without
+    /// files (in memory) cannot.
+    fn checkpoint(&self, dir: &Path) -> Result<()> {
+        Err(Error::InvalidState(format!(
+            "state in memory has no files to capture at {}",
+            dir.display()
+        )))
+    }
+
     /// Records the KIP-1035 OPEN/CLOSED marker where the state is persistent.
     fn set_status(&self, _status: i64) -> Result<()> {
         Ok(())

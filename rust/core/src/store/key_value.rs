@@ -3,7 +3,7 @@
 
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use rocksdb::WriteBatch;
 
@@ -122,6 +122,10 @@ pub struct CommitProgress {
 pub struct SharedState {
     name: Arc<str>,
     state: Arc<RwLock<Option<Box<dyn CommittedState>>>>,
+    /// Held while a commit or restore changes the committed state (a spilled commit takes
+    /// several writes) and while a snapshot reads the offset and captures the files, so the
+    /// files always hold the commit of the offset read.
+    writes: Arc<Mutex<()>>,
 }
 
 impl SharedState {
@@ -129,7 +133,14 @@ impl SharedState {
         Self {
             name: name.into(),
             state: Arc::new(RwLock::new(Some(state))),
+            writes: Arc::default(),
         }
+    }
+
+    fn hold_writes(writes: &Mutex<()>) -> Result<MutexGuard<'_, ()>> {
+        writes
+            .lock()
+            .map_err(|_| Error::InvalidState("a store's commit lock is poisoned".into()))
     }
 
     fn with<R>(&self, f: impl FnOnce(&dyn CommittedState) -> Result<R>) -> Result<R> {
@@ -222,6 +233,32 @@ impl ReadCommittedView {
 
     pub fn is_open(&self) -> bool {
         self.state.is_open()
+    }
+}
+
+/// A store's committed state as files, for a snapshot taken on another thread while the
+/// store goes on committing (`crate::snapshot`).
+#[derive(Clone)]
+pub struct CommittedFiles {
+    state: SharedState,
+    offset_key: String,
+}
+
+impl CommittedFiles {
+    /// Captures the committed state at `dir` (RocksDB's checkpoint: hard links of the table
+    /// files, the memtables flushed first) and returns the changelog offset the files hold;
+    /// `None`, capturing nothing, while the store has no committed offset. Commits wait only
+    /// for the capture itself: the flush of what they wrote before runs ahead of it.
+    pub fn capture(&self, dir: &Path) -> Result<Option<i64>> {
+        self.state.with(|c| c.flush_memtables(true))?;
+        let _writes = SharedState::hold_writes(&self.state.writes)?;
+        self.state.with(|c| {
+            let Some(offset) = c.committed_offset(&self.offset_key)? else {
+                return Ok(None);
+            };
+            c.checkpoint(dir)?;
+            Ok(Some(offset))
+        })
     }
 }
 
@@ -392,6 +429,23 @@ impl KeyValueStore {
 
     pub fn transactional(&self) -> bool {
         self.options.transactional
+    }
+
+    /// The committed state as files for snapshots (persistent transactional stores: a
+    /// non-transactional one writes outside commits, so its files can hold writes its changelog
+    /// never got).
+    pub fn committed_files(&self) -> Result<CommittedFiles> {
+        if !self.persistent() || !self.options.transactional {
+            return Err(Error::InvalidArgument(format!(
+                "store {} cannot be snapshotted: only persistent transactional stores have \
+                 committed files",
+                self.state.name
+            )));
+        }
+        Ok(CommittedFiles {
+            state: self.state.clone(),
+            offset_key: self.options.offset_key.clone(),
+        })
     }
 
     pub fn persistent(&self) -> bool {
@@ -866,6 +920,8 @@ impl KeyValueStore {
                 "a store with uncommitted writes cannot restore; recover first".into(),
             ));
         }
+        let writes_lock = Arc::clone(&self.state.writes);
+        let _writes = SharedState::hold_writes(&writes_lock)?;
         if let Some(cache) = &self.cache {
             cache.clear();
         }
@@ -944,6 +1000,8 @@ impl KeyValueStore {
             stream_time: self.ttl_stream_time(),
             segmented_stream_time,
         };
+        let writes_lock = Arc::clone(&self.state.writes);
+        let _writes = SharedState::hold_writes(&writes_lock)?;
         if !self.options.transactional {
             return self
                 .state
