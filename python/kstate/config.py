@@ -242,6 +242,21 @@ CHANGELOG_STORAGE_OPTIONS = "changelog.storage.options"
 """kstate's own logging config: a dict of options for the fsspec filesystem of a remote
 ``changelog.dir`` (e.g. s3fs's ``endpoint_url``, ``key``, ``secret``)."""
 
+MIN_DELTAS_FOR_SNAPSHOT = "minDeltasForSnapshot"
+"""kstate's own logging config, Spark's name (``spark.sql.streaming.stateStore.minDeltasForSnapshot``):
+a persistent key-value store publishes a snapshot of its files beside its changelog after this
+many commits since the last one (``kstate.log.snapshots``), so a restore loads the snapshot and
+replays only the changelog after it. Snapshots are off unless this or
+``minDeltaBytesForSnapshot`` is set."""
+
+MIN_DELTA_BYTES_FOR_SNAPSHOT = "minDeltaBytesForSnapshot"
+"""kstate's own logging config: a snapshot is also due once the changelog took this many bytes
+since the last one (whichever of the two comes first)."""
+
+SNAPSHOTS_DIRECTORY = "snapshots"
+"""The directory of a changelog partition (local, or its objects' prefix) that holds the store's
+snapshots (``kstate.log.snapshots``)."""
+
 CHANGELOG_TOPIC_DEFAULTS = {"cleanup.policy": "compact"}
 """Kafka Streams creates changelog topics compacted: the latest value per key is what restores."""
 
@@ -253,18 +268,36 @@ class ChangelogConfig(FrozenRecord):
     changelog_dir: str | None
     topic_config: dict[str, str]
     storage_options: dict[str, Any]
+    min_deltas_for_snapshot: int | None
+    min_delta_bytes_for_snapshot: int | None
 
-    __match_args__ = ("changelog_dir", "topic_config", "storage_options")
+    __match_args__ = (
+        "changelog_dir",
+        "topic_config",
+        "storage_options",
+        "min_deltas_for_snapshot",
+        "min_delta_bytes_for_snapshot",
+    )
 
     def __init__(
         self,
         changelog_dir: str | None = None,
         topic_config: dict[str, str] | None = None,
         storage_options: dict[str, Any] | None = None,
+        min_deltas_for_snapshot: int | None = None,
+        min_delta_bytes_for_snapshot: int | None = None,
     ):
         object.__setattr__(self, "changelog_dir", changelog_dir)
         object.__setattr__(self, "topic_config", {} if topic_config is None else topic_config)
         object.__setattr__(self, "storage_options", {} if storage_options is None else storage_options)
+        object.__setattr__(self, "min_deltas_for_snapshot", min_deltas_for_snapshot)
+        object.__setattr__(self, "min_delta_bytes_for_snapshot", min_delta_bytes_for_snapshot)
+
+    @property
+    def snapshots(self) -> bool:
+        """Whether the store publishes snapshots (``minDeltasForSnapshot`` or
+        ``minDeltaBytesForSnapshot`` given)."""
+        return self.min_deltas_for_snapshot is not None or self.min_delta_bytes_for_snapshot is not None
 
     @property
     def remote(self) -> bool:
@@ -282,9 +315,28 @@ class ChangelogConfig(FrozenRecord):
         storage_options = config.pop(CHANGELOG_STORAGE_OPTIONS, None) or {}
         if not isinstance(storage_options, Mapping):
             raise InvalidArgumentError(f"{CHANGELOG_STORAGE_OPTIONS} must be a dict, got {storage_options!r}")
+        min_deltas = _positive_count(config.pop(MIN_DELTAS_FOR_SNAPSHOT, None), MIN_DELTAS_FOR_SNAPSHOT)
+        min_delta_bytes = _positive_count(config.pop(MIN_DELTA_BYTES_FOR_SNAPSHOT, None), MIN_DELTA_BYTES_FOR_SNAPSHOT)
         topic_config = {**CHANGELOG_TOPIC_DEFAULTS, **(defaults or {})}
         for name, value in config.items():
             if isinstance(value, bool):
                 value = str(value).lower()
             topic_config[str(name)] = str(value)
-        return cls(None if log_dir is None else os.fspath(log_dir), topic_config, dict(storage_options))
+        return cls(
+            None if log_dir is None else os.fspath(log_dir),
+            topic_config,
+            dict(storage_options),
+            min_deltas,
+            min_delta_bytes,
+        )
+
+
+def _positive_count(value: Any, name: str) -> int | None:
+    """An int >= 1 given as an int or its digits; ``None`` stays ``None``."""
+    if value is None:
+        return None
+    if isinstance(value, str) and value.strip().isdecimal():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidArgumentError(f"{name} must be an int >= 1, got {value!r}")
+    return value

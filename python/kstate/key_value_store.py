@@ -105,6 +105,12 @@ class KeyValueStore(StoreLifecycle, KeyValueReads):
         rocksdb = os.path.join(self._task_dir, "rocksdb")
         return [os.path.join(rocksdb, self.name), os.path.join(rocksdb, f".{self.name}.uncommitted")]
 
+    def _snapshot_target(self) -> tuple[str, str] | None:
+        """Snapshots hold the RocksDB directory of a persistent transactional store."""
+        if not self.persistent or not self.transactional:
+            return None
+        return "key-value", self._local_paths()[0]
+
     def durable_offset(self) -> int | None:
         """The committed offset a crash now would reopen at: ``committed_offset()`` with the
         ``"wal"`` durability; with ``"changelog"`` that of the last commit RocksDB flushed (older
@@ -145,7 +151,7 @@ class KeyValueStore(StoreLifecycle, KeyValueReads):
             log.info("Opening store %s in upgrade mode: legacy values migrate on access", self.name)
         if found["unclean_shutdown"]:
             log.warning("Store %s was not closed cleanly; its offset was dropped so it is restored", self.name)
-        if found["unflushed_commits_lost"]:
+        if found["unflushed_commits_lost"] and not self._opening_snapshot:
             log.warning(
                 "Store %s was not closed cleanly: with %s durability its commits since the last flush "
                 "are lost and it reopens at committed offset %s, %s",

@@ -14,8 +14,20 @@ from __future__ import annotations
 import os
 import time
 
-from kstate.config import ChangelogConfig, StoreConfig
-from kstate.errors import InvalidArgumentError, RemoteStorageError, StoreBehindChangelogError, StoreClosedError
+from kstate.config import (
+    MIN_DELTA_BYTES_FOR_SNAPSHOT,
+    MIN_DELTAS_FOR_SNAPSHOT,
+    SNAPSHOTS_DIRECTORY,
+    ChangelogConfig,
+    StoreConfig,
+)
+from kstate.errors import (
+    CorruptedDataError,
+    InvalidArgumentError,
+    RemoteStorageError,
+    StoreBehindChangelogError,
+    StoreClosedError,
+)
 from kstate.lazy_logger import LazyLogger
 from kstate.memory import disk_bytes
 
@@ -25,6 +37,8 @@ if TYPE_CHECKING:
     from typing import Any, Callable, TypeVar
 
     from kstate.log.remote import CompactionReport, RemoteChangelog
+    from kstate.log.snapshot_writer import SnapshotWriter
+    from kstate.log.snapshots import Published, Snapshots
 
     _Store = TypeVar("_Store", bound="StoreLifecycle")
 
@@ -76,6 +90,12 @@ class StoreLifecycle:
     _task_dir: str | None
     restore_until: int | None = None
     """With a remote changelog, restore only commits starting at or before this offset."""
+    _snapshots: Snapshots | None = None
+    _opening_snapshot = False
+    """While the local state opens on a snapshot's files: they were captured from an open store,
+    so with ``"changelog"`` durability they say it was not closed cleanly, which tells nothing."""
+    _snapshot_writer: SnapshotWriter | None = None
+    _changelog_bytes_seen = 0
 
     # -- what subclasses provide -----------------------------------------------------------------
 
@@ -86,6 +106,11 @@ class StoreLifecycle:
     def _local_paths(self) -> list[str]:
         """Every file and directory of the store's local state, to wipe it."""
         raise NotImplementedError
+
+    def _snapshot_target(self) -> tuple[str, str] | None:
+        """``(kind, directory)`` of a store whose files snapshots hold (``kstate.log.snapshots``):
+        the manifest's store kind and the directory of those files; ``None``: no snapshots."""
+        return None
 
     # -- opening ---------------------------------------------------------------------------------
 
@@ -151,12 +176,18 @@ class StoreLifecycle:
         self._offset_key = f"{self.changelog_topic}-{partition}"
         self._task_dir = directory
         self._remote = None
+        if self._logging is not None and self._logging.snapshots and self._snapshot_target() is None:
+            raise InvalidArgumentError(
+                f"store {self.name}: {MIN_DELTAS_FOR_SNAPSHOT} / {MIN_DELTA_BYTES_FOR_SNAPSHOT} need a persistent "
+                "transactional key-value store (window and session stores take no snapshots yet)"
+            )
         self._open_local_state()
         if self._logging is None:
             return
         self._locate_changelog(directory)
         try:
             self.attach_changelog()
+            self._load_newer_snapshot()
             self.restored_records = self._catch_up("restoring", lambda progress: self._reader.restore(progress))
         except BaseException:
             self._reader.close()
@@ -179,6 +210,8 @@ class StoreLifecycle:
         partition_dir = f"{self.changelog_topic}-{self.partition}"
         self._changelog_dir = posix_path(os.path.join(log_dir, partition_dir))
         self._fetch_path = posix_path(os.path.join(log_dir, f"{partition_dir}.fetching.log"))
+        self._snapshots = None
+        self._snapshot_writer = None
 
     def _cache_config(self) -> dict[str, str]:
         """The topic config for the local cache of a remote changelog: segments of at most
@@ -255,6 +288,166 @@ class StoreLifecycle:
             )
         return result
 
+    # -- snapshots -------------------------------------------------------------------------------
+
+    def _snapshot_location(self) -> Snapshots | None:
+        """The snapshots beside the changelog (``kstate.log.snapshots``), for a store whose files
+        snapshots hold; ``None`` for other stores."""
+        if self._snapshots is None and self._logging is not None and self._snapshot_target() is not None:
+            from kstate.log.snapshots import open_snapshots
+
+            remote = self._logging.changelog_dir if self._remote is not None else None
+            self._snapshots = open_snapshots(
+                remote or os.path.dirname(self._changelog_dir),
+                self.changelog_topic,
+                self.partition,
+                self._logging.storage_options,
+            )
+        return self._snapshots
+
+    def _may_have_snapshots(self) -> bool:
+        """Whether a restore looks for snapshots: a store that takes them, or one whose local
+        changelog directory has them (a look at the directory alone, so a store without
+        snapshots loads nothing of ``kstate.log``). A store with its changelog on an object
+        store lists them only when it takes them too: a listing costs a request per open."""
+        assert self._logging is not None
+        return self._logging.snapshots or (
+            self._remote is None and os.path.isdir(os.path.join(self._changelog_dir, SNAPSHOTS_DIRECTORY))
+        )
+
+    def _load_newer_snapshot(self) -> None:
+        """Replaces the local state with the newest snapshot beside the changelog when the local
+        state is older (or absent), so the changelog replays only what follows the snapshot.
+        A snapshot that cannot be used (unreadable, a file missing or failing its check) is
+        logged and the next older one tried; with none the changelog restores everything. The
+        local state is replaced only by a snapshot fetched and checked in full."""
+        target = self._snapshot_target()
+        if target is None or not self._may_have_snapshots():
+            return
+        snapshots = self._snapshot_location()
+        assert snapshots is not None
+        from kstate.log.snapshots import remove_tree
+
+        kind, directory = target
+        local = self._reader.committed_offset()
+        # A local changelog says how far its history goes; kstate.spark bounds a remote one by
+        # what its batch log recorded.
+        if self._remote is not None:
+            bound = self.restore_until
+        else:
+            published = self._reader.changelog_range()[1]
+            bound = -1 if published is None else published
+        newer = [
+            offset
+            for offset in snapshots.offsets()
+            if offset > (-1 if local is None else local) and (bound is None or offset <= bound)
+        ]
+        tries = newer[::-1][:SNAPSHOT_ATTEMPTS]
+        restoring = os.path.join(os.path.dirname(directory), f".{self.name}.restoring")
+        for attempt, offset in enumerate(tries, 1):
+            remove_tree(restoring)
+            try:
+                manifest = snapshots.read(offset)
+                if manifest.kind != kind:
+                    raise CorruptedDataError(f"it holds a {manifest.kind} store, not a {kind} store")
+                with BytesProgress(f"loading snapshot of {self.name}", manifest.total_bytes) as progress:
+                    fetched = snapshots.fetch(manifest, restoring, progress)
+            except (CorruptedDataError, RemoteStorageError, OSError) as error:
+                remove_tree(restoring)
+                log.warning(
+                    "Store %s: the snapshot at offset %d in %s cannot be used (%s: %s); %s",
+                    self.name,
+                    offset,
+                    snapshots.location,
+                    type(error).__name__,
+                    error,
+                    f"trying the one at offset {tries[attempt]}" if attempt < len(tries) else "restoring the changelog",
+                )
+                continue
+            self._replace_local_state(restoring, directory)
+            loaded = self._reader.committed_offset()
+            if loaded != offset:
+                self._restart_empty(f"the snapshot at offset {offset} opened at offset {loaded}")
+                return
+            log.info(
+                "Store %s: loaded the snapshot at offset %d%s from %s: %d files, %.1f MiB in %.2f s (%.0f MiB/s); "
+                "the changelog replays from offset %d",
+                self.name,
+                offset,
+                "" if manifest.batch_id is None else f" (batch {manifest.batch_id})",
+                snapshots.location,
+                fetched.files,
+                fetched.bytes / 2**20,
+                fetched.seconds,
+                fetched.bytes / 2**20 / max(fetched.seconds, 1e-9),
+                offset + 1,
+            )
+            return
+
+    def _replace_local_state(self, fetched: str, directory: str) -> None:
+        """Closes the store, replaces its local state with the snapshot's files in ``fetched``
+        (moved to ``directory``) and opens it on them, with its changelog."""
+        self.detach_changelog()
+        self._reader.close()
+        self.wipe_local_state()
+        os.rename(fetched, directory)
+        self._opening_snapshot = True
+        try:
+            self._open_local_state()
+        finally:
+            self._opening_snapshot = False
+        self.attach_changelog()
+
+    def _writer(self) -> SnapshotWriter | None:
+        """The store's snapshot writer, made on first use; ``None`` for a store without
+        snapshots."""
+        target, snapshots = self._snapshot_target(), self._snapshot_location()
+        if self._snapshot_writer is None and target is not None and snapshots is not None:
+            assert self._logging is not None
+            from kstate.log.snapshot_writer import SnapshotWriter
+
+            kind, directory = target
+            self._snapshot_writer = SnapshotWriter(
+                self.name,
+                snapshots,
+                os.path.join(os.path.dirname(directory), f".{self.name}.snapshot"),
+                kind,
+                self._logging.min_deltas_for_snapshot,
+                self._logging.min_delta_bytes_for_snapshot,
+            )
+            self._changelog_bytes_seen = self._reader.changelog_appended_bytes()
+        return self._snapshot_writer
+
+    def note_commit(self, batch_id: int | None = None) -> None:
+        """Counts a commit towards the next snapshot and starts one in the background when due
+        (``minDeltasForSnapshot``, ``minDeltaBytesForSnapshot``). ``commit`` calls it; a caller
+        committing through ``publish`` / ``commit_published`` (kstate.spark) calls it after,
+        with the micro-batch the commit belongs to."""
+        if self._logging is None or not self._logging.snapshots:
+            return
+        writer = self._writer()
+        if writer is None:
+            return
+        appended = self._reader.changelog_appended_bytes()
+        # The count starts again when the changelog is attached again (parked stores).
+        grown = appended - self._changelog_bytes_seen if appended >= self._changelog_bytes_seen else appended
+        self._changelog_bytes_seen = appended
+        writer.committed(self._reader, grown, batch_id)
+
+    def snapshot(self, batch_id: int | None = None) -> Published | None:
+        """Publish a snapshot of the committed state beside the changelog now (after one running
+        in the background); returns what it copied, or ``None`` when nothing is committed or the
+        newest snapshot holds this offset already. Persistent transactional key-value stores
+        with a changelog; with ``minDeltasForSnapshot`` or ``minDeltaBytesForSnapshot`` set,
+        commits take snapshots by themselves."""
+        writer = self._writer() if self._reader.is_open else None
+        if writer is None:
+            raise InvalidArgumentError(
+                f"store {self.name} takes no snapshots: only open persistent transactional key-value stores "
+                "with a changelog do"
+            )
+        return writer.take(self._reader, batch_id)
+
     def _restart_empty(self, why: str) -> None:
         """Wipes the local state and reopens it empty, to be restored from scratch (Kafka
         Streams wipes a store whose changelog offset is no longer usable the same way)."""
@@ -313,6 +506,7 @@ class StoreLifecycle:
             )
         progress = progress or progress_logger(f"committing {self.name}")
         committed = self._reader.commit(changelog_offset, now_ms(), progress, on_stage)
+        self.note_commit()
         self.clean_changelog()
         return committed
 
@@ -396,6 +590,9 @@ class StoreLifecycle:
         """Close the store. Uncommitted writes are discarded (commit first to keep them)."""
         if not self._reader.is_open:
             return
+        if self._snapshot_writer is not None:
+            # A snapshot captured before the close is published before the store goes.
+            self._snapshot_writer.wait()
         if self.transactional:
             staged, spilled = self._reader.uncommitted()
             if staged or spilled:
@@ -428,6 +625,29 @@ def posix_path(path: str | os.PathLike[str]) -> str:
         raise TypeError(f"argument should be a str object or an os.PathLike object returning str, not {type(text)!r}")
     root = "//" if text.startswith("//") and not text.startswith("///") else "/" if text.startswith("/") else ""
     return root + "/".join(part for part in text.split("/") if part and part != ".") or "."
+
+
+SNAPSHOT_ATTEMPTS = 3
+"""Snapshots a restore tries, newest first, before it replays the whole changelog."""
+
+
+class BytesProgress:
+    """A ``progress(bytes)`` callback drawing a tqdm bar of bytes (on a terminal; quiet
+    elsewhere)."""
+
+    def __init__(self, what: str, total: int):
+        from tqdm import tqdm
+
+        self._bar = tqdm(total=total, desc=what, unit="B", unit_scale=True, disable=None)
+
+    def __call__(self, done: int) -> None:
+        self._bar.update(done)
+
+    def __enter__(self) -> BytesProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._bar.close()
 
 
 class RestoreProgress:

@@ -36,9 +36,10 @@ points over all of them; nothing below imports them."""
 
 NO_PYSPARK_ON_IMPORT = ("format", "protocol", "serving")
 HEAVY = ("kstate._core", "pyspark", "pyarrow", "pandas", "numpy", "fsspec")
-DEFERRED = ("kstate.log.remote",)
+DEFERRED = ("kstate.log.remote", "kstate.log.snapshots", "kstate.log.snapshot_writer")
 """kstate modules a function may import to defer them: the object-store side (fsspec, HTTP, TLS),
-which a store without a remote changelog never loads (``test_first_use.py``)."""
+which a store without a remote changelog never loads, and snapshots (with ``kstate.log``), which a
+store without them never loads (``test_first_use.py``)."""
 ENTRY_INTO_SPARK = ("cli", "serving")
 """Modules outside kstate.spark allowed to import it (function-level, as the CLI loads it lazily;
 ``kstate.serving`` is the public name of ``kstate.spark.serving``'s replica)."""

@@ -30,16 +30,15 @@ import filecmp
 import logging
 import os
 import random
-import shutil
 import tempfile
 import time
-import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from kstate.errors import InvalidArgumentError, RemoteStorageError
+from kstate.log.local_files import create_exclusively
 
 log = logging.getLogger("kstate.log.object_store")
 
@@ -228,7 +227,7 @@ class ObjectStore:
         def attempt(n: int) -> None:
             try:
                 if self._local:
-                    self._create_local(self._path(key), local_path)
+                    create_exclusively(self._path(key), local_path)
                 else:
                     self._fs.put_file(local_path, self._path(key), mode="create")
             except FileExistsError:
@@ -253,30 +252,6 @@ class ObjectStore:
             return False  # deleted since: not ours to claim
         finally:
             os.unlink(copy)
-
-    @staticmethod
-    def _create_local(target: str, local_path: str) -> None:
-        directory = os.path.dirname(target)
-        try:
-            os.makedirs(directory, exist_ok=True)
-        except FileExistsError as error:  # a file where the directory should be: not a conflict
-            raise NotADirectoryError(f"{directory} is not a directory") from error
-        temporary = os.path.join(directory, f".{os.path.basename(target)}.{uuid.uuid4().hex}.tmp")
-        try:
-            shutil.copyfile(local_path, temporary)
-            with open(temporary, "rb+") as file:
-                os.fsync(file.fileno())
-            os.link(temporary, target)  # fails with FileExistsError if the name is taken
-        finally:
-            try:
-                os.unlink(temporary)
-            except FileNotFoundError:
-                pass
-        descriptor = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(descriptor)
-        finally:
-            os.close(descriptor)
 
     def directories(self) -> list[str]:
         """Names of the directories (prefixes) at the top of this location."""

@@ -318,6 +318,13 @@ impl NativeKeyValueStore {
         self.logged.inner.store.uncommitted()
     }
 
+    /// The committed state as files for snapshots, usable from another thread
+    /// (`kstate.log.snapshots`); persistent transactional stores only.
+    fn committed_files(&self) -> PyResult<crate::snapshots::NativeCommittedFiles> {
+        let files = guard(|| self.logged.inner.store.committed_files())?;
+        Ok(crate::snapshots::NativeCommittedFiles::new(files))
+    }
+
     /// The store's memory and table files (`kstate.memory`).
     fn memory<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let memory = guard(|| self.logged.inner.store.memory())?;

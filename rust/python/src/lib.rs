@@ -14,6 +14,7 @@ mod remote;
 mod routed_reads;
 mod row_codec;
 mod session_store;
+mod snapshots;
 mod spark_hash;
 mod state_layout;
 mod state_variables;
@@ -67,6 +68,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<windowed::WindowedIterator>()?;
     m.add_function(wrap_pyfunction!(windowed::register_window_rows, m)?)?;
     m.add_function(wrap_pyfunction!(remote::compact_changelog_objects, m)?)?;
+    m.add_class::<snapshots::NativeCommittedFiles>()?;
+    m.add_class::<snapshots::NativeSnapshotManifest>()?;
     m.add_function(wrap_pyfunction!(
         value_and_timestamp::encode_value_and_timestamp,
         m

@@ -252,6 +252,11 @@ macro_rules! logged_store_methods {
                 py.detach(|| crate::errors::guard(|| changelog.retract_to(offset)))
             }
 
+            /// Bytes of records the changelog took since it was attached.
+            fn changelog_appended_bytes(&mut self) -> pyo3::PyResult<u64> {
+                Ok(self.logged.changelog()?.appended_bytes())
+            }
+
             /// `(log start offset, last published offset or None)` of the local changelog.
             fn changelog_range(&mut self) -> pyo3::PyResult<(i64, Option<i64>)> {
                 let changelog = self.logged.changelog()?;

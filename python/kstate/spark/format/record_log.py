@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from kstate.log.local_files import create_exclusively
 from kstate.log.object_store import ObjectStore
 
 _RECORD_NAME = re.compile(r"^(\d{20})\.json$")
@@ -72,4 +73,4 @@ class RecordLog:
             if self._store is not None:
                 self._store.create(f"{self.name}/{name}", str(path))
             else:
-                ObjectStore._create_local(str(self._directory / name), str(path))
+                create_exclusively(str(self._directory / name), str(path))

@@ -581,6 +581,7 @@ class PartitionState:
         )
         for name, store in self._stores.items():
             native_store(store).commit_published(published[name])
+            store.note_commit(entry.batch_id)
             store.clean_changelog()
         self._head = entry
         return entry

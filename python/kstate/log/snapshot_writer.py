@@ -1,0 +1,172 @@
+"""When and where a store's snapshots are taken: after a commit, once ``minDeltasForSnapshot``
+commits or ``minDeltaBytesForSnapshot`` changelog bytes have gathered since the last snapshot
+(whichever comes first; Spark's option name for the count), on a thread of its own, so the next
+commit never waits for an upload: it waits at most for the capture itself (a RocksDB
+checkpoint: hard links, after a flush that runs before the commit lock is taken).
+
+One snapshot at a time per store: a commit that finds the previous one still running leaves it
+be, and a later commit takes the next. A snapshot that fails is logged and the counts start
+again; the commit it followed stands. ``close`` waits for the running one.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from kstate.log.snapshots import Published, Snapshots, remove_tree
+
+log = logging.getLogger("kstate.log.snapshots")
+
+_BATCHES_KEPT = 64
+"""Recent commits whose micro-batch a writer remembers."""
+
+
+class SnapshotWriter:
+    """Takes the snapshots of one store into ``snapshots``, capturing at ``capture_dir`` (a
+    path on the store's file system that only this writer uses)."""
+
+    def __init__(
+        self,
+        store_name: str,
+        snapshots: Snapshots,
+        capture_dir: str,
+        kind: str,
+        min_deltas: int | None,
+        min_delta_bytes: int | None,
+    ):
+        self.store_name = store_name
+        self.snapshots = snapshots
+        self.capture_dir = capture_dir
+        self.kind = kind
+        self.min_deltas = min_deltas
+        self.min_delta_bytes = min_delta_bytes
+        self.last_published: Published | None = None
+        """What the last snapshot this writer published copied."""
+        self.failures = 0
+        """Snapshots that failed (each logged)."""
+        self._commits = 0
+        self._bytes = 0
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()  # one snapshot at a time, background or asked for
+        self._earlier: Any = None  # the newest manifest published, once known
+        self._earlier_read = False
+        self._files: Any = None  # the native store's committed files (remembers table hashes)
+        self._files_of: Any = None
+        # The micro-batch of each recent commit by offset: a snapshot in the background
+        # captures whatever commit is the last by then, not always the one that started it.
+        self._batches: dict[int, int] = {}
+
+    def _committed_files(self, native: Any) -> Any:
+        # Made on the committing thread (the native store is not called from another one) and
+        # kept while the native store is the same, so its table files are hashed once.
+        if self._files_of is not native:
+            self._files, self._files_of = native.committed_files(), native
+        return self._files
+
+    def committed(self, native: Any, changelog_bytes: int, batch_id: int | None = None) -> None:
+        """Counts a commit of ``native`` (of micro-batch ``batch_id``, if any) that appended
+        ``changelog_bytes`` to the changelog and starts a snapshot in the background when one is
+        due."""
+        self._commits += 1
+        self._bytes += changelog_bytes
+        if batch_id is not None:
+            offset = native.committed_offset()
+            if offset is not None:
+                self._batches[offset] = batch_id
+                if len(self._batches) > _BATCHES_KEPT:
+                    del self._batches[min(self._batches)]
+        due = (self.min_deltas is not None and self._commits >= self.min_deltas) or (
+            self.min_delta_bytes is not None and self._bytes >= self.min_delta_bytes
+        )
+        if not due or (self._thread is not None and self._thread.is_alive()):
+            return
+        self._commits = self._bytes = 0
+        files = self._committed_files(native)
+        self._thread = threading.Thread(
+            target=self._take_logged,
+            args=(files, None),
+            name=f"kstate-snapshot-{self.store_name}",
+            daemon=True,  # a process that exits leaves an unfinished upload, which no restore reads
+        )
+        self._thread.start()
+
+    def take(self, native: Any, batch_id: int | None = None) -> Published | None:
+        """Takes and publishes a snapshot now, after one running finishes; ``None`` when there
+        is nothing to publish (no commit yet, or the last snapshot holds this offset)."""
+        files = self._committed_files(native)
+        self.wait()
+        return self._take(files, batch_id)
+
+    def wait(self) -> None:
+        """Waits for the snapshot running in the background, if any."""
+        thread = self._thread
+        if thread is not None:
+            thread.join()
+
+    def _take_logged(self, files: Any, batch_id: int | None) -> None:
+        try:
+            self._take(files, batch_id)
+        except Exception as error:  # a failed snapshot must not end the process: logged, retried later
+            self.failures += 1
+            log.warning(
+                "Store %s: snapshot to %s failed; the next one is taken after more commits: %s: %s",
+                self.store_name,
+                self.snapshots.location,
+                type(error).__name__,
+                error,
+            )
+
+    def _take(self, files: Any, batch_id: int | None) -> Published | None:
+        """Captures and publishes; ``batch_id``: the micro-batch of the commit captured, else
+        looked up by the offset captured."""
+        with self._lock:
+            started = time.monotonic()
+            remove_tree(self.capture_dir)  # left by a process killed while capturing
+            try:
+                offset = files.capture(self.capture_dir)
+                if offset is None:
+                    return None
+                earlier = self._earlier_manifest()
+                if earlier is not None and earlier.offset == offset:
+                    return None
+                if batch_id is None:
+                    batch_id = self._batches.get(offset)
+                manifest, described = files.manifest(
+                    self.capture_dir, offset, batch_id, self.kind, time.time_ns() // 1_000_000
+                )
+                published = self.snapshots.publish(self.capture_dir, manifest, earlier)
+            finally:
+                remove_tree(self.capture_dir)
+            if published is None:
+                location = self.snapshots.location
+                log.info("Store %s: %s held a snapshot at offset %d already", self.store_name, location, offset)
+                self._earlier = self.snapshots.read(offset)
+                return None
+            self._earlier = manifest
+            self.last_published = published
+            log.info(
+                "Store %s: snapshot at offset %d%s published to %s in %.2f s: %d files, %.1f MiB, of which %d "
+                "new (%.1f MiB; %.1f MiB hashed)",
+                self.store_name,
+                offset,
+                "" if batch_id is None else f" (batch {batch_id})",
+                self.snapshots.location,
+                time.monotonic() - started,
+                published.files,
+                published.bytes / 2**20,
+                published.files_copied,
+                published.bytes_copied / 2**20,
+                described["bytes_hashed"] / 2**20,
+            )
+            return published
+
+    def _earlier_manifest(self) -> Any:
+        """The newest manifest published: this writer's last, or read once from the location."""
+        if not self._earlier_read:
+            self._earlier_read = True
+            if self._earlier is None:
+                self._earlier = self.snapshots.newest()
+        return self._earlier
