@@ -291,6 +291,7 @@ def run_mode(shape: Shape, mode: str) -> dict:
         "digest": digest(got),
         "matches_reference": None if mode.startswith("floor") else got == expected,
         "load": [load, os.getloadavg()[0]],
+        "kstate": str(Path(sys.modules["kstate"].__file__).parent),  # which wheel ran
     }
 
 
@@ -312,7 +313,8 @@ def run_one(python: str, shape: str, mode: str, scale: float = 1.0) -> dict | No
     result = json.loads(lines[-1])
     print(
         f"[matrix] shape {shape} {mode} ({python}): {result['seconds']:.1f} s, "
-        f"equals reference: {result['matches_reference']}, load {result['load'][0]:.1f}-{result['load'][1]:.1f}",
+        f"equals reference: {result['matches_reference']}, load {result['load'][0]:.1f}-{result['load'][1]:.1f}, "
+        f"kstate from {result['kstate']}",
         file=sys.stderr,
         flush=True,
     )

@@ -76,11 +76,11 @@ PARTS = [
     ("list get", "processor/state_variables.py", ("ListState.get",)),
     ("list put", "processor/state_variables.py", ("ListState.put",)),
     ("list appendValue / appendList", "processor/state_variables.py",
-     ("ListState.appendValue", "ListState.appendList")),
+     ("ListState.appendValue", "ListState.appendList", "~ListCalls.appendValue")),
     ("list clear", "processor/state_variables.py", ("ListState.clear",)),
-    ("map getValue", "processor/state_variables.py", ("MapState.getValue",)),
-    ("map containsKey", "processor/state_variables.py", ("MapState.containsKey",)),
-    ("map updateValue", "processor/state_variables.py", ("MapState.updateValue",)),
+    ("map getValue", "processor/state_variables.py", ("MapState.getValue", "~MapCalls.getValue")),
+    ("map containsKey", "processor/state_variables.py", ("MapState.containsKey", "~MapCalls.containsKey")),
+    ("map updateValue", "processor/state_variables.py", ("MapState.updateValue", "~MapCalls.updateValue")),
     ("map iterator / keys / values (walked)", "processor/state_variables.py", ("MapState.iterator", "<genexpr>")),
     ("timers: listTimers / deleteTimer / registerTimer in the handlers", "processor/state_variables.py",
      ("StatefulProcessorHandle.listTimers", "StatefulProcessorHandle.deleteTimer",
@@ -216,6 +216,8 @@ def matched(stats: pstats.Stats, table: list) -> dict[str, float]:
     parts: dict[str, float] = {}
     for part, where, names, *by_caller in table:
         wheres = (where,) if isinstance(where, str) else where
+        natives = [n[1:].split(".") for n in names if n.startswith("~")]
+        names = [n for n in names if not n.startswith("~")]
         specs = [(n.split(".")[-1], first_line(wheres[0], n) if "." in n else None) for n in names]
         hits = set()
         for func in raw:
@@ -226,6 +228,8 @@ def matched(stats: pstats.Stats, table: list) -> dict[str, float]:
                 hit = any(file.endswith(w) for w in wheres) and any(
                     fn == bare and (first is None or first == line) for bare, first in specs
                 )
+            # "~Class.method": a native method of kstate._core (a variable's bound native call)
+            hit = hit or (file == "~" and any(f"'{m}' of 'kstate._core.{c}'" in fn for c, m in natives))
             if hit:
                 hits.add(func)
         total = 0.0
