@@ -1,0 +1,241 @@
+"""Snapshots beside the changelog (issue 44), on a local changelog directory and on an S3 API
+server (moto on loopback); benches/README.md, "Snapshots beside the changelog".
+
+Restore (the default): a store of N keys (16-byte keys, 100-byte values) written in commits of
+100k keys through its changelog, a snapshot after the last full round, then ``--tail`` commits
+of 100k updates; a machine without local state restores it from the changelog alone and from
+the newest snapshot plus the changelog after it. Each restore is ``init`` in a new process,
+rounds alternating changelog / snapshot; one markdown row per (location, mode): best and median
+seconds, records replayed, MB/s of the snapshot's files.
+
+    .venv/bin/python benches/snapshots.py 1000000 5000000 [--dir /var/tmp] [--runs 3] [--s3]
+
+Commits (``--commits C``): a store of N keys, then C commits of 10k random updates each (a
+micro-batch), snapshots off and with ``minDeltasForSnapshot=10`` (taken in the background), each
+in a new process, alternating; one row per (location, mode): commit p50 / p99 / max ms and the
+snapshots published.
+
+    .venv/bin/python benches/snapshots.py 1000000 --commits 200 [--s3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+BATCH = 100_000
+UPDATES = 10_000
+SNAPSHOT_EVERY = 10
+APP = "app"
+
+OPEN = """
+import json, os, random, sys, time
+from kstate import Stores
+task, config = sys.argv[1], json.loads(sys.argv[2])
+supplier = Stores.persistent_key_value_store("restored")
+builder = Stores.key_value_store_builder(supplier).with_logging_enabled(config)
+"""
+
+RESTORE = (
+    OPEN
+    + """
+started = time.perf_counter()
+store = builder.build().init(task)
+seconds = time.perf_counter() - started
+print(json.dumps({"seconds": seconds, "records": store.restored_records, "offset": store.committed_offset()}))
+store.close()
+"""
+)
+
+COMMITS = (
+    OPEN
+    + """
+from kstate.log.snapshots import open_snapshots
+keys, commits, updates = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+values = [os.urandom(100) for _ in range(4096)]
+random.seed(7)
+with builder.build().init(task) as store:
+    for start in range(0, keys, 100_000):
+        store.put_all([b"key-%012d" % i for i in range(start, start + 100_000)],
+                      [values[i % 4096] for i in range(start, start + 100_000)])
+        store.commit()
+    times = []
+    for _ in range(commits):
+        picked = random.sample(range(keys), updates)
+        store.put_all([b"key-%012d" % i for i in picked], [values[i % 4096] for i in picked])
+        started = time.perf_counter()
+        store.commit()
+        times.append(time.perf_counter() - started)
+    topic, partition = store.changelog_topic, store.partition
+location = open_snapshots(config["changelog.dir"], topic, partition, config.get("changelog.storage.options"))
+print(json.dumps({"times": times, "snapshots": len(location.offsets())}))
+"""
+)
+
+
+def run(script: str, *args: object) -> dict:
+    done = subprocess.run([sys.executable, "-c", script, *map(str, args)], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def write(task: str, config: dict, keys: int, tail: int) -> dict:
+    """Writes ``keys`` keys in commits of ``BATCH``, a snapshot, then ``tail`` commits of
+    ``BATCH`` updates; returns what the snapshot copied and the final offset."""
+    from kstate import Stores
+
+    values = [os.urandom(100) for _ in range(4096)]
+    supplier = Stores.persistent_key_value_store("restored")
+    builder = Stores.key_value_store_builder(supplier).with_logging_enabled(config)
+    with builder.build().init(task) as store:
+        for start in range(0, keys, BATCH):
+            store.put_all(
+                [b"key-%012d" % i for i in range(start, start + BATCH)],
+                [values[i % 4096] for i in range(start, start + BATCH)],
+            )
+            store.commit()
+        published = store.snapshot()
+        for round_ in range(tail):
+            picked = [(round_ * 7919 + i * 13) % keys for i in range(BATCH)]
+            store.put_all([b"key-%012d" % i for i in picked], [values[i % 4096] for i in picked])
+            store.commit()
+        return {"snapshot_bytes": published.bytes if published else 0, "offset": store.committed_offset()}
+
+
+def restore_rows(root: str, location: str, config: dict, keys: int, args: argparse.Namespace) -> list[list[str]]:
+    # Snapshots on for every reader (a remote changelog is listed for them only then); only the
+    # writer's explicit snapshot() takes one.
+    with_snapshots = {**config, "minDeltasForSnapshot": 1_000_000}
+    wrote = write(os.path.join(root, "writer", APP, "0_0"), with_snapshots, keys, args.tail)
+    task = os.path.join(root, "reader", APP, "0_0")
+    times: dict[str, list[float]] = {"changelog": [], "snapshot": []}
+    records: dict[str, int] = {}
+    snapshots_dir = os.path.join(root, "changelog", f"{APP}-restored-changelog-0", "snapshots")
+    hidden = os.path.join(root, "hidden")
+    for _ in range(args.runs):
+        for mode, used in (("changelog", config), ("snapshot", with_snapshots)):
+            shutil.rmtree(task, ignore_errors=True)
+            # A local changelog directory with snapshots is always looked at: hidden for the
+            # changelog-only rounds.
+            hide = mode == "changelog" and location == "dir"
+            if hide:
+                os.rename(snapshots_dir, hidden)
+            try:
+                done = run(RESTORE, task, json.dumps(used))
+            finally:
+                if hide:
+                    os.rename(hidden, snapshots_dir)
+            assert done["offset"] == wrote["offset"], (done, wrote)
+            times[mode].append(done["seconds"])
+            records[mode] = done["records"]
+    rows = []
+    for mode in ("changelog", "snapshot"):
+        best, median = min(times[mode]), statistics.median(times[mode])
+        rate = f"{wrote['snapshot_bytes'] / 1e6 / best:,.0f}" if mode == "snapshot" else "-"
+        rows.append([f"{keys:,}", location, mode, f"{best:.2f}", f"{median:.2f}", f"{records[mode]:,}", rate])
+    return rows
+
+
+def commit_rows(root: str, location: str, config: dict, keys: int, args: argparse.Namespace) -> list[list[str]]:
+    modes = {"off": config, f"every {SNAPSHOT_EVERY}": {**config, "minDeltasForSnapshot": SNAPSHOT_EVERY}}
+    times: dict[str, list[float]] = {mode: [] for mode in modes}
+    snapshots: dict[str, int] = {}
+    for attempt in range(args.runs):
+        for mode, used in modes.items():
+            # A location of its own per run: the same work each time.
+            if location == "dir":
+                used = {**used, "changelog.dir": os.path.join(root, f"changelog-{attempt}-{len(times[mode])}")}
+            else:
+                used = {**used, "changelog.dir": f"{config['changelog.dir']}-{attempt}-{len(times[mode])}"}
+            task = os.path.join(root, f"task-{attempt}", APP, "0_0")
+            shutil.rmtree(os.path.dirname(os.path.dirname(task)), ignore_errors=True)
+            done = run(COMMITS, task, json.dumps(used), keys, args.commits, UPDATES)
+            times[mode].extend(done["times"])
+            snapshots[mode] = done["snapshots"]
+    rows = []
+    for mode, measured in times.items():
+        ms = sorted(t * 1000 for t in measured)
+        p50, p99 = ms[len(ms) // 2], ms[min(len(ms) - 1, int(len(ms) * 0.99))]
+        rows.append([f"{keys:,}", location, mode, f"{p50:.1f}", f"{p99:.1f}", f"{ms[-1]:.1f}", str(snapshots[mode])])
+    return rows
+
+
+def start_moto() -> tuple[subprocess.Popen, str]:
+    import socket
+    import urllib.request
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    endpoint = f"http://127.0.0.1:{port}"
+    for _ in range(300):
+        try:
+            urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1).close()
+            return server, endpoint
+        except OSError:
+            time.sleep(0.1)
+    server.kill()
+    raise RuntimeError("moto did not start")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("keys", type=int, nargs="+")
+    parser.add_argument("--dir", default=None)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--tail", type=int, default=2, help="restore: commits of 100k updates after the snapshot")
+    parser.add_argument("--commits", type=int, default=0, help="commit latency over this many commits instead")
+    parser.add_argument("--s3", action="store_true", help="also on moto's S3 server")
+    args = parser.parse_args()
+    os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
+    os.environ["NO_PROXY"] = os.environ["no_proxy"] = "127.0.0.1"
+    server = None
+    locations = ["dir"]
+    if args.s3:
+        server, endpoint = start_moto()
+        locations.append("s3")
+    if args.commits:
+        print("| keys | location | snapshots | commit p50 ms | p99 ms | max ms | snapshots published |")
+    else:
+        print("| keys | location | restore from | best s | median s | records replayed | MB/s of snapshot files |")
+    print("|---:|---|---|---:|---:|---:|---:|")
+    try:
+        for keys in args.keys:
+            for location in locations:
+                root = tempfile.mkdtemp(prefix="kstate-snapshots-", dir=args.dir)
+                try:
+                    if location == "dir":
+                        config: dict = {"changelog.dir": os.path.join(root, "changelog")}
+                    else:
+                        import s3fs
+
+                        options = {"endpoint_url": endpoint, "key": "testing", "secret": "testing"}
+                        bucket = f"bench-{os.getpid()}-{keys}"
+                        s3fs.S3FileSystem(**options).mkdir(bucket)
+                        config = {"changelog.dir": f"s3://{bucket}/changelogs", "changelog.storage.options": options}
+                    rows = (commit_rows if args.commits else restore_rows)(root, location, config, keys, args)
+                    for row in rows:
+                        print(f"| {' | '.join(row)} |", flush=True)
+                finally:
+                    shutil.rmtree(root, ignore_errors=True)
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait()
+
+
+if __name__ == "__main__":
+    main()
