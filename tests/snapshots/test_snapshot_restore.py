@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from kstate import Stores
+from kstate import Stores, ValueAndTimestamp
 from kstate.errors import InvalidArgumentError
 from kstate.log.snapshots import open_snapshots
 
@@ -85,6 +85,27 @@ def test_a_store_without_its_wal_restores_from_a_snapshot_alike(location, tmp_pa
         assert values(elsewhere) == {3}
     assert f"loaded the snapshot at offset {published.offset}" in caplog.text
     assert "not closed cleanly" not in caplog.text, "a snapshot's files come from an open store"
+
+
+def test_a_timestamped_store_with_a_ttl_keeps_its_timestamps_and_stream_time(location, tmp_path):
+    supplier = Stores.persistent_timestamped_key_value_store("counts", ttl_ms=1_000)
+    timestamped = Stores.timestamped_key_value_store_builder(supplier, "string", "int64").with_logging_enabled(
+        location.logging_config(minDeltasForSnapshot=1_000)
+    )
+    with timestamped.build().init(task(tmp_path, "a")) as store:
+        store.put("old", 1, timestamp=4_000)
+        store.put("new", 2, timestamp=5_000)
+        store.commit()
+        published = store.snapshot()
+        store.put("late", 3, timestamp=4_500)
+        store.commit()
+    with timestamped.build().init(task(tmp_path, "b")) as elsewhere:
+        assert elsewhere.restored_records == 1, "the snapshot, then one record"
+        # Stream time 5,000 expires "old" (4,000); the late record alone (4,500) would not.
+        assert elsewhere.get("old") is None, "the snapshot holds the stream time"
+        assert elsewhere.get_with_timestamp("new") == ValueAndTimestamp(2, 5_000)
+        assert elsewhere.get_with_timestamp("late") == ValueAndTimestamp(3, 4_500)
+        assert elsewhere.committed_offset() == published.offset + 1
 
 
 def test_a_later_snapshot_copies_only_the_table_files_the_earlier_lacks(location, tmp_path):
