@@ -157,14 +157,19 @@ class Snapshots:
 
     def publish(self, captured: str, manifest: Any, earlier: Any | None = None) -> Published | None:
         """Publishes the files captured in the directory ``captured`` as ``manifest`` says them,
-        copying those ``earlier`` (a published manifest) does not hold, then the manifest.
-        Returns ``None`` when a snapshot at that offset was published already (by another
-        writer: its files are the state this one holds too)."""
+        copying those neither ``earlier`` (a published manifest) holds nor the location has,
+        then the manifest. Returns ``None`` when a snapshot at that offset was published already
+        (by another writer: its files are the state this one holds too)."""
         started = time.monotonic()
         name = manifest_name(manifest.offset)
         if name in self.files.list(self._key("manifests")):
             return None
         new = manifest.files if earlier is None else manifest.files_not_in(earlier)
+        if new:
+            # Another writer (an executor the partition moved to) may have published some since
+            # the earlier manifest; an object store would fetch each one to compare it.
+            present = self.files.list(self._key("files"))
+            new = [file for file in new if file[2] not in present]
 
         def copy(file: tuple[str, int, str]) -> None:
             path, _, object_name = file
