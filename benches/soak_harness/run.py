@@ -35,6 +35,10 @@ CREDENTIALS = {"key": "testing", "secret": "testing"}
 RETRY_LOG_MARK = "failed, retrying in"
 # A task failed by a storage error kstate's retries could not outlast (Spark retries the task).
 STORAGE_FAILURE_MARK = "RemoteStorageError:"
+# Spark could not start a query's driver-side Python process (the tick source's reader) in time:
+# the query ends before its first batch. A job supervisor restarts such a query; so does the soak.
+FAILED_START_MARK = "Python worker failed to connect back"
+FAILED_START_LIMIT = 10  # more in one run is a real problem, not a loaded machine's slow start
 
 
 class SoakFailure(AssertionError):
@@ -280,6 +284,7 @@ class Soak:
         self.batch_phases: dict[str, dict[int, dict]] = {q: {} for q in QUERIES}  # Spark's durationMs
         self.checks: list[dict] = []
         self.queries: dict = {}
+        self.failed_starts = 0
 
     # -- set-up ------------------------------------------------------------------------------
 
@@ -514,7 +519,11 @@ class Soak:
         while not condition():
             for name, query in self.queries.items():
                 if not query.isActive:
-                    raise SoakFailure(f"query {name} stopped while waiting for {what}: {query.exception()}")
+                    error = str(query.exception())
+                    if FAILED_START_MARK in error and query.lastProgress is None:
+                        self._restart_after_failed_start(name, error)
+                        break
+                    raise SoakFailure(f"query {name} stopped while waiting for {what}: {error}")
             if time.monotonic() > deadline:
                 with self.outputs.lock:
                     newest = {q: max(files, default=None) for q, files in self.outputs.batches_of_file.items()}
@@ -524,6 +533,14 @@ class Soak:
                     f"query status: {statuses})"
                 )
             time.sleep(0.05)
+
+    def _restart_after_failed_start(self, name: str, error: str) -> None:
+        self.failed_starts += 1
+        if self.failed_starts > FAILED_START_LIMIT:
+            raise SoakFailure(f"query {name} failed to start {self.failed_starts} times: {error}")
+        log.warning("query %s failed to start (%s); restarting the queries", name, error.splitlines()[0])
+        self._stop_queries()
+        self._start_queries()
 
     # -- checks ------------------------------------------------------------------------------
 
@@ -687,6 +704,7 @@ class Soak:
             },
             "kstate_retries": self._executor_log_count(RETRY_LOG_MARK),
             "storage_task_failures": self._executor_log_count(STORAGE_FAILURE_MARK),
+            "failed_query_starts": self.failed_starts,
             "ttl_expired_reads": self.outputs.ttl_expired,
             "checks": self.checks,
             "blocks": blocks,
