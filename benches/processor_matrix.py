@@ -174,7 +174,8 @@ def floor_pandas(shape: Shape):
     import pandas as pd
 
     names = shape.output_names
-    empty = pd.DataFrame({n: [] for n in names})
+    kinds = {"string": object, "long": "int64"}  # typed: Spark refuses an empty frame of object columns as longs
+    empty = pd.DataFrame({name: pd.Series([], dtype=kinds[kind]) for name, kind in _columns(shape)})
 
     def group(key, frame):
         logic = _floor_logic(shape)
@@ -195,11 +196,16 @@ def floor_pandas(shape: Shape):
     return group
 
 
+def _columns(shape: Shape) -> list[tuple[str, str]]:
+    """``(name, type)`` of the shape's output columns (its DDL)."""
+    return [tuple(part.split()) for part in shape.output.split(", ")]
+
+
 def arrow_schema(shape: Shape):
     import pyarrow as pa
 
     types = {"string": pa.string(), "long": pa.int64()}
-    return pa.schema([(name, types[kind]) for name, kind in (part.split() for part in shape.output.split(", "))])
+    return pa.schema([(name, types[kind]) for name, kind in _columns(shape)])
 
 
 def query_of(shape: Shape, mode: str, df, work: Path):
