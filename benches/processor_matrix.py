@@ -373,6 +373,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--old", help="an interpreter whose kstate is the old wheel: kstate modes run under both")
     parser.add_argument("--scale", type=float, default=1.0, help="rows and keys times this (a quick check)")
+    parser.add_argument("--first-round", type=int, default=0, help="the first round's number (runs split over calls)")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
@@ -382,7 +383,7 @@ def main() -> None:
     shapes = args.shapes.split(",")
     modes = args.modes.split(",")
     runs: dict[tuple[str, str], list[dict]] = {}
-    for round_ in range(args.repeat):
+    for round_ in range(args.first_round, args.first_round + args.repeat):
         for shape in shapes:
             for mode in modes:
                 if mode.startswith("spark") and (round_ or not SHAPES[shape].spark):
