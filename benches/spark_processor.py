@@ -41,6 +41,9 @@ from pathlib import Path
 from spark_modes import run_modes
 
 MODES = ("floor", "kstate_row", "kstate_pandas", "spark_row", "spark_pandas")
+NO_FIGURES = "kstate_row_nofigures"
+"""Not in the table: kstate_row without its figures in the progress (``metrics_name=None``), what
+they cost run beside kstate_row (``--modes kstate_row,kstate_row_nofigures``)."""
 CATEGORIES = 5
 OUTPUT = "user string, count long, total long, recent string, categories string"
 OUTPUT_NAMES = [part.split()[0] for part in OUTPUT.split(", ")]
@@ -213,7 +216,7 @@ def query_of(mode: str, df, work: Path):
 
     return transform_with_state(
         df, ["user"], processor(api, str(timings)), OUTPUT, work / "state", work / "changelog", "bench",
-        num_partitions=2, api=api, on_task=on_task,
+        num_partitions=2, api=api, on_task=on_task, metrics_name=None if mode == NO_FIGURES else "kstate",
     )  # fmt: skip
 
 

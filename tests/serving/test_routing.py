@@ -12,6 +12,7 @@ import pyarrow as pa
 import pytest
 
 from kstate import Stores, _core
+from kstate.errors import InvalidArgumentError, InvalidStateStoreError
 from kstate.spark.routing.hashing import partition_ids
 from kstate.store_lifecycle import native_store
 
@@ -100,3 +101,63 @@ def test_routed_views_read_each_key_from_its_partition(tmp_path, spark_type, ser
     assert native_store(stores[ids[0]]).get(stored(keys[0])) == b"%d" % ids[0], "the serde's bytes are read"
     for store in stores:
         store.close()
+
+
+VALUES = {
+    "bytes": [b"", b"\x00\xff", b"v" * 40],
+    "string": ["", "ünïcødé", "日本語"],
+    "int64": [0, -1, 2**63 - 1, -(2**63)],
+    "double": [0.0, -0.0, 1.5, float("inf"), -1e300],
+}
+
+
+@pytest.mark.parametrize("serde", sorted(VALUES))
+def test_routed_views_decode_values_as_the_serde_does(tmp_path, serde):
+    """Values come back decoded, equal to what the store's own ``get`` (its Python serde) gives;
+    ``read`` answers with the partition's batches; bytes the serde rejects are left to it."""
+    keys = TEXT[:40]
+    ids = partition_ids([pa.array(keys, pa.string())], 2).tolist()
+    stores = []
+    for p in range(2):
+        store = Stores.key_value_store_builder(Stores.persistent_key_value_store("s"), "string", serde).build()
+        store.init(tmp_path / f"p{p}")
+        for i, (key, partition) in enumerate(zip(keys, ids)):
+            if partition == p:
+                store.put(key, VALUES[serde][i % len(VALUES[serde])])
+        store.commit()
+        stores.append(store)
+    views = _core.RoutedViews(
+        [native_store(s).read_committed_view() for s in stores], "string", serde, [(7, 9), (None, 8)]
+    )
+    for key, partition in zip(keys, ids):
+        expected = stores[partition].get(key)
+        assert repr(views.get(key)) == repr((partition, expected))  # repr: -0.0 and 0.0 differ
+        assert repr(views.read(key)) == repr((expected, [7, None][partition], {partition: [9, 8][partition]}))
+    assert views.read("absent")[0] is None
+    read, values = views.get_many(keys)
+    assert repr(values) == repr([stores[p].get(k) for k, p in zip(keys, ids)])
+
+    raw = Stores.key_value_store_builder(Stores.persistent_key_value_store("s"), "string", "bytes").build()
+    raw.init(tmp_path / "raw")
+    raw.put("k", b"\xff\xfe\xfd")  # neither UTF-8 nor 8 bytes
+    raw.commit()
+    views = _core.RoutedViews([native_store(raw).read_committed_view()], "string", serde, [(0, 0)])
+    if serde == "bytes":
+        assert views.get("k") == (0, b"\xff\xfe\xfd")
+    else:
+        assert views.get("k") is None and views.read("k") is None and views.get_many(["k"]) is None
+    for store in [*stores, raw]:
+        store.close()
+
+
+def test_routed_views_refuse_what_they_cannot_decode_or_answer(tmp_path):
+    store = Stores.key_value_store_builder(Stores.persistent_key_value_store("s"), "string", "bytes").build()
+    store.init(tmp_path)
+    view = native_store(store).read_committed_view()
+    with pytest.raises(InvalidArgumentError, match="json"):
+        _core.RoutedViews([view], "string", "json")
+    with pytest.raises(InvalidArgumentError, match="every partition"):
+        _core.RoutedViews([view], "string", None, [(0, 0), (0, 0)])
+    with pytest.raises(InvalidStateStoreError, match="batches"):
+        _core.RoutedViews([view], "string").read("k")
+    store.close()

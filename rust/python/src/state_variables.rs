@@ -764,12 +764,41 @@ pub struct MapCalls {
     require: Py<PyAny>,
 }
 
+/// The shape of [`StateCodec`]'s map reads (`map_contains`, `map_get`).
+type MapRead<'py, R> = fn(
+    &StateCodec,
+    Python<'py>,
+    &Bound<'py, NativeKeyValueStore>,
+    &[u8],
+    &StateCodec,
+    &Bound<'py, PyAny>,
+    i64,
+    Option<&Bound<'py, StateReadAhead>>,
+) -> PyResult<R>;
+
 impl MapCalls {
     fn user_key<'py>(&self, key: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
         if key.is_none() || (self.bare && key.is_instance_of::<PyString>()) {
             return self.normalize.bind(key.py()).call1((key,));
         }
         Ok(key.clone())
+    }
+
+    /// `read` of the user's `key` in the current grouping key's map, at the cursor's time.
+    fn read<'py, R>(&self, key: &Bound<'py, PyAny>, read: MapRead<'py, R>) -> PyResult<R> {
+        let py = key.py();
+        let key = self.user_key(key)?;
+        let cursor = self.cursor.bind(py).try_borrow()?;
+        read(
+            self.values.get(),
+            py,
+            self.store.bind(py),
+            &cursor.prefix,
+            self.keys.get(),
+            &key,
+            cursor.now_ms,
+            self.ahead.as_ref().map(|a| a.bind(py)),
+        )
     }
 }
 
@@ -802,34 +831,12 @@ impl MapCalls {
     #[allow(non_snake_case)]
     #[pyo3(name = "containsKey")]
     fn contains_key(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
-        let py = key.py();
-        let key = self.user_key(key)?;
-        let cursor = self.cursor.bind(py).try_borrow()?;
-        self.values.get().map_contains(
-            py,
-            self.store.bind(py),
-            &cursor.prefix,
-            self.keys.get(),
-            &key,
-            cursor.now_ms,
-            self.ahead.as_ref().map(|a| a.bind(py)),
-        )
+        self.read(key, StateCodec::map_contains)
     }
 
     #[pyo3(name = "getValue")]
     fn get_value<'py>(&self, key: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyAny>>> {
-        let py = key.py();
-        let key = self.user_key(key)?;
-        let cursor = self.cursor.bind(py).try_borrow()?;
-        self.values.get().map_get(
-            py,
-            self.store.bind(py),
-            &cursor.prefix,
-            self.keys.get(),
-            &key,
-            cursor.now_ms,
-            self.ahead.as_ref().map(|a| a.bind(py)),
-        )
+        self.read(key, StateCodec::map_get)
     }
 
     #[pyo3(name = "updateValue")]

@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 
 _NATIVE_KEYS = {"string": StringSerde, "binary": BytesSerde, "bigint": LongSerde}
 """The key serdes whose bytes ``RoutedViews`` makes of a key column's values, by Spark type."""
+_NATIVE_VALUES = {BytesSerde: "bytes", StringSerde: "string", LongSerde: "int64", DoubleSerde: "double"}
+"""The value serdes ``RoutedViews`` decodes itself, by the name it knows them by."""
 
 Read = tuple[Any, "int | None", Mapping[int, int]]
 """What a read gives its ``Answer``: the value, the batch, the partitions read with theirs."""
@@ -54,8 +56,9 @@ class Snapshot:
         self._spark_types: list[str] = []
         self._views: dict[str, list[Any]] = {}
         """Per key-value store read by its keys, each partition's read-committed view."""
-        self._routed: dict[str, tuple[Any, Callable[[bytes], Any]]] = {}
-        """Those of them read natively (``RoutedViews``), with what decodes their stored values."""
+        self._routed: dict[str, tuple[Any, Callable[[bytes], Any] | None]] = {}
+        """Those of them read natively (``RoutedViews``), with what decodes their stored values
+        (``None``: ``RoutedViews`` does)."""
         self._value_types: dict[str, Any] = {}
         if routing is None or not followers or not all(f.servable for f in followers):
             return
@@ -67,14 +70,19 @@ class Snapshot:
                 self._value_types[name] = arrow_value_type(copy.value_serde(name))
                 decode = copy.plain_value_decoder(name)
                 if decode is not None and type(copy.key_serde(name)) is _NATIVE_KEYS.get(self._spark_types[0]):
-                    views = _core.RoutedViews([f.copy.native_view(name) for f in followers], self._spark_types[0])
-                    self._routed[name] = (views, decode)
+                    native = _NATIVE_VALUES.get(type(copy.value_serde(name)))
+                    views = _core.RoutedViews(
+                        [f.copy.native_view(name) for f in followers], self._spark_types[0], native, self._alone
+                    )
+                    self._routed[name] = (views, None if native else decode)
 
     def get(self, store: str, key: Any, at_least_batch: int | None) -> Read | None:
         """``store``'s value of ``key`` and the batch it is at; ``None``: read it the locked way."""
         routed = self._routed.get(store)
         if routed is not None:
             views, decode = routed
+            if decode is None and at_least_batch is None and not self._aligned:
+                return views.read(key)  # type: ignore[no-any-return]
             found = views.get(key)
             if found is None:
                 return None
@@ -82,7 +90,7 @@ class Snapshot:
             batch, through = self._alone[partition]
             if (at_least_batch is not None or self._aligned) and not self._answers((partition,), batch, at_least_batch):
                 return None
-            return (None if stored is None else decode(stored)), batch, {partition: through}
+            return (stored if decode is None or stored is None else decode(stored)), batch, {partition: through}
         view_of = self._views.get(store)
         if view_of is None:
             return None
@@ -107,7 +115,7 @@ class Snapshot:
             batch, partitions = self.batches(read)
             if not self._answers(read, batch, at_least_batch):
                 return None
-            return [None if s is None else decode(s) for s in stored], batch, partitions
+            return (stored if decode is None else [None if s is None else decode(s) for s in stored]), batch, partitions
         views = self._views.get(store)
         if views is None or not keys:
             return None
