@@ -420,8 +420,9 @@ class StateReplica:
             snapshot = self._snapshot
             if snapshot is None or snapshot.sequence != self._gate.sequence:
                 snapshot = self._current_snapshot()
+            read = snapshot.reads.get(store) if at_least_batch is None else None
             try:
-                unlocked = snapshot.get(store, key, at_least_batch)
+                unlocked = snapshot.get(store, key, at_least_batch) if read is None else read(key)
             except KStateError:
                 if self._gate.sequence == snapshot.sequence:
                     raise

@@ -60,6 +60,9 @@ class Snapshot:
         """Those of them read natively (``RoutedViews``), with what decodes their stored values
         (``None``: ``RoutedViews`` does)."""
         self._value_types: dict[str, Any] = {}
+        self.reads: dict[str, Callable[[Any], Read | None]] = {}
+        """Per store answered by one native call (``RoutedViews.read``) when no batch is waited
+        for: its read of a key (``None``: read it as ``get`` does)."""
         if routing is None or not followers or not all(f.servable for f in followers):
             return
         self._spark_types = [kind for _, kind in routing.partitioning.keys]
@@ -75,14 +78,14 @@ class Snapshot:
                         [f.copy.native_view(name) for f in followers], self._spark_types[0], native, self._alone
                     )
                     self._routed[name] = (views, None if native else decode)
+                    if native and not aligned:
+                        self.reads[name] = views.read
 
     def get(self, store: str, key: Any, at_least_batch: int | None) -> Read | None:
         """``store``'s value of ``key`` and the batch it is at; ``None``: read it the locked way."""
         routed = self._routed.get(store)
         if routed is not None:
             views, decode = routed
-            if decode is None and at_least_batch is None and not self._aligned:
-                return views.read(key)  # type: ignore[no-any-return]
             found = views.get(key)
             if found is None:
                 return None
