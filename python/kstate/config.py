@@ -30,7 +30,8 @@ survive a crash. ``"wal"``: RocksDB's write-ahead log, a killed process reopens 
 RocksDB flushes its memtables (all column families together, so data and offset never part) or
 the store closes cleanly; after a kill the store reopens at an OLDER committed offset, with
 exactly that commit's data, logs it, and must be restored from there. A logged store restores
-itself from its changelog on open. ``"wal"`` by default; window and session stores keep it."""
+itself from its changelog on open. By default ``"changelog"`` for a transactional key-value
+store with a changelog, ``"wal"`` for any other; window and session stores keep ``"wal"``."""
 
 DEFAULT_UNCOMMITTED_MAX_BYTES = 64 * 1024 * 1024
 """The KIP-892 proposal's default: 64 MiB of staged writes per store before they spill to disk."""

@@ -81,10 +81,13 @@ class KeyValueStore(StoreLifecycle, KeyValueReads):
 
     @property
     def durability(self) -> str:
-        """``statestore.durability`` (``kstate.config.DURABILITIES``), ``"wal"`` unless set.
-        ``"changelog"`` suits a store with a changelog (``with_logging_enabled``): after a kill
-        it restores the commits it lost from there on open, as Kafka Streams' stores do."""
-        return self._config.durability or DURABILITY_WAL
+        """``statestore.durability`` (``kstate.config.DURABILITIES``). Unless set: ``"changelog"``
+        for a transactional store with a changelog (``with_logging_enabled``), as Kafka Streams'
+        RocksDB stores run (after a kill it restores the commits it lost from there on open),
+        ``"wal"`` for any other."""
+        if self._config.durability is not None:
+            return self._config.durability
+        return DURABILITY_CHANGELOG if self.logged and self.transactional else DURABILITY_WAL
 
     def init(
         self, task_dir: str | Path, *, partition: int | None = None, application_id: str | None = None

@@ -41,6 +41,21 @@ WRITER = textwrap.dedent(f"""
 """)
 
 
+LOGGED_WRITER = textwrap.dedent(f"""
+    import sys, time
+    from kstate import Stores
+
+    store = Stores.key_value_store_builder(Stores.persistent_key_value_store("s")).with_logging_enabled({{}}).build()
+    store.init(sys.argv[1])
+    keys = [b"k%05d" % i for i in range({KEYS})]
+    for n in range(1, 7):  # commit n holds value n for every key
+        store.put_all(keys, [b"%d" % n + b"." * 90] * len(keys))
+        store.commit()
+    print("committed", store.committed_offset(), flush=True)
+    time.sleep(60)  # the test kills the process here
+""")
+
+
 def reopen(task_dir, durability):
     builder = Stores.key_value_store_builder(Stores.persistent_key_value_store("s"))
     return builder.with_config({"statestore.durability": durability}).build().init(task_dir)
@@ -156,3 +171,24 @@ def test_window_and_session_stores_keep_the_wal(task_dir):
     session = Stores.session_store_builder(Stores.persistent_session_store("s", 600_000))
     with pytest.raises(InvalidArgumentError, match="write-ahead log"):
         session.with_config(config).build()
+
+
+def test_a_transactional_store_with_a_changelog_runs_without_the_wal_by_default(tmp_path, kill_writer, caplog):
+    """Kafka Streams' default: a logged store's changelog is its durability. Killed, the store
+    reopens at an older commit and restores the rest from its changelog: nothing is lost. Any
+    other store keeps the WAL."""
+    plain = Stores.key_value_store_builder(Stores.persistent_key_value_store("s"))
+    assert plain.build().durability == "wal"
+    assert plain.with_logging_enabled({}).build().durability == "changelog"
+    unsafe = plain.with_config({"enable.transactional.statestores": False}).with_logging_enabled({})
+    assert unsafe.build().durability == "wal"
+    assert plain.with_logging_enabled({}).with_config({"statestore.durability": "wal"}).build().durability == "wal"
+
+    task_dir = str(tmp_path / "app" / "0_0")
+    (*_, (_, offset)) = kill_writer(LOGGED_WRITER, [task_dir], "committed")
+    with caplog.at_level(logging.WARNING, logger="kstate.store"):
+        store = plain.with_logging_enabled({}).build().init(task_dir)
+    assert "commits since the last flush are lost" in caplog.text, "no flush ran: the WAL was off"
+    assert store.committed_offset() == int(offset)
+    assert values_of(store) == ({b"6"}, KEYS)
+    store.close()
