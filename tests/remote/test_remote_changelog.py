@@ -221,8 +221,9 @@ def test_compaction_keeps_the_state_a_restore_sees(remote, tmp_path, caplog):
     config = {"delete.retention.ms": 1}  # the deletes' tombstones are old at once
     with builder(remote, **config).build().init(task(tmp_path / "a")) as store:
         commit_rounds(store, 5)
-        stale = tmp_path / "stale"
-        shutil.copytree(tmp_path / "a", stale)  # a machine that stopped here
+    stale = tmp_path / "stale"
+    shutil.copytree(tmp_path / "a", stale)  # a machine that stopped here
+    with builder(remote, **config).build().init(task(tmp_path / "a")) as store:
         commit_rounds(store, 5, start=5)
         expected = contents(store)
         report = store.compact_changelog()
