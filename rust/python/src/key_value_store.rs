@@ -475,6 +475,13 @@ impl NativeKeyValueStore {
         py.detach(|| guard(|| store.compact()))
     }
 
+    /// Starts flushing the memtables (in the background) once the active one holds `bytes` or
+    /// more; whether it did.
+    fn flush_memtables_past(&self, py: Python<'_>, bytes: usize) -> PyResult<bool> {
+        let store = self.logged.store();
+        py.detach(|| guard(|| store.flush_memtables_past(bytes)))
+    }
+
     /// Iterator over `[from_key, to_key]` (inclusive; `None` is unbounded) yielding
     /// `(key, value)` tuples, or instances of `row_type` (a tuple subclass) when given.
     #[pyo3(signature = (from_key, to_key, reverse=false, row_type=None))]

@@ -203,7 +203,7 @@ impl RoutedViews {
         };
         let partitions = PyDict::new(py);
         partitions.set_item(partition, through.bind(py))?;
-        let value = value.map_or_else(|| py.None().into_bound(py), |v| v);
+        let value = value.unwrap_or_else(|| py.None().into_bound(py));
         Ok(Some(PyTuple::new(
             py,
             [value, batch.bind(py).clone(), partitions.into_any()],

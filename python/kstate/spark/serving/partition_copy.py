@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from kstate import _core
 from kstate.config import ENABLE_TRANSACTIONAL_STATESTORES
 from kstate.key_value_store import KeyValueStore
 from kstate.spark.protocol.batch_log import BatchEntry
@@ -35,6 +36,10 @@ from kstate.stores import StoreBuilder
 log = logging.getLogger("kstate.serving")
 
 ENTRY_FILE = "entry.json"
+READ_MEMTABLE_BYTES = 4 << 20
+"""A copy's key-value store flushes its memtable to a table file once it holds this much after
+a commit: a get searches the memtable first, and a skip list of a catch-up's keys (250k) made
+gets of a 1M-key replica 1.5x rocksdict's time (benches/README.md, "Serving")."""
 _COPY_NAME = re.compile(r"^copy-(\d+)$")
 
 
@@ -175,6 +180,9 @@ class PartitionCopy:
             offset = offsets.get(name)
             if offset != store.committed_offset() or self._staged_until.get(name) is not None:
                 store.commit(changelog_offset=offset)
+                native = native_store(store)
+                if isinstance(native, _core.KeyValueStore):
+                    native.flush_memtables_past(READ_MEMTABLE_BYTES)
         self._staged_until.clear()
         recorded = {
             "position": None if entry is None else entry.position,

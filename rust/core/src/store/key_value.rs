@@ -795,6 +795,20 @@ impl KeyValueStore {
         self.state.with(|c| c.compact())
     }
 
+    /// Starts a flush of the memtables to table files (RocksDB's background threads) once the
+    /// active one holds `bytes` or more; says whether it did. For a store that is mostly read:
+    /// a get searches the memtable's skip list first, far slower than a table's filter and
+    /// index once it holds a large catch-up.
+    pub fn flush_memtables_past(&self, bytes: usize) -> Result<bool> {
+        self.state.with(|c| {
+            if c.active_memtable_bytes() < bytes {
+                return Ok(false);
+            }
+            c.flush_memtables(false)?;
+            Ok(true)
+        })
+    }
+
     pub fn approximate_num_entries(&self) -> Result<u64> {
         let staged = self.overlay.len() as u64
             + self.spill.as_ref().map_or(Ok(0), Spill::approximate_len)?;
