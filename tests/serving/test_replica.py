@@ -406,3 +406,30 @@ def test_two_replicas_cannot_share_a_local_dir(app, tmp_path):
     with StateReplica(tmp_path / "changelog", "app", local_dir=tmp_path / "r"):
         with pytest.raises(StateLockTimeoutError):
             StateReplica(tmp_path / "changelog", "app", local_dir=tmp_path / "r", lock_timeout=0.1)
+
+
+@pytest.mark.parametrize("flush_past", [1, 1 << 40])
+def test_a_catch_up_leaves_the_memtables_once_past_the_bound(app, tmp_path, monkeypatch, flush_past):
+    """A copy's key-value stores flush a commit's memtable to a table file once it holds
+    ``READ_MEMTABLE_BYTES`` (gets search a memtable first: a catch-up's keys there slowed them
+    1.5x); below it they keep it. Reads are the same either way."""
+    from kstate.memory import memory_usage
+    from kstate.spark.serving import partition_copy
+
+    monkeypatch.setattr(partition_copy, "READ_MEMTABLE_BYTES", flush_past)
+    for batch in range(3):
+        app.run(batch)
+    with StateReplica(tmp_path / "changelog", "app", local_dir=tmp_path / "replica") as replica:
+        replica.refresh()
+
+        def in_tables() -> list[bool]:
+            stores = memory_usage()["stores"]
+            return [s["sst_files"] > 0 for s in stores if s["name"] == "counts" and "replica" in s["path"]]
+
+        for _ in range(100):  # the flush runs on RocksDB's threads
+            if all(in_tables()) or flush_past > 1:
+                break
+            time.sleep(0.05)
+        assert len(in_tables()) == 3
+        assert all(in_tables()) if flush_past == 1 else not any(in_tables())
+        check_everything(app, replica)
