@@ -38,8 +38,8 @@ log = logging.getLogger("kstate.serving")
 ENTRY_FILE = "entry.json"
 READ_MEMTABLE_BYTES = 4 << 20
 """A copy's key-value store flushes its memtable to a table file once it holds this much after
-a commit: a get searches the memtable first, and a skip list of a catch-up's keys (250k) made
-gets of a 1M-key replica 1.5x rocksdict's time (benches/README.md, "Serving")."""
+a commit: a get searches the memtable first, and a skip list of a catch-up's keys (250k) took a
+third of a 1M-key replica's get time (benches/README.md, "Serving")."""
 _COPY_NAME = re.compile(r"^copy-(\d+)$")
 
 
