@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from kstate._core import JavaNotFoundError as JavaNotFoundError
     from kstate._core import KStateError as KStateError
     from kstate._core import MisroutedRowsError as MisroutedRowsError
+    from kstate._core import MissingHistoryError as MissingHistoryError
     from kstate._core import PartitioningChangedError as PartitioningChangedError
     from kstate._core import PartitioningError as PartitioningError
     from kstate._core import ProcessorStateError as ProcessorStateError
@@ -74,4 +75,5 @@ __all__ = [
     "JavaNotFoundError",
     "StateSchemaError",
     "DeletedStateVariableError",
+    "MissingHistoryError",
 ]

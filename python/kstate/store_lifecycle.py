@@ -272,9 +272,11 @@ class StoreLifecycle:
                 self._remote.sync(self._reader, self._fetch_path, self.restore_until)
         with RestoreProgress(f"{what} {self.name}") as progress:
             try:
+                self._refuse_missing_history()
                 result = replay(progress)
             except StoreBehindChangelogError as behind:
                 self._restart_empty(str(behind))
+                self._refuse_missing_history()
                 result = replay(progress)
         if progress.done:
             seconds = time.monotonic() - started
@@ -287,6 +289,25 @@ class StoreLifecycle:
                 progress.done / max(seconds, 1e-9),
             )
         return result
+
+    def _refuse_missing_history(self) -> None:
+        """Raises ``MissingHistoryError`` rather than replay a changelog that starts past what
+        the store holds when what lay below its start was the state's, deleted below a snapshot
+        (``kstate.log.history.refuse_missing_history``): restoring from there would be partial."""
+        start, _ = self._reader.changelog_range()
+        committed = self._reader.committed_offset()
+        if start <= (-1 if committed is None else committed) + 1:
+            return
+        from kstate.log.history import refuse_missing_history
+
+        snapshots = self._snapshot_location()
+        refuse_missing_history(
+            self._changelog_dir if self._remote is None else self._remote.location,
+            start,
+            committed,
+            [] if snapshots is None else snapshots.offsets(),
+            self._remote is not None,
+        )
 
     # -- snapshots -------------------------------------------------------------------------------
 

@@ -36,7 +36,7 @@ points over all of them; nothing below imports them."""
 
 NO_PYSPARK_ON_IMPORT = ("format", "protocol", "serving")
 HEAVY = ("kstate._core", "pyspark", "pyarrow", "pandas", "numpy", "fsspec")
-DEFERRED = ("kstate.log.remote", "kstate.log.snapshots", "kstate.log.snapshot_writer")
+DEFERRED = ("kstate.log.remote", "kstate.log.snapshots", "kstate.log.snapshot_writer", "kstate.log.history")
 """kstate modules a function may import to defer them: the object-store side (fsspec, HTTP, TLS),
 which a store without a remote changelog never loads, and snapshots (with ``kstate.log``), which a
 store without them never loads (``test_first_use.py``)."""

@@ -74,6 +74,13 @@ def _segments(partition_dir: Path) -> list[Path]:
     return sorted(partition_dir.glob("*.log"), key=lambda p: int(p.stem))
 
 
+def start_offset(partition_dir: Path) -> int | None:
+    """The first offset a partition directory holds (Kafka's log start offset: the oldest
+    segment's base offset); ``None`` when it has no segment."""
+    segments = _segments(partition_dir)
+    return int(segments[0].stem) if segments else None
+
+
 def end_offset(partition_dir: Path) -> int:
     """One past the last readable record of a partition directory (0 when empty). Only the
     newest segment is read: a segment is named by its first offset, which is where the one

@@ -54,6 +54,7 @@ error_classes!(
     JavaNotFoundError,
     StateSchemaError,
     DeletedStateVariableError,
+    MissingHistoryError,
 );
 
 /// A base of a class: another kstate class (created before it) or a builtin.
@@ -195,6 +196,13 @@ impl ErrorClass {
                  deleted it (Spark\nfails such calls too; kstate.spark raises a subclass that is \
                  also PySpark's\n``PySparkRuntimeError``, with Spark's message, so processors \
                  catching that work unchanged).",
+            ),
+            MissingHistoryError => (
+                &[Kstate(ProcessorStateError)],
+                "A store's state cannot be rebuilt from where its history is kept: its changelog \
+                 no longer\nholds the records below its start (deleted below the oldest retained \
+                 snapshot) and no usable\nsnapshot covers them. Nothing was restored or read; the \
+                 message names the changelog\npartition, the offsets needed and the snapshots tried.",
             ),
         }
     }

@@ -1,0 +1,351 @@
+"""A store partition's state as of a changelog offset, read from where its history is kept: the
+newest usable snapshot at or below the offset (``kstate.log.snapshots``), then the changelog
+records after the snapshot, up to the offset. The tools that read a store's history without
+opening the store (``kstate rescale``, ``kstate inspect --history``) start here, so they need
+no record a snapshot holds.
+
+Which snapshot: the newest at or below the offset that the changelog continues, i.e. at or past
+the changelog's start - 1 (the records right after it are there) and, on an object store, not
+inside an object a compaction wrote (it may have dropped tombstones of keys the snapshot holds;
+a store restoring from there is wiped too, ``kstate.log.remote.StoreBehindCompaction``). Up to
+``SNAPSHOTS_TRIED`` such snapshots are tried, newest first; one is used only once every file
+was fetched and checked (size and content hash) and its files open at its offset.
+
+Without a usable snapshot the changelog replays from its start, as before snapshots. A
+changelog whose start is past 0 lost what lay below it in one of two ways: compaction emptied
+and deleted its first segments (every record there had a later one: nothing of the state is
+lost; a local changelog only, object-store compaction keeps every offset covered), or history
+below the oldest retained snapshot was deleted (the records there are the state's; only a
+snapshot holds them). The second is told by a snapshot listed at or past the start - 1: history
+is deleted only below one. Then, or on an object store, a state the changelog alone cannot reach
+is ``MissingHistoryError`` naming the partition, the offsets and the snapshots tried: never a
+partial state (:func:`refuse_missing_history`, which a store's own restore asks as well).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kstate import _core
+from kstate.config import DEFAULT_CACHE_MAX_BYTES, DEFAULT_UNCOMMITTED_MAX_BYTES, DURABILITY_CHANGELOG
+from kstate.errors import CorruptedDataError, MissingHistoryError, RemoteStorageError
+from kstate.log.files import end_offset, read_log, start_offset
+from kstate.log.object_store import is_url
+from kstate.log.records import decode_arrow
+from kstate.log.remote import Link, RemoteChangelog, resolve
+from kstate.log.snapshots import open_snapshots, remove_tree
+
+log = logging.getLogger("kstate.log.history")
+
+SNAPSHOTS_TRIED = 3
+"""Snapshots a read of history tries, newest first, as a store's restore does."""
+CHUNK_ROWS = 65_536
+"""Entries per Arrow batch read out of a snapshot's store."""
+
+
+def refuse_missing_history(
+    location: str, log_start: int | None, have: int | None, listed: Iterable[int], remote: bool, tried: str = ""
+) -> None:
+    """Raises ``MissingHistoryError`` when a copy at offset ``have`` (``None``: empty) cannot
+    replay the changelog at ``location`` from where it stands: the changelog starts past
+    ``have + 1`` and what lay below its start was the state's (deleted below a snapshot, one of
+    ``listed`` at or past ``log_start - 1``, or an object store's changelog, which compaction
+    never shortens). A start compaction moved (no such snapshot, a local changelog) is logged
+    and replayed from. ``tried``: what became of the snapshots tried, for the message."""
+    needed = 0 if have is None else have + 1
+    if log_start is None or log_start <= needed:
+        return
+    listed = sorted(listed)
+    if not remote and not any(offset >= log_start - 1 for offset in listed):
+        log.info(
+            "Changelog %s starts at offset %d: compaction removed every record below it; replaying from there",
+            location,
+            log_start,
+        )
+        return
+    shown = ", ".join(map(str, listed[-5:])) or "none"
+    raise MissingHistoryError(
+        f"changelog {location}: the state needs its records from offset {needed}, but the changelog starts at "
+        f"offset {log_start} (the history below it was deleted) and no usable snapshot at or past offset "
+        f"{log_start - 1} covers the gap (snapshots at offsets: {shown}{'; ' + tried if tried else ''})"
+    )
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """The snapshot a read of history starts from, fetched and checked into a directory."""
+
+    offset: int
+    batch_id: int | None
+    files: int
+    bytes: int
+    seconds: float
+
+
+class StoreHistory:
+    """The history of one store partition where the store keeps it: the changelog partition
+    ``<changelog_dir>/<topic>-<partition>`` (a directory, or objects under a URL) and the
+    snapshots beside it. Nothing here writes there; the changelog's objects are listed once
+    (a tool's read, the query stopped or racing it as any reader does)."""
+
+    def __init__(
+        self, changelog_dir: str, topic: str, partition: int, storage_options: Mapping[str, Any] | None = None
+    ):
+        self.topic = topic
+        self.partition = partition
+        self.offset_key = f"{topic}-{partition}"
+        """The name a store of this changelog partition records its offset under."""
+        self._remote = (
+            RemoteChangelog(changelog_dir, topic, partition, storage_options) if is_url(changelog_dir) else None
+        )
+        self._directory = Path(changelog_dir) / self.offset_key
+        self.location = self._remote.location if self._remote is not None else str(self._directory)
+        self.snapshots = open_snapshots(changelog_dir, topic, partition, storage_options)
+        self._links: list[Link] | None = None
+
+    @property
+    def remote(self) -> bool:
+        """Whether the changelog is on an object store."""
+        return self._remote is not None
+
+    def _chain(self) -> list[Link]:
+        if self._links is None:
+            assert self._remote is not None
+            self._links = resolve(self._remote.list())
+        return self._links
+
+    def log_start_offset(self) -> int | None:
+        """The first offset the changelog holds (Kafka's log start offset); ``None`` without any
+        segment or object."""
+        if self._remote is None:
+            return start_offset(self._directory)
+        chain = self._chain()
+        return chain[0].first if chain else None
+
+    def log_end_offset(self) -> int:
+        """One past the last published offset (0 when empty); on an object store the newest
+        commit object is read for it."""
+        if self._remote is None:
+            return end_offset(self._directory)
+        chain = self._chain()
+        if not chain:
+            return 0
+        newest = chain[-1]
+        if newest.last is not None:
+            return newest.last + 1
+        last = newest.first - 1
+        for batch in self.records(newest.first - 1, None):
+            last = batch.column("offset")[-1].as_py() if batch.num_rows else last
+        return last + 1
+
+    def records(self, after: int | None, until: int | None) -> Iterator[Any]:
+        """Record batches (``kstate.log.records.arrow_schema``) of the offsets after ``after``
+        (``None``: from the start) up to ``until`` (``None``: the end), in offset order."""
+        low = 0 if after is None else after + 1
+        if self._remote is None:
+            yield from read_log(self._directory, low, None if until is None else until + 1)
+            return
+        import pyarrow.compute as pc
+
+        wanted = [
+            link
+            for link in self._chain()
+            if (until is None or link.first <= until) and (link.last is None or link.last >= low)
+        ]
+        with tempfile.TemporaryDirectory(prefix="kstate-history-") as scratch:
+            fetched = os.path.join(scratch, "object.log")
+            for link in wanted:
+                self._remote.store.fetch(self._remote.object_key(link.object.name), fetched)
+                with open(fetched, "rb") as file:
+                    batch = decode_arrow(file.read())
+                offsets = batch.column("offset")
+                keep = pc.greater_equal(offsets, max(low, link.first))
+                if until is not None:
+                    keep = pc.and_(keep, pc.less_equal(offsets, until))
+                yield batch.filter(keep)
+
+    def _inside_compacted(self, offset: int) -> str | None:
+        """The compacted object of an object-store changelog that ``offset`` lies inside, if any."""
+        if self._remote is None:
+            return None
+        for link in self._chain():
+            if link.object.last is not None and link.first <= offset < link.object.last:
+                return link.object.name
+        return None
+
+    def load_snapshot(self, until: int | None, into: str, kind: str = "key-value") -> Loaded | None:
+        """Fetches into the new directory ``into``, checked, the newest usable snapshot at or
+        below ``until`` (``None``: the newest) that the changelog continues (see the module
+        docstring) and returns it; ``None`` when the changelog alone gives the state (replay it
+        from its start). Raises ``MissingHistoryError`` when neither does. Logs the snapshot
+        used or why one was not."""
+        log_start = self.log_start_offset()
+        listed = self.snapshots.offsets()
+        candidates = [
+            offset
+            for offset in listed
+            if (until is None or offset <= until) and (log_start is None or offset >= log_start - 1)
+        ]
+        tries = candidates[::-1][:SNAPSHOTS_TRIED]
+        tried = []
+        for offset in tries:
+            remove_tree(into)
+            try:
+                compacted = self._inside_compacted(offset)
+                if compacted is not None:
+                    raise CorruptedDataError(
+                        f"it lies inside the compacted object {compacted}, which may have dropped deletes of its keys"
+                    )
+                manifest = self.snapshots.read(offset)
+                if manifest.kind != kind:
+                    raise CorruptedDataError(f"it holds a {manifest.kind} store, not a {kind} store")
+                from tqdm import tqdm
+
+                desc = f"loading snapshot of {self.offset_key}"
+                with tqdm(total=manifest.total_bytes, desc=desc, unit="B", unit_scale=True, disable=None) as bar:
+                    fetched = self.snapshots.fetch(manifest, into, bar.update)
+            except (CorruptedDataError, RemoteStorageError, OSError) as error:
+                remove_tree(into)
+                tried.append(f"{offset}: {type(error).__name__}: {error}")
+                log.warning(
+                    "History of %s: the snapshot at offset %d in %s cannot be used (%s: %s)",
+                    self.offset_key,
+                    offset,
+                    self.snapshots.location,
+                    type(error).__name__,
+                    error,
+                )
+                continue
+            log.info(
+                "History of %s: loaded the snapshot at offset %d%s from %s: %d files, %.1f MiB in %.2f s "
+                "(%.0f MiB/s); the changelog replays from offset %d",
+                self.offset_key,
+                offset,
+                "" if manifest.batch_id is None else f" (batch {manifest.batch_id})",
+                self.snapshots.location,
+                fetched.files,
+                fetched.bytes / 2**20,
+                fetched.seconds,
+                fetched.bytes / 2**20 / max(fetched.seconds, 1e-9),
+                offset + 1,
+            )
+            return Loaded(offset, manifest.batch_id, fetched.files, fetched.bytes, fetched.seconds)
+        refuse_missing_history(self.location, log_start, None, listed, self.remote, "; ".join(tried))
+        return None
+
+
+def open_snapshot_store(directory: str, offset_key: str, timestamped: bool, offset: int | None) -> Any:
+    """The native store on a fetched snapshot's files in ``directory`` (a scratch copy: what it
+    writes stays there; an empty directory for none), checked to stand at ``offset``. The files
+    were captured from an open store, so they open with ``"changelog"`` durability (they say the
+    store was not closed, which tells nothing here, and keep their offset)."""
+    store, _ = _core.KeyValueStore.open_rocksdb(
+        os.path.basename(directory),
+        directory,
+        f"{directory}.uncommitted",
+        timestamped,
+        True,
+        DEFAULT_UNCOMMITTED_MAX_BYTES,
+        DEFAULT_CACHE_MAX_BYTES,
+        offset_key,
+        durability=DURABILITY_CHANGELOG,
+    )
+    found = store.committed_offset()
+    if found != offset:
+        store.close()
+        raise CorruptedDataError(f"the snapshot at offset {offset} opened at offset {found}")
+    return store
+
+
+def store_entries(store: Any) -> Iterator[Any]:
+    """Every committed entry of a native key-value store as Arrow tables of ``key`` and
+    ``value`` (the stored bytes: a timestamped store's carry their timestamp first), in key
+    order, ``CHUNK_ROWS`` at a time."""
+    import pyarrow as pa
+
+    keys: list[bytes] = []
+    values: list[bytes] = []
+    entries = store.range(None, None)
+    try:
+        while (chunk := entries.next_chunk()) is not None:
+            for key, value in chunk:
+                keys.append(key)
+                values.append(value)
+            if len(keys) >= CHUNK_ROWS:
+                yield pa.table({"key": pa.array(keys, pa.binary()), "value": pa.array(values, pa.binary())})
+                keys, values = [], []
+    finally:
+        entries.close()
+    if keys:
+        yield pa.table({"key": pa.array(keys, pa.binary()), "value": pa.array(values, pa.binary())})
+
+
+def stored_values(records: Any, timestamped: bool) -> list[bytes | None]:
+    """Changelog records' values as a store holds them (``None``: deleted): a timestamped
+    store keeps the record's timestamp in front of the value."""
+    values = records.column("value").to_pylist()
+    if not timestamped:
+        return values  # type: ignore[no-any-return]
+    times = records.column("timestamp").to_pylist()
+    return [None if v is None else _core.encode_value_and_timestamp(t, v) for t, v in zip(times, values)]
+
+
+@dataclass(frozen=True)
+class Rebuilt:
+    """What :func:`rebuild_state` built: the state at ``offset`` (the last offset it read),
+    from ``snapshot`` (``None``: the changelog from its start) and ``replayed`` records."""
+
+    directory: str
+    offset: int | None
+    snapshot: Loaded | None
+    replayed: int
+    seconds: float
+
+
+def rebuild_state(history: StoreHistory, directory: str, timestamped: bool, until: int | None = None) -> Rebuilt:
+    """Builds in the new directory ``directory`` a RocksDB key-value store holding the state of
+    ``history``'s store partition as of offset ``until`` (``None``: the changelog's end): its
+    newest usable snapshot, then the changelog after it, committed at the last offset read.
+    Raises ``MissingHistoryError`` when its history cannot give that state."""
+    started = time.monotonic()
+    if os.path.exists(directory):
+        raise FileExistsError(directory)
+    snapshot = history.load_snapshot(until, directory)
+    if snapshot is None:
+        os.makedirs(directory)
+    offset = None if snapshot is None else snapshot.offset
+    store = open_snapshot_store(directory, history.offset_key, timestamped, offset)
+    replayed = 0
+    from tqdm import tqdm
+
+    try:
+        with tqdm(desc=f"replaying {history.offset_key}", unit=" records", unit_scale=True, disable=None) as bar:
+            for batch in history.records(offset, until):
+                if not batch.num_rows:
+                    continue
+                store.put_all(batch.column("key").to_pylist(), stored_values(batch, timestamped))
+                offset = batch.column("offset")[-1].as_py()
+                store.commit(offset, time.time_ns() // 1_000_000)
+                replayed += batch.num_rows
+                bar.update(batch.num_rows)
+    finally:
+        store.close()
+    shutil.rmtree(f"{directory}.uncommitted", ignore_errors=True)
+    seconds = time.monotonic() - started
+    log.info(
+        "History of %s: rebuilt the state at offset %s from %s and %d changelog records in %.2f s",
+        history.offset_key,
+        offset,
+        "its changelog" if snapshot is None else f"the snapshot at offset {snapshot.offset}",
+        replayed,
+        seconds,
+    )
+    return Rebuilt(directory, offset, snapshot, replayed, seconds)

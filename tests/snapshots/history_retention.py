@@ -1,0 +1,57 @@
+"""What the tests do to a changelog's history, as a user's retention (or kstate's, issue 44 item
+4) would: delete the segment files or objects wholly below an offset; and damage snapshots by
+deleting files they name (never by rewriting bytes: on a local directory a snapshot's table files
+are hard links of the store's own)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from kstate.log.object_store import ObjectStore, is_url
+from kstate.log.remote import RemoteChangelog, resolve
+from kstate.log.snapshots import open_snapshots
+
+
+def delete_history_below(
+    changelog_dir: str, options: dict[str, Any] | None, topic: str, partition: int, offset: int
+) -> int:
+    """Deletes the segments (a directory) or objects (a URL) of ``<topic>-<partition>`` whose
+    records all lie below ``offset``, never the newest; returns how many went. The changelog
+    then starts at the first one left."""
+    if is_url(str(changelog_dir)):
+        remote = RemoteChangelog(str(changelog_dir), topic, partition, options)
+        chain = resolve(remote.list())[:-1]
+        doomed = [link.object.name for link in chain if link.last is not None and link.last < offset]
+        for name in doomed:
+            remote.store.delete(remote.object_key(name))
+        return len(doomed)
+    directory = Path(changelog_dir) / f"{topic}-{partition}"
+    bases = sorted(int(p.stem) for p in directory.glob("*.log"))
+    doomed = [base for base, following in zip(bases, bases[1:]) if following <= offset]
+    for base in doomed:
+        for path in directory.glob(f"{base:020d}.*"):
+            path.unlink()
+    return len(doomed)
+
+
+def log_start(changelog_dir: str, options: dict[str, Any] | None, topic: str, partition: int) -> int:
+    if is_url(str(changelog_dir)):
+        return resolve(RemoteChangelog(str(changelog_dir), topic, partition, options).list())[0].first
+    return min(int(p.stem) for p in (Path(changelog_dir) / f"{topic}-{partition}").glob("*.log"))
+
+
+def damage_snapshot(changelog_dir: str, options: dict[str, Any] | None, topic: str, partition: int, offset: int) -> str:
+    """Deletes a file the snapshot at ``offset`` names and no older snapshot does (so only this
+    one fails its check); returns its object name."""
+    snapshots = open_snapshots(str(changelog_dir), topic, partition, options)
+    manifest = snapshots.read(offset)
+    older = [o for o in snapshots.offsets() if o < offset]
+    files = manifest.files if not older else manifest.files_not_in(snapshots.read(older[-1]))
+    object_name = files[0][2]
+    key = f"{snapshots.directory}/files/{object_name}"
+    if is_url(str(changelog_dir)):
+        ObjectStore(str(changelog_dir), options).delete(key)
+    else:
+        (Path(changelog_dir) / key).unlink()
+    return object_name

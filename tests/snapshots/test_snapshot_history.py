@@ -1,0 +1,145 @@
+"""A store partition's state as of an offset read from its history (``kstate.log.history``): the
+newest usable snapshot at or below the offset, then the changelog after it. History below the
+oldest snapshot deleted (as a retention would, ``history_retention.py``) is not needed; a state
+that only deleted history could give is ``MissingHistoryError``, from a read of history and from
+a store's own restore alike, never a partial state. On a local directory and on moto's S3."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from kstate import Stores
+from kstate.errors import MissingHistoryError
+from kstate.log.history import StoreHistory, open_snapshot_store, rebuild_state, refuse_missing_history, store_entries
+
+from .history_retention import damage_snapshot, delete_history_below, log_start
+
+APP = "app"
+TOPIC = f"{APP}-counts-changelog"
+KEYS = 200
+
+
+def builder(location, **config):
+    """The string -> int64 store ``counts`` logged to ``location`` in small segments (so a
+    retention has whole ones to delete), never compacted (a compaction of rounds that rewrite
+    every key moves the changelog's start itself); snapshots by ``snapshot()``."""
+    config = {"minDeltasForSnapshot": 1_000, "segment.bytes": 4096, "cleanup.policy": "delete", **config}
+    supplier = Stores.persistent_key_value_store("counts")
+    return Stores.key_value_store_builder(supplier, "string", "int64").with_logging_enabled(
+        location.logging_config(**config)
+    )
+
+
+def task(root, machine):
+    return root / machine / "state" / APP / "0_0"
+
+
+def write_rounds(store, rounds):
+    """Round ``r`` sets every key to ``r``, one commit each; returns each round's last offset."""
+    ends = {}
+    for r in rounds:
+        store.put_all((f"k{i:04d}", r) for i in range(KEYS))
+        ends[r] = store.commit()
+    return ends
+
+
+def history(location):
+    return StoreHistory(location.url, TOPIC, 0, location.storage_options)
+
+
+def state_at(location, tmp_path, until=None, name="rebuilt"):
+    """``(rebuilt, {key: value})`` of the state ``rebuild_state`` builds as of ``until``."""
+    rebuilt = rebuild_state(history(location), str(tmp_path / name / "counts"), timestamped=False, until=until)
+    store = open_snapshot_store(rebuilt.directory, f"{TOPIC}-0", False, rebuilt.offset)
+    try:
+        entries = {
+            k.decode(): int.from_bytes(v, "big", signed=True)
+            for table in store_entries(store)
+            for k, v in zip(table.column("key").to_pylist(), table.column("value").to_pylist())
+        }
+    finally:
+        store.close()
+    return rebuilt, entries
+
+
+def every_key(value):
+    return {f"k{i:04d}": value for i in range(KEYS)}
+
+
+@pytest.fixture
+def written(location, tmp_path):
+    """Six rounds, a snapshot after rounds 1 and 3: ``{round: last offset}``, the two snapshot offsets."""
+    with builder(location).build().init(task(tmp_path, "a")) as store:
+        ends = write_rounds(store, range(2))
+        first = store.snapshot(batch_id=1).offset
+        ends |= write_rounds(store, range(2, 4))
+        second = store.snapshot(batch_id=3).offset
+        ends |= write_rounds(store, range(4, 6))
+    assert (first, second) == (ends[1], ends[3])
+    return ends, first, second
+
+
+def test_the_state_at_an_offset_starts_from_the_newest_snapshot_at_or_below_it(location, tmp_path, written, caplog):
+    ends, first, second = written
+    caplog.set_level(logging.INFO, logger="kstate.log.history")
+    rebuilt, state = state_at(location, tmp_path)
+    assert state == every_key(5) and rebuilt.offset == ends[5]
+    assert rebuilt.snapshot.offset == second and rebuilt.snapshot.batch_id == 3
+    assert rebuilt.replayed == ends[5] - second, "only the changelog after the snapshot"
+    assert f"loaded the snapshot at offset {second} (batch 3)" in caplog.text
+    rebuilt, state = state_at(location, tmp_path, until=ends[2], name="at-2")
+    assert state == every_key(2) and rebuilt.snapshot.offset == first and rebuilt.replayed == ends[2] - first
+    rebuilt, state = state_at(location, tmp_path, until=ends[0], name="at-0")
+    assert state == every_key(0) and rebuilt.snapshot is None and rebuilt.replayed == ends[0] + 1
+
+
+def test_history_below_the_oldest_snapshot_is_not_needed(location, tmp_path, written):
+    ends, first, second = written
+    assert delete_history_below(location.url, location.storage_options, TOPIC, 0, first + 1) > 0
+    start = log_start(location.url, location.storage_options, TOPIC, 0)
+    assert 0 < start <= first + 1
+    assert state_at(location, tmp_path)[1] == every_key(5)
+    assert state_at(location, tmp_path, until=ends[2], name="at-2")[1] == every_key(2)
+    with pytest.raises(MissingHistoryError, match=rf"{TOPIC}-0.*from offset 0.*starts at offset {start}"):
+        state_at(location, tmp_path, until=ends[0], name="at-0")
+    # The store's own restore on a machine without local state: from the newest snapshot.
+    with builder(location).build().init(task(tmp_path, "b")) as elsewhere:
+        assert dict(elsewhere.all()) == every_key(5)
+        assert elsewhere.restored_records == ends[5] - second
+
+
+def test_a_damaged_snapshot_falls_back_to_an_older_one_and_none_is_a_typed_error(location, tmp_path, written, caplog):
+    ends, first, second = written
+    delete_history_below(location.url, location.storage_options, TOPIC, 0, first + 1)
+    damage_snapshot(location.url, location.storage_options, TOPIC, 0, second)
+    caplog.set_level(logging.INFO, logger="kstate.log.history")
+    rebuilt, state = state_at(location, tmp_path)
+    assert state == every_key(5) and rebuilt.snapshot.offset == first and rebuilt.replayed == ends[5] - first
+    assert f"the snapshot at offset {second}" in caplog.text and "cannot be used" in caplog.text
+    damage_snapshot(location.url, location.storage_options, TOPIC, 0, first)
+    with pytest.raises(MissingHistoryError, match=rf"{TOPIC}-0.*snapshots at offsets: {first}, {second}; {second}: "):
+        state_at(location, tmp_path, name="again")
+    # Nor does a store restore part of the state: its init refuses, and leaves nothing behind.
+    with pytest.raises(MissingHistoryError, match="no usable snapshot"):
+        builder(location).build().init(task(tmp_path, "b"))
+
+
+def test_without_snapshots_the_whole_changelog_replays(location, tmp_path):
+    plain = Stores.key_value_store_builder(Stores.persistent_key_value_store("counts"), "string", "int64")
+    with plain.with_logging_enabled(location.logging_config()).build().init(task(tmp_path, "a")) as store:
+        ends = write_rounds(store, range(3))
+    rebuilt, state = state_at(location, tmp_path)
+    assert state == every_key(2) and rebuilt.snapshot is None and rebuilt.replayed == ends[2] + 1
+
+
+def test_a_start_compaction_moved_is_no_missing_history():
+    # Compaction deletes a first segment whose every record has a later one: nothing is lost.
+    refuse_missing_history("a-0", 500, None, [], remote=False)
+    refuse_missing_history("a-0", 500, None, [100], remote=False)  # a snapshot compaction overtook
+    refuse_missing_history("a-0", 500, 499, [600], remote=False)  # the copy continues the changelog
+    with pytest.raises(MissingHistoryError, match="from offset 0"):
+        refuse_missing_history("a-0", 500, None, [499], remote=False)  # deleted below that snapshot
+    with pytest.raises(MissingHistoryError, match="from offset 101"):
+        refuse_missing_history("a-0", 500, 100, [], remote=True)  # an object store's compaction keeps offsets
