@@ -165,9 +165,11 @@ def rescale(args: argparse.Namespace, out=sys.stdout) -> None:
     if report.from_partitions == report.to_partitions:
         print(f"{args.application_id}: already {report.to_partitions} partitions, nothing to do", file=out)
         return
+    snapshots = f", {report.snapshots} snapshots ({report.snapshot_entries} entries)" if report.snapshots else ""
     print(
         f"{args.application_id}: {report.from_partitions} -> {report.to_partitions} partitions "
-        f"(generation {report.generation}, {report.records} changelog records read, state at batch {report.batch})",
+        f"(generation {report.generation}, {report.records} changelog records read{snapshots}, "
+        f"state at batch {report.batch})",
         file=out,
     )
 

@@ -2,7 +2,8 @@
 
 Spark routes a key to ``pmod(hash(keys), n)``, so a new ``n`` moves most keys to another
 partition. ``rescale`` rebuilds every store of the application for the new count: it reads each
-old partition's changelogs up to what its batch log records, computes every stored key's new
+old partition's state as of what its batch log records (the newest usable snapshot at or below
+that offset, then the changelog after it: ``kstate.log.history``), computes every stored key's new
 partition exactly as Spark will route it (the key columns come back out of the store key: the
 serde's value for a single key column, the pickled key of ``transform_with_state``'s state
 variables and timers), and publishes them as the state of a new *generation*
@@ -24,6 +25,7 @@ import tempfile
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +34,12 @@ import pyarrow as pa
 
 from kstate import _core
 from kstate.errors import InvalidArgumentError, PartitioningChangedError, ProcessorStateError
+from kstate.log.history import StoreHistory, open_snapshot_store, store_entries
 from kstate.log.object_store import ObjectStore, is_url
 from kstate.spark.protocol.batch_log import EMPTY_STATE, BatchEntry, BatchLog, RemoteBatchLog
 from kstate.spark.protocol.exactly_once import PartitionState, StateLayout, stage_raw
 from kstate.spark.protocol.locking import FileLock
-from kstate.spark.protocol.published_changelog import published_changelog, stored_entries
+from kstate.spark.protocol.published_changelog import stored_entries
 from kstate.spark.protocol.task import TaskInfo
 from kstate.spark.protocol.undo import UNDO_SCHEMA, RemoteUndoFiles, UndoFiles
 from kstate.spark.routing.hashing import partition_ids
@@ -69,6 +72,10 @@ class RescaleReport:
     generation: int
     records: int = 0
     """Changelog records read from the old partitions."""
+    snapshots: int = 0
+    """Old store partitions read from a snapshot (and the changelog after it only)."""
+    snapshot_entries: int = 0
+    """Entries read from those snapshots."""
     batch: int = EMPTY_STATE
     """The batch the new partitions' state is at (the latest of the old partitions)."""
 
@@ -316,14 +323,11 @@ def _move_partitions(
                     if end is None:
                         continue
                     description = record.stores[builder.name]
-                    changelog = published_changelog(old_layout, builder.name, p)
-                    for batch in changelog.records(None, end, changelog.watch()):
-                        report.records += batch.num_rows
-                        if description["key"] == "event-time":
-                            _collect_event_times(batch, event_times)
-                            continue
-                        stored = stored_entries(batch, description["supplier"]["timestamped"])
-                        _stage_routed(builder.name, description, stored, router, opened)
+                    if description["key"] == "event-time":
+                        stage: Callable[[pa.Table], None] = partial(_collect_event_times, event_times=event_times)
+                    else:
+                        stage = partial(_stage_routed, builder.name, description, router=router, opened=opened)
+                    _read_state(location, old_app, builder.name, p, end, description, stage, report)
                 for batch_id, tables in walked:
                     batch_ids.add(batch_id)
                     for store, table in tables.items():
@@ -348,6 +352,41 @@ def _move_partitions(
         batch_ids = {b for b in batch_ids if b >= cutoff}
         floor = cutoff - 1
     return history, sorted(batch_ids), floor
+
+
+def _read_state(
+    location: _Location,
+    app: str,
+    store: str,
+    partition: int,
+    end: int,
+    description: Mapping[str, Any],
+    stage: Callable[[pa.Table], None],
+    report: RescaleReport,
+) -> None:
+    """Hands ``stage`` the state of ``store`` in old ``partition`` at changelog offset ``end``
+    as stored entries (``key``, ``value``; ``None`` deletes), in order: the entries of the
+    newest usable snapshot at or below ``end``, then the changelog records after it
+    (``kstate.log.history``; the changelog before the snapshot is not read, and may be gone)."""
+    timestamped = description["supplier"]["timestamped"]
+    history = StoreHistory(
+        location.url or str(location.directory), f"{app}-{store}-changelog", partition, location.options
+    )
+    with tempfile.TemporaryDirectory(prefix="kstate-rescale-") as scratch:
+        files = str(Path(scratch) / store)
+        loaded = history.load_snapshot(end, files)
+        if loaded is not None:
+            snapshot = open_snapshot_store(files, history.offset_key, timestamped, loaded.offset)
+            try:
+                for entries in store_entries(snapshot):
+                    report.snapshot_entries += entries.num_rows
+                    stage(entries)
+            finally:
+                snapshot.close()
+            report.snapshots += 1
+    for batch in history.records(None if loaded is None else loaded.offset, end):
+        report.records += batch.num_rows
+        stage(stored_entries(batch, timestamped))
 
 
 def _stage_routed(
