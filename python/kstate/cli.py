@@ -2,7 +2,8 @@
 
 kstate log dump <partition dir> [--deep] [--no-data]   entries of every segment, like kafka-dump-log
 kstate log offsets-for-times <partition dir> <ms>      first offset with a timestamp >= ms
-kstate inspect <state dir> [--json]                     stores, partitions, committed offsets, sizes
+kstate inspect <state dir> [--json] [--exact]           stores, partitions, committed offsets, sizes
+kstate inspect <changelog dir> --history [--json]       changelogs, snapshots, the state their history gives
 kstate serve <changelog dir> --application-id ID --port P   a replica's reads over HTTP/JSON
 """
 
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from kstate import __version__
 from kstate.errors import InvalidArgumentError, KStateError
-from kstate.inspection import inspect_state
+from kstate.inspection import inspect_history, inspect_state
 from kstate.log import Partition, decode, shallow_entries
 from kstate.upgrade import find_stores, upgrade_store
 
@@ -111,8 +112,15 @@ def _size(n: int) -> str:
     return str(n)
 
 
-def inspect(path: Path, as_json: bool, out=sys.stdout) -> None:
-    reports = inspect_state(path)
+def _table(header: tuple[str, ...], rows: list[tuple[str, ...]], out) -> None:
+    """Columns padded to their widest cell, the last one as it is."""
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
+    for row in [header, *rows]:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1], file=out)
+
+
+def inspect(path: Path, as_json: bool, exact: bool = False, out=sys.stdout) -> None:
+    reports = inspect_state(path, count_entries=exact)
     if as_json:
         rows = [
             {
@@ -123,6 +131,7 @@ def inspect(path: Path, as_json: bool, out=sys.stdout) -> None:
                 "kind": r.kind,
                 "segments": r.segments,
                 "approximate_entries": r.approximate_entries,
+                **({"entries": r.entries} if exact else {}),
                 "disk_bytes": r.disk_bytes,
                 "offsets": r.offsets,
             }
@@ -133,25 +142,53 @@ def inspect(path: Path, as_json: bool, out=sys.stdout) -> None:
     if not reports:
         print(f"no store under {path}", file=out)
         return
-    header = ("application", "partition", "store", "kind", "entries~", "disk", "committed offsets")
+    header = ("application", "partition", "store", "kind", "entries" if exact else "entries~", "disk")
     rows = [
         (
             r.application_id,
             "-" if r.partition is None else str(r.partition),
             r.name,
             r.kind if r.kind == "key-value" else f"{r.segments} segments",
-            str(r.approximate_entries),
+            str(r.entries if exact else r.approximate_entries),
             _size(r.disk_bytes),
             " ".join(f"{k}={v}" for k, v in sorted(r.offsets.items())) or "-",
         )
         for r in reports
     ]
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
-    for row in [header, *rows]:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1], file=out)
+    _table((*header, "committed offsets"), rows, out)
     total = sum(r.disk_bytes for r in reports)
     partitions = {(r.application_id, r.partition) for r in reports}
     print(f"{len(reports)} stores, {len(partitions)} partitions, {_size(total)} on disk", file=out)
+
+
+def inspect_changelogs(location: str, options: dict[str, str], as_json: bool, out=sys.stdout) -> int:
+    """Prints every store changelog partition at ``location`` with its snapshots and the state
+    its history gives; returns how many cannot give their state (history deleted, no usable
+    snapshot)."""
+    reports = inspect_history(location, options)
+    missing = sum(r.error is not None for r in reports)
+    if as_json:
+        print(json.dumps([vars(r) for r in reports], indent=2), file=out)
+        return missing
+    if not reports:
+        print(f"no store changelog at {location}", file=out)
+        return 0
+    header = ("changelog", "offsets", "snapshots", "state from", "replayed", "entries", "state at")
+    rows = [
+        (
+            f"{r.topic}-{r.partition}",
+            "-" if r.log_start_offset is None else f"{r.log_start_offset}..{r.log_end_offset - 1}",
+            str(len(r.snapshots)) + (f" (newest {r.snapshots[-1]})" if r.snapshots else ""),
+            "-" if r.error else "changelog" if r.snapshot_offset is None else f"snapshot {r.snapshot_offset}",
+            "-" if r.error else str(r.replayed_records),
+            "-" if r.error else str(r.entries),
+            f"MISSING HISTORY: {r.error}" if r.error else "-" if r.offset is None else str(r.offset),
+        )
+        for r in reports
+    ]
+    _table(header, rows, out)
+    print(f"{len(reports)} changelog partitions, {missing} without the history their state needs", file=out)
+    return missing
 
 
 def rescale(args: argparse.Namespace, out=sys.stdout) -> None:
@@ -227,8 +264,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     inspect_parser = commands.add_parser(
         "inspect", help="list the stores of a state directory: partitions, committed offsets, sizes (read-only)"
     )
-    inspect_parser.add_argument("path", type=Path, help="a state directory, or an application's or task's")
+    inspect_parser.add_argument(
+        "path", help="a state directory, or an application's or task's; with --history a changelog directory or URL"
+    )
     inspect_parser.add_argument("--json", action="store_true", help="one JSON object per store")
+    inspect_parser.add_argument("--exact", action="store_true", help="count the entries (a scan), not estimate them")
+    inspect_parser.add_argument(
+        "--history",
+        action="store_true",
+        help="the store changelogs at path, their snapshots and the state each one's history gives (rebuilt and "
+        "counted from the newest usable snapshot and the changelog after it)",
+    )
+    inspect_parser.add_argument(
+        "--storage-option", action="append", default=[], metavar="KEY=VALUE", help="fsspec option of a URL"
+    )
     rescale_parser = commands.add_parser(
         "rescale", help="rebuild a kstate.spark application's state for another partition count (query stopped)"
     )
@@ -266,9 +315,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             upgrade(args.path, args.dry_run)
             return 0
         if args.command == "inspect":
-            if not args.path.is_dir():
+            if args.history:
+                options = dict(option.split("=", 1) for option in args.storage_option)
+                return 1 if inspect_changelogs(args.path, options, args.json) else 0
+            if not Path(args.path).is_dir():
                 raise InvalidArgumentError(f"{args.path} is not a directory")
-            inspect(args.path, args.json)
+            inspect(Path(args.path), args.json, args.exact)
             return 0
         _check_partition_dir(args.partition_dir)
         if args.log_command == "dump":

@@ -310,17 +310,22 @@ class Rebuilt:
     seconds: float
 
 
-def rebuild_state(history: StoreHistory, directory: str, timestamped: bool, until: int | None = None) -> Rebuilt:
+def rebuild_state(
+    history: StoreHistory, directory: str, timestamped: bool | None = None, until: int | None = None
+) -> Rebuilt:
     """Builds in the new directory ``directory`` a RocksDB key-value store holding the state of
     ``history``'s store partition as of offset ``until`` (``None``: the changelog's end): its
     newest usable snapshot, then the changelog after it, committed at the last offset read.
-    Raises ``MissingHistoryError`` when its history cannot give that state."""
+    ``timestamped``: the store's format (``None``: the snapshot's, plain without one). Raises
+    ``MissingHistoryError`` when its history cannot give that state."""
     started = time.monotonic()
     if os.path.exists(directory):
         raise FileExistsError(directory)
     snapshot = history.load_snapshot(until, directory)
     if snapshot is None:
         os.makedirs(directory)
+    if timestamped is None:
+        timestamped = snapshot is not None and _core.inspect_store(directory)[0] != "plain"
     offset = None if snapshot is None else snapshot.offset
     store = open_snapshot_store(directory, history.offset_key, timestamped, offset)
     replayed = 0

@@ -42,12 +42,19 @@ pub fn upgrade_store_to_timestamped(
     Ok(converted)
 }
 
-/// `(offsets as {name: value}, approximate entries)` of the store at `path`, read-only.
+/// `(offsets as {name: value}, approximate entries, entries counted)` of the store at `path`,
+/// read-only; the entries are counted (a scan) only with `count_entries`, else `None`.
 #[pyfunction]
-pub fn summarize_store(py: Python<'_>, path: &str) -> PyResult<(HashMap<String, i64>, u64)> {
-    let found = py.detach(|| guard(|| inspect::summarize(Path::new(path))))?;
+#[pyo3(signature = (path, count_entries=false))]
+pub fn summarize_store(
+    py: Python<'_>,
+    path: &str,
+    count_entries: bool,
+) -> PyResult<(HashMap<String, i64>, u64, Option<u64>)> {
+    let found = py.detach(|| guard(|| inspect::summarize(Path::new(path), count_entries)))?;
     Ok((
         found.offsets.into_iter().collect(),
         found.approximate_entries,
+        found.entries,
     ))
 }

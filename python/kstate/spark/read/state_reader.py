@@ -30,6 +30,9 @@ one else can write.
 
 The state is read by one Spark task per partition, opening the partition's stores read-only
 (as ``StateBackend.state_dataframe``): a running query's task of that partition waits meanwhile.
+A store missing from the local state dir is restored first as the query restores it, from the
+newest snapshot beside its changelog and the changelog after it; one whose history below its
+changelog's start is gone with no usable snapshot is ``MissingHistoryError``, not a partial state.
 The change feed reads the changelogs and batch logs directly (no stores, no locks): for each
 batch in the range, the records its last attempt published (a replayed batch's rolled-back
 attempt does not count), up to one record per key and batch.
@@ -55,8 +58,7 @@ from kstate.spark.format.state_values import VariableDecoder, plain_unpickle
 from kstate.spark.processor.state_variables import TIMERS_BY_KEY
 from kstate.spark.protocol.batch_log import BatchEntry
 from kstate.spark.protocol.task import TaskInfo
-from kstate.spark.routing.partitioning import PartitioningLog
-from kstate.stores import Stores
+from kstate.spark.routing.partitioning import PartitioningLog, store_builder
 
 
 def _flag(value: Any, name: str) -> bool:
@@ -184,10 +186,10 @@ def read_processor_state(
     if change_feed and url is not None:
         raise InvalidArgumentError("the change feed reads changelogs on a file system, not at a URL")
 
-    builders = [
-        Stores.key_value_store_builder(Stores.persistent_key_value_store(name), "bytes", "bytes")
-        for name in partitioning.stores
-    ]
+    # The stores as the query built them, logging configs included: a partition restores as the
+    # query would, from the newest snapshot beside its changelog (on an object store listed only by
+    # stores that take snapshots) and the changelog after it.
+    builders = [store_builder(name, description) for name, description in partitioning.stores.items()]
     backend = StateBackend(
         builders,
         state_dir,
