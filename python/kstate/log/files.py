@@ -41,6 +41,8 @@ def read_log(partition_dir: Path, start: int = 0, end: int | None = None) -> Ite
         if end is not None and int(segment.stem) >= end:
             return
         with open(segment, "rb") as file:
+            if int(segment.stem) < start:
+                file.seek(_indexed_position(file, segment, start))
             chunk_bytes = _CHUNK_BYTES
             while True:
                 position = file.tell()
@@ -58,6 +60,35 @@ def read_log(partition_dir: Path, start: int = 0, end: int | None = None) -> Ite
                 file.seek(position + consumed)
                 batch = decode_arrow(data[:consumed])
                 yield _between(batch, start, end)
+
+
+_INDEX_ENTRY = struct.Struct(">ii")
+_ENTRY_HEADER = struct.Struct(">qi")
+
+
+def _indexed_position(file: Any, segment: Path, offset: int) -> int:
+    """Where reading ``segment`` for the records from ``offset`` on can start: the position of
+    the last entry its offset index (``.index``, spec 3.7: an entry's offset relative to the
+    base and its position, one per ``index.interval.bytes`` of log) names at or below
+    ``offset``, if the entry there has that offset (an index written before a truncation could
+    name another); else 0."""
+    base = int(segment.stem)
+    try:
+        data = segment.with_suffix(".index").read_bytes()
+    except FileNotFoundError:
+        return 0
+    indexed, position = base, 0
+    for at in range(0, len(data) - len(data) % _INDEX_ENTRY.size, _INDEX_ENTRY.size):
+        relative, physical = _INDEX_ENTRY.unpack_from(data, at)
+        if (at and relative == 0 and physical == 0) or base + relative > offset:
+            break  # Kafka's zero-filled tail, or past the offset
+        indexed, position = base + relative, physical
+    if position == 0:
+        return 0
+    file.seek(position)
+    header = file.read(_ENTRY_HEADER.size)
+    found = _ENTRY_HEADER.unpack(header)[0] if len(header) == _ENTRY_HEADER.size else None
+    return position if found == indexed else 0
 
 
 def _between(batch: Any, start: int, end: int | None) -> Any:
