@@ -261,3 +261,18 @@ def test_snapshots_by_changelog_bytes(tmp_path):
     partition = tmp_path / "changelog" / f"{TOPIC}-0"
     manifests = os.listdir(partition / "snapshots" / "manifests")
     assert manifests == [f"{2_000:020d}.snapshot"], "the second commit passed the bytes"
+
+
+def test_commits_count_across_store_objects_of_one_local_state(tmp_path):
+    """In Spark a partition's next batch often runs in another Python worker, which opens the
+    store anew on the same local state: the commits since the last snapshot still add up."""
+    location = {"changelog.dir": str(tmp_path / "changelog"), "minDeltasForSnapshot": 4}
+    supplier = Stores.persistent_key_value_store("counts")
+    builder = Stores.key_value_store_builder(supplier, "string", "int64").with_logging_enabled(location)
+    manifests = tmp_path / "changelog" / f"{TOPIC}-0" / "snapshots" / "manifests"
+    offsets = []
+    for commit in range(6):
+        with builder.build().init(task(tmp_path, "a")) as store:  # one commit per store object
+            offsets.append(write_round(store, commit, keys=10))
+        published = sorted(os.listdir(manifests)) if manifests.exists() else []
+        assert published == ([f"{offsets[3]:020d}.snapshot"] if commit >= 3 else []), commit
