@@ -346,6 +346,7 @@ def test_a_snapshot_with_a_damaged_segment_file_is_not_used(location, tmp_path, 
             write_round(store, reference, r)
         newer = store.snapshot()
         last = write_round(store, reference, 6)
+    assert newer.files_copied < newer.files, "table files the older snapshot published are not copied again"
     stored = stored_snapshots(location)
     manifest, earlier = stored.read(newer.offset), stored.read(older.offset)
     path, _, own_table = next(f for f in manifest.files_not_in(earlier) if f[0].endswith(".sst"))
