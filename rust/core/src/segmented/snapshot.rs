@@ -73,36 +73,39 @@ impl SegmentedFiles {
     /// of the segment and its interval file. Returns the offset and stream time the files hold;
     /// `None`, capturing nothing, while the store has no committed offset.
     pub fn capture(&self, dir: &Path) -> Result<Option<SegmentedCapture>> {
-        // The slow part first, commits going on: what they wrote reaches table files.
-        for files in self.live()?.2.values() {
-            files.flush()?;
+        // The slow part first, commits going on: what they wrote reaches table files. A segment
+        // a commit expires meanwhile is closed: it needs no flush.
+        for files in self.live()?.segments.values() {
+            match files.flush() {
+                Err(Error::Closed(_)) => {}
+                other => other?,
+            }
         }
         let writes = hold_writes(&self.writes)?;
-        let (offset, stream_time, live) = self.live()?;
-        let Some(offset) = offset else {
+        let live = self.live()?;
+        let Some(offset) = live.offset else {
             return Ok(None);
         };
         std::fs::create_dir(dir)
             .map_err(|e| Error::Storage(format!("creating the capture {}: {e}", dir.display())))?;
         let segment_dir = |id| dir.join(segment_name(&self.name, id, self.segment_interval));
-        for (&id, files) in &live {
+        for (&id, files) in &live.segments {
             files.checkpoint(&segment_dir(id))?;
         }
         drop(writes);
-        for &id in live.keys() {
+        for &id in live.segments.keys() {
             write_segment_interval(&segment_dir(id), self.segment_interval)?;
         }
         Ok(Some(SegmentedCapture {
             offset,
-            stream_time,
-            segments: live.len(),
+            stream_time: live.stream_time,
+            segments: live.segments.len(),
         }))
     }
 
     /// The committed offset and stream time, and the files of the segments live at that
     /// stream time.
-    #[allow(clippy::type_complexity)]
-    fn live(&self) -> Result<(Option<i64>, i64, BTreeMap<i64, CommittedFiles>)> {
+    fn live(&self) -> Result<Live> {
         let committed = self
             .committed
             .read()
@@ -115,13 +118,23 @@ impl SegmentedFiles {
             stream_time.saturating_sub(self.retention_ms),
             self.segment_interval,
         );
-        let live = committed
-            .files
-            .range(min_live..)
-            .map(|(&id, files)| (id, files.clone()))
-            .collect();
-        Ok((committed.offset, stream_time, live))
+        Ok(Live {
+            offset: committed.offset,
+            stream_time,
+            segments: committed
+                .files
+                .range(min_live..)
+                .map(|(&id, files)| (id, files.clone()))
+                .collect(),
+        })
     }
+}
+
+/// The committed state as a capture reads it.
+struct Live {
+    offset: Option<i64>,
+    stream_time: i64,
+    segments: BTreeMap<i64, CommittedFiles>,
 }
 
 /// Checks that the directory `dir` holding a restored snapshot's segments can be the store
