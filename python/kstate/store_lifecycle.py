@@ -448,8 +448,8 @@ class StoreLifecycle:
         """Publish a snapshot of the committed state beside the changelog now (after one running
         in the background); returns what it copied, or ``None`` when nothing is committed or the
         newest snapshot holds this offset already. Persistent transactional stores (key-value,
-        window, session) with a changelog; with ``minDeltasForSnapshot`` or ``minDeltaBytesForSnapshot`` set,
-        commits take snapshots by themselves."""
+        window, session) with a changelog; with ``minDeltasForSnapshot`` or
+        ``minDeltaBytesForSnapshot`` set, commits take snapshots by themselves."""
         writer = self._writer() if self._reader.is_open else None
         if writer is None:
             raise InvalidArgumentError(
