@@ -241,12 +241,12 @@ def test_snapshot_options_are_checked(tmp_path):
     with memory.with_logging_enabled(local).build().init(tmp_path / "m" / APP / "0_0") as store:
         with pytest.raises(InvalidArgumentError, match="takes no snapshots"):
             store.snapshot()
-    with pytest.raises(InvalidArgumentError, match="need a persistent transactional key-value store"):
+    with pytest.raises(InvalidArgumentError, match="need a persistent transactional store"):
         memory.with_logging_enabled({**local, "minDeltasForSnapshot": 5}).build().init(tmp_path / "m2" / APP / "0_0")
     window = Stores.window_store_builder(
-        Stores.persistent_window_store("w", retention_ms=60_000, window_size_ms=1_000), "string", "int64"
+        Stores.in_memory_window_store("w", retention_ms=60_000, window_size_ms=1_000), "string", "int64"
     )
-    with pytest.raises(InvalidArgumentError, match="window and session stores take no snapshots yet"):
+    with pytest.raises(InvalidArgumentError, match="need a persistent transactional store"):
         window.with_logging_enabled({**local, "minDeltasForSnapshot": 5}).build().init(tmp_path / "w" / APP / "0_0")
 
 
