@@ -10,7 +10,7 @@ import logging
 
 import pytest
 
-from kstate import Stores
+from kstate import Stores, _core
 from kstate.errors import MissingHistoryError
 from kstate.log.history import StoreHistory, open_snapshot_store, rebuild_state, refuse_missing_history, store_entries
 
@@ -143,3 +143,24 @@ def test_a_start_compaction_moved_is_no_missing_history():
         refuse_missing_history("a-0", 500, None, [499], remote=False)  # deleted below that snapshot
     with pytest.raises(MissingHistoryError, match="from offset 101"):
         refuse_missing_history("a-0", 500, 100, [], remote=True)  # an object store's compaction keeps offsets
+
+
+def test_a_window_store_s_state_is_its_snapshot_s_segments_and_the_changelog_after(location, tmp_path):
+    minute = 60_000
+    supplier = Stores.persistent_window_store("clicks", retention_ms=60 * minute, window_size_ms=minute)
+    windows = Stores.window_store_builder(supplier, "string", "int64").with_logging_enabled(
+        location.logging_config(minDeltasForSnapshot=1_000, **{"retention.ms": "-1"})  # event times of 1970
+    )
+    with windows.build().init(task(tmp_path, "a")) as store:
+        for i in range(40):  # 40 windows over several segments (segments of 30 minutes)
+            store.put(f"k{i % 4}", i, window_start=i * minute)
+        store.commit()
+        published = store.snapshot()
+        store.put("k3", 99, window_start=39 * minute)  # window 39 is k3's: rewritten
+        store.put("k9", 1, window_start=40 * minute)
+        last = store.commit()
+    history = StoreHistory(location.url, f"{APP}-clicks-changelog", 0, location.storage_options)
+    rebuilt = rebuild_state(history, str(tmp_path / "rebuilt" / "clicks"))
+    assert rebuilt.snapshot.kind == "window" and rebuilt.snapshot.offset == published.offset
+    assert rebuilt.replayed == 2 and rebuilt.offset == last
+    assert _core.summarize_store(rebuilt.directory, True)[2] == 41, "40 windows, one rewritten, one new"

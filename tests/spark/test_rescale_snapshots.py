@@ -3,7 +3,7 @@ session): each old partition's state is read from its newest snapshot at or belo
 log records, then the changelog after it, so a changelog whose history below the oldest
 snapshot was deleted (by hand here, as a retention would) rescales exactly; with every snapshot
 over the deleted history unusable the rescale stops with ``MissingHistoryError`` and switches
-nothing. A window store without snapshots beside them rescales from its changelog. On a shared
+nothing. A window store's snapshot holds its segments, read segment by segment. On a shared
 directory and on moto's S3."""
 
 import collections
@@ -23,7 +23,7 @@ from snapshots.history_retention import damage_snapshot, delete_history_below, l
 
 from .test_rescale import DAY, MINUTE, batch_rows
 
-SNAPSHOTTED = ("counts", "latest")
+SNAPSHOTTED = ("counts", "latest", "per_minute")
 LOGGING = {"minDeltasForSnapshot": 2, "segment.bytes": 2048}
 """A snapshot every second commit; small segments, so that a retention has whole ones to delete."""
 
@@ -51,7 +51,7 @@ def backend_of(tmp_path, changelog, num_partitions=None):
                 Stores.persistent_window_store("per_minute", retention_ms=10 * DAY, window_size_ms=MINUTE),
                 "string",
                 "int64",
-            ),
+            ).with_logging_enabled(LOGGING),
         ],
         tmp_path / "state",
         url,
@@ -130,7 +130,7 @@ def test_a_rescale_reads_snapshots_and_needs_no_history_below_them(tmp_path, cha
     idle.IDLE.release_all()  # the parked stores close once their snapshots are out
     delete_history(changelog)
     report = rescale(changelog[0], "app", 3, storage_options=changelog[1])
-    assert report.snapshots == 4, "both snapshotted stores of both old partitions"
+    assert report.snapshots == 6, "the three stores of both old partitions"
     assert report.snapshot_entries > 0 and report.batch == 5
     rescaled = backend_of(tmp_path, changelog)
     assert state_of(rescaled, 3) == reference(range(6))

@@ -85,6 +85,9 @@ class Loaded:
 
     offset: int
     batch_id: int | None
+    kind: str
+    """The store kind: ``key-value`` (the directory is its RocksDB store), ``window`` or
+    ``session`` (the directory holds its segments, ``<store>.<start ms>``)."""
     files: int
     bytes: int
     seconds: float
@@ -181,12 +184,12 @@ class StoreHistory:
                 return link.object.name
         return None
 
-    def load_snapshot(self, until: int | None, into: str, kind: str = "key-value") -> Loaded | None:
+    def load_snapshot(self, until: int | None, into: str, kind: str | None = None) -> Loaded | None:
         """Fetches into the new directory ``into``, checked, the newest usable snapshot at or
         below ``until`` (``None``: the newest) that the changelog continues (see the module
-        docstring) and returns it; ``None`` when the changelog alone gives the state (replay it
-        from its start). Raises ``MissingHistoryError`` when neither does. Logs the snapshot
-        used or why one was not."""
+        docstring), of a store of ``kind`` (``None``: any), and returns it; ``None`` when the
+        changelog alone gives the state (replay it from its start). Raises
+        ``MissingHistoryError`` when neither does. Logs the snapshot used or why one was not."""
         log_start = self.log_start_offset()
         listed = self.snapshots.offsets()
         candidates = [
@@ -205,7 +208,7 @@ class StoreHistory:
                         f"it lies inside the compacted object {compacted}, which may have dropped deletes of its keys"
                     )
                 manifest = self.snapshots.read(offset)
-                if manifest.kind != kind:
+                if kind is not None and manifest.kind != kind:
                     raise CorruptedDataError(f"it holds a {manifest.kind} store, not a {kind} store")
                 from tqdm import tqdm
 
@@ -237,16 +240,19 @@ class StoreHistory:
                 fetched.bytes / 2**20 / max(fetched.seconds, 1e-9),
                 offset + 1,
             )
-            return Loaded(offset, manifest.batch_id, fetched.files, fetched.bytes, fetched.seconds)
+            return Loaded(offset, manifest.batch_id, manifest.kind, fetched.files, fetched.bytes, fetched.seconds)
         refuse_missing_history(self.location, log_start, None, listed, self.remote, "; ".join(tried))
         return None
 
 
-def open_snapshot_store(directory: str, offset_key: str, timestamped: bool, offset: int | None) -> Any:
-    """The native store on a fetched snapshot's files in ``directory`` (a scratch copy: what it
-    writes stays there; an empty directory for none), checked to stand at ``offset``. The files
-    were captured from an open store, so they open with ``"changelog"`` durability (they say the
-    store was not closed, which tells nothing here, and keep their offset)."""
+def open_snapshot_store(
+    directory: str, offset_key: str, timestamped: bool, offset: int | None, checked: bool = True
+) -> Any:
+    """The native key-value store on a fetched snapshot's files in ``directory`` (a scratch
+    copy: what it writes stays there; an empty directory for none), checked to stand at
+    ``offset`` (not ``checked``: a segment's). The files were captured from an open store, so
+    they open with ``"changelog"`` durability (they say the store was not closed, which tells
+    nothing here, and keep their offset)."""
     store, _ = _core.KeyValueStore.open_rocksdb(
         os.path.basename(directory),
         directory,
@@ -259,10 +265,28 @@ def open_snapshot_store(directory: str, offset_key: str, timestamped: bool, offs
         durability=DURABILITY_CHANGELOG,
     )
     found = store.committed_offset()
-    if found != offset:
+    if checked and found != offset:
         store.close()
         raise CorruptedDataError(f"the snapshot at offset {offset} opened at offset {found}")
     return store
+
+
+def snapshot_entries(directory: str, snapshot: Loaded, offset_key: str, timestamped: bool) -> Iterator[Any]:
+    """Every entry of the snapshot fetched into ``directory`` as ``store_entries`` gives them: a
+    key-value store's (checked to stand at the snapshot's offset), or each segment's of a window
+    or session store, oldest first (their keys are the store keys: key, then times)."""
+    if snapshot.kind == "key-value":
+        stores = [directory]
+    else:
+        names = [n for n in os.listdir(directory) if os.path.isdir(os.path.join(directory, n))]
+        stores = [os.path.join(directory, n) for n in sorted(names, key=lambda n: int(n.rsplit(".", 1)[1]))]
+    for path in stores:
+        # A segment records the offset of the last commit that wrote it, not the snapshot's.
+        store = open_snapshot_store(path, offset_key, timestamped, snapshot.offset, snapshot.kind == "key-value")
+        try:
+            yield from store_entries(store)
+        finally:
+            store.close()
 
 
 def store_entries(store: Any) -> Iterator[Any]:
@@ -315,23 +339,33 @@ def rebuild_state(
 ) -> Rebuilt:
     """Builds in the new directory ``directory`` a RocksDB key-value store holding the state of
     ``history``'s store partition as of offset ``until`` (``None``: the changelog's end): its
-    newest usable snapshot, then the changelog after it, committed at the last offset read.
-    ``timestamped``: the store's format (``None``: the snapshot's, plain without one). Raises
-    ``MissingHistoryError`` when its history cannot give that state."""
+    newest usable snapshot, then the changelog after it, committed at the last offset read. A
+    window or session store's state is its store keys' entries (what its changelog holds, with
+    no retention applied). ``timestamped``: the store's format (``None``: the snapshot's, plain
+    without one). Raises ``MissingHistoryError`` when its history cannot give that state."""
     started = time.monotonic()
     if os.path.exists(directory):
         raise FileExistsError(directory)
-    snapshot = history.load_snapshot(until, directory)
-    if snapshot is None:
-        os.makedirs(directory)
+    fetched = f"{directory}.snapshot"
+    snapshot = history.load_snapshot(until, fetched)
+    key_value = snapshot is not None and snapshot.kind == "key-value"
     if timestamped is None:
-        timestamped = snapshot is not None and _core.inspect_store(directory)[0] != "plain"
-    offset = None if snapshot is None else snapshot.offset
+        timestamped = snapshot is not None and _snapshot_format(fetched, snapshot) != "plain"
+    if key_value:
+        os.rename(fetched, directory)
+    else:
+        os.makedirs(directory)
+    offset = snapshot.offset if key_value else None  # type: ignore[union-attr]
     store = open_snapshot_store(directory, history.offset_key, timestamped, offset)
     replayed = 0
     from tqdm import tqdm
 
     try:
+        if snapshot is not None and not key_value:
+            for entries in snapshot_entries(fetched, snapshot, history.offset_key, timestamped):
+                store.put_all(entries.column("key").to_pylist(), entries.column("value").to_pylist())
+            offset = snapshot.offset
+            store.commit(offset, time.time_ns() // 1_000_000)
         with tqdm(desc=f"replaying {history.offset_key}", unit=" records", unit_scale=True, disable=None) as bar:
             for batch in history.records(offset, until):
                 if not batch.num_rows:
@@ -343,7 +377,8 @@ def rebuild_state(
                 bar.update(batch.num_rows)
     finally:
         store.close()
-    shutil.rmtree(f"{directory}.uncommitted", ignore_errors=True)
+        for leftover in (fetched, f"{directory}.uncommitted"):
+            shutil.rmtree(leftover, ignore_errors=True)
     seconds = time.monotonic() - started
     log.info(
         "History of %s: rebuilt the state at offset %s from %s and %d changelog records in %.2f s",
@@ -354,3 +389,14 @@ def rebuild_state(
         seconds,
     )
     return Rebuilt(directory, offset, snapshot, replayed, seconds)
+
+
+def _snapshot_format(directory: str, snapshot: Loaded) -> str:
+    """``plain`` or ``timestamped`` (or ``upgrading``): the format of a fetched snapshot's store,
+    or of its first segment's."""
+    if snapshot.kind != "key-value":
+        segments = sorted(n for n in os.listdir(directory) if os.path.isdir(os.path.join(directory, n)))
+        if not segments:
+            return "plain"
+        directory = os.path.join(directory, segments[0])
+    return str(_core.inspect_store(directory)[0])

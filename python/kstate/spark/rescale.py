@@ -34,7 +34,7 @@ import pyarrow as pa
 
 from kstate import _core
 from kstate.errors import InvalidArgumentError, PartitioningChangedError, ProcessorStateError
-from kstate.log.history import StoreHistory, open_snapshot_store, store_entries
+from kstate.log.history import StoreHistory, snapshot_entries
 from kstate.log.object_store import ObjectStore, is_url
 from kstate.spark.protocol.batch_log import EMPTY_STATE, BatchEntry, BatchLog, RemoteBatchLog
 from kstate.spark.protocol.exactly_once import PartitionState, StateLayout, stage_raw
@@ -60,6 +60,8 @@ KeyFunction = Callable[[bytes], tuple]
 
 _SUFFIX = {"key_value": 0, "window": 12, "session": 16}
 """Window store keys end in start (8) + seq (4), session keys in end (8) + start (8)."""
+_SNAPSHOT_KIND = {"key_value": "key-value", "window": "window", "session": "session"}
+"""A snapshot manifest's name of each store kind."""
 _MAX_HISTORY = 1000
 
 
@@ -382,15 +384,11 @@ def _read_state(
         return
     with tempfile.TemporaryDirectory(prefix="kstate-rescale-") as scratch:
         files = str(Path(scratch) / store)
-        loaded = history.load_snapshot(end, files)
+        loaded = history.load_snapshot(end, files, _SNAPSHOT_KIND[description["kind"]])
         if loaded is not None:
-            snapshot = open_snapshot_store(files, history.offset_key, timestamped, loaded.offset)
-            try:
-                for entries in store_entries(snapshot):
-                    report.snapshot_entries += entries.num_rows
-                    stage(entries)
-            finally:
-                snapshot.close()
+            for entries in snapshot_entries(files, loaded, history.offset_key, timestamped):
+                report.snapshot_entries += entries.num_rows
+                stage(entries)
             report.snapshots += 1
     for batch in history.records(None if loaded is None else loaded.offset, end):
         report.records += batch.num_rows
