@@ -45,9 +45,8 @@ from .workload import (  # noqa: E402
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 LOGGING = {"minDeltasForSnapshot": 1, "segment.bytes": 100}
-"""A snapshot after every commit (a store counts the commits since it opened, and a partition may
-move to another Python worker every batch); a segment about every commit, so that a retention
-has whole ones to delete."""
+"""A snapshot after every commit, so the newest is at the last batch's; a segment about every
+commit, so that a retention has whole ones to delete."""
 
 
 @pytest.fixture(scope="module")
