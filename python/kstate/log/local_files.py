@@ -100,7 +100,7 @@ class LocalFiles:
             entries = list(os.scandir(self._path(directory)))
         except FileNotFoundError:
             return {}
-        found = {}
+        found: dict[str, tuple[int, float | None]] = {}
         for entry in entries:
             try:
                 if entry.is_file(follow_symlinks=False):
