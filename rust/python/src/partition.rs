@@ -219,3 +219,10 @@ impl NativePartition {
         }
     }
 }
+
+/// The offset the records of a partition directory were deleted before (Kafka's `DeleteRecords`),
+/// read without opening the log; 0 if they never were.
+#[pyfunction]
+pub fn records_deleted_before(partition_dir: &str) -> PyResult<i64> {
+    guard(|| kstate_core::log::records_deleted_before(Path::new(partition_dir)))
+}

@@ -357,6 +357,12 @@ impl Partition {
     }
 }
 
+/// The offset the records of the partition directory `dir` were deleted before
+/// ([`Partition::delete_records_before`]), read without opening the log; 0 if they never were.
+pub fn records_deleted_before(dir: &Path) -> Result<i64> {
+    Ok(file_io::read_number_file(&dir.join(LOG_START_FILE), "log start offset")?.unwrap_or(0))
+}
+
 fn lock_directory(dir: &Path) -> Result<File> {
     let path = dir.join(LOCK_FILE);
     let file = File::options()
