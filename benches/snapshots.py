@@ -10,6 +10,11 @@ seconds, records replayed, MB/s of the snapshot's files.
 
     .venv/bin/python benches/snapshots.py 1000000 5000000 [--dir /var/tmp] [--runs 3] [--s3]
 
+With ``--store window`` the store is a window store of N windows (16-byte keys, six hourly
+windows each, in two of its 3-hour segments; 100-byte values), written and updated alike.
+
+    .venv/bin/python benches/snapshots.py 1000000 --store window [--s3]
+
 Commits (``--commits C``): a store of N keys, then C commits of 10k random updates each (a
 micro-batch), snapshots off and with ``minDeltasForSnapshot=10`` (taken in the background), each
 in a new process, alternating; one row per (location, mode): commit p50 / p99 / max ms and the
@@ -41,6 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 BATCH = 100_000
 UPDATES = 10_000
@@ -48,13 +54,23 @@ SNAPSHOT_EVERY = 10
 STORAGE_EVERY = 50
 STORAGE_SEGMENT_BYTES = 16 * 1024 * 1024
 APP = "app"
+HOUR = 3_600_000
+WINDOWS_PER_KEY = 6
+WINDOW_RETENTION = 6 * HOUR
+"""Six hours of retention: 3-hour segments, a key's six hourly windows in two of them."""
+WINDOW_BASE = 1_800_000_000_000 // (3 * HOUR) * (3 * HOUR)
+"""The first window's start, a segment's; the changelog deletes nothing by the clock."""
 
-OPEN = """
+OPEN = f"""
 import json, os, random, sys, time
 from kstate import Stores
-task, config = sys.argv[1], json.loads(sys.argv[2])
-supplier = Stores.persistent_key_value_store("restored")
-builder = Stores.key_value_store_builder(supplier).with_logging_enabled(config)
+task, config, kind = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+if kind == "window":
+    supplier = Stores.persistent_window_store("restored", retention_ms={WINDOW_RETENTION}, window_size_ms={HOUR})
+    builder = Stores.window_store_builder(supplier).with_logging_enabled(config)
+else:
+    supplier = Stores.persistent_key_value_store("restored")
+    builder = Stores.key_value_store_builder(supplier).with_logging_enabled(config)
 """
 
 RESTORE = (
@@ -72,7 +88,7 @@ COMMITS = (
     OPEN
     + """
 from kstate.log.snapshots import open_snapshots
-keys, commits, updates = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+keys, commits, updates = int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
 values = [os.urandom(100) for _ in range(4096)]
 random.seed(7)
 with builder.build().init(task) as store:
@@ -99,8 +115,8 @@ STORAGE = (
     + """
 from kstate.log import snapshot_retention
 from kstate.log.remote import RemoteChangelog, resolve
-keys, commits, updates, every = (int(a) for a in sys.argv[3:7])
-snapshot_retention.DELETE_DELAY_SECONDS = float(sys.argv[7])
+keys, commits, updates, every = (int(a) for a in sys.argv[4:8])
+snapshot_retention.DELETE_DELAY_SECONDS = float(sys.argv[8])
 state_dir = os.path.dirname(os.path.dirname(task))
 values = [os.urandom(100) for _ in range(4096)]
 random.seed(7)
@@ -157,26 +173,34 @@ def run(script: str, *args: object) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def write(task: str, config: dict, keys: int, tail: int) -> dict:
-    """Writes ``keys`` keys in commits of ``BATCH``, a snapshot, then ``tail`` commits of
-    ``BATCH`` updates; returns what the snapshot copied and the final offset."""
+def write(task: str, config: dict, keys: int, tail: int, kind: str) -> dict:
+    """Writes ``keys`` keys (windows) in commits of ``BATCH``, a snapshot, then ``tail``
+    commits of ``BATCH`` updates; returns what the snapshot copied and the final offset."""
     from kstate import Stores
 
     values = [os.urandom(100) for _ in range(4096)]
-    supplier = Stores.persistent_key_value_store("restored")
-    builder = Stores.key_value_store_builder(supplier).with_logging_enabled(config)
+    if kind == "window":
+        window = Stores.persistent_window_store("restored", retention_ms=WINDOW_RETENTION, window_size_ms=HOUR)
+        builder = Stores.window_store_builder(window).with_logging_enabled(config)
+    else:
+        supplier = Stores.persistent_key_value_store("restored")
+        builder = Stores.key_value_store_builder(supplier).with_logging_enabled(config)
+
+    def put(store: Any, picked: list[int]) -> None:
+        if kind == "window":
+            keys = [b"key-%012d" % (i // WINDOWS_PER_KEY) for i in picked]
+            starts = [WINDOW_BASE + i % WINDOWS_PER_KEY * HOUR for i in picked]
+            store.put_all(keys, [values[i % 4096] for i in picked], starts)
+        else:
+            store.put_all([b"key-%012d" % i for i in picked], [values[i % 4096] for i in picked])
+        store.commit()
+
     with builder.build().init(task) as store:
         for start in range(0, keys, BATCH):
-            store.put_all(
-                [b"key-%012d" % i for i in range(start, start + BATCH)],
-                [values[i % 4096] for i in range(start, start + BATCH)],
-            )
-            store.commit()
+            put(store, list(range(start, min(start + BATCH, keys))))
         published = store.snapshot()
         for round_ in range(tail):
-            picked = [(round_ * 7919 + i * 13) % keys for i in range(BATCH)]
-            store.put_all([b"key-%012d" % i for i in picked], [values[i % 4096] for i in picked])
-            store.commit()
+            put(store, [(round_ * 7919 + i * 13) % keys for i in range(BATCH)])
         return {"snapshot_bytes": published.bytes if published else 0, "offset": store.committed_offset()}
 
 
@@ -184,7 +208,7 @@ def restore_rows(root: str, location: str, config: dict, keys: int, args: argpar
     # Snapshots on for every reader (a remote changelog is listed for them only then); only the
     # writer's explicit snapshot() takes one.
     with_snapshots = {**config, "minDeltasForSnapshot": 1_000_000}
-    wrote = write(os.path.join(root, "writer", APP, "0_0"), with_snapshots, keys, args.tail)
+    wrote = write(os.path.join(root, "writer", APP, "0_0"), with_snapshots, keys, args.tail, args.store)
     task = os.path.join(root, "reader", APP, "0_0")
     times: dict[str, list[float]] = {"changelog": [], "snapshot": []}
     records: dict[str, int] = {}
@@ -199,7 +223,7 @@ def restore_rows(root: str, location: str, config: dict, keys: int, args: argpar
             if hide:
                 os.rename(snapshots_dir, hidden)
             try:
-                done = run(RESTORE, task, json.dumps(used))
+                done = run(RESTORE, task, json.dumps(used), args.store)
             finally:
                 if hide:
                     os.rename(hidden, snapshots_dir)
@@ -227,7 +251,7 @@ def commit_rows(root: str, location: str, config: dict, keys: int, args: argpars
                 used = {**used, "changelog.dir": f"{config['changelog.dir']}-{attempt}-{len(times[mode])}"}
             task = os.path.join(root, f"task-{attempt}", APP, "0_0")
             shutil.rmtree(os.path.dirname(os.path.dirname(task)), ignore_errors=True)
-            done = run(COMMITS, task, json.dumps(used), keys, args.commits, UPDATES)
+            done = run(COMMITS, task, json.dumps(used), "key-value", keys, args.commits, UPDATES)
             times[mode].extend(done["times"])
             snapshots[mode] = done["snapshots"]
     rows = []
@@ -250,7 +274,7 @@ def storage_rows(root: str, location: str, config: dict, keys: int, args: argpar
         else:
             used = {**used, "changelog.dir": f"{config['changelog.dir']}-{index}"}
         task = os.path.join(root, f"state-{index}", APP, "0_0")
-        argv = [task, json.dumps(used), keys, args.storage, UPDATES, STORAGE_EVERY, args.delete_delay]
+        argv = [task, json.dumps(used), args.store, keys, args.storage, UPDATES, STORAGE_EVERY, args.delete_delay]
         done = subprocess.run(
             [sys.executable, "-c", STORAGE, *map(str, argv)], capture_output=True, text=True, check=False
         )
@@ -308,7 +332,10 @@ def main() -> None:
     parser.add_argument("--retain", type=int, default=2, help="storage: minBatchesToRetain (snapshots kept)")
     parser.add_argument("--delete-delay", type=float, default=0.0, help="storage: seconds before unnamed files go")
     parser.add_argument("--s3", action="store_true", help="also on moto's S3 server")
+    parser.add_argument("--store", choices=["key-value", "window"], default="key-value", help="restore: the store kind")
     args = parser.parse_args()
+    if (args.commits or args.storage) and args.store != "key-value":
+        parser.error("--commits and --storage measure key-value stores")
     os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
     os.environ["NO_PROXY"] = os.environ["no_proxy"] = "127.0.0.1"
     server = None
@@ -322,7 +349,8 @@ def main() -> None:
     elif args.commits:
         print("| keys | location | snapshots | commit p50 ms | p99 ms | max ms | snapshots published |")
     else:
-        print("| keys | location | restore from | best s | median s | records replayed | MB/s of snapshot files |")
+        what = "windows" if args.store == "window" else "keys"
+        print(f"| {what} | location | restore from | best s | median s | records replayed | MB/s of snapshot files |")
     if not args.storage:
         print("|---:|---|---|---:|---:|---:|---:|")
     try:
@@ -339,6 +367,8 @@ def main() -> None:
                         bucket = f"bench-{os.getpid()}-{keys}"
                         s3fs.S3FileSystem(**options).mkdir(bucket)
                         config = {"changelog.dir": f"s3://{bucket}/changelogs", "changelog.storage.options": options}
+                    if args.store == "window":
+                        config["retention.ms"] = "-1"  # old event times: nothing deleted by the clock
                     rows_of = storage_rows if args.storage else commit_rows if args.commits else restore_rows
                     rows = rows_of(root, location, config, keys, args)
                     for row in rows:

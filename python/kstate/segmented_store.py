@@ -8,6 +8,8 @@ are deleted. Writes are staged and readable at once; ``commit(changelog_offset)`
 across segments (a commit-intent file makes a crash in the middle finish on reopen). With
 ``with_logging_enabled`` a changelog backs the store as it backs a key-value store: records
 keyed by store key (``key|start|seq``, ``key|end|start``), restored segment by segment.
+Snapshots (``minDeltasForSnapshot``) hold every live segment at one changelog offset, with the
+stream time, so that a restore loads them and replays only the changelog after them.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+from kstate import _core
 from kstate.config import DURABILITY_WAL, STATESTORE_DURABILITY, ChangelogConfig, StoreConfig
-from kstate.errors import InvalidArgumentError
+from kstate.errors import CorruptedDataError, InvalidArgumentError, InvalidStateStoreError
 from kstate.lazy_logger import LazyLogger
 from kstate.store_lifecycle import StoreLifecycle, Unopened, now_ms, progress_logger
 from kstate.store_reads import SegmentedReads
@@ -49,6 +52,9 @@ class SegmentedView(SegmentedReads):
 class SegmentedStore(StoreLifecycle, SegmentedReads):
     """Lifecycle and transactions of window and session stores. Build one with ``Stores``, then
     ``init(task_dir)``; or use it as a context manager after ``init``."""
+
+    _snapshot_kind: str
+    """The store kind a snapshot manifest names: ``"window"`` or ``"session"``."""
 
     def __init__(
         self,
@@ -154,6 +160,28 @@ class SegmentedStore(StoreLifecycle, SegmentedReads):
             and len(name) >= len(spill_prefix) + len(spill_suffix)
         ]
         return [os.path.join(task, self.name), os.path.join(task, f".{self.name}.commit"), *spills]
+
+    def _snapshot_target(self) -> tuple[str, str] | None:
+        """Snapshots hold the segment directories of a persistent transactional store."""
+        if not self.persistent or not self.transactional:
+            return None
+        assert self._task_dir is not None
+        return self._snapshot_kind, os.path.join(self._task_dir, self.name)
+
+    def _check_snapshot(self, fetched: str, manifest: Any) -> None:
+        """The snapshot's segments must be segments of this store's interval, as opening checks
+        them: a snapshot of the store written with another retention is not used."""
+        try:
+            _core.check_restored_segments(self.name, fetched, self.retention_period, self.segment_interval)
+        except InvalidStateStoreError as error:
+            raise CorruptedDataError(f"its segments cannot be this store's: {error}") from error
+
+    def _install_snapshot(self, manifest: Any) -> None:
+        """The snapshot's offset and stream time become the store's commit record (the stream
+        time of a commit that wrote several segments is not in their files)."""
+        assert self._task_dir is not None
+        directory = os.path.join(self._task_dir, self.name)
+        _core.install_restored_segments(self.name, directory, manifest.offset, manifest.stream_time)
 
     def _bind_raw_calls(self) -> None:
         """With bytes serdes, subclasses may bind their hottest calls to the native store."""

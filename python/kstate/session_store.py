@@ -38,6 +38,8 @@ class SessionStore(SessionReads, SegmentedStore):
     """A session store. Build one with ``Stores.session_store_builder(...).build()``, then
     ``init(task_dir)``."""
 
+    _snapshot_kind = "session"
+
     def _open_segments(self, directory: str | None, config: dict, progress: Any) -> tuple[Any, dict]:
         return _core.SessionStore.open(self.name, directory, config, progress)
 

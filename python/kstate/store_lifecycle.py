@@ -120,6 +120,14 @@ class StoreLifecycle:
         the manifest's store kind and the directory of those files; ``None``: no snapshots."""
         return None
 
+    def _check_snapshot(self, fetched: str, manifest: Any) -> None:
+        """Raises ``CorruptedDataError`` when the snapshot ``manifest`` whose files are fetched
+        (and checked) at ``fetched`` cannot be this store's local state; nothing replaced it yet."""
+
+    def _install_snapshot(self, manifest: Any) -> None:
+        """Writes what the store keeps beside the snapshot's files, once they are in place and
+        before the store opens on them."""
+
     # -- opening ---------------------------------------------------------------------------------
 
     @property
@@ -187,7 +195,7 @@ class StoreLifecycle:
         if self._logging is not None and self._logging.snapshots and self._snapshot_target() is None:
             raise InvalidArgumentError(
                 f"store {self.name}: {MIN_DELTAS_FOR_SNAPSHOT} / {MIN_DELTA_BYTES_FOR_SNAPSHOT} need a persistent "
-                "transactional key-value store (window and session stores take no snapshots yet)"
+                "transactional store (key-value, window or session)"
             )
         self._open_local_state()
         if self._logging is None:
@@ -362,6 +370,7 @@ class StoreLifecycle:
                     raise CorruptedDataError(f"it holds a {manifest.kind} store, not a {kind} store")
                 with BytesProgress(f"loading snapshot of {self.name}", manifest.total_bytes) as progress:
                     fetched = snapshots.fetch(manifest, restoring, progress)
+                self._check_snapshot(restoring, manifest)
             except (CorruptedDataError, RemoteStorageError, OSError) as error:
                 remove_tree(restoring)
                 log.warning(
@@ -374,7 +383,7 @@ class StoreLifecycle:
                     f"trying the one at offset {tries[attempt]}" if attempt < len(tries) else "restoring the changelog",
                 )
                 continue
-            self._replace_local_state(restoring, directory)
+            self._replace_local_state(restoring, directory, manifest)
             loaded = self._reader.committed_offset()
             if loaded != offset:
                 self._restart_empty(f"the snapshot at offset {offset} opened at offset {loaded}")
@@ -394,13 +403,14 @@ class StoreLifecycle:
             )
             return
 
-    def _replace_local_state(self, fetched: str, directory: str) -> None:
-        """Closes the store, replaces its local state with the snapshot's files in ``fetched``
-        (moved to ``directory``) and opens it on them, with its changelog."""
+    def _replace_local_state(self, fetched: str, directory: str, manifest: Any) -> None:
+        """Closes the store, replaces its local state with the files of snapshot ``manifest`` in
+        ``fetched`` (moved to ``directory``) and opens it on them, with its changelog."""
         self.detach_changelog()
         self._reader.close()
         self.wipe_local_state()
         os.rename(fetched, directory)
+        self._install_snapshot(manifest)
         self._opening_snapshot = True
         try:
             self._open_local_state()
@@ -449,14 +459,13 @@ class StoreLifecycle:
     def snapshot(self, batch_id: int | None = None) -> Published | None:
         """Publish a snapshot of the committed state beside the changelog now (after one running
         in the background); returns what it copied, or ``None`` when nothing is committed or the
-        newest snapshot holds this offset already. Persistent transactional key-value stores
-        with a changelog; with ``minDeltasForSnapshot`` or ``minDeltaBytesForSnapshot`` set,
-        commits take snapshots by themselves."""
+        newest snapshot holds this offset already. Persistent transactional stores (key-value,
+        window, session) with a changelog; with ``minDeltasForSnapshot`` or
+        ``minDeltaBytesForSnapshot`` set, commits take snapshots by themselves."""
         writer = self._writer() if self._reader.is_open else None
         if writer is None:
             raise InvalidArgumentError(
-                f"store {self.name} takes no snapshots: only open persistent transactional key-value stores "
-                "with a changelog do"
+                f"store {self.name} takes no snapshots: only open persistent transactional stores with a changelog do"
             )
         return writer.take(self._reader, batch_id)
 

@@ -29,6 +29,8 @@ class WindowStore(WindowReads, SegmentedStore):
     """A window store. Build one with ``Stores.window_store_builder(...).build()``, then
     ``init(task_dir)``."""
 
+    _snapshot_kind = "window"
+
     @property
     def window_size(self) -> int:
         return self._supplier.window_size_ms

@@ -70,12 +70,12 @@ def stored_files(stored):
     return set(stored.files.list(stored.key("files")))
 
 
-def changelog_start(location):
+def changelog_start(location, topic=TOPIC):
     """The first offset the changelog (local partition or remote objects) still holds."""
     if location.kind == "dir":
-        with Partition.open(f"{location.url}/{TOPIC}-0") as partition:
+        with Partition.open(f"{location.url}/{topic}-0") as partition:
             return partition.log_start_offset
-    return resolve(RemoteChangelog(location.url, TOPIC, 0, location.storage_options).list())[0].first
+    return resolve(RemoteChangelog(location.url, topic, 0, location.storage_options).list())[0].first
 
 
 def test_retention_keeps_what_spark_keeps_and_the_newest_two():
@@ -212,6 +212,29 @@ def test_history_never_goes_below_a_snapshot_missing_a_file(location, tmp_path, 
     assert changelog_start(location) <= older + 1, "history kept from the whole snapshot"
     with builder(location).build().init(task(tmp_path, "b")) as elsewhere:
         assert dict(elsewhere.all()) == reference
+
+
+def test_a_window_store_is_collected_alike(location, tmp_path):
+    supplier = Stores.persistent_window_store("events", retention_ms=3_600_000, window_size_ms=60_000)
+    config = location.logging_config(minDeltasForSnapshot=1_000, minBatchesToRetain=1, **{"retention.ms": "-1"})
+    windows = Stores.window_store_builder(supplier, "string", "int64").with_logging_enabled(config)
+    base = 1_800_000_000_000
+    with windows.build().init(task(tmp_path, "a")) as store:
+        for round_ in range(5):
+            store.put_all((f"k{i:03d}", round_, base + round_ * 60_000) for i in range(50))
+            store.commit()
+            store.snapshot()
+        store.put("k000", -1, base)
+        store.commit()
+        with store.all() as rows:
+            written = list(rows)
+    stored = open_snapshots(location.url, f"{APP}-events-changelog", 0, location.storage_options)
+    assert len(stored.offsets()) == 2
+    assert stored_files(stored) == named_by_manifests(stored)
+    assert 0 < changelog_start(location, f"{APP}-events-changelog") <= stored.offsets()[0] + 1
+    with windows.build().init(task(tmp_path, "b")) as elsewhere:
+        with elsewhere.all() as rows:
+            assert list(rows) == written and len(written) == 250
 
 
 def test_minBatchesToRetain_is_checked(tmp_path):

@@ -8,6 +8,12 @@ One snapshot at a time per store: a commit that finds the previous one still run
 be, and a later commit takes the next. A snapshot that fails is logged and the counts start
 again; the commit it followed stands. ``close`` waits for the running one.
 
+The counts since the last snapshot are kept in a small file beside the store's local state
+(``<capture dir>.due``), rewritten after each commit: in Spark a partition's next micro-batch
+often runs in another Python worker of the executor, which opens the store anew, and counts kept
+in memory alone would start again at every such move and never reach ``minDeltasForSnapshot``.
+A machine without the file (new local state) counts from zero.
+
 After each snapshot it publishes, the same thread collects what retention no longer keeps
 (``kstate.log.snapshot_retention``, ``minBatchesToRetain``) and hands the offset the changelog
 may now start at to ``on_history``; a failed collection is logged and the next one tries again.
@@ -63,8 +69,8 @@ class SnapshotWriter:
         self.last_collected: snapshot_retention.Collected | None = None
         """What the last collection did."""
         self._manifests: dict[int, Any] = {}  # manifests read by collections, by offset
-        self._commits = 0
-        self._bytes = 0
+        self._counts_path = capture_dir + ".due"
+        self._commits, self._bytes = _read_counts(self._counts_path)
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()  # one snapshot at a time, background or asked for
         self._earlier: Any = None  # the newest manifest published, once known
@@ -98,8 +104,10 @@ class SnapshotWriter:
             self.min_delta_bytes is not None and self._bytes >= self.min_delta_bytes
         )
         if not due or (self._thread is not None and self._thread.is_alive()):
+            _write_counts(self._counts_path, self._commits, self._bytes)
             return
         self._commits = self._bytes = 0
+        _write_counts(self._counts_path, 0, 0)
         files = self._committed_files(native)
         self._thread = threading.Thread(
             target=self._take_logged,
@@ -206,3 +214,23 @@ class SnapshotWriter:
             if self._earlier is None:
                 self._earlier = self.snapshots.newest()
         return self._earlier
+
+
+def _read_counts(path: str) -> tuple[int, int]:
+    """``(commits, changelog bytes)`` since the last snapshot, as the last writer of this local
+    state left them; ``(0, 0)`` without a readable file (a hint, not state: never an error)."""
+    try:
+        with open(path, encoding="ascii") as file:
+            commits, changelog_bytes = file.read().split()
+        return max(int(commits), 0), max(int(changelog_bytes), 0)
+    except (OSError, ValueError):
+        return 0, 0
+
+
+def _write_counts(path: str, commits: int, changelog_bytes: int) -> None:
+    """Rewrites the counts (no fsync: after a crash the counts may be a few commits behind)."""
+    try:
+        with open(path, "w", encoding="ascii") as file:
+            file.write(f"{commits} {changelog_bytes}\n")
+    except OSError as error:  # a full or read-only disk: the counts restart; the commit stands
+        log.debug("Snapshot counts not kept at %s: %s", path, error)

@@ -322,7 +322,9 @@ impl NativeKeyValueStore {
     /// (`kstate.log.snapshots`); persistent transactional stores only.
     fn committed_files(&self) -> PyResult<crate::snapshots::NativeCommittedFiles> {
         let files = guard(|| self.logged.inner.store.committed_files())?;
-        Ok(crate::snapshots::NativeCommittedFiles::new(files))
+        Ok(crate::snapshots::NativeCommittedFiles::new(
+            crate::snapshots::Committed::KeyValue(files),
+        ))
     }
 
     /// The store's memory and table files (`kstate.memory`).

@@ -68,6 +68,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<session_store::NativeSessionView>()?;
     m.add_class::<windowed::WindowedIterator>()?;
     m.add_function(wrap_pyfunction!(windowed::register_window_rows, m)?)?;
+    m.add_function(wrap_pyfunction!(windowed::check_restored_segments, m)?)?;
+    m.add_function(wrap_pyfunction!(windowed::install_restored_segments, m)?)?;
     m.add_function(wrap_pyfunction!(remote::compact_changelog_objects, m)?)?;
     m.add_class::<snapshots::NativeCommittedFiles>()?;
     m.add_class::<snapshots::NativeSnapshotManifest>()?;

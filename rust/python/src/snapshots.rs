@@ -2,9 +2,10 @@
 //! them with their content hashes as a snapshot manifest (`kstate_core::snapshot`, the format's
 //! owner), and checking fetched files against a manifest. Where files go is Python's.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use kstate_core::segmented::snapshot::SegmentedFiles;
 use kstate_core::snapshot::files::{verify, FileHashes};
 use kstate_core::snapshot::manifest::{SnapshotFile, SnapshotManifest, StoreKind};
 use kstate_core::store::key_value::CommittedFiles;
@@ -20,34 +21,74 @@ fn file_tuple(file: &SnapshotFile) -> FileTuple {
     (file.path.clone(), file.size, file.object_name())
 }
 
-/// A store's committed state as files (`KeyValueStore.committed_files()`), usable from a
-/// thread other than the store's writer; remembers the hashes of the table files it described.
+/// Where a store's committed files come from: a key-value store, or every live segment of a
+/// window or session store together with its stream time.
+pub enum Committed {
+    KeyValue(CommittedFiles),
+    Segmented(SegmentedFiles),
+}
+
+/// What the last `capture` captured, for the manifest of its files.
+struct Captured {
+    dir: PathBuf,
+    offset: i64,
+    stream_time: Option<i64>,
+}
+
+/// A store's committed state as files (`committed_files()` of a key-value, window or session
+/// store), usable from a thread other than the store's writer; remembers the hashes of the
+/// table files it described.
 #[pyclass(module = "kstate._core", name = "CommittedFiles", frozen)]
 pub struct NativeCommittedFiles {
-    files: CommittedFiles,
+    files: Committed,
     hashes: Mutex<FileHashes>,
+    captured: Mutex<Option<Captured>>,
 }
 
 impl NativeCommittedFiles {
-    pub fn new(files: CommittedFiles) -> Self {
+    pub fn new(files: Committed) -> Self {
         Self {
             files,
             hashes: Mutex::default(),
+            captured: Mutex::default(),
         }
     }
 }
 
+fn poisoned(what: &str) -> kstate_core::Error {
+    kstate_core::Error::InvalidState(format!("snapshot {what} poisoned"))
+}
+
 #[pymethods]
 impl NativeCommittedFiles {
-    /// Captures the committed state at `dir` (a RocksDB checkpoint; `dir` must not exist and
+    /// Captures the committed state at `dir` (RocksDB checkpoints; `dir` must not exist and
     /// must be on the store's file system) and returns its changelog offset; `None` (nothing
     /// captured) while the store has none.
     fn capture(&self, py: Python<'_>, dir: &str) -> PyResult<Option<i64>> {
-        py.detach(|| guard(|| self.files.capture(Path::new(dir))))
+        py.detach(|| {
+            guard(|| {
+                let captured = match &self.files {
+                    Committed::KeyValue(files) => {
+                        files.capture(Path::new(dir))?.map(|offset| (offset, None))
+                    }
+                    Committed::Segmented(files) => files
+                        .capture(Path::new(dir))?
+                        .map(|c| (c.offset, Some(c.stream_time))),
+                };
+                *self.captured.lock().map_err(|_| poisoned("capture"))? =
+                    captured.map(|(offset, stream_time)| Captured {
+                        dir: PathBuf::from(dir),
+                        offset,
+                        stream_time,
+                    });
+                Ok(captured.map(|(offset, _)| offset))
+            })
+        })
     }
 
     /// The manifest of the files captured at `dir` (content hashes read, table files once per
-    /// instance), and `{files, bytes, files_hashed, bytes_hashed}`.
+    /// instance), and `{files, bytes, files_hashed, bytes_hashed}`. A window or session store's
+    /// names the stream time its last `capture` (of `dir`, at `offset`) read.
     fn manifest<'py>(
         &self,
         py: Python<'py>,
@@ -58,12 +99,26 @@ impl NativeCommittedFiles {
         created_ms: i64,
     ) -> PyResult<(NativeSnapshotManifest, Bound<'py, PyDict>)> {
         let kind = guard(|| StoreKind::parse(kind))?;
-        let (files, described) = py.detach(|| {
+        let (files, described, stream_time) = py.detach(|| {
             guard(|| {
-                let mut hashes = self.hashes.lock().map_err(|_| {
-                    kstate_core::Error::InvalidState("snapshot file hashes poisoned".into())
-                })?;
-                hashes.describe(Path::new(dir))
+                let stream_time = match &self.files {
+                    Committed::KeyValue(_) => None,
+                    Committed::Segmented(_) => {
+                        let captured = self.captured.lock().map_err(|_| poisoned("capture"))?;
+                        let time = captured
+                            .as_ref()
+                            .filter(|c| c.dir == Path::new(dir) && c.offset == offset)
+                            .and_then(|c| c.stream_time);
+                        Some(time.ok_or_else(|| {
+                            kstate_core::Error::InvalidArgument(format!(
+                                "{dir} at offset {offset} is not what this store captured last"
+                            ))
+                        })?)
+                    }
+                };
+                let mut hashes = self.hashes.lock().map_err(|_| poisoned("file hashes"))?;
+                let (files, described) = hashes.describe(Path::new(dir))?;
+                Ok((files, described, stream_time))
             })
         })?;
         let report = PyDict::new(py);
@@ -76,6 +131,7 @@ impl NativeCommittedFiles {
             batch_id,
             kind,
             created_ms,
+            stream_time,
             files,
         };
         Ok((NativeSnapshotManifest { manifest }, report))
@@ -120,6 +176,12 @@ impl NativeSnapshotManifest {
     #[getter]
     fn created_ms(&self) -> i64 {
         self.manifest.created_ms
+    }
+
+    /// A window or session store's stream time at the offset; `None` for a key-value store.
+    #[getter]
+    fn stream_time(&self) -> Option<i64> {
+        self.manifest.stream_time
     }
 
     #[getter]

@@ -8,6 +8,7 @@ use kstate_core::segmented::segmented_store::{
     self as segmented, ScanCursor, SegmentQuery, SegmentReader, SegmentedKeys,
 };
 use kstate_core::segmented::session_store::SessionQueries;
+use kstate_core::segmented::snapshot as segmented_snapshot;
 use kstate_core::segmented::window_store::WindowQueries;
 use kstate_core::store::merge::ScanLimit;
 use kstate_core::{SegmentedOptions, SegmentedStore, SegmentedView, StoreOptions, ValueFormat};
@@ -309,6 +310,37 @@ impl WindowedIterator {
     }
 }
 
+/// Checks that the snapshot's segments fetched into `dir` can be the store `name` of
+/// `retention_ms` and `segment_interval` as opening it would (`InvalidStateError` if not);
+/// returns how many there are.
+#[pyfunction]
+pub fn check_restored_segments(
+    py: Python<'_>,
+    name: &str,
+    dir: &str,
+    retention_ms: i64,
+    segment_interval: i64,
+) -> PyResult<usize> {
+    py.detach(|| {
+        guard(|| {
+            segmented_snapshot::check_restored(name, Path::new(dir), retention_ms, segment_interval)
+        })
+    })
+}
+
+/// Makes the snapshot's segments moved to `dir` = `<task>/<store>` open at its commit: writes
+/// `offset` and `stream_time` as the store's commit record beside them.
+#[pyfunction]
+pub fn install_restored_segments(
+    py: Python<'_>,
+    name: &str,
+    dir: &str,
+    offset: i64,
+    stream_time: i64,
+) -> PyResult<()> {
+    py.detach(|| guard(|| segmented_snapshot::install(name, Path::new(dir), offset, stream_time)))
+}
+
 /// Stages `keys`/`values` (equal lengths) in the segments their store keys name.
 pub fn put_store_keys<T: SegmentedKeys + Send>(
     py: Python<'_>,
@@ -481,6 +513,15 @@ macro_rules! segmented_store_methods {
                 values: Vec<Option<Vec<u8>>>,
             ) -> pyo3::PyResult<()> {
                 crate::windowed::put_store_keys(py, &mut self.logged.inner.store, keys, values)
+            }
+
+            /// Every live segment's committed state as files for snapshots, usable from
+            /// another thread (`kstate.log.snapshots`); persistent transactional stores only.
+            fn committed_files(&self) -> pyo3::PyResult<crate::snapshots::NativeCommittedFiles> {
+                let files = crate::errors::guard(|| self.segments().committed_files())?;
+                Ok(crate::snapshots::NativeCommittedFiles::new(
+                    crate::snapshots::Committed::Segmented(files),
+                ))
             }
 
             /// Compacts every segment now; with a TTL, expired values leave the disk.

@@ -24,7 +24,7 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use rocksdb::WriteBatch;
 
@@ -34,10 +34,12 @@ use crate::segmented::commit_intent::{self, CommitIntent, IntentWriter};
 use crate::segmented::segments::{
     parse_segment_dir, read_segment_interval, segment_id, segment_name, write_segment_interval,
 };
+use crate::segmented::snapshot::SegmentedFiles;
 use crate::store::committed::Write;
 use crate::store::key_range::{Direction, KeyRange};
 use crate::store::key_value::{
-    CommitProgress, Durability, KeyValueStore, ReadCommittedView, StoreOptions, VisitWrite,
+    CommitProgress, CommittedFiles, Durability, KeyValueStore, ReadCommittedView, StoreOptions,
+    VisitWrite,
 };
 use crate::store::memory_budget::StoreMemory;
 use crate::store::merge::{ScanLimit, Scanned, VisitEntry};
@@ -249,19 +251,23 @@ pub fn scan_visit(
 }
 
 /// A segment directory found on open: its name, the name it has in Kafka's current form, its id.
-struct SegmentDir {
+pub(crate) struct SegmentDir {
     file_name: String,
     canonical: String,
     id: i64,
 }
 
 /// The segment directories under `dir`, every one checked before any is renamed, so a store
-/// that fails to open is left as it was. A directory that is no segment of `options`' interval
+/// that fails to open is left as it was. A directory that is no segment of `interval`
 /// (a store written with another retention) or a second directory of one segment is an error:
 /// left unread or read as another segment, its windows would be lost or expire early without
 /// a word.
-fn segment_dirs(name: &str, dir: &Path, options: &SegmentedOptions) -> Result<Vec<SegmentDir>> {
-    let interval = options.segment_interval;
+pub(crate) fn segment_dirs(
+    name: &str,
+    dir: &Path,
+    retention_ms: i64,
+    interval: i64,
+) -> Result<Vec<SegmentDir>> {
     let mut found: Vec<SegmentDir> = Vec::new();
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
@@ -288,7 +294,7 @@ fn segment_dirs(name: &str, dir: &Path, options: &SegmentedOptions) -> Result<Ve
                  store's segment interval ({interval} ms, from its retention of {} ms): the store \
                  was written with another retention. Open it with the retention it was written \
                  with, or remove {} (a logged store then restores from its changelog)",
-                options.retention_ms,
+                retention_ms,
                 dir.display()
             )));
         }
@@ -321,11 +327,15 @@ pub trait SegmentedKeys {
     fn segment_time(store_key: &[u8]) -> Result<i64>;
 }
 
-/// What read-committed views see: the committed stream time and each segment's view.
-struct Committed {
-    open: bool,
-    stream_time: i64,
+/// The committed state as other threads see it: read-committed views (the committed stream
+/// time and each segment's view) and snapshots (the offset and each segment's files too).
+pub(crate) struct Committed {
+    pub(crate) open: bool,
+    pub(crate) offset: Option<i64>,
+    pub(crate) stream_time: i64,
     segments: BTreeMap<i64, ReadCommittedView>,
+    /// Each segment's committed files (persistent transactional stores only).
+    pub(crate) files: BTreeMap<i64, CommittedFiles>,
 }
 
 /// Puts of store keys for `SegmentedStore::put_all`: the keys side by side in one buffer.
@@ -366,6 +376,10 @@ pub struct SegmentedStore {
     options: SegmentedOptions,
     segments: BTreeMap<i64, KeyValueStore>,
     committed: Arc<RwLock<Committed>>,
+    /// Held while a commit or restore changes the committed state (the segments' batches, their
+    /// offsets, the segments a commit expires) and while a snapshot reads the offset and
+    /// captures every segment, so the files always hold the commit of the offset read.
+    writes: Arc<Mutex<()>>,
     /// Stream time including staged puts; reads use it, so expiry is visible at once.
     stream_time: i64,
     committed_stream_time: i64,
@@ -393,7 +407,7 @@ impl SegmentedStore {
         std::fs::create_dir_all(dir)?;
         let mut report = SegmentedOpenReport::default();
         let mut ids = Vec::new();
-        for segment in segment_dirs(name, dir, &options)? {
+        for segment in segment_dirs(name, dir, options.retention_ms, options.segment_interval)? {
             if segment.file_name != segment.canonical {
                 std::fs::rename(dir.join(&segment.file_name), dir.join(&segment.canonical))?;
                 report.renamed_legacy += 1;
@@ -474,9 +488,12 @@ impl SegmentedStore {
             segments: BTreeMap::new(),
             committed: Arc::new(RwLock::new(Committed {
                 open: true,
+                offset: None,
                 stream_time: -1,
                 segments: BTreeMap::new(),
+                files: BTreeMap::new(),
             })),
+            writes: Arc::default(),
             stream_time: -1,
             committed_stream_time: -1,
             committed_offset: None,
@@ -487,17 +504,14 @@ impl SegmentedStore {
         }
     }
 
-    /// `<task>/.<store><suffix>`: kstate's own files stay out of `<task>/<store>/`, where Kafka's
-    /// `openExisting` gives up on every segment once it meets a name that is not one.
     fn beside(&self, suffix: &str) -> Result<PathBuf> {
-        let task_dir = self
-            .dir
-            .as_ref()
-            .and_then(|dir| dir.parent())
-            .ok_or_else(|| {
-                Error::InvalidState(format!("store {} has no task directory", self.name))
-            })?;
-        Ok(task_dir.join(format!(".{}{suffix}", self.name)))
+        match &self.dir {
+            Some(dir) => beside(&self.name, dir, suffix),
+            None => Err(Error::InvalidState(format!(
+                "store {} has no task directory",
+                self.name
+            ))),
+        }
     }
 
     fn intent_path(&self) -> Result<PathBuf> {
@@ -554,11 +568,16 @@ impl SegmentedStore {
                 Default::default(),
             ),
         };
-        self.committed
-            .write()
-            .map_err(|_| Error::InvalidState("segment views lock poisoned".into()))?
-            .segments
-            .insert(id, store.read_committed_view());
+        {
+            let mut committed = self
+                .committed
+                .write()
+                .map_err(|_| Error::InvalidState("segment views lock poisoned".into()))?;
+            committed.segments.insert(id, store.read_committed_view());
+            if store.persistent() && store.transactional() {
+                committed.files.insert(id, store.committed_files()?);
+            }
+        }
         self.segments.insert(id, store);
         Ok(report)
     }
@@ -590,6 +609,8 @@ impl SegmentedStore {
                 .map_err(|_| Error::InvalidState("segment views lock poisoned".into()))?;
             let live_views = committed.segments.split_off(&min_live);
             committed.segments = live_views;
+            let live_files = committed.files.split_off(&min_live);
+            committed.files = live_files;
         }
         for (id, mut segment) in expired {
             segment.close()?;
@@ -845,6 +866,8 @@ impl SegmentedStore {
         progress: &mut dyn FnMut(CommitProgress),
     ) -> Result<()> {
         self.check_open()?;
+        let writes = Arc::clone(&self.writes);
+        let _writes = hold_writes(&writes)?;
         let min_live = self.options.min_live_segment(self.stream_time);
         match (&self.dir, self.options.store.transactional) {
             (Some(_), true) => {
@@ -1011,10 +1034,12 @@ impl SegmentedStore {
     fn set_committed(&mut self, offset: Option<i64>, stream_time: i64) -> Result<()> {
         self.committed_offset = offset;
         self.committed_stream_time = stream_time;
-        self.committed
+        let mut committed = self
+            .committed
             .write()
-            .map_err(|_| Error::InvalidState("segment views lock poisoned".into()))?
-            .stream_time = stream_time;
+            .map_err(|_| Error::InvalidState("segment views lock poisoned".into()))?;
+        committed.offset = offset;
+        committed.stream_time = stream_time;
         Ok(())
     }
 
@@ -1045,6 +1070,7 @@ impl SegmentedStore {
         if let Ok(mut committed) = self.committed.write() {
             committed.open = false;
             committed.segments.clear();
+            committed.files.clear();
         }
         // Before the segments close: the last one to close lets the process's budget go.
         self.options.store.rocks = None;
@@ -1068,6 +1094,25 @@ impl SegmentedStore {
         self.segments.values().try_for_each(KeyValueStore::compact)
     }
 
+    /// The committed state as files for snapshots (`crate::segmented::snapshot`): persistent
+    /// transactional stores only, as for key-value stores.
+    pub fn committed_files(&self) -> Result<SegmentedFiles> {
+        self.check_open()?;
+        if self.dir.is_none() || !self.options.store.transactional {
+            return Err(Error::InvalidArgument(format!(
+                "store {} cannot be snapshotted: only persistent transactional stores have \
+                 committed files",
+                self.name
+            )));
+        }
+        Ok(SegmentedFiles::new(
+            &self.name,
+            &self.options,
+            Arc::clone(&self.committed),
+            Arc::clone(&self.writes),
+        ))
+    }
+
     pub fn read_committed_view(&self) -> SegmentedView {
         SegmentedView {
             name: self.name.clone(),
@@ -1075,6 +1120,28 @@ impl SegmentedStore {
             options: self.options.clone(),
         }
     }
+}
+
+/// `<task>/.<store><suffix>` of the store at `dir` = `<task>/<store>`: kstate's own files stay
+/// out of `<task>/<store>/`, where Kafka's `openExisting` gives up on every segment once it meets
+/// a name that is not one.
+fn beside(name: &str, dir: &Path, suffix: &str) -> Result<PathBuf> {
+    let task_dir = dir
+        .parent()
+        .ok_or_else(|| Error::InvalidState(format!("store {name} has no task directory")))?;
+    Ok(task_dir.join(format!(".{name}{suffix}")))
+}
+
+/// The commit-intent file of the store `name` at `dir` = `<task>/<store>`.
+pub(crate) fn intent_path(name: &str, dir: &Path) -> Result<PathBuf> {
+    beside(name, dir, ".commit")
+}
+
+/// Holds off the commits of a store (see `SegmentedStore::writes`).
+pub(crate) fn hold_writes(writes: &Mutex<()>) -> Result<MutexGuard<'_, ()>> {
+    writes
+        .lock()
+        .map_err(|_| Error::InvalidState("a segmented store's commit lock is poisoned".into()))
 }
 
 fn check_options(options: &SegmentedOptions) -> Result<()> {

@@ -1,12 +1,19 @@
 //! A snapshot manifest: what makes a set of files a snapshot of a store. It names the changelog
 //! offset the files hold (the store's committed offset when they were captured), the Spark
-//! micro-batch that commit belongs to when known, the store kind, and every file with its size
-//! and content hash. A snapshot exists once its manifest does; the manifest is written last.
+//! micro-batch that commit belongs to when known, the store kind, a window or session store's
+//! stream time, and every file with its size and content hash. A snapshot exists once its
+//! manifest does; the manifest is written last.
 //!
-//! Layout (integers big-endian): `KSTATESN`, u16 format version (1), i64 changelog offset,
-//! u8 has-batch + i64 batch id, u8 store kind, i64 creation time (ms), u32 file count, then per
-//! file u16 path length + the path (UTF-8, `/`-separated, relative to the store's directory),
-//! u64 size, 16 bytes of XXH3-128 of the content; last the CRC-32 of everything before it.
+//! Layout (integers big-endian): `KSTATESN`, u16 format version, i64 changelog offset,
+//! u8 has-batch + i64 batch id, u8 store kind (1 key-value, 2 window, 3 session), i64 creation
+//! time (ms), in version 2 only i64 stream time, then u32 file count, then per file u16 path
+//! length + the path (UTF-8, `/`-separated, relative to the store's directory), u64 size, 16
+//! bytes of XXH3-128 of the content; last the CRC-32 of everything before it.
+//!
+//! Version 1 holds key-value stores; version 2 adds the stream time that window and session
+//! stores need beside their segments' files (which hold their offsets, not the stream time of
+//! a commit that wrote several segments). A key-value store's manifest is still written as
+//! version 1, so a build that reads only version 1 still reads it.
 //!
 //! A file's object name is its content address: the local file name with the hash before its
 //! extension (`000012.sst` -> `000012-<32 hex digits>.sst`). Table files never change once
@@ -19,8 +26,10 @@ use std::collections::HashSet;
 use crate::error::{Error, Result};
 
 const MAGIC: &[u8; 8] = b"KSTATESN";
-/// The format this build writes and the newest it reads.
-pub const FORMAT_VERSION: u16 = 1;
+/// The newest format this build reads and writes (for window and session stores).
+pub const FORMAT_VERSION: u16 = 2;
+/// The format of a manifest without a stream time (key-value stores).
+const FORMAT_VERSION_KEY_VALUE: u16 = 1;
 const CRC_LEN: usize = 4;
 
 /// Which store's files a snapshot holds; a restore refuses another kind's.
@@ -56,6 +65,12 @@ impl StoreKind {
             StoreKind::Window => "window",
             StoreKind::Session => "session",
         }
+    }
+
+    /// Whether the store is kept in time segments (window, session), whose manifest names
+    /// its stream time.
+    pub fn segmented(self) -> bool {
+        matches!(self, StoreKind::Window | StoreKind::Session)
     }
 
     pub fn parse(name: &str) -> Result<Self> {
@@ -102,6 +117,9 @@ pub struct SnapshotManifest {
     pub batch_id: Option<i64>,
     pub kind: StoreKind,
     pub created_ms: i64,
+    /// A window or session store's stream time at the offset (what its retention counts
+    /// from); `None` for a key-value store.
+    pub stream_time: Option<i64>,
     /// Sorted by path, each path once.
     pub files: Vec<SnapshotFile>,
 }
@@ -115,16 +133,25 @@ impl SnapshotManifest {
             )));
         }
         check_files(&self.files).map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        check_stream_time(self.kind, self.stream_time)
+            .map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        let version = match self.stream_time {
+            Some(_) => FORMAT_VERSION,
+            None => FORMAT_VERSION_KEY_VALUE,
+        };
         let count = u32::try_from(self.files.len())
             .map_err(|_| Error::InvalidArgument("too many files for one snapshot".into()))?;
         let mut out = Vec::with_capacity(64 + self.files.len() * 48);
         out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&FORMAT_VERSION.to_be_bytes());
+        out.extend_from_slice(&version.to_be_bytes());
         out.extend_from_slice(&self.offset.to_be_bytes());
         out.push(u8::from(self.batch_id.is_some()));
         out.extend_from_slice(&self.batch_id.unwrap_or(0).to_be_bytes());
         out.push(self.kind.code());
         out.extend_from_slice(&self.created_ms.to_be_bytes());
+        if let Some(stream_time) = self.stream_time {
+            out.extend_from_slice(&stream_time.to_be_bytes());
+        }
         out.extend_from_slice(&count.to_be_bytes());
         for file in &self.files {
             let path = file.path.as_bytes();
@@ -153,9 +180,9 @@ impl SnapshotManifest {
             at: MAGIC.len(),
         };
         let version = u16::from_be_bytes(reader.array()?);
-        if version != FORMAT_VERSION {
+        if !(FORMAT_VERSION_KEY_VALUE..=FORMAT_VERSION).contains(&version) {
             return Err(corrupted(format!(
-                "format version {version}; this kstate reads version {FORMAT_VERSION}"
+                "format version {version}; this kstate reads versions up to {FORMAT_VERSION}"
             )));
         }
         if crc32fast::hash(body).to_be_bytes() != crc {
@@ -166,6 +193,10 @@ impl SnapshotManifest {
         let batch = reader.i64()?;
         let kind = StoreKind::from_code(reader.u8()?)?;
         let created_ms = reader.i64()?;
+        let stream_time = match version {
+            FORMAT_VERSION_KEY_VALUE => None,
+            _ => Some(reader.i64()?),
+        };
         let count = u32::from_be_bytes(reader.array()?) as usize;
         // Each file takes at least 26 bytes: a count the rest cannot hold is corrupt.
         if count > body.len() / 26 {
@@ -193,11 +224,13 @@ impl SnapshotManifest {
             )));
         }
         check_files(&files)?;
+        check_stream_time(kind, stream_time)?;
         Ok(Self {
             offset,
             batch_id: (has_batch == 1).then_some(batch),
             kind,
             created_ms,
+            stream_time,
             files,
         })
     }
@@ -239,6 +272,22 @@ fn check_files(files: &[SnapshotFile]) -> Result<()> {
         return Err(corrupted("file paths are not sorted and distinct".into()));
     }
     Ok(())
+}
+
+/// A window or session store's manifest names its stream time (its segments' files cannot
+/// say it); a key-value store's names none.
+fn check_stream_time(kind: StoreKind, stream_time: Option<i64>) -> Result<()> {
+    match (kind.segmented(), stream_time) {
+        (true, None) => Err(corrupted(format!(
+            "a {} store's snapshot names no stream time",
+            kind.name()
+        ))),
+        (false, Some(_)) => Err(corrupted(format!(
+            "a {} store's snapshot names a stream time",
+            kind.name()
+        ))),
+        _ => Ok(()),
+    }
 }
 
 fn corrupted(what: String) -> Error {
@@ -287,6 +336,7 @@ mod tests {
             batch_id: Some(7),
             kind: StoreKind::KeyValue,
             created_ms: 1_700_000_000_000,
+            stream_time: None,
             files: vec![
                 SnapshotFile {
                     path: "000012.sst".into(),
@@ -320,40 +370,96 @@ mod tests {
         assert_eq!(SnapshotManifest::decode(&bytes).unwrap(), without_batch);
     }
 
-    #[test]
-    fn the_layout_is_fixed() {
-        let m = SnapshotManifest {
-            offset: 1,
-            batch_id: None,
-            kind: StoreKind::Session,
-            created_ms: 2,
-            files: vec![SnapshotFile {
-                path: "a".into(),
-                size: 3,
-                hash: 4,
-            }],
-        };
-        let bytes = m.encode().unwrap();
-        let mut expected = b"KSTATESN\x00\x01".to_vec();
+    /// The bytes of a manifest of `kind` with one file `a`, as each version lays them out.
+    fn layout(version: u16, kind: u8, stream_time: Option<i64>) -> Vec<u8> {
+        let mut expected = b"KSTATESN".to_vec();
+        expected.extend_from_slice(&version.to_be_bytes());
         expected.extend_from_slice(&1i64.to_be_bytes());
         expected.push(0);
         expected.extend_from_slice(&0i64.to_be_bytes());
-        expected.push(3);
+        expected.push(kind);
         expected.extend_from_slice(&2i64.to_be_bytes());
+        if let Some(time) = stream_time {
+            expected.extend_from_slice(&time.to_be_bytes());
+        }
         expected.extend_from_slice(&1u32.to_be_bytes());
         expected.extend_from_slice(&[0, 1, b'a']);
         expected.extend_from_slice(&3u64.to_be_bytes());
         expected.extend_from_slice(&4u128.to_be_bytes());
         let crc = crc32fast::hash(&expected);
         expected.extend_from_slice(&crc.to_be_bytes());
-        assert_eq!(bytes, expected);
+        expected
+    }
+
+    #[test]
+    fn the_layout_is_fixed() {
+        let one_file = |kind, stream_time| SnapshotManifest {
+            offset: 1,
+            batch_id: None,
+            kind,
+            created_ms: 2,
+            stream_time,
+            files: vec![SnapshotFile {
+                path: "a".into(),
+                size: 3,
+                hash: 4,
+            }],
+        };
+        // A key-value store's manifest stays version 1: what earlier builds wrote reads back.
+        let key_value = one_file(StoreKind::KeyValue, None);
+        assert_eq!(key_value.encode().unwrap(), layout(1, 1, None));
+        assert_eq!(
+            SnapshotManifest::decode(&layout(1, 1, None)).unwrap(),
+            key_value
+        );
+        for (kind, code) in [(StoreKind::Window, 2), (StoreKind::Session, 3)] {
+            let segmented = one_file(kind, Some(-5));
+            assert_eq!(segmented.encode().unwrap(), layout(2, code, Some(-5)));
+            assert_eq!(
+                SnapshotManifest::decode(&layout(2, code, Some(-5))).unwrap(),
+                segmented
+            );
+        }
+    }
+
+    #[test]
+    fn window_and_session_manifests_name_a_stream_time_and_key_value_ones_none() {
+        let mut window = manifest();
+        window.kind = StoreKind::Window;
+        assert!(
+            window.encode().is_err(),
+            "a window store without stream time"
+        );
+        window.stream_time = Some(120_000);
+        assert_eq!(
+            SnapshotManifest::decode(&window.encode().unwrap()).unwrap(),
+            window
+        );
+        let mut key_value = manifest();
+        key_value.stream_time = Some(1);
+        assert!(key_value.encode().is_err());
+        // Version 1 has no room for one: a window store's manifest in it is refused.
+        let error = SnapshotManifest::decode(&layout(1, 2, None)).unwrap_err();
+        assert!(
+            error.to_string().contains("names no stream time"),
+            "{error}"
+        );
+        assert!(SnapshotManifest::decode(&layout(2, 1, Some(0))).is_err());
     }
 
     #[test]
     fn every_damaged_byte_is_refused() {
-        let bytes = manifest().encode().unwrap();
+        let mut window = manifest();
+        window.kind = StoreKind::Window;
+        window.stream_time = Some(360_000);
+        for bytes in [manifest().encode().unwrap(), window.encode().unwrap()] {
+            every_damaged_byte_of(&bytes);
+        }
+    }
+
+    fn every_damaged_byte_of(bytes: &[u8]) {
         for i in 0..bytes.len() {
-            let mut damaged = bytes.clone();
+            let mut damaged = bytes.to_vec();
             damaged[i] ^= 0x40;
             assert!(
                 matches!(SnapshotManifest::decode(&damaged), Err(Error::Corrupted(_))),
@@ -371,12 +477,12 @@ mod tests {
     #[test]
     fn a_newer_format_is_refused_by_name() {
         let mut bytes = manifest().encode().unwrap();
-        bytes[9] = 2;
+        bytes[9] = 3;
         let body = bytes.len() - 4;
         let crc = crc32fast::hash(&bytes[..body]).to_be_bytes();
         bytes[body..].copy_from_slice(&crc);
         let error = SnapshotManifest::decode(&bytes).unwrap_err().to_string();
-        assert!(error.contains("format version 2"), "{error}");
+        assert!(error.contains("format version 3"), "{error}");
     }
 
     #[test]

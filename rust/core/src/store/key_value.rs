@@ -250,7 +250,7 @@ impl CommittedFiles {
     /// `None`, capturing nothing, while the store has no committed offset. Commits wait only
     /// for the capture itself: the flush of what they wrote before runs ahead of it.
     pub fn capture(&self, dir: &Path) -> Result<Option<i64>> {
-        self.state.with(|c| c.flush_memtables(true))?;
+        self.flush()?;
         let _writes = SharedState::hold_writes(&self.state.writes)?;
         self.state.with(|c| {
             let Some(offset) = c.committed_offset(&self.offset_key)? else {
@@ -259,6 +259,18 @@ impl CommittedFiles {
             c.checkpoint(dir)?;
             Ok(Some(offset))
         })
+    }
+
+    /// Flushes the memtables: the slow part of a capture, done before commits are held off.
+    pub fn flush(&self) -> Result<()> {
+        self.state.with(|c| c.flush_memtables(true))
+    }
+
+    /// RocksDB's checkpoint of the committed state at `dir`, for a caller that holds off the
+    /// commits of a whole segmented store (a segment's own commits wait for it too).
+    pub(crate) fn checkpoint(&self, dir: &Path) -> Result<()> {
+        let _writes = SharedState::hold_writes(&self.state.writes)?;
+        self.state.with(|c| c.checkpoint(dir))
     }
 }
 
