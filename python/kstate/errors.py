@@ -13,6 +13,7 @@ import sys
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers know the name)
 if TYPE_CHECKING:
     from kstate._core import BatchConflictError as BatchConflictError
+    from kstate._core import ChangelogTruncatedError as ChangelogTruncatedError
     from kstate._core import CommitConflictError as CommitConflictError
     from kstate._core import CorruptedDataError as CorruptedDataError
     from kstate._core import DeletedStateVariableError as DeletedStateVariableError
@@ -55,6 +56,7 @@ __all__ = [
     "InvalidStateStoreError",
     "StoreClosedError",
     "StoreBehindChangelogError",
+    "ChangelogTruncatedError",
     "StateLockTimeoutError",
     "BatchConflictError",
     "ProcessorStateError",
