@@ -21,6 +21,18 @@ in a new process, alternating; one row per (location, mode): commit p50 / p99 / 
 snapshots published.
 
     .venv/bin/python benches/snapshots.py 1000000 --commits 200 [--s3]
+
+Storage (``--storage C``): a store of N keys (a fixed key set; changelog segments of 16 MiB, as
+kstate.spark rolls them), then C commits of 10k random updates each, snapshots off and every 10
+commits (in the background) with their collection
+(``minBatchesToRetain``, ``--retain``: snapshots kept, a store outside Spark counting snapshots;
+files of collected snapshots deleted at once, ``--delete-delay`` seconds guarding concurrent
+writers being 0 for this one writer); every 50 commits one row: the local state's bytes (the
+task directory, and a remote changelog's cache), the changelog location's bytes (changelog and
+snapshots), their sum counting hard-linked files once, the snapshots kept and the changelog's
+first offset.
+
+    .venv/bin/python benches/snapshots.py 100000 --storage 200 [--s3]
 """
 
 from __future__ import annotations
@@ -39,6 +51,8 @@ from typing import Any
 BATCH = 100_000
 UPDATES = 10_000
 SNAPSHOT_EVERY = 10
+STORAGE_EVERY = 50
+STORAGE_SEGMENT_BYTES = 16 * 1024 * 1024
 APP = "app"
 HOUR = 3_600_000
 WINDOWS_PER_KEY = 6
@@ -92,6 +106,62 @@ with builder.build().init(task) as store:
     topic, partition = store.changelog_topic, store.partition
 location = open_snapshots(config["changelog.dir"], topic, partition, config.get("changelog.storage.options"))
 print(json.dumps({"times": times, "snapshots": len(location.offsets())}))
+"""
+)
+
+
+STORAGE = (
+    OPEN
+    + """
+from kstate.log import snapshot_retention
+from kstate.log.remote import RemoteChangelog, resolve
+keys, commits, updates, every = (int(a) for a in sys.argv[4:8])
+snapshot_retention.DELETE_DELAY_SECONDS = float(sys.argv[8])
+state_dir = os.path.dirname(os.path.dirname(task))
+values = [os.urandom(100) for _ in range(4096)]
+random.seed(7)
+url = config["changelog.dir"]
+
+def files_of(root):
+    found = {}
+    for directory, _, names in os.walk(root):
+        for name in names:
+            try:
+                stat = os.stat(os.path.join(directory, name))
+            except FileNotFoundError:
+                continue
+            found[(stat.st_dev, stat.st_ino)] = stat.st_size
+    return found
+
+def sizes(store):
+    local = files_of(state_dir)
+    if "://" in url:
+        import fsspec
+        fs, root = fsspec.core.url_to_fs(url, **config.get("changelog.storage.options", {}))
+        fs.invalidate_cache()
+        location = sum(info["size"] for info in fs.find(root, detail=True).values())
+        remote = RemoteChangelog(url, store.changelog_topic, store.partition, config.get("changelog.storage.options"))
+        start = resolve(remote.list())[0].first
+        shared = 0
+    else:
+        at = files_of(url)
+        location, shared = sum(at.values()), sum(size for inode, size in at.items() if inode in local)
+        start = store._reader.changelog_range()[0]
+    writer = store._snapshot_writer
+    kept = writer.last_collected.kept if writer is not None and writer.last_collected is not None else 0
+    return sum(local.values()), location, sum(local.values()) + location - shared, kept, start
+
+with builder.build().init(task) as store:
+    for start in range(0, keys, 100_000):
+        store.put_all([b"key-%012d" % i for i in range(start, start + 100_000)],
+                      [values[i % 4096] for i in range(start, start + 100_000)])
+        store.commit()
+    for commit in range(1, commits + 1):
+        picked = random.sample(range(keys), updates)
+        store.put_all([b"key-%012d" % i for i in picked], [values[i % 4096] for i in picked])
+        store.commit()
+        if commit % every == 0:
+            print(json.dumps([commit, *sizes(store)]), flush=True)
 """
 )
 
@@ -192,6 +262,42 @@ def commit_rows(root: str, location: str, config: dict, keys: int, args: argpars
     return rows
 
 
+def storage_rows(root: str, location: str, config: dict, keys: int, args: argparse.Namespace) -> list[list[str]]:
+    # Segments as kstate.spark's changelogs roll them: a local changelog compacts, and deletes
+    # history, whole sealed segments at a time (Kafka's default of 1 GiB would hold all of it).
+    config = {**config, "segment.bytes": STORAGE_SEGMENT_BYTES}
+    every = {**config, "minDeltasForSnapshot": SNAPSHOT_EVERY, "minBatchesToRetain": args.retain}
+    rows = []
+    for index, (mode, used) in enumerate((("off", config), (f"every {SNAPSHOT_EVERY}", every))):
+        if location == "dir":
+            used = {**used, "changelog.dir": os.path.join(root, f"changelog-{index}")}
+        else:
+            used = {**used, "changelog.dir": f"{config['changelog.dir']}-{index}"}
+        task = os.path.join(root, f"state-{index}", APP, "0_0")
+        argv = [task, json.dumps(used), args.store, keys, args.storage, UPDATES, STORAGE_EVERY, args.delete_delay]
+        done = subprocess.run(
+            [sys.executable, "-c", STORAGE, *map(str, argv)], capture_output=True, text=True, check=False
+        )
+        if done.returncode != 0:
+            raise RuntimeError(done.stderr)
+        for line in done.stdout.strip().splitlines():
+            commit, local, at, total, kept, start = json.loads(line)
+            rows.append(
+                [
+                    f"{keys:,}",
+                    location,
+                    mode,
+                    str(commit),
+                    f"{local / 1e6:.1f}",
+                    f"{at / 1e6:.1f}",
+                    f"{total / 1e6:.1f}",
+                    str(kept),
+                    f"{start:,}",
+                ]
+            )
+    return rows
+
+
 def start_moto() -> tuple[subprocess.Popen, str]:
     import socket
     import urllib.request
@@ -222,11 +328,14 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--tail", type=int, default=2, help="restore: commits of 100k updates after the snapshot")
     parser.add_argument("--commits", type=int, default=0, help="commit latency over this many commits instead")
+    parser.add_argument("--storage", type=int, default=0, help="storage over this many commits instead")
+    parser.add_argument("--retain", type=int, default=2, help="storage: minBatchesToRetain (snapshots kept)")
+    parser.add_argument("--delete-delay", type=float, default=0.0, help="storage: seconds before unnamed files go")
     parser.add_argument("--s3", action="store_true", help="also on moto's S3 server")
     parser.add_argument("--store", choices=["key-value", "window"], default="key-value", help="restore: the store kind")
     args = parser.parse_args()
-    if args.commits and args.store != "key-value":
-        parser.error("--commits measures key-value stores")
+    if (args.commits or args.storage) and args.store != "key-value":
+        parser.error("--commits and --storage measure key-value stores")
     os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
     os.environ["NO_PROXY"] = os.environ["no_proxy"] = "127.0.0.1"
     server = None
@@ -234,12 +343,16 @@ def main() -> None:
     if args.s3:
         server, endpoint = start_moto()
         locations.append("s3")
-    if args.commits:
+    if args.storage:
+        print("| keys | location | snapshots | commits | local MB | location MB | total MB | kept | changelog start |")
+        print("|---:|---|---|---:|---:|---:|---:|---:|---:|")
+    elif args.commits:
         print("| keys | location | snapshots | commit p50 ms | p99 ms | max ms | snapshots published |")
     else:
         what = "windows" if args.store == "window" else "keys"
         print(f"| {what} | location | restore from | best s | median s | records replayed | MB/s of snapshot files |")
-    print("|---:|---|---|---:|---:|---:|---:|")
+    if not args.storage:
+        print("|---:|---|---|---:|---:|---:|---:|")
     try:
         for keys in args.keys:
             for location in locations:
@@ -256,7 +369,8 @@ def main() -> None:
                         config = {"changelog.dir": f"s3://{bucket}/changelogs", "changelog.storage.options": options}
                     if args.store == "window":
                         config["retention.ms"] = "-1"  # old event times: nothing deleted by the clock
-                    rows = (commit_rows if args.commits else restore_rows)(root, location, config, keys, args)
+                    rows_of = storage_rows if args.storage else commit_rows if args.commits else restore_rows
+                    rows = rows_of(root, location, config, keys, args)
                     for row in rows:
                         print(f"| {' | '.join(row)} |", flush=True)
                 finally:

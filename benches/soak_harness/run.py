@@ -75,6 +75,9 @@ class SoakConfig:
     # Compacted changelogs keep a deleted key's tombstone this long (Kafka's delete.retention.ms,
     # 24 h by default): shorter than the run, so that its storage can level off within it.
     tombstone_retention_ms: int = 600_000
+    # Every store publishes a snapshot after this many commits (issue 44), so that restores after
+    # the kills, restarts and wiped disks load snapshots, and uploads meet the storage faults.
+    snapshot_every: int = 5
 
 
 class Outputs:
@@ -352,7 +355,10 @@ class Soak:
         self.disks.start()
 
     def _changelog_config(self) -> dict:
-        return {"delete.retention.ms": self.config.tombstone_retention_ms}
+        return {
+            "delete.retention.ms": self.config.tombstone_retention_ms,
+            "minDeltasForSnapshot": self.config.snapshot_every,
+        }
 
     def _backend(self, options):
         from kstate import Stores

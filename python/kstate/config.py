@@ -254,6 +254,21 @@ MIN_DELTA_BYTES_FOR_SNAPSHOT = "minDeltaBytesForSnapshot"
 """kstate's own logging config: a snapshot is also due once the changelog took this many bytes
 since the last one (whichever of the two comes first)."""
 
+MIN_BATCHES_TO_RETAIN = "minBatchesToRetain"
+"""kstate's own logging config, Spark's name and meaning (``spark.sql.streaming.minBatchesToRetain``,
+default 100): how many of the latest micro-batches stay recoverable from what is kept beside the
+changelog. After each snapshot the store keeps the newest snapshot taken at or before batch
+``b - minBatchesToRetain + 1`` (``b``: the newest snapshot's batch) and everything newer, as
+Spark's state stores keep their snapshots and deltas, and deletes older snapshots, the files
+no kept snapshot names, and the changelog's history before the oldest snapshot kept
+(``kstate.log.snapshot_retention``). Snapshots of a store outside Spark carry no batch: there it
+counts snapshots (the newest ``minBatchesToRetain`` are kept). Either way at least the newest
+snapshot and the one before it are kept, and history only goes below a snapshot whose files are
+all there. Applies when snapshots are on."""
+
+DEFAULT_MIN_BATCHES_TO_RETAIN = 100
+"""Spark's default for ``spark.sql.streaming.minBatchesToRetain``."""
+
 SNAPSHOTS_DIRECTORY = "snapshots"
 """The directory of a changelog partition (local, or its objects' prefix) that holds the store's
 snapshots (``kstate.log.snapshots``)."""
@@ -271,6 +286,7 @@ class ChangelogConfig(FrozenRecord):
     storage_options: dict[str, Any]
     min_deltas_for_snapshot: int | None
     min_delta_bytes_for_snapshot: int | None
+    min_batches_to_retain: int
 
     __match_args__ = (
         "changelog_dir",
@@ -278,6 +294,7 @@ class ChangelogConfig(FrozenRecord):
         "storage_options",
         "min_deltas_for_snapshot",
         "min_delta_bytes_for_snapshot",
+        "min_batches_to_retain",
     )
 
     def __init__(
@@ -287,12 +304,14 @@ class ChangelogConfig(FrozenRecord):
         storage_options: dict[str, Any] | None = None,
         min_deltas_for_snapshot: int | None = None,
         min_delta_bytes_for_snapshot: int | None = None,
+        min_batches_to_retain: int = DEFAULT_MIN_BATCHES_TO_RETAIN,
     ):
         object.__setattr__(self, "changelog_dir", changelog_dir)
         object.__setattr__(self, "topic_config", {} if topic_config is None else topic_config)
         object.__setattr__(self, "storage_options", {} if storage_options is None else storage_options)
         object.__setattr__(self, "min_deltas_for_snapshot", min_deltas_for_snapshot)
         object.__setattr__(self, "min_delta_bytes_for_snapshot", min_delta_bytes_for_snapshot)
+        object.__setattr__(self, "min_batches_to_retain", min_batches_to_retain)
 
     @property
     def snapshots(self) -> bool:
@@ -318,6 +337,7 @@ class ChangelogConfig(FrozenRecord):
             raise InvalidArgumentError(f"{CHANGELOG_STORAGE_OPTIONS} must be a dict, got {storage_options!r}")
         min_deltas = _positive_count(config.pop(MIN_DELTAS_FOR_SNAPSHOT, None), MIN_DELTAS_FOR_SNAPSHOT)
         min_delta_bytes = _positive_count(config.pop(MIN_DELTA_BYTES_FOR_SNAPSHOT, None), MIN_DELTA_BYTES_FOR_SNAPSHOT)
+        min_batches = _positive_count(config.pop(MIN_BATCHES_TO_RETAIN, None), MIN_BATCHES_TO_RETAIN)
         topic_config = {**CHANGELOG_TOPIC_DEFAULTS, **(defaults or {})}
         for name, value in config.items():
             if isinstance(value, bool):
@@ -329,6 +349,7 @@ class ChangelogConfig(FrozenRecord):
             dict(storage_options),
             min_deltas,
             min_delta_bytes,
+            DEFAULT_MIN_BATCHES_TO_RETAIN if min_batches is None else min_batches,
         )
 
 

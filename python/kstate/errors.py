@@ -13,6 +13,7 @@ import sys
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers know the name)
 if TYPE_CHECKING:
     from kstate._core import BatchConflictError as BatchConflictError
+    from kstate._core import ChangelogTruncatedError as ChangelogTruncatedError
     from kstate._core import CommitConflictError as CommitConflictError
     from kstate._core import CorruptedDataError as CorruptedDataError
     from kstate._core import DeletedStateVariableError as DeletedStateVariableError
@@ -22,7 +23,6 @@ if TYPE_CHECKING:
     from kstate._core import JavaNotFoundError as JavaNotFoundError
     from kstate._core import KStateError as KStateError
     from kstate._core import MisroutedRowsError as MisroutedRowsError
-    from kstate._core import MissingHistoryError as MissingHistoryError
     from kstate._core import PartitioningChangedError as PartitioningChangedError
     from kstate._core import PartitioningError as PartitioningError
     from kstate._core import ProcessorStateError as ProcessorStateError
@@ -56,6 +56,7 @@ __all__ = [
     "InvalidStateStoreError",
     "StoreClosedError",
     "StoreBehindChangelogError",
+    "ChangelogTruncatedError",
     "StateLockTimeoutError",
     "BatchConflictError",
     "ProcessorStateError",
@@ -75,5 +76,4 @@ __all__ = [
     "JavaNotFoundError",
     "StateSchemaError",
     "DeletedStateVariableError",
-    "MissingHistoryError",
 ]

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from kstate import _core
-from kstate.errors import MissingHistoryError
+from kstate.errors import ChangelogTruncatedError
 from kstate.log.history import StoreHistory, rebuild_state
 from kstate.log.object_store import ObjectStore, is_url
 from kstate.memory import disk_bytes
@@ -120,7 +120,7 @@ class HistoryReport:
     entries: int | None = None
     """The rebuilt state's entries (``None``: it could not be rebuilt)."""
     error: str | None = None
-    """Why the state could not be rebuilt (``MissingHistoryError``'s message)."""
+    """Why the state could not be rebuilt (``ChangelogTruncatedError``'s message)."""
 
 
 def changelog_partitions(location: str, storage_options: Mapping[str, Any] | None = None) -> list[tuple[str, int]]:
@@ -148,7 +148,7 @@ def inspect_history(location: str, storage_options: Mapping[str, Any] | None = N
         with tempfile.TemporaryDirectory(prefix="kstate-inspect-") as scratch:
             try:
                 rebuilt = rebuild_state(history, os.path.join(scratch, "store"))
-            except MissingHistoryError as missing:
+            except ChangelogTruncatedError as missing:
                 report.error = str(missing)
             else:
                 report.offset, report.replayed_records = rebuilt.offset, rebuilt.replayed

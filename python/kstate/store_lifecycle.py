@@ -22,6 +22,7 @@ from kstate.config import (
     StoreConfig,
 )
 from kstate.errors import (
+    ChangelogTruncatedError,
     CorruptedDataError,
     InvalidArgumentError,
     RemoteStorageError,
@@ -96,6 +97,13 @@ class StoreLifecycle:
     so with ``"changelog"`` durability they say it was not closed cleanly, which tells nothing."""
     _snapshot_writer: SnapshotWriter | None = None
     _changelog_bytes_seen = 0
+    keep_history_from: int | None = None
+    """kstate.spark: the lowest changelog offset its batch log may still need (the last offset
+    of the state before the oldest batch it can roll back); history from it on is never deleted
+    below a snapshot. ``None``: no bound beyond the snapshots (a store outside kstate.spark)."""
+    _history_start: int | None = None
+    """Where the snapshot collector found the local changelog may start; applied after the next
+    commit, on the committing thread (the native store is not called from the writer's)."""
 
     # -- what subclasses provide -----------------------------------------------------------------
 
@@ -275,16 +283,16 @@ class StoreLifecycle:
 
             try:
                 self._remote.sync(self._reader, self._fetch_path, self.restore_until)
-            except StoreBehindCompaction as behind:
-                self._restart_empty(str(behind))
+            except (StoreBehindCompaction, ChangelogTruncatedError) as behind:
+                if isinstance(behind, ChangelogTruncatedError) and self._reader.committed_offset() is None:
+                    raise  # no local state, and no snapshot could be loaded
+                self._restart_from_snapshot(str(behind))
                 self._remote.sync(self._reader, self._fetch_path, self.restore_until)
         with RestoreProgress(f"{what} {self.name}") as progress:
             try:
-                self._refuse_missing_history()
                 result = replay(progress)
             except StoreBehindChangelogError as behind:
-                self._restart_empty(str(behind))
-                self._refuse_missing_history()
+                self._restart_from_snapshot(str(behind))
                 result = replay(progress)
         if progress.done:
             seconds = time.monotonic() - started
@@ -297,25 +305,6 @@ class StoreLifecycle:
                 progress.done / max(seconds, 1e-9),
             )
         return result
-
-    def _refuse_missing_history(self) -> None:
-        """Raises ``MissingHistoryError`` rather than replay a changelog that starts past what
-        the store holds when what lay below its start was the state's, deleted below a snapshot
-        (``kstate.log.history.refuse_missing_history``): restoring from there would be partial."""
-        start, _ = self._reader.changelog_range()
-        committed = self._reader.committed_offset()
-        if start <= (-1 if committed is None else committed) + 1:
-            return
-        from kstate.log.history import refuse_missing_history
-
-        snapshots = self._snapshot_location()
-        refuse_missing_history(
-            self._changelog_dir if self._remote is None else self._remote.location,
-            start,
-            committed,
-            [] if snapshots is None else snapshots.offsets(),
-            self._remote is not None,
-        )
 
     # -- snapshots -------------------------------------------------------------------------------
 
@@ -445,6 +434,8 @@ class StoreLifecycle:
                 kind,
                 self._logging.min_deltas_for_snapshot,
                 self._logging.min_delta_bytes_for_snapshot,
+                self._logging.min_batches_to_retain,
+                self._history_collected,
             )
             self._changelog_bytes_seen = self._reader.changelog_appended_bytes()
         return self._snapshot_writer
@@ -477,6 +468,50 @@ class StoreLifecycle:
                 f"store {self.name} takes no snapshots: only open persistent transactional stores with a changelog do"
             )
         return writer.take(self._reader, batch_id)
+
+    def _restart_from_snapshot(self, why: str) -> None:
+        """Wipes local state the changelog can no longer bring up to date and starts again from
+        the newest usable snapshot, if any (the changelog's history may have been deleted below
+        it: restoring without one then raises ``ChangelogTruncatedError``)."""
+        self._restart_empty(why)
+        self._load_newer_snapshot()
+
+    def _history_collected(self, start: int) -> None:
+        """The snapshot writer's thread found that the changelog may start at ``start`` (the
+        oldest kept snapshot is whole): bounded by ``keep_history_from``, a remote changelog's
+        objects below it are deleted now, a local changelog's history after the next commit."""
+        if self.keep_history_from is not None:
+            start = min(start, self.keep_history_from)
+        if start <= 0:
+            return
+        if self._remote is not None:
+            deleted = self._remote.delete_before(start)
+            if deleted:
+                log.info(
+                    "Changelog %s: deleted %d objects below offset %d, which snapshots hold",
+                    self._remote.location,
+                    len(deleted),
+                    start,
+                )
+        else:
+            self._history_start = start
+
+    def _delete_collected_history(self) -> None:
+        """Deletes the local changelog's history the snapshot collector found snapshots hold,
+        never past the store's own committed offset."""
+        start, self._history_start = self._history_start, None
+        committed = self._reader.committed_offset()
+        if start is None or committed is None:
+            return
+        segments, deleted_bytes, log_start = self._reader.delete_changelog_before(min(start, committed + 1), now_ms())
+        if segments:
+            log.info(
+                "Changelog %s: deleted %d segments (%d bytes) below offset %d, which snapshots hold",
+                self._changelog_dir,
+                segments,
+                deleted_bytes,
+                log_start,
+            )
 
     def _restart_empty(self, why: str) -> None:
         """Wipes the local state and reopens it empty, to be restored from scratch (Kafka
@@ -549,6 +584,8 @@ class StoreLifecycle:
         before it stands."""
         if self._logging is None:
             return
+        if self._history_start is not None:
+            self._delete_collected_history()
         cleaned = self._reader.clean_changelog(now_ms())
         if cleaned:
             log.info(

@@ -2,7 +2,7 @@
 session): each old partition's state is read from its newest snapshot at or below what its batch
 log records, then the changelog after it, so a changelog whose history below the oldest
 snapshot was deleted (by hand here, as a retention would) rescales exactly; with every snapshot
-over the deleted history unusable the rescale stops with ``MissingHistoryError`` and switches
+over the deleted history unusable the rescale stops with ``ChangelogTruncatedError`` and switches
 nothing. A window store's snapshot holds its segments, read segment by segment. On a shared
 directory and on moto's S3."""
 
@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from kstate import Stores
-from kstate.errors import MissingHistoryError
+from kstate.errors import ChangelogTruncatedError
 from kstate.log.snapshots import open_snapshots
 from kstate.spark import StateBackend, TaskInfo
 from kstate.spark.protocol import idle
@@ -147,6 +147,6 @@ def test_a_rescale_over_deleted_history_without_a_usable_snapshot_switches_nothi
     delete_history(changelog)
     for offset in snapshot_offsets(changelog, "counts", 1):
         damage_snapshot(*changelog, "app-counts-changelog", 1, offset)
-    with pytest.raises(MissingHistoryError, match="app-counts-changelog-1.*no usable snapshot"):
+    with pytest.raises(ChangelogTruncatedError, match="app-counts-changelog-1.*no usable snapshot"):
         rescale(changelog[0], "app", 3, storage_options=changelog[1])
     assert backend_of(tmp_path, changelog).partitioning_log().current().num_partitions == 2

@@ -5,7 +5,7 @@ hand, as a retention would): each partition loads its snapshot, replays only the
 it, and the query goes on exactly as plain Python computes it, timers firing once. The tools that
 read history then start from snapshots too: ``state_dataframe`` / ``read_processor_state`` (the
 latest batch and a retained earlier one), ``kstate inspect --history`` and ``kstate rescale``;
-with no usable snapshot over deleted history, a read is ``MissingHistoryError``."""
+with no usable snapshot over deleted history, a read is ``ChangelogTruncatedError``."""
 
 import collections
 import json
@@ -155,7 +155,7 @@ def test_a_running_count_restarts_from_snapshots_and_its_history_is_read_from_th
     wipe_local_state(work, changelog, "counts-app", [0, 1])
     for offset in snapshot_offsets(changelog, "counts-app-counts-changelog", 0):
         damage_snapshot(*changelog, "counts-app-counts-changelog", 0, offset)
-    with pytest.raises(Exception, match="MissingHistoryError"):
+    with pytest.raises(Exception, match="ChangelogTruncatedError"):
         counts_backend(work).state_dataframe(spark, "counts", num_partitions=2).collect()
 
 

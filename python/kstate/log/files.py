@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from kstate import _core
 from kstate.log.records import decode_arrow, shallow_entries
 
 _PUBLISHED_MARKER = ".kstate-published"
@@ -24,6 +25,13 @@ def _published_end(partition_dir: Path) -> int | None:
         return int((partition_dir / _PUBLISHED_MARKER).read_text().strip()) + 1
     except (FileNotFoundError, ValueError):
         return None
+
+
+def records_deleted_before(partition_dir: Path) -> int:
+    """The offset records were deleted before in a partition directory (Kafka's DeleteRecords: a
+    kstate changelog's history that snapshots hold, ``kstate.log.snapshot_retention``); 0 if none
+    were. ``read_log`` from below it would miss what was deleted."""
+    return _core.records_deleted_before(str(partition_dir))
 
 
 def read_log(partition_dir: Path, start: int = 0, end: int | None = None) -> Iterator[Any]:

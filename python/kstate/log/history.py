@@ -11,15 +11,13 @@ a store restoring from there is wiped too, ``kstate.log.remote.StoreBehindCompac
 ``SNAPSHOTS_TRIED`` such snapshots are tried, newest first; one is used only once every file
 was fetched and checked (size and content hash) and its files open at its offset.
 
-Without a usable snapshot the changelog replays from its start, as before snapshots. A
-changelog whose start is past 0 lost what lay below it in one of two ways: compaction emptied
-and deleted its first segments (every record there had a later one: nothing of the state is
-lost; a local changelog only, object-store compaction keeps every offset covered), or history
-below the oldest retained snapshot was deleted (the records there are the state's; only a
-snapshot holds them). The second is told by a snapshot listed at or past the start - 1: history
-is deleted only below one. Then, or on an object store, a state the changelog alone cannot reach
-is ``MissingHistoryError`` naming the partition, the offsets and the snapshots tried: never a
-partial state (:func:`refuse_missing_history`, which a store's own restore asks as well).
+Without a usable snapshot the changelog replays from its start, as before snapshots, unless its
+history was deleted because snapshots hold it (``kstate.log.snapshot_retention``: a local
+changelog records the offset, Kafka's DeleteRecords, ``kstate.log.files.records_deleted_before``;
+an object store's starts past 0, which its compaction never does): then a state the changelog
+alone cannot give is ``ChangelogTruncatedError``, naming the partition, the offsets and the
+snapshots tried, never a partial state. A local changelog whose start compaction moved (a first
+segment whose every record had a later one, deleted) lost nothing of the state.
 """
 
 from __future__ import annotations
@@ -29,15 +27,15 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kstate import _core
 from kstate.config import DEFAULT_CACHE_MAX_BYTES, DEFAULT_UNCOMMITTED_MAX_BYTES, DURABILITY_CHANGELOG
-from kstate.errors import CorruptedDataError, MissingHistoryError, RemoteStorageError
-from kstate.log.files import end_offset, read_log, start_offset
+from kstate.errors import ChangelogTruncatedError, CorruptedDataError, RemoteStorageError
+from kstate.log.files import end_offset, read_log, records_deleted_before, start_offset
 from kstate.log.object_store import is_url
 from kstate.log.records import decode_arrow
 from kstate.log.remote import Link, RemoteChangelog, resolve
@@ -49,34 +47,6 @@ SNAPSHOTS_TRIED = 3
 """Snapshots a read of history tries, newest first, as a store's restore does."""
 CHUNK_ROWS = 65_536
 """Entries per Arrow batch read out of a snapshot's store."""
-
-
-def refuse_missing_history(
-    location: str, log_start: int | None, have: int | None, listed: Iterable[int], remote: bool, tried: str = ""
-) -> None:
-    """Raises ``MissingHistoryError`` when a copy at offset ``have`` (``None``: empty) cannot
-    replay the changelog at ``location`` from where it stands: the changelog starts past
-    ``have + 1`` and what lay below its start was the state's (deleted below a snapshot, one of
-    ``listed`` at or past ``log_start - 1``, or an object store's changelog, which compaction
-    never shortens). A start compaction moved (no such snapshot, a local changelog) is logged
-    and replayed from. ``tried``: what became of the snapshots tried, for the message."""
-    needed = 0 if have is None else have + 1
-    if log_start is None or log_start <= needed:
-        return
-    listed = sorted(listed)
-    if not remote and not any(offset >= log_start - 1 for offset in listed):
-        log.info(
-            "Changelog %s starts at offset %d: compaction removed every record below it; replaying from there",
-            location,
-            log_start,
-        )
-        return
-    shown = ", ".join(map(str, listed[-5:])) or "none"
-    raise MissingHistoryError(
-        f"changelog {location}: the state needs its records from offset {needed}, but the changelog starts at "
-        f"offset {log_start} (the history below it was deleted) and no usable snapshot at or past offset "
-        f"{log_start - 1} covers the gap (snapshots at offsets: {shown}{'; ' + tried if tried else ''})"
-    )
 
 
 @dataclass(frozen=True)
@@ -129,9 +99,18 @@ class StoreHistory:
         """The first offset the changelog holds (Kafka's log start offset); ``None`` without any
         segment or object."""
         if self._remote is None:
-            return start_offset(self._directory)
+            first = start_offset(self._directory)
+            # Records deleted before an offset may still lie in the segment that spans it.
+            return None if first is None else max(first, records_deleted_before(self._directory))
         chain = self._chain()
         return chain[0].first if chain else None
+
+    def deleted_before(self) -> int:
+        """The offset the changelog's history was deleted before, because snapshots hold it (0:
+        never): what a local changelog records, or where an object store's starts."""
+        if self._remote is None:
+            return records_deleted_before(self._directory) if self._directory.is_dir() else 0
+        return self.log_start_offset() or 0
 
     def log_end_offset(self) -> int:
         """One past the last published offset (0 when empty); on an object store the newest
@@ -189,7 +168,7 @@ class StoreHistory:
         below ``until`` (``None``: the newest) that the changelog continues (see the module
         docstring), of a store of ``kind`` (``None``: any), and returns it; ``None`` when the
         changelog alone gives the state (replay it from its start). Raises
-        ``MissingHistoryError`` when neither does. Logs the snapshot used or why one was not."""
+        ``ChangelogTruncatedError`` when neither does. Logs the snapshot used or why one was not."""
         log_start = self.log_start_offset()
         listed = self.snapshots.offsets()
         candidates = [
@@ -241,7 +220,14 @@ class StoreHistory:
                 offset + 1,
             )
             return Loaded(offset, manifest.batch_id, manifest.kind, fetched.files, fetched.bytes, fetched.seconds)
-        refuse_missing_history(self.location, log_start, None, listed, self.remote, "; ".join(tried))
+        deleted = self.deleted_before()
+        if deleted > 0:
+            shown = ", ".join(map(str, listed[-5:])) or "none"
+            raise ChangelogTruncatedError(
+                f"changelog {self.location}: the state needs its records from offset 0, but its history before "
+                f"offset {deleted} was deleted because snapshots hold it, and no usable snapshot at or past offset "
+                f"{deleted - 1} covers the gap (snapshots at offsets: {shown}{'; ' if tried else ''}{'; '.join(tried)})"
+            )
         return None
 
 
@@ -342,7 +328,7 @@ def rebuild_state(
     newest usable snapshot, then the changelog after it, committed at the last offset read. A
     window or session store's state is its store keys' entries (what its changelog holds, with
     no retention applied). ``timestamped``: the store's format (``None``: the snapshot's, plain
-    without one). Raises ``MissingHistoryError`` when its history cannot give that state."""
+    without one). Raises ``ChangelogTruncatedError`` when its history cannot give that state."""
     started = time.monotonic()
     if os.path.exists(directory):
         raise FileExistsError(directory)

@@ -1,5 +1,5 @@
 """Files of one local directory with :class:`kstate.log.object_store.ObjectStore`'s operations
-(list, fetch, create exclusively, delete), by plain file system calls: a ``changelog.dir`` given
+(list, fetch, create exclusively, replace, delete), by plain file system calls: a ``changelog.dir`` given
 as a path needs no fsspec for what is kept beside its changelog (``kstate.log.snapshots``).
 
 ``create`` is atomic and exclusive: a complete, fsynced temporary file is hard-linked to the name
@@ -31,6 +31,26 @@ def create_exclusively(target: str, local_path: str) -> None:
         with open(temporary, "rb+") as file:
             os.fsync(file.fileno())
         os.link(temporary, target)  # fails with FileExistsError if the name is taken
+    finally:
+        try:
+            os.unlink(temporary)
+        except FileNotFoundError:
+            pass
+    sync_directory(directory)
+
+
+def replace_atomically(target: str, local_path: str, link: bool = False) -> None:
+    """Makes ``target`` a durable copy of ``local_path`` (``link``: a hard link where possible)
+    whether or not a file has that name: a temporary name is renamed over it, so readers see the
+    old file or the new one, whole."""
+    directory = make_directory(os.path.dirname(target))
+    temporary = os.path.join(directory, f".{os.path.basename(target)}.{uuid.uuid4().hex}.tmp")
+    try:
+        if not (link and _linked(local_path, temporary)):
+            shutil.copyfile(local_path, temporary)
+            with open(temporary, "rb+") as file:
+                os.fsync(file.fileno())
+        os.replace(temporary, target)
     finally:
         try:
             os.unlink(temporary)
@@ -72,6 +92,24 @@ class LocalFiles:
             return {}
         return {entry.name: entry.stat().st_size for entry in entries if entry.is_file(follow_symlinks=False)}
 
+    def list_detailed(self, directory: str) -> dict[str, tuple[int, float | None]]:
+        """``(size, modified)`` of the files in ``directory`` by name, ``modified`` in seconds
+        since the epoch: the later of the file's modification and change times, since linking a
+        file (as ``create`` and ``replace`` publish table files) changes only the latter."""
+        try:
+            entries = list(os.scandir(self._path(directory)))
+        except FileNotFoundError:
+            return {}
+        found: dict[str, tuple[int, float | None]] = {}
+        for entry in entries:
+            try:
+                if entry.is_file(follow_symlinks=False):
+                    stat = entry.stat(follow_symlinks=False)
+                    found[entry.name] = (stat.st_size, max(stat.st_mtime, stat.st_ctime))
+            except FileNotFoundError:
+                continue  # deleted as it was listed
+        return found
+
     def fetch(self, key: str, local_path: str, immutable: bool = False) -> None:
         """Copies ``key`` to ``local_path`` (a hard link where ``immutable`` and possible);
         ``FileNotFoundError`` if it is gone."""
@@ -90,6 +128,11 @@ class LocalFiles:
                 sync_directory(directory)
                 return
         create_exclusively(target, local_path)
+
+    def replace(self, key: str, local_path: str, immutable: bool = False) -> None:
+        """Makes ``local_path`` the file ``key`` whether or not one has that name, atomically
+        (``immutable``: by a hard link where possible); its times become now."""
+        replace_atomically(self._path(key), local_path, link=immutable)
 
     def delete(self, key: str) -> None:
         """Deletes ``key``; a file already gone is fine."""

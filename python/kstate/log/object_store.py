@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from kstate.errors import InvalidArgumentError, RemoteStorageError
-from kstate.log.local_files import create_exclusively
+from kstate.log.local_files import create_exclusively, replace_atomically
 
 log = logging.getLogger("kstate.log.object_store")
 
@@ -212,6 +212,26 @@ class ObjectStore:
             if entry.get("type") != "directory"
         }
 
+    def list_detailed(self, directory: str) -> dict[str, tuple[int, float | None]]:
+        """``(size, modified)`` of the files in ``directory`` by name, ``modified`` in seconds
+        since the epoch as the storage tells it (S3's ``LastModified``; a local file's later
+        of modification and change time), ``None`` where it tells none."""
+        path = self._path(directory)
+
+        def attempt(_: int) -> list[dict[str, Any]]:
+            self._fs.invalidate_cache(path)
+            try:
+                return list(self._fs.ls(path, detail=True, refresh=True))
+            except FileNotFoundError:
+                return []
+
+        entries = self._retrying(f"listing {self.url}/{directory}", attempt)
+        return {
+            entry["name"].rstrip("/").rsplit("/", 1)[-1]: (int(entry.get("size") or 0), _modified(entry))
+            for entry in entries
+            if entry.get("type") != "directory"
+        }
+
     def fetch(self, key: str, local_path: str) -> None:
         """Downloads ``key`` to ``local_path``; ``FileNotFoundError`` if it is gone."""
         self._retrying(
@@ -240,6 +260,18 @@ class ObjectStore:
                 raise
 
         self._retrying(f"creating {self.url}/{key}", attempt, passing=(FileExistsError,))
+
+    def replace(self, key: str, local_path: str) -> None:
+        """Uploads ``local_path`` as ``key`` whether or not an object has that name, atomically
+        (readers see the old object or the new one, whole); its modification time becomes now."""
+
+        def attempt(_: int) -> None:
+            if self._local:
+                replace_atomically(self._path(key), local_path)
+            else:
+                self._fs.put_file(local_path, self._path(key))
+
+        self._retrying(f"replacing {self.url}/{key}", attempt)
 
     def _holds(self, key: str, local_path: str) -> bool:
         """Whether ``key`` holds the bytes of ``local_path``."""
@@ -306,3 +338,14 @@ class ObjectStore:
                 self._fs.rm(paths)
 
         self._retrying(f"deleting {len(keys)} objects under {self.url}", attempt)
+
+
+def _modified(entry: Mapping[str, Any]) -> float | None:
+    """An fsspec listing entry's modification time in seconds since the epoch: s3fs's
+    ``LastModified`` (a datetime), a local file's later of ``mtime`` and ``created`` (its change
+    time, which a hard link moves); ``None`` if the filesystem tells neither."""
+    modified = entry.get("LastModified")
+    if modified is not None and hasattr(modified, "timestamp"):
+        return float(modified.timestamp())
+    times = [float(entry[name]) for name in ("mtime", "created") if isinstance(entry.get(name), (int, float))]
+    return max(times) if times else None

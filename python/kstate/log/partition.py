@@ -150,8 +150,17 @@ class Partition:
 
     def delete_segments_below(self, offset: int, now_ms: int | None = None) -> int:
         """Deletes the oldest segments whose records all have offsets below ``offset`` (never the
-        active one), as Kafka's DeleteRecords moves a log's start; returns the new log start offset."""
+        active one), as a cache of a log kept elsewhere drops what its reader consumed; returns
+        the new log start offset (the first segment left's base)."""
         return self._native.delete_segments_below(offset, _now_ms() if now_ms is None else now_ms)
+
+    def delete_records_before(self, offset: int, now_ms: int | None = None) -> int:
+        """Kafka's DeleteRecords: the log start offset becomes ``offset`` (not past the log end
+        offset; a lower one changes nothing), kept across reopening, reads below it fail, and the
+        segments wholly below it are deleted. Returns the log start offset."""
+        deleted, start = self._native.delete_records_before(offset, _now_ms() if now_ms is None else now_ms)
+        log.info("Partition %s: deleted records before offset %d (%d segments)", self.directory, start, deleted)
+        return start
 
     def compact(self, now_ms: int | None = None) -> dict[str, int]:
         """Keep the latest record per key (cleanup policy ``compact``); tombstones go after

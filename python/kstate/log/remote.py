@@ -20,6 +20,12 @@ does not take is covered by a compacted one and is garbage that the next compact
 A commit object a writer creates where compaction had already deleted the real one (a writer so
 far behind that its offset was compacted away) is such garbage: publishing checks, after the
 create, that the walk takes the new object, and raises ``CommitConflictError`` if not.
+
+History that snapshots hold (``kstate.log.snapshot_retention``) is deleted from the start
+(:meth:`RemoteChangelog.delete_before`), oldest first, garbage below the new start before the
+log's own objects, so that the walk from the lowest remaining offset is the log at every moment.
+The log then starts past offset 0, which nothing else does to a remote log: a store that needs
+records below the start cannot catch up from it (``ChangelogTruncatedError``).
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from kstate import _core
-from kstate.errors import CommitConflictError, CorruptedDataError, RemoteStorageError
+from kstate.errors import ChangelogTruncatedError, CommitConflictError, CorruptedDataError, RemoteStorageError
 from kstate.log.object_store import ObjectStore
 
 log = logging.getLogger("kstate.log.remote")
@@ -237,6 +243,24 @@ class RemoteChangelog:
             )
         return doomed
 
+    def delete_before(self, offset: int) -> list[str]:
+        """Deletes the objects holding only offsets below ``offset`` (history that snapshots
+        hold), never the newest: first the garbage starting below the new start, then the log's
+        objects oldest first, so a crash part-way leaves a log that starts later, never one with
+        a hole or one a garbage object starts. Returns the names deleted."""
+        objects = self.list()
+        chain = resolve(objects)
+        below = [link for link in chain if link.last is not None and link.last < offset]
+        if not below:
+            return []
+        start = chain[len(below)].first
+        taken = {link.object.name for link in chain}
+        garbage = [o.name for o in objects if o.name not in taken and o.first < start]
+        self.store.delete_many([self.object_key(name) for name in garbage])
+        for link in below:
+            self.store.delete(self.object_key(link.object.name))
+        return [*garbage, *(link.object.name for link in below)]
+
     # -- reading ---------------------------------------------------------------------------------
 
     def sync(self, cache: CacheOfRemote, fetch_path: str | os.PathLike[str], until: int | None = None) -> SyncReport:
@@ -289,6 +313,12 @@ class RemoteChangelog:
             raise CorruptedDataError(
                 f"changelog {self.location} is empty but the store has offsets up to {have}; "
                 "delete the store's state to start over"
+            )
+        if chain and chain[0].first > have + 1:
+            raise ChangelogTruncatedError(
+                f"changelog {self.location} starts at offset {chain[0].first}: its history before it was deleted "
+                f"because snapshots hold it, and the store has offsets only up to {have}; it must start from a "
+                "snapshot (none could be loaded)"
             )
         needed = [link for link in chain if (link.last > have if link.last is not None else link.first > cache_end)]
         for link in needed:

@@ -13,6 +13,10 @@ The counts since the last snapshot are kept in a small file beside the store's l
 often runs in another Python worker of the executor, which opens the store anew, and counts kept
 in memory alone would start again at every such move and never reach ``minDeltasForSnapshot``.
 A machine without the file (new local state) counts from zero.
+
+After each snapshot it publishes, the same thread collects what retention no longer keeps
+(``kstate.log.snapshot_retention``, ``minBatchesToRetain``) and hands the offset the changelog
+may now start at to ``on_history``; a failed collection is logged and the next one tries again.
 """
 
 from __future__ import annotations
@@ -20,8 +24,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
+from kstate.config import DEFAULT_MIN_BATCHES_TO_RETAIN
+from kstate.log import snapshot_retention
 from kstate.log.snapshots import Published, Snapshots, remove_tree
 
 log = logging.getLogger("kstate.log.snapshots")
@@ -42,6 +49,8 @@ class SnapshotWriter:
         kind: str,
         min_deltas: int | None,
         min_delta_bytes: int | None,
+        min_batches_to_retain: int = DEFAULT_MIN_BATCHES_TO_RETAIN,
+        on_history: Callable[[int], None] | None = None,
     ):
         self.store_name = store_name
         self.snapshots = snapshots
@@ -53,6 +62,13 @@ class SnapshotWriter:
         """What the last snapshot this writer published copied."""
         self.failures = 0
         """Snapshots that failed (each logged)."""
+        self.min_batches_to_retain = min_batches_to_retain
+        self.on_history = on_history
+        self.delete_delay = snapshot_retention.DELETE_DELAY_SECONDS
+        """Seconds a file no kept snapshot names stays before a collection deletes it."""
+        self.last_collected: snapshot_retention.Collected | None = None
+        """What the last collection did."""
+        self._manifests: dict[int, Any] = {}  # manifests read by collections, by offset
         self._counts_path = capture_dir + ".due"
         self._commits, self._bytes = _read_counts(self._counts_path)
         self._thread: threading.Thread | None = None
@@ -145,7 +161,7 @@ class SnapshotWriter:
                 manifest, described = files.manifest(
                     self.capture_dir, offset, batch_id, self.kind, time.time_ns() // 1_000_000
                 )
-                published = self.snapshots.publish(self.capture_dir, manifest, earlier)
+                published = self.snapshots.publish(self.capture_dir, manifest, earlier, self.delete_delay)
             finally:
                 remove_tree(self.capture_dir)
             if published is None:
@@ -169,7 +185,27 @@ class SnapshotWriter:
                 published.bytes_copied / 2**20,
                 described["bytes_hashed"] / 2**20,
             )
+            self._manifests[offset] = manifest
+            self._collect()
             return published
+
+    def _collect(self) -> None:
+        """Deletes what retention no longer keeps, then passes on where the changelog may start."""
+        try:
+            collected = snapshot_retention.collect(
+                self.snapshots, self.min_batches_to_retain, self.delete_delay, self._manifests
+            )
+            self.last_collected = collected
+            if collected.history_start is not None and self.on_history is not None:
+                self.on_history(collected.history_start)
+        except Exception as error:  # a failed collection must not fail the snapshot: the next one tries again
+            log.warning(
+                "Store %s: collecting old snapshots and history at %s failed; the next snapshot tries again: %s: %s",
+                self.store_name,
+                self.snapshots.location,
+                type(error).__name__,
+                error,
+            )
 
     def _earlier_manifest(self) -> Any:
         """The newest manifest published: this writer's last, or read once from the location."""

@@ -18,6 +18,14 @@ reads. Two writers of the snapshot at one offset captured the same state (the ch
 what an offset holds); the first manifest wins and the other writer's new files are left over.
 A restore fetches every file of a manifest into a directory of its own and checks each file's
 size and hash before the store uses any of them; a snapshot that fails is not used.
+
+Old snapshots and files no snapshot names are deleted by ``kstate.log.snapshot_retention``, which
+deletes a file named by no kept manifest only once it is older than a delay. So a writer reuses
+(does not write) only the files of its earlier manifest while that one is among the two newest,
+which a collection always keeps; every other file of its snapshot it writes again, even one the
+location has (a leftover of a killed upload, or of a collected snapshot), replacing it so that
+its delay starts over; and once its manifest exists it checks that every file it names is
+there, writing again any a collection deleted meanwhile.
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ log = logging.getLogger("kstate.log.snapshots")
 
 _MANIFEST_SUFFIX = ".snapshot"
 _TABLE_SUFFIX = ".sst"
+_REWRITE_ROUNDS = 3
 TRANSFER_THREADS = 8
 """Files copied at once to and from an object store (each copy waits on the network)."""
 
@@ -54,9 +63,17 @@ class Files(Protocol):
 
     def list(self, directory: str) -> dict[str, int]: ...
 
+    def list_detailed(self, directory: str) -> dict[str, tuple[int, float | None]]: ...
+
     def fetch(self, key: str, local_path: str) -> None: ...
 
     def create(self, key: str, local_path: str) -> None: ...
+
+    def replace(self, key: str, local_path: str) -> None: ...
+
+    def delete(self, key: str) -> None: ...
+
+    def delete_many(self, keys: list[str]) -> None: ...
 
 
 def manifest_name(offset: int) -> str:
@@ -110,32 +127,29 @@ class Snapshots:
         # A local directory shares table files by hard links (they never change); an object
         # store copies everything.
         self._create_file: Callable[[str, str, bool], None]
+        self._replace_file: Callable[[str, str, bool], None]
         self._fetch_file: Callable[[str, str, bool], None]
         if isinstance(files, LocalFiles):
-            self._create_file, self._fetch_file = files.create, files.fetch
+            self._create_file, self._replace_file, self._fetch_file = files.create, files.replace, files.fetch
         else:
             self._create_file = lambda key, path, _: files.create(key, path)
+            self._replace_file = lambda key, path, _: files.replace(key, path)
             self._fetch_file = lambda key, path, _: files.fetch(key, path)
 
-    def _key(self, *parts: str) -> str:
+    def key(self, *parts: str) -> str:
+        """The key of ``parts`` (``"manifests"`` or ``"files"``, then a name) at the location."""
         return "/".join((self.directory, *parts))
 
     def offsets(self) -> list[int]:
         """The offsets of the published snapshots, oldest first."""
-        names = self.files.list(self._key("manifests"))
-        offsets = []
-        for name in names:
-            stem = name[: -len(_MANIFEST_SUFFIX)] if name.endswith(_MANIFEST_SUFFIX) else ""
-            if len(stem) == 20 and stem.isdecimal():
-                offsets.append(int(stem))
-        return sorted(offsets)
+        return manifest_offsets(self.files.list(self.key("manifests")))
 
     def read(self, offset: int) -> Any:
         """The manifest of the snapshot at ``offset`` (a ``_core.SnapshotManifest``);
         ``CorruptedDataError`` if it is not a manifest of that offset."""
         with tempfile.TemporaryDirectory(prefix="kstate-snapshot-") as scratch:
             path = os.path.join(scratch, manifest_name(offset))
-            self.files.fetch(self._key("manifests", manifest_name(offset)), path)
+            self.files.fetch(self.key("manifests", manifest_name(offset)), path)
             with open(path, "rb") as file:
                 manifest = _core.SnapshotManifest.decode(file.read())
         if manifest.offset != offset:
@@ -155,35 +169,74 @@ class Snapshots:
 
     # -- publishing ------------------------------------------------------------------------------
 
-    def publish(self, captured: str, manifest: Any, earlier: Any | None = None) -> Published | None:
+    def publish(
+        self, captured: str, manifest: Any, earlier: Any | None = None, delete_delay: float = float("inf")
+    ) -> Published | None:
         """Publishes the files captured in the directory ``captured`` as ``manifest`` says them,
-        copying those neither ``earlier`` (a published manifest) holds nor the location has,
-        then the manifest. Returns ``None`` when a snapshot at that offset was published already
-        (by another writer: its files are the state this one holds too)."""
+        then the manifest. The files ``earlier`` (this writer's last published manifest) holds
+        are not written again while it is among the two newest manifests; every other file is
+        written, replacing one of its name. ``delete_delay``: how old a file no manifest names
+        must be before a collection deletes it (``snapshot_retention``): files this writer wrote
+        longer ago than half of it are written again before the manifest. Returns ``None`` when
+        a snapshot at that offset was published already (by another writer: its files are the
+        state this one holds too)."""
         started = time.monotonic()
         name = manifest_name(manifest.offset)
-        if name in self.files.list(self._key("manifests")):
+        listed = manifest_offsets(self.files.list(self.key("manifests")))
+        if manifest.offset in listed:
             return None
+        if earlier is not None and earlier.offset not in sorted([*listed, manifest.offset])[-2:]:
+            # Collected, or with this one it would not be among the two newest, which every
+            # collection keeps (other writers published past it): its files may go.
+            log.info(
+                "Snapshots %s: the earlier snapshot at offset %d is not among the two newest; writing every file",
+                self.location,
+                earlier.offset,
+            )
+            earlier = None
         new = manifest.files if earlier is None else manifest.files_not_in(earlier)
-        if new:
-            # Another writer (an executor the partition moved to) may have published some since
-            # the earlier manifest; an object store would fetch each one to compare it.
-            present = self.files.list(self._key("files"))
-            new = [file for file in new if file[2] not in present]
+        written: dict[str, float] = {}
 
-        def copy(file: tuple[str, int, str]) -> None:
+        def write(file: tuple[str, int, str]) -> None:
             path, _, object_name = file
-            self._create(self._key("files", object_name), os.path.join(captured, path), path.endswith(_TABLE_SUFFIX))
+            self._create(self.key("files", object_name), os.path.join(captured, path), path.endswith(_TABLE_SUFFIX))
+            written[object_name] = time.monotonic()
 
-        self._each(copy, new)
+        self._each(write, new)
+        # A file written more than half the delay ago could be deleted before the manifest names
+        # it: write it again (each round writes fewer; the check after the manifest is the last).
+        for _ in range(_REWRITE_ROUNDS if delete_delay > 0 else 0):
+            stale = [file for file in new if time.monotonic() - written[file[2]] > delete_delay / 2]
+            if not stale:
+                break
+            log.warning(
+                "Snapshots %s: rewriting %d files written over %.0f s ago, before the manifest at offset %d",
+                self.location,
+                len(stale),
+                delete_delay / 2,
+                manifest.offset,
+            )
+            self._each(write, stale)
         with tempfile.TemporaryDirectory(prefix="kstate-snapshot-") as scratch:
             path = os.path.join(scratch, name)
             with open(path, "wb") as file:
                 file.write(manifest.encode())
             try:
-                self._create(self._key("manifests", name), path, False)
+                self._create(self.key("manifests", name), path, False)
             except FileExistsError:
                 return None
+        missing = self.missing(manifest)
+        if missing:
+            # A collection deleted them since this writer looked (the earlier manifest collected
+            # meanwhile): the manifest names them, so written now they stay.
+            log.warning(
+                "Snapshots %s: %d files of the snapshot at offset %d were deleted while it was published; "
+                "writing them again",
+                self.location,
+                len(missing),
+                manifest.offset,
+            )
+            self._each(write, missing)
         return Published(
             offset=manifest.offset,
             files=len(manifest.files),
@@ -194,12 +247,22 @@ class Snapshots:
         )
 
     def _create(self, key: str, path: str, immutable: bool) -> None:
-        try:
+        """Writes ``key``: a manifest exclusively (``FileExistsError`` if one has its name), a
+        file replacing whatever has its name (named by content, it holds the same bytes), so
+        that its modification time, which a collection's delay counts from, is now."""
+        if key.startswith(self.key("files")):
+            self._replace_file(key, path, immutable)
+        else:
             self._create_file(key, path, immutable)
-        except FileExistsError:
-            if not key.startswith(self._key("files")):
-                raise
-            # Named by its content: the object there holds these bytes already.
+
+    def missing(self, manifest: Any, listed: Mapping[str, Any] | None = None) -> list[tuple[str, int, str]]:
+        """The files of ``manifest`` the location lacks or holds with another size, by one
+        listing (``listed``: a listing of the files directory already made, name -> size or
+        ``(size, modified)``)."""
+        if listed is None:
+            listed = self.files.list(self.key("files"))
+        sizes = {name: value[0] if isinstance(value, tuple) else value for name, value in listed.items()}
+        return [file for file in manifest.files if sizes.get(file[2]) != file[1]]
 
     # -- restoring -------------------------------------------------------------------------------
 
@@ -214,7 +277,7 @@ class Snapshots:
 
         def fetch(file: tuple[str, int, str]) -> None:
             path, size, object_name = file
-            key, target = self._key("files", object_name), os.path.join(into, path)
+            key, target = self.key("files", object_name), os.path.join(into, path)
             self._fetch_file(key, target, path.endswith(_TABLE_SUFFIX))
             if progress is not None:
                 progress(size)
@@ -239,6 +302,16 @@ class Snapshots:
         with ThreadPoolExecutor(TRANSFER_THREADS, thread_name_prefix="kstate-snapshot") as pool:
             for done in [pool.submit(work, file) for file in files]:
                 done.result()
+
+
+def manifest_offsets(names: Iterable[str]) -> list[int]:
+    """The offsets of the manifests among file names of the manifests directory, oldest first."""
+    offsets = []
+    for name in names:
+        stem = name[: -len(_MANIFEST_SUFFIX)] if name.endswith(_MANIFEST_SUFFIX) else ""
+        if len(stem) == 20 and stem.isdecimal():
+            offsets.append(int(stem))
+    return sorted(offsets)
 
 
 def remove_tree(path: str) -> None:

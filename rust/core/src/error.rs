@@ -12,6 +12,10 @@ pub enum Error {
     /// A logged store's offset is below its changelog's start: compaction or retention removed
     /// what it would replay, so its local state must be restored from scratch.
     StoreBehindChangelog(String),
+    /// A store needs changelog records that were deleted because snapshots hold them (the
+    /// history below the oldest snapshot kept), and has no snapshot to start from: restoring
+    /// from the changelog would skip committed writes, so nothing was replayed.
+    ChangelogTruncated(String),
     /// An argument that can never be valid (bad bounds, bad config value).
     InvalidArgument(String),
     /// A log rejected a batch whose timestamps are out of range (Kafka's `INVALID_TIMESTAMP`,
@@ -37,6 +41,7 @@ impl fmt::Display for Error {
             Error::Closed(m)
             | Error::InvalidState(m)
             | Error::StoreBehindChangelog(m)
+            | Error::ChangelogTruncated(m)
             | Error::InvalidArgument(m)
             | Error::InvalidTimestamp(m)
             | Error::TaskAssignment(m)

@@ -1222,6 +1222,75 @@ fn a_cache_drops_the_segments_its_reader_is_past() {
     assert_eq!(partition.log_start_offset(), 30);
 }
 
+#[test]
+fn records_deleted_before_an_offset_stay_deleted_across_reopening() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = build_log(dir.path(), &small_segments(), 35); // segments at 0, 10, 20, 30
+    let (mut partition, _) = open(dir.path(), &small_segments());
+    assert_eq!(partition.deleted_records_before(), 0);
+    // Kafka's DeleteRecords: the start is the offset asked for, inside the segment at 10.
+    let report = partition.delete_records_before(15, NOW).unwrap();
+    assert_eq!(
+        (report.deleted_below_offset, report.log_start_offset),
+        (1, 15)
+    );
+    assert!(
+        matches!(partition.read(14, 1 << 20), Err(Error::InvalidArgument(m)) if m.contains("OFFSET_OUT_OF_RANGE"))
+    );
+    assert_eq!(read_all(&partition, 1 << 20), model.records[15..]);
+    // Lower or equal offsets change nothing; past the end is refused.
+    let report = partition.delete_records_before(10, NOW).unwrap();
+    assert_eq!(
+        (report.deleted_below_offset, report.log_start_offset),
+        (0, 15)
+    );
+    assert!(matches!(
+        partition.delete_records_before(36, NOW),
+        Err(Error::InvalidArgument(_))
+    ));
+    drop(partition);
+
+    let (mut partition, report) = open(dir.path(), &small_segments());
+    assert_eq!(report.log_start_offset, 15, "kept across reopening");
+    assert_eq!(
+        (
+            partition.log_start_offset(),
+            partition.deleted_records_before()
+        ),
+        (15, 15)
+    );
+    // Up to the end: every sealed segment goes, the active one stays but holds nothing readable.
+    let report = partition.delete_records_before(35, NOW).unwrap();
+    assert_eq!(
+        (report.deleted_below_offset, report.log_start_offset),
+        (2, 35)
+    );
+    assert!(read_all(&partition, 1 << 20).is_empty());
+    append_rows(&mut partition, &[row(NOW, "k", "v")], NOW).unwrap();
+    assert_eq!(partition.read_records(35, 1 << 20).unwrap().len(), 1);
+    partition.close().unwrap();
+    let (mut partition, _) = open(dir.path(), &small_segments());
+    assert_eq!(
+        (partition.log_start_offset(), partition.log_end_offset()),
+        (35, 36)
+    );
+    // A truncation below the start restarts the log there, and the start moves down with it.
+    partition.truncate_to(5).unwrap();
+    assert_eq!(
+        (partition.log_start_offset(), partition.log_end_offset()),
+        (5, 5)
+    );
+    drop(partition);
+    let (partition, _) = open(dir.path(), &small_segments());
+    assert_eq!(
+        (
+            partition.log_start_offset(),
+            partition.deleted_records_before()
+        ),
+        (5, 5)
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // Compaction
 

@@ -438,3 +438,87 @@ fn a_clean_reopen_leaves_the_published_marker_as_it_is_and_any_other_rewrites_it
     assert_eq!(changelog.published(), Some(1));
     changelog.close().unwrap();
 }
+
+#[test]
+fn history_deleted_before_an_offset_restores_stores_past_it_and_refuses_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let (task, logs) = (dir.path().join("app/0_0"), dir.path().join("changelog"));
+    let partition_dir = logs.join(format!("{TOPIC}-0"));
+    let round = |store: &mut LoggedStore, value: &[u8]| {
+        for key in [b"a", b"b", b"c"] {
+            store.store.put(key, Some(&ts_value(1, value))).unwrap();
+        }
+        commit(store).0.unwrap()
+    };
+    let (mut store, _) = open(&task, &logs, 1 << 20);
+    round(&mut store, b"1");
+    let second = round(&mut store, b"2");
+    store.close().unwrap();
+    let behind = dir.path().join("app/0_1");
+    copy_tree(&task, &behind);
+    let (mut store, _) = open(&task, &logs, 1 << 20);
+    let last = round(&mut store, b"3");
+    store.close().unwrap();
+
+    let (mut changelog, _) = Changelog::open(&partition_dir, LogConfig::default()).unwrap();
+    assert!(
+        matches!(
+            changelog.delete_records_before(last + 2, 1),
+            Err(Error::InvalidArgument(_))
+        ),
+        "only published records go"
+    );
+    let report = changelog.delete_records_before(second + 1, 1).unwrap();
+    assert_eq!(report.log_start_offset, second + 1);
+    changelog.close().unwrap();
+
+    // A store at the offset before the start catches up; one with nothing cannot, and says so.
+    let (store, restored) = open(&behind, &logs, 1 << 20);
+    assert_eq!(restored, 3);
+    assert_eq!(store.store.committed_offset().unwrap(), Some(last));
+    drop(store);
+    let fresh = dir.path().join("app/0_2");
+    let (store, _) = KeyValueStore::open_rocksdb(
+        "s",
+        &fresh.join("rocksdb/s"),
+        &fresh.join("rocksdb/.s.uncommitted"),
+        ValueFormat::Timestamped,
+        StoreOptions {
+            transactional: true,
+            max_uncommitted_bytes: 1 << 20,
+            offset_key: format!("{TOPIC}-0"),
+            cache_max_bytes: 1 << 20,
+            rocks: None,
+            durability: Default::default(),
+        },
+        &mut |_| {},
+    )
+    .unwrap();
+    let (changelog, _) = Changelog::open(&partition_dir, LogConfig::default()).unwrap();
+    let changelog = StoreChangelog {
+        changelog,
+        checkpoint: None,
+        topic: TOPIC.into(),
+        partition: 0,
+        timestamped: true,
+    };
+    let refused = LoggedStore::logged(store, changelog, &mut |_, _| {});
+    assert!(
+        matches!(&refused, Err(Error::ChangelogTruncated(m)) if m.contains(&format!("before offset {}", second + 1))),
+        "a store with nothing must not replay a changelog missing its start: {:?}",
+        refused.err()
+    );
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    fs::create_dir_all(to).unwrap();
+    for item in fs::read_dir(from).unwrap() {
+        let item = item.unwrap();
+        let target = to.join(item.file_name());
+        if item.file_type().unwrap().is_dir() {
+            copy_tree(&item.path(), &target);
+        } else {
+            fs::copy(item.path(), target).unwrap();
+        }
+    }
+}

@@ -35,6 +35,7 @@ error_classes!(
     InvalidStateStoreError,
     StoreClosedError,
     StoreBehindChangelogError,
+    ChangelogTruncatedError,
     StateLockTimeoutError,
     BatchConflictError,
     ProcessorStateError,
@@ -54,7 +55,6 @@ error_classes!(
     JavaNotFoundError,
     StateSchemaError,
     DeletedStateVariableError,
-    MissingHistoryError,
 );
 
 /// A base of a class: another kstate class (created before it) or a builtin.
@@ -88,6 +88,15 @@ impl ErrorClass {
                 &[Kstate(InvalidStateStoreError)],
                 "A logged store's offset is below its changelog's start (compaction or retention \
                  removed\nwhat it would replay): its local state is restored from scratch.",
+            ),
+            ChangelogTruncatedError => (
+                &[Kstate(InvalidStateStoreError)],
+                "A store's local state is older than its changelog's start, whose history before \
+                 it was\ndeleted because snapshots hold it (``minBatchesToRetain``), and no \
+                 snapshot could be loaded:\nrestoring from the changelog would skip committed \
+                 writes, so nothing was replayed. The\nsnapshots' location is missing files or \
+                 was changed by hand; the log says which snapshots\nwere tried and why they \
+                 failed.",
             ),
             StateLockTimeoutError => (
                 &[Kstate(InvalidStateStoreError)],
@@ -197,13 +206,6 @@ impl ErrorClass {
                  also PySpark's\n``PySparkRuntimeError``, with Spark's message, so processors \
                  catching that work unchanged).",
             ),
-            MissingHistoryError => (
-                &[Kstate(ProcessorStateError)],
-                "A store's state cannot be rebuilt from where its history is kept: its changelog \
-                 no longer\nholds the records below its start (deleted below the oldest retained \
-                 snapshot) and no usable\nsnapshot covers them. Nothing was restored or read; the \
-                 message names the changelog\npartition, the offsets needed and the snapshots tried.",
-            ),
         }
     }
 
@@ -213,6 +215,7 @@ impl ErrorClass {
             Error::Closed(_) => StoreClosedError,
             Error::InvalidState(_) => InvalidStateStoreError,
             Error::StoreBehindChangelog(_) => StoreBehindChangelogError,
+            Error::ChangelogTruncated(_) => ChangelogTruncatedError,
             Error::InvalidArgument(_) => InvalidArgumentError,
             Error::InvalidTimestamp(_) => InvalidTimestampError,
             Error::TaskAssignment(_) => TaskAssignmentError,

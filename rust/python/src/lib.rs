@@ -52,6 +52,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<key_value_store::RangeIterator>()?;
     m.add_function(wrap_pyfunction!(key_value_store::retract_changelog, m)?)?;
     m.add_class::<partition::NativePartition>()?;
+    m.add_function(wrap_pyfunction!(partition::records_deleted_before, m)?)?;
     m.add_class::<records::Record>()?;
     m.add_function(wrap_pyfunction!(records::register_timestamp_type, m)?)?;
     m.add_class::<records::RecordChunks>()?;

@@ -252,6 +252,26 @@ macro_rules! logged_store_methods {
                 py.detach(|| crate::errors::guard(|| changelog.retract_to(offset)))
             }
 
+            /// Deletes the local changelog's history before `offset`, which snapshots hold
+            /// (see `Changelog::delete_records_before`); returns `(segments deleted, bytes
+            /// deleted, log start offset)`.
+            fn delete_changelog_before(
+                &mut self,
+                py: pyo3::Python<'_>,
+                offset: i64,
+                now_ms: i64,
+            ) -> pyo3::PyResult<(usize, u64, i64)> {
+                let changelog = self.logged.changelog()?;
+                let report = py.detach(|| {
+                    crate::errors::guard(|| changelog.delete_records_before(offset, now_ms))
+                })?;
+                Ok((
+                    report.deleted_below_offset,
+                    report.bytes_deleted,
+                    report.log_start_offset,
+                ))
+            }
+
             /// Bytes of records the changelog took since it was attached.
             fn changelog_appended_bytes(&mut self) -> pyo3::PyResult<u64> {
                 Ok(self.logged.changelog()?.appended_bytes())

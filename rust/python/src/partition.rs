@@ -138,6 +138,19 @@ impl NativePartition {
         Ok(report.log_start_offset)
     }
 
+    /// Deletes the records before `offset` (Kafka's `DeleteRecords`): the log start offset
+    /// becomes `offset`, kept across reopening; returns `(segments deleted, log start offset)`.
+    fn delete_records_before(
+        &mut self,
+        py: Python<'_>,
+        offset: i64,
+        now_ms: i64,
+    ) -> PyResult<(usize, i64)> {
+        let partition = self.partition_mut()?;
+        let report = py.detach(|| guard(|| partition.delete_records_before(offset, now_ms)))?;
+        Ok((report.deleted_below_offset, report.log_start_offset))
+    }
+
     /// Deletes segments past retention; returns what it deleted.
     fn delete_expired<'py>(
         &mut self,
@@ -205,4 +218,11 @@ impl NativePartition {
             None => Ok(()),
         }
     }
+}
+
+/// The offset the records of a partition directory were deleted before (Kafka's `DeleteRecords`),
+/// read without opening the log; 0 if they never were.
+#[pyfunction]
+pub fn records_deleted_before(partition_dir: &str) -> PyResult<i64> {
+    guard(|| kstate_core::log::records_deleted_before(Path::new(partition_dir)))
 }

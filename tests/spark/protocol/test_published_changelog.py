@@ -5,7 +5,7 @@ store. And the batch log read without its lock (``BatchLogReader``)."""
 
 import pytest
 
-from kstate.errors import ProcessorStateError
+from kstate.errors import ChangelogTruncatedError, ProcessorStateError
 from kstate.log.partition import Partition
 from kstate.spark.protocol.batch_log import EMPTY_STATE, BatchEntry, BatchLog, BatchLogReader
 from kstate.spark.protocol.published_changelog import (
@@ -84,6 +84,39 @@ def test_a_changelog_on_an_object_store_says_when_it_was_compacted(tmp_path):
     assert latest(changelog.records(None, 5)) == latest(everything)
     assert offsets(changelog.records(4, 5)) == [5], "the newest commit stays whole"
     store.close()
+
+
+def test_a_read_from_scratch_of_a_changelog_whose_history_went_says_so(tmp_path):
+    from kstate.log.remote import RemoteChangelog
+
+    directory = tmp_path / "app-counts-changelog-0"
+    with Partition.open(directory, {"segment.bytes": 100}) as log:
+        for i in range(12):
+            log.append([(f"k{i % 3}".encode(), f"v{i}".encode())], 1_000 + i)
+        log.delete_records_before(5)  # snapshots hold the history before 5
+    changelog = ChangelogFiles(directory)
+    assert offsets(changelog.records(5, 11, changelog.watch())) == list(range(6, 12))
+    with pytest.raises(ChangelogTruncatedError, match="before offset 5 was deleted"):
+        list(changelog.records(None, 11, changelog.watch()))
+
+    from kstate import Stores
+
+    url = (tmp_path / "remote").as_uri()
+    store = (
+        Stores.key_value_store_builder(Stores.persistent_key_value_store("counts"), "string", "int64")
+        .with_logging_enabled({"changelog.dir": url})
+        .build()
+        .init(tmp_path / "state" / "app" / "0_0", partition=0, application_id="app")
+    )
+    for i in range(4):
+        store.put(f"k{i}", i)
+        store.commit()
+    store.close()
+    RemoteChangelog(url, "app-counts-changelog", 0).delete_before(2)
+    objects = ChangelogObjects(url, "app-counts-changelog", 0, {})
+    assert offsets(objects.records(1, 3)) == [2, 3]
+    with pytest.raises(ChangelogTruncatedError, match="before offset 2 was deleted"):
+        list(objects.records(None, 3))
 
 
 def test_the_batch_log_reads_without_its_lock(tmp_path):

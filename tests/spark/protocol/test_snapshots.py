@@ -10,6 +10,8 @@ import logging
 import pytest
 
 from kstate import Stores
+from kstate.log.partition import Partition
+from kstate.log.remote import RemoteChangelog, resolve
 from kstate.log.snapshots import open_snapshots
 from kstate.spark import StateBackend, TaskInfo
 from kstate.spark.protocol import idle
@@ -27,11 +29,11 @@ def changelog(request, tmp_path):
     return s3.url, s3.storage_options
 
 
-def backend_on(changelog, state_dir):
+def backend_on(changelog, state_dir, **logging):
     counts = Stores.key_value_store_builder(Stores.persistent_key_value_store("counts"), "string", "int64")
     url, options = changelog
     return StateBackend(
-        [counts.with_logging_enabled({"minDeltasForSnapshot": 2})],
+        [counts.with_logging_enabled({"minDeltasForSnapshot": 2, **logging})],
         state_dir,
         url,
         "app",
@@ -76,4 +78,31 @@ def test_a_moved_partition_starts_from_the_newest_snapshot(changelog, tmp_path, 
     stores = state.open()
     with stores["counts"].all() as it:
         assert dict(it) == {key: 7 for key in KEYS}, "batches 0-6, each once"
+    state.abort()
+
+
+def test_history_goes_below_snapshots_but_never_below_what_a_replay_rolls_back(changelog, tmp_path):
+    a = backend_on(changelog, tmp_path / "a", minDeltasForSnapshot=1, minBatchesToRetain=1)
+    for batch in range(10):
+        count(a, batch)
+    idle.IDLE.release_all()
+    url, options = changelog
+    if options is None:
+        with Partition.open(f"{url}/app-counts-changelog-0") as log:
+            start = log.log_start_offset
+    else:
+        start = resolve(RemoteChangelog(url, "app-counts-changelog", 0, options).list())[0].first
+    # Batches 8 and 9 can be rolled back (undo_retained_batches=2): the state of batch 7, at
+    # offset 8 * 50 - 1, and everything after stays, even when the snapshots kept are newer.
+    kept = open_snapshots(url, "app-counts-changelog", 0, options).offsets()
+    assert len(kept) == 2, "the newest two (snapshots run one at a time in the background)"
+    assert 0 < start <= min(kept[0] + 1, 8 * len(KEYS) - 1)
+
+    # Another executor starts from the newest snapshot and rolls back two batches to replay 8.
+    b = backend_on(changelog, tmp_path / "b", minDeltasForSnapshot=1, minBatchesToRetain=1)
+    count(b, 8)
+    state = b.partition_state(TaskInfo(0, 10_000))
+    stores = state.open()
+    with stores["counts"].all() as it:
+        assert dict(it) == {key: 9 for key in KEYS}, "batches 0-8, each once"
     state.abort()

@@ -383,6 +383,7 @@ class PartitionState:
         for builder in self.builders:
             store = builder.with_logging_enabled(self._logging_config(builder)).build()
             store.restore_until = recorded.get(builder.name, -1)
+            store.keep_history_from = 0  # until a commit knows what the batch log still needs
             try:
                 store.init(task_dir, partition=self.task.partition, application_id=self.layout.application_id)
             except StoreCorruptedError as error:
@@ -594,6 +595,10 @@ class PartitionState:
         assert self._log is not None
         chain = self._log.history(self.undo_retained_batches + 1)
         kept, dropped = chain[: self.undo_retained_batches], chain[self.undo_retained_batches :]
+        for name, store in self._stores.items():
+            # The snapshot collector keeps the changelog from the state before the oldest batch a
+            # replay can roll back (its records, and the event-time record a replay rereads).
+            store.keep_history_from = max(chain[-1].offsets.get(name, 0), 0)
         if self._log.trim(chain[-1].position):
             self._undo.keep_only(name for entry in kept for name in entry.undo.values())
         else:

@@ -10,6 +10,9 @@ when
 - every offset after the one its copy stands on is there: a gap means compaction or retention
   removed records since, tombstones of keys the copy holds among them, so the copy cannot catch
   up record by record (``BehindHistory``: restore it from scratch);
+- a read from scratch starts at the changelog's real start: once the history below the oldest
+  kept snapshot was deleted (``kstate.log.snapshot_retention``), the records alone no longer give
+  the state (``ChangelogTruncatedError``: start from a snapshot);
 - no compaction ran while it read (one may remove a key's tombstone after the reader took the
   key's older value) or reached past the offset it reads to (one may have dropped a record of
   that state for a later record of its key): it reads again, up to a newer batch log head
@@ -32,8 +35,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kstate import _core
-from kstate.errors import ProcessorStateError
-from kstate.log.files import read_log
+from kstate.errors import ChangelogTruncatedError, ProcessorStateError
+from kstate.log.files import read_log, records_deleted_before
 from kstate.log.records import decode_arrow
 
 if TYPE_CHECKING:
@@ -96,6 +99,13 @@ def _checked(batches: Iterator[pa.RecordBatch], after: int | None, until: int) -
         raise BehindHistory(f"offsets {last + 1} to {until} are missing (compacted or deleted)")
 
 
+def _history_deleted(location: str, start: int) -> str:
+    return (
+        f"{location}: the history before offset {start} was deleted because snapshots hold it; a read from "
+        "scratch would miss it"
+    )
+
+
 class ChangelogFiles:
     """A changelog partition directory, read from its segment files."""
 
@@ -121,6 +131,8 @@ class ChangelogFiles:
         ``BehindHistory`` or ``ChangelogMoved`` (see the module docstring), possibly after
         yielding: drop what was read then."""
         start = 0 if after is None else after + 1
+        if after is None and records_deleted_before(self.directory) > 0:
+            raise ChangelogTruncatedError(_history_deleted(self.location, records_deleted_before(self.directory)))
         try:
             yield from _checked(read_log(self.directory, start, until + 1), after, until)
         except FileNotFoundError:
@@ -153,6 +165,8 @@ class ChangelogObjects:
         from kstate.log.remote import resolve
 
         chain = resolve(self._remote.list())
+        if after is None and chain and chain[0].first > 0:
+            raise ChangelogTruncatedError(_history_deleted(self.location, chain[0].first))
         wanted = [
             link
             for link in chain

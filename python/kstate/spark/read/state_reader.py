@@ -32,7 +32,7 @@ The state is read by one Spark task per partition, opening the partition's store
 (as ``StateBackend.state_dataframe``): a running query's task of that partition waits meanwhile.
 A store missing from the local state dir is restored first as the query restores it, from the
 newest snapshot beside its changelog and the changelog after it; one whose history below its
-changelog's start is gone with no usable snapshot is ``MissingHistoryError``, not a partial state.
+changelog's start is gone with no usable snapshot is ``ChangelogTruncatedError``, not a partial state.
 The change feed reads the changelogs and batch logs directly (no stores, no locks): for each
 batch in the range, the records its last attempt published (a replayed batch's rolled-back
 attempt does not count), up to one record per key and batch.

@@ -46,7 +46,7 @@ pub(crate) use file_io::{read_number_file, write_number_file};
 pub use file_names::filename_prefix;
 pub use object_compaction::{compact_objects, CompactedObject, SegmentObject};
 pub use offset_index::OffsetIndexEntry;
-pub use partition::{AppendInfo, NewRecord, Partition, SegmentInfo};
+pub use partition::{records_deleted_before, AppendInfo, NewRecord, Partition, SegmentInfo};
 pub use read::TimestampAndOffset;
 pub use recovery::OpenReport;
 pub use retention::RetentionReport;

@@ -20,6 +20,11 @@ const WRITE_MAGIC: Magic = Magic::V1;
 /// Held exclusively (an OS file lock) while a `Partition` has the directory open: two writers
 /// would corrupt the log.
 const LOCK_FILE: &str = ".kstate.lock";
+/// The log start offset [`Partition::delete_records_before`] set, which may lie inside the first
+/// segment. Kafka keeps it in the log directory's `log-start-offset-checkpoint`, one file for
+/// all partitions; kstate's partitions of one directory belong to different processes, so each
+/// keeps its own (a number, written as the changelog's markers are).
+pub(super) const LOG_START_FILE: &str = ".kstate-log-start-offset";
 
 /// One record to append; the log assigns its offset.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,6 +72,9 @@ pub struct Partition {
     pub(super) segments: Vec<LogSegment>,
     /// The offset the next record gets.
     pub(super) log_end_offset: i64,
+    /// The log start offset records were deleted before ([`Self::delete_records_before`]), from
+    /// `LOG_START_FILE`; 0 when none were.
+    pub(super) deleted_before: i64,
     _lock: File,
 }
 
@@ -84,14 +92,21 @@ impl Partition {
             }
         }
         let lock = lock_directory(dir)?;
-        let (segments, log_end_offset, report) = load_segments(dir, &config)?;
+        let (segments, log_end_offset, mut report) = load_segments(dir, &config)?;
+        // A torn tail cut after the deletion can leave the end below it: never past the end.
+        let deleted_before =
+            file_io::read_number_file(&dir.join(LOG_START_FILE), "log start offset")?
+                .unwrap_or(0)
+                .clamp(0, log_end_offset);
         let partition = Self {
             dir: dir.to_path_buf(),
             config,
             segments,
             log_end_offset,
+            deleted_before,
             _lock: lock,
         };
+        report.log_start_offset = partition.log_start_offset();
         Ok((partition, report))
     }
 
@@ -103,11 +118,20 @@ impl Partition {
         &self.config
     }
 
-    /// The first offset the log may hold: the base offset of its first segment.
+    /// The first offset the log may hold (Kafka's log start offset): the base offset of its
+    /// first segment, or the offset records were deleted before if that is higher.
     pub fn log_start_offset(&self) -> i64 {
         self.segments
             .first()
             .map_or(self.log_end_offset, LogSegment::base_offset)
+            .max(self.deleted_before)
+    }
+
+    /// The offset [`Self::delete_records_before`] deleted records before (0 if it never did):
+    /// what lies below it was deleted on request, not by retention, so a reader that needs it
+    /// cannot be served from this log at all.
+    pub fn deleted_records_before(&self) -> i64 {
+        self.deleted_before
     }
 
     /// The offset the next appended record gets.
@@ -331,6 +355,12 @@ impl Partition {
             .partition_point(|segment| segment.base_offset() <= offset)
             .saturating_sub(1)
     }
+}
+
+/// The offset the records of the partition directory `dir` were deleted before
+/// ([`Partition::delete_records_before`]), read without opening the log; 0 if they never were.
+pub fn records_deleted_before(dir: &Path) -> Result<i64> {
+    Ok(file_io::read_number_file(&dir.join(LOG_START_FILE), "log start offset")?.unwrap_or(0))
 }
 
 fn lock_directory(dir: &Path) -> Result<File> {

@@ -1,12 +1,14 @@
 //! Deleting old segments (`cleanup.policy` with `delete`), as Kafka's `UnifiedLog` does:
 //! by time (`retention.ms`), then by size (`retention.bytes`). Only a prefix of the log is
 //! deleted, whole segments at a time, so the log start offset moves up to the first segment
-//! left.
+//! left. And deleting the records before an offset on request (Kafka's `DeleteRecords`): the
+//! log start offset moves to exactly that offset, kept across reopening, and the segments wholly
+//! below it go.
 
 use super::file_io;
-use super::partition::Partition;
+use super::partition::{Partition, LOG_START_FILE};
 use super::segment::LogSegment;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// What [`Partition::delete_expired`] did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -16,7 +18,8 @@ pub struct RetentionReport {
     /// Segments deleted to bring the log within `retention.bytes`.
     pub deleted_by_size: usize,
     /// Segments of a remote log's local cache deleted because their reader is past them
-    /// ([`Partition::delete_segments_below`]).
+    /// ([`Partition::delete_segments_below`]), or wholly below the offset records were deleted
+    /// before ([`Partition::delete_records_before`]).
     pub deleted_below_offset: usize,
     pub bytes_deleted: u64,
     /// Whether the active segment had to be rolled because it was to be deleted too.
@@ -77,6 +80,26 @@ impl Partition {
         report.deleted_below_offset = self.delete_oldest(consumed, now_ms, &mut report)?;
         report.log_start_offset = self.log_start_offset();
         Ok(report)
+    }
+
+    /// Deletes the records before `offset` (Kafka's `DeleteRecords`): the log start offset
+    /// becomes `offset` (durably, in `.kstate-log-start-offset`, before any file goes), reads
+    /// below it fail as out of range, and the segments wholly below it are deleted (the active
+    /// one never). An offset at or below the log start changes nothing but still deletes the
+    /// segments a crash left behind; one past the log end offset is an `InvalidArgument`.
+    pub fn delete_records_before(&mut self, offset: i64, now_ms: i64) -> Result<RetentionReport> {
+        if offset > self.log_end_offset {
+            return Err(Error::InvalidArgument(format!(
+                "OFFSET_OUT_OF_RANGE (1): cannot delete records before offset {offset}, past the \
+                 log end offset {}",
+                self.log_end_offset
+            )));
+        }
+        if offset > self.log_start_offset() {
+            file_io::write_number_file(&self.dir.join(LOG_START_FILE), offset)?;
+            self.deleted_before = offset;
+        }
+        self.delete_segments_below(self.deleted_before, now_ms)
     }
 
     /// How many segments from the oldest satisfy `deletable` (stopping at the first that does

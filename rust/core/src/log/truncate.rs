@@ -3,7 +3,7 @@
 
 use super::file_io;
 use super::file_names::FileStage;
-use super::partition::Partition;
+use super::partition::{Partition, LOG_START_FILE};
 use super::recovery::index_interval;
 use super::scan::{Visit, SCAN_CHUNK_BYTES};
 use super::segment::LogSegment;
@@ -84,6 +84,11 @@ impl Partition {
             return Err(Error::InvalidArgument(format!(
                 "cannot start a log at negative offset {offset}"
             )));
+        }
+        if offset < self.deleted_before {
+            // The log start offset moves down with the log (as Kafka's does).
+            file_io::write_number_file(&self.dir.join(LOG_START_FILE), offset)?;
+            self.deleted_before = offset;
         }
         let segment = LogSegment::create(
             &self.dir,

@@ -305,6 +305,34 @@ impl Changelog {
         Ok(report)
     }
 
+    /// Deletes the history before `offset`, which snapshots hold instead (kstate's snapshot
+    /// collector): the log start offset becomes `offset` for good (Kafka's `DeleteRecords`,
+    /// [`Partition::delete_records_before`]) and the segments wholly below it go. A store that
+    /// later needs records below it cannot restore from this changelog
+    /// ([`Error::ChangelogTruncated`]). Only published records may go; a remote changelog's
+    /// cache deletes nothing here (the remote log is the one to delete from).
+    pub fn delete_records_before(&mut self, offset: i64, now_ms: i64) -> Result<RetentionReport> {
+        if self.publisher.is_some() {
+            return Err(Error::InvalidState(
+                "a remote changelog's history is deleted from its objects, not its local cache"
+                    .into(),
+            ));
+        }
+        let published_end = self.published.map_or(0, |p| p + 1);
+        if offset > published_end {
+            return Err(Error::InvalidArgument(format!(
+                "cannot delete changelog history before offset {offset}: only offsets below \
+                 {published_end} are published"
+            )));
+        }
+        self.partition.delete_records_before(offset, now_ms)
+    }
+
+    /// The offset history was deleted before ([`Self::delete_records_before`]); 0 if never.
+    pub fn deleted_records_before(&self) -> i64 {
+        self.partition.deleted_records_before()
+    }
+
     /// Passes the published records with offsets in `[from, to]` to `apply` in batches, with
     /// the last offset of each batch.
     pub fn replay(&self, from: i64, to: i64, apply: &mut ReplayBatch<'_>) -> Result<()> {

@@ -271,6 +271,15 @@ impl<S: ChangelogTarget> LoggedStore<S> {
                 )))
             }
             Some(c) => c + 1,
+            None if log.changelog.deleted_records_before() > 0 => {
+                return Err(Error::ChangelogTruncated(format!(
+                    "changelog {} starts at offset {start}: its history before offset {} was \
+                     deleted because snapshots hold it, and the store has no state of its own; \
+                     it must start from a snapshot (none could be loaded)",
+                    log.changelog.dir().display(),
+                    log.changelog.deleted_records_before()
+                )))
+            }
             None => start,
         };
         let total = u64::try_from(published + 1 - from).unwrap_or(0);
