@@ -140,7 +140,9 @@ def test_without_snapshots_the_whole_changelog_replays(location, tmp_path):
 
 def test_a_start_compaction_moved_is_no_missing_history(tmp_path):
     # Compaction deletes a first segment whose every record has a later one: nothing is lost.
-    with Partition.open(tmp_path / "changelog" / f"{TOPIC}-0", {"segment.bytes": 100}) as log:
+    with Partition.open(
+        tmp_path / "changelog" / f"{TOPIC}-0", {"segment.bytes": 100, "cleanup.policy": "compact"}
+    ) as log:
         for i in range(30):
             log.append([(f"k{i % 3:04d}".encode(), i.to_bytes(8, "big", signed=True))], 1_000 + i)
         log.compact()
