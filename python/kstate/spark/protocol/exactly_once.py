@@ -39,7 +39,14 @@ from pathlib import Path
 from typing import Any
 
 from kstate import _core
-from kstate.config import CHANGELOG_DIR, CHANGELOG_STORAGE_OPTIONS, ChangelogConfig
+from kstate.config import (
+    CHANGELOG_DIR,
+    CHANGELOG_STORAGE_OPTIONS,
+    MIN_DELTA_BYTES_FOR_SNAPSHOT,
+    MIN_DELTAS_FOR_SNAPSHOT,
+    ChangelogConfig,
+    StoreConfig,
+)
 from kstate.errors import (
     BatchConflictError,
     CommitConflictError,
@@ -68,6 +75,12 @@ CHANGELOG_SEGMENT_BYTES = 16 * 1024 * 1024
 """Changelog segments of Spark-managed stores roll at 16 MiB unless their logging config says
 otherwise: opening a log scans its last segment (about 13 ms for 23 MiB here), and a partition
 reopens whenever it changes workers, so the scan stays short (a full 1 GiB segment: ~0.6 s)."""
+
+SNAPSHOT_DEFAULTS = {MIN_DELTAS_FOR_SNAPSHOT: 10, MIN_DELTA_BYTES_FOR_SNAPSHOT: 64 * 1024 * 1024}
+"""A query's stores publish snapshots beside their changelogs unless their logging config names
+either option (``None`` for both turns them off): every 10 batches, Spark's default
+``minDeltasForSnapshot``, or once 64 MiB of changelog gathered (a few seconds of replay), so a
+partition restored on a new executor loads files and replays a short tail (issue 44)."""
 
 
 EXECUTOR_STATE_DIR = "kstate-state"
@@ -306,12 +319,16 @@ class PartitionState:
         return BatchLog(self.layout.batch_log_dir(p))
 
     def _logging_config(self, builder: StoreBuilder) -> dict[str, Any]:
-        defaults = {"segment.bytes": CHANGELOG_SEGMENT_BYTES}
+        defaults: dict[str, Any] = {"segment.bytes": CHANGELOG_SEGMENT_BYTES}
+        logging = builder.logging or {}
+        transactional = builder.supplier.transactional and StoreConfig.parse(builder.config).transactional
+        if transactional and not logging.keys() & SNAPSHOT_DEFAULTS.keys():
+            defaults |= SNAPSHOT_DEFAULTS
         if self._remote:
             where = {CHANGELOG_DIR: self.layout.changelog_url, CHANGELOG_STORAGE_OPTIONS: self.layout.storage_options}
         else:
             where = {CHANGELOG_DIR: str(self.layout.changelog_dir)}
-        return {**defaults, **(builder.logging or {}), **where}
+        return {**defaults, **logging, **where}
 
     def _local_changelog_dir(self, store: str) -> Path:
         """The store's changelog partition, or with a remote changelog its local cache."""
