@@ -10,9 +10,9 @@ batch's ``durationMs.triggerExecution``: it holds every task's state load. Modes
 
   spark          groupBy(key).count(), update mode, RocksDBStateStoreProvider, Spark's defaults
                  (a snapshot of the RocksDB files in the checkpoint every batch)
-  kstate         repartition by key + mapInArrow, a logged kstate store with snapshots
-                 (``minDeltasForSnapshot``, ``minDeltaBytesForSnapshot``): restores the newest
-                 snapshot, then replays the changelog after it
+  kstate         repartition by key + mapInArrow, a logged kstate store with kstate.spark's
+                 default snapshots (``minDeltasForSnapshot`` 10, ``minDeltaBytesForSnapshot``
+                 64 MiB): restores the newest snapshot, then replays the changelog after it
   kstate_replay  the same without snapshots: restores by replaying the whole (compacted) changelog
 
 Each mode is built once per (keys, batches); the restarts then alternate between the modes,
@@ -77,7 +77,9 @@ def kstate_query(spark, df, work: Path, changelog: str, options: dict | None, sn
     from kstate import Stores
     from kstate.spark import StateBackend
 
-    logging = {"minDeltasForSnapshot": SNAPSHOT_EVERY, "minDeltaBytesForSnapshot": SNAPSHOT_BYTES} if snapshots else {}
+    # kstate.spark's defaults take snapshots; None for both turns them off.
+    every, after = (SNAPSHOT_EVERY, SNAPSHOT_BYTES) if snapshots else (None, None)
+    logging = {"minDeltasForSnapshot": every, "minDeltaBytesForSnapshot": after}
     counts = Stores.key_value_store_builder(Stores.persistent_key_value_store(STORE), "string", "int64")
     counts = counts.with_logging_enabled(logging)
     partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
