@@ -159,7 +159,7 @@ class StoreHistory:
         if self._remote is None:
             return None
         for link in self._chain():
-            if link.object.last is not None and link.first <= offset < link.object.last:
+            if link.compacted_over(offset):
                 return link.object.name
         return None
 

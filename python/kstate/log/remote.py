@@ -94,6 +94,12 @@ class Link:
     first: int
     last: int | None
 
+    def compacted_over(self, offset: int) -> bool:
+        """Whether this is a compacted object that ``offset`` lies inside: a state at ``offset``
+        cannot continue with its records (the compaction may have dropped tombstones of keys
+        that state holds)."""
+        return self.object.last is not None and self.first <= offset < self.object.last
+
 
 def resolve(objects: Iterable[LogObject]) -> list[Link]:
     """The objects that make up the log, oldest first (see the module docstring). Raises
@@ -322,7 +328,7 @@ class RemoteChangelog:
             )
         needed = [link for link in chain if (link.last > have if link.last is not None else link.first > cache_end)]
         for link in needed:
-            if link.object.last is not None and link.first <= store_end < link.object.last:
+            if link.compacted_over(store_end):
                 raise StoreBehindCompaction(
                     f"it is at offset {store_end}, inside the compacted object {link.object.name} of {self.location}"
                 )

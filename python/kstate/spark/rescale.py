@@ -44,6 +44,7 @@ from kstate.spark.protocol.task import TaskInfo
 from kstate.spark.protocol.undo import UNDO_SCHEMA, RemoteUndoFiles, UndoFiles
 from kstate.spark.routing.hashing import partition_ids
 from kstate.spark.routing.partitioning import (
+    SNAPSHOT_KINDS,
     Partitioning,
     PartitioningLog,
     arrow_type_of,
@@ -60,8 +61,6 @@ KeyFunction = Callable[[bytes], tuple]
 
 _SUFFIX = {"key_value": 0, "window": 12, "session": 16}
 """Window store keys end in start (8) + seq (4), session keys in end (8) + start (8)."""
-_SNAPSHOT_KIND = {"key_value": "key-value", "window": "window", "session": "session"}
-"""A snapshot manifest's name of each store kind."""
 _MAX_HISTORY = 1000
 
 
@@ -384,7 +383,7 @@ def _read_state(
         return
     with tempfile.TemporaryDirectory(prefix="kstate-rescale-") as scratch:
         files = str(Path(scratch) / store)
-        loaded = history.load_snapshot(end, files, _SNAPSHOT_KIND[description["kind"]])
+        loaded = history.load_snapshot(end, files, SNAPSHOT_KINDS[description["kind"]])
         if loaded is not None:
             for entries in snapshot_entries(files, loaded, history.offset_key, timestamped):
                 report.snapshot_entries += entries.num_rows

@@ -10,9 +10,12 @@ when
 - every offset after the one its copy stands on is there: a gap means compaction or retention
   removed records since, tombstones of keys the copy holds among them, so the copy cannot catch
   up record by record (``BehindHistory``: restore it from scratch);
-- a read from scratch starts at the changelog's real start: once the history below the oldest
-  kept snapshot was deleted (``kstate.log.snapshot_retention``), the records alone no longer give
-  the state (``ChangelogTruncatedError``: start from a snapshot);
+- a read from scratch starts at the changelog's real start, or right after the snapshot it
+  starts from (``store_history``: ``kstate.log.history`` picks the newest usable one): once the
+  history below the oldest kept snapshot was deleted (``kstate.log.snapshot_retention``), the
+  records alone no longer give the state (``ChangelogTruncatedError``), and history deleted past
+  the snapshot since it was picked, or compacted over it, means reading again
+  (``ChangelogMoved``: a newer one is picked);
 - no compaction ran while it read (one may remove a key's tombstone after the reader took the
   key's older value) or reached past the offset it reads to (one may have dropped a record of
   that state for a later record of its key): it reads again, up to a newer batch log head
@@ -42,6 +45,7 @@ from kstate.log.records import decode_arrow
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from kstate.log.history import StoreHistory
     from kstate.spark.protocol.exactly_once import StateLayout
 
 
@@ -79,12 +83,29 @@ def published_changelog(layout: StateLayout, store: str, partition: int) -> Chan
     )
 
 
-def _checked(batches: Iterator[pa.RecordBatch], after: int | None, until: int) -> Iterator[pa.RecordBatch]:
-    """``batches`` (records after ``after``, up to ``until``), checked: offsets rise, and with a
+def store_history(layout: StateLayout, store: str, partition: int) -> StoreHistory:
+    """The history of ``store`` in ``partition`` where ``layout`` keeps it: its changelog and the
+    snapshots beside it, for a copy built from scratch to start from the newest usable one."""
+    from kstate.log.history import StoreHistory
+
+    topic = f"{layout.application_id}-{store}-changelog"
+    if layout.changelog_url is None:
+        return StoreHistory(str(layout.changelog_dir), topic, partition)
+    return StoreHistory(layout.changelog_url, topic, partition, layout.storage_options)
+
+
+def _floor(after: int | None, snapshot: int | None) -> int:
+    """The offset a read starts after: the copy's, else the snapshot's a copy built from scratch
+    starts from (-1: the changelog's start)."""
+    return after if after is not None else -1 if snapshot is None else snapshot
+
+
+def _checked(batches: Iterator[pa.RecordBatch], after: int | None, until: int, floor: int) -> Iterator[pa.RecordBatch]:
+    """``batches`` (records after ``floor``, up to ``until``), checked: offsets rise, and with a
     copy standing on ``after`` every offset up to ``until`` is there."""
     import numpy as np
 
-    last = -1 if after is None else after
+    last = floor
     for batch in batches:
         if not batch.num_rows:
             continue
@@ -99,11 +120,20 @@ def _checked(batches: Iterator[pa.RecordBatch], after: int | None, until: int) -
         raise BehindHistory(f"offsets {last + 1} to {until} are missing (compacted or deleted)")
 
 
-def _history_deleted(location: str, start: int) -> str:
-    return (
-        f"{location}: the history before offset {start} was deleted because snapshots hold it; a read from "
-        "scratch would miss it"
-    )
+def _check_start(location: str, start: int, snapshot: int | None) -> None:
+    """A read from scratch, from the changelog's start or after ``snapshot``, needs the records
+    from there on: ``start`` (where the changelog starts now, or the offset its history was
+    deleted before) must not be past them."""
+    if snapshot is None and start > 0:
+        raise ChangelogTruncatedError(
+            f"{location}: the history before offset {start} was deleted because snapshots hold it; a read from "
+            "scratch would miss it"
+        )
+    if snapshot is not None and start > snapshot + 1:
+        raise ChangelogMoved(
+            f"{location}: its history before offset {start} was deleted since the snapshot at offset {snapshot} "
+            "was picked"
+        )
 
 
 class ChangelogFiles:
@@ -124,17 +154,20 @@ class ChangelogFiles:
                 continue  # deleted as it was listed
         return found
 
-    def records(self, after: int | None, until: int, watched: Any) -> Iterator[pa.RecordBatch]:
+    def records(
+        self, after: int | None, until: int, watched: Any, snapshot: int | None = None
+    ) -> Iterator[pa.RecordBatch]:
         """Record batches (``kstate.log.records.arrow_schema``) of the offsets after ``after``
-        (``None``: from the start, for a copy built from scratch) up to ``until``; ``watched``:
-        ``watch()`` taken before the batch log head naming ``until`` was read. Raises
-        ``BehindHistory`` or ``ChangelogMoved`` (see the module docstring), possibly after
-        yielding: drop what was read then."""
-        start = 0 if after is None else after + 1
-        if after is None and records_deleted_before(self.directory) > 0:
-            raise ChangelogTruncatedError(_history_deleted(self.location, records_deleted_before(self.directory)))
+        (``None``: from scratch, for a copy built from scratch: from the start, or after the
+        offset of the ``snapshot`` it starts from) up to ``until``; ``watched``: ``watch()``
+        taken before the batch log head naming ``until`` was read. Raises ``BehindHistory`` or
+        ``ChangelogMoved`` (see the module docstring), possibly after yielding: drop what was
+        read then."""
+        if after is None:
+            _check_start(self.location, records_deleted_before(self.directory), snapshot)
+        floor = _floor(after, snapshot)
         try:
-            yield from _checked(read_log(self.directory, start, until + 1), after, until)
+            yield from _checked(read_log(self.directory, floor + 1, until + 1), after, until, floor)
         except FileNotFoundError:
             raise ChangelogMoved(f"{self.location}: a segment went while it was read") from None
         if self._read_segments(self.watch(), until) != self._read_segments(watched, until):
@@ -158,20 +191,22 @@ class ChangelogObjects:
     def watch(self) -> None:
         """Nothing to note: compacted objects name what they replace."""
 
-    def records(self, after: int | None, until: int, watched: Any = None) -> Iterator[pa.RecordBatch]:
+    def records(
+        self, after: int | None, until: int, watched: Any = None, snapshot: int | None = None
+    ) -> Iterator[pa.RecordBatch]:
         """As ``ChangelogFiles.records``."""
         import pyarrow.compute as pc
 
         from kstate.log.remote import resolve
 
         chain = resolve(self._remote.list())
-        if after is None and chain and chain[0].first > 0:
-            raise ChangelogTruncatedError(_history_deleted(self.location, chain[0].first))
-        wanted = [
-            link
-            for link in chain
-            if link.first <= until and (link.last is None or link.last > (-1 if after is None else after))
-        ]
+        if after is None and chain:
+            _check_start(self.location, chain[0].first, snapshot)
+        over = [link.object.name for link in chain if snapshot is not None and link.compacted_over(snapshot)]
+        if over:
+            raise ChangelogMoved(f"{self.location}: {over[0]} compacted over the snapshot at offset {snapshot} since")
+        floor = _floor(after, snapshot)
+        wanted = [link for link in chain if link.first <= until and (link.last is None or link.last > floor)]
         compacted = [link.object.name for link in wanted if link.object.last is not None]
         if compacted and after is not None:
             raise BehindHistory(f"{self.location}: offsets after {after} were compacted ({compacted[0]})")
@@ -190,8 +225,8 @@ class ChangelogObjects:
                         raise ChangelogMoved(f"{self.location}: {link.object.name} went while it was read") from None
                     batch = decode_arrow(fetched.read_bytes())
                     offsets = batch.column("offset")
-                    low = link.first if after is None else max(link.first, after + 1)
+                    low = max(link.first, floor + 1)
                     high = until if link.last is None else min(until, link.last)
                     yield batch.filter(pc.and_(pc.greater_equal(offsets, low), pc.less_equal(offsets, high)))
 
-            yield from _checked(batches(), after, until)
+            yield from _checked(batches(), after, until, floor)

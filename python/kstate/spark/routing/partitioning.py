@@ -103,6 +103,8 @@ _SUPPLIERS = {
     "session": SessionBytesStoreSupplier,
 }
 """The supplier class of each store kind a record names."""
+SNAPSHOT_KINDS = {"key_value": "key-value", "window": "window", "session": "session"}
+"""The kind a snapshot manifest names (``kstate.log.snapshots``) of each store kind a record names."""
 
 
 def store_supplier(description: Mapping[str, Any], **changed: Any) -> AnySupplier:

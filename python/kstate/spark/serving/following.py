@@ -8,19 +8,21 @@ replica's write lock, committed together (``PartitionCopy``). Rollbacks need not
 rolled-back batch's undo is published as new records, and the entry restating the batch before
 names offsets past them.
 
-A store read from scratch (a new copy, a store the query added) is read up to the head, never
-to an older entry: a compaction keeps each key's latest record as of when it ran, so what it
-kept holds the state at the head it ran after, not at the offsets of an older entry. An aligned
-copy that stands on an older entry then takes the head's state back to it with the undo files
-of the entries in between, as a rollback does.
+A store read from scratch (a new copy, a store the query added) starts from its newest usable
+snapshot at or below the head's offset (``kstate.log.history``; with none, from the changelog's
+start, which is ``ChangelogTruncatedError`` once history below the snapshots was deleted), then
+reads the changelog after it up to the head, never to an older entry: a compaction keeps each
+key's latest record as of when it ran, so what it kept holds the state at the head it ran after,
+not at the offsets of an older entry. An aligned copy that stands on an older entry then takes
+the head's state back to it with the undo files of the entries in between, as a rollback does.
 
 A copy that fell behind what is kept is rebuilt from scratch in a new directory while the old one
 keeps serving (its state is still exactly the batch it names), and replaces it once complete,
-with a warning saying why: records after its offsets were compacted or deleted
-(``BehindHistory``), or the batch log no longer holds the entry it stands on (trimmed, or the
-log was started over), so nothing vouches for it being a prefix of the current history. A read
-that raced a compaction or the query's progress (``ChangelogMoved``) is dropped and redone
-against a newer head.
+with a warning saying why: records after its offsets were compacted or deleted (by retention,
+or below the snapshots that hold them: ``BehindHistory``), or the batch log no longer holds the
+entry it stands on (trimmed, or the log was started over), so nothing vouches for it being a
+prefix of the current history. A read that raced a compaction or the query's progress
+(``ChangelogMoved``) is dropped and redone against a newer head.
 """
 
 from __future__ import annotations
@@ -34,7 +36,12 @@ from typing import Any
 from kstate.errors import ProcessorStateError
 from kstate.spark.protocol.batch_log import EMPTY_STATE, BatchEntry, BatchLogReader, RemoteBatchLog, peek_head
 from kstate.spark.protocol.exactly_once import StateLayout
-from kstate.spark.protocol.published_changelog import BehindHistory, ChangelogMoved, published_changelog
+from kstate.spark.protocol.published_changelog import (
+    BehindHistory,
+    ChangelogMoved,
+    published_changelog,
+    store_history,
+)
 from kstate.spark.protocol.undo import RemoteUndoFiles, UndoFiles
 from kstate.spark.serving.partition_copy import (
     PartitionCopy,
@@ -141,6 +148,9 @@ class PartitionFollower:
                     behind,
                 )
                 return self._rebuild(published, aligned)
+            except BaseException:
+                self.copy.discard()  # the copy keeps serving the entry it holds, nothing staged
+                raise
         raise self._kept_moving()
 
     def _start_reading(self, published: int, aligned: bool) -> _Reading | None:
@@ -192,7 +202,9 @@ class PartitionFollower:
             if after is None:
                 head_offset = None if reading.head is None else reading.head.offsets.get(name)
                 if head_offset is not None:
-                    copy.stage(name, changelog.records(None, head_offset, reading.watched[name]))
+                    history = store_history(self.layout, name, self.partition)
+                    snapshot = copy.stage_snapshot(name, history, head_offset)
+                    copy.stage(name, changelog.records(None, head_offset, reading.watched[name], snapshot))
                 for entry in reading.newer:  # newest first, back to the target's state
                     if name in entry.undo:
                         copy.stage_stored(name, self._undo(entry.undo[name]))
@@ -272,6 +284,17 @@ class PartitionFollower:
         self.through = update.through
         self.servable = self.copy.complete
         return replaced
+
+    def drop(self, update: Update | None) -> None:
+        """Undoes ``update`` when it will not be applied (another partition's refresh failed):
+        what it staged is dropped, a copy it rebuilt deleted."""
+        if update is None or update.copy is None:
+            return
+        if update.rebuilt:
+            update.copy.close()
+            delete_copy(update.copy.directory)
+        else:
+            update.copy.discard()
 
     def close(self) -> None:
         self.copy.close()

@@ -8,6 +8,8 @@ record, without a changelog of their own and always transactional: changelog rec
 invisible to the read-committed views that serve reads, and committed together at an entry, each
 store at the entry's offset, then ``entry.json`` is replaced. A copy whose stores do not all stand
 at its entry's offsets (a crash between two commits) serves nothing until it is caught up again.
+A store built from scratch starts from the entries of its newest usable snapshot
+(``kstate.log.history``), staged as records are, then the changelog after it.
 A partition keeps one copy; a rebuild makes the next one beside it and the old one goes once the
 new one is complete.
 """
@@ -21,7 +23,7 @@ import re
 import shutil
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kstate import _core
 from kstate.config import ENABLE_TRANSACTIONAL_STATESTORES
@@ -29,9 +31,12 @@ from kstate.key_value_store import KeyValueStore
 from kstate.spark.protocol.batch_log import BatchEntry
 from kstate.spark.protocol.exactly_once import stage_raw
 from kstate.spark.protocol.published_changelog import stored_entries
-from kstate.spark.routing.partitioning import store_supplier
+from kstate.spark.routing.partitioning import SNAPSHOT_KINDS, store_supplier
 from kstate.store_lifecycle import native_store
 from kstate.stores import StoreBuilder
+
+if TYPE_CHECKING:
+    from kstate.log.history import StoreHistory
 
 log = logging.getLogger("kstate.serving")
 
@@ -68,6 +73,7 @@ class PartitionCopy:
         """Whether every store stands at ``entry``'s offsets (else the copy serves nothing)."""
         self._stores: dict[str, Any] = {}
         self._timestamped: dict[str, bool] = {}
+        self._kinds: dict[str, str] = {}
         self._views: dict[str, Any] = {}
         self._staged_until: dict[str, int] = {}
 
@@ -103,6 +109,7 @@ class PartitionCopy:
             store.init(self.directory, partition=self.partition, application_id=self.application_id)
             self._stores[name] = store
             self._timestamped[name] = bool(description["supplier"]["timestamped"])
+            self._kinds[name] = description["kind"]
         self.complete = self.complete and self._stores_at(self.entry)
 
     def _read_entry(self) -> tuple[BatchEntry | None, bool]:
@@ -160,6 +167,40 @@ class PartitionCopy:
                 continue
             stage_raw(target, stored_entries(batch, self._timestamped[store]))
             self._staged_until[store] = batch.column("offset")[-1].as_py()
+
+    def stage_snapshot(self, store: str, history: StoreHistory, until: int) -> int | None:
+        """Stages, for ``store`` built from scratch, the entries of its newest usable snapshot at
+        or below offset ``until`` in ``history`` (fetched and checked by ``kstate.log.history``
+        into a scratch directory beside the stores, then deleted) and returns its offset, where
+        the changelog's records follow; ``None``: no snapshot, the changelog gives the state
+        from its start. Raises ``ChangelogTruncatedError`` when neither gives it."""
+        from kstate.log.history import snapshot_entries
+
+        scratch = self.directory / f".{store}.loading-snapshot"
+        entries = 0
+        try:
+            loaded = history.load_snapshot(until, str(scratch), SNAPSHOT_KINDS[self._kinds[store]])
+            if loaded is None:
+                return None
+            for table in snapshot_entries(str(scratch), loaded, history.offset_key, self._timestamped[store]):
+                stage_raw(self._stores[store], table)
+                entries += table.num_rows
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        self._staged_until[store] = loaded.offset
+        log.info(
+            "partition %d (%s): store %s starts from its snapshot at offset %d%s (%d entries) in %s; "
+            "the changelog follows from offset %d",
+            self.partition,
+            self.application_id,
+            store,
+            loaded.offset,
+            "" if loaded.batch_id is None else f" (batch {loaded.batch_id})",
+            entries,
+            history.snapshots.location,
+            loaded.offset + 1,
+        )
+        return loaded.offset
 
     def stage_stored(self, store: str, entries: Any) -> None:
         """Stages ``entries`` (``key`` / ``value`` as the store holds them: an undo file) over

@@ -54,7 +54,7 @@ from kstate.spark.protocol.batch_log import EMPTY_STATE
 from kstate.spark.protocol.exactly_once import StateLayout
 from kstate.spark.protocol.locking import FileLock
 from kstate.spark.routing.partitioning import Partitioning, PartitioningLog, generation_application_id
-from kstate.spark.serving.following import PartitionFollower
+from kstate.spark.serving.following import PartitionFollower, Update
 from kstate.spark.serving.readers_writer import ReadersWriterLock
 from kstate.spark.serving.routing import SERDE_KEYS, Routing
 from kstate.spark.serving.snapshot import Snapshot, arrow_value_type
@@ -273,7 +273,15 @@ class StateReplica:
         added = {n: d for n, d in record.stores.items() if self._record is None or n not in self._record.stores}
         for follower in self._followers:
             follower.add_stores(added)
-        updates = [f.prepare(published, self.aligned) for f in self._followers]
+        updates: list[Update | None] = []
+        try:
+            for follower in self._followers:
+                updates.append(follower.prepare(published, self.aligned))
+        except BaseException:
+            # Nothing of this refresh is served: each partition keeps serving the batch it had.
+            for follower, update in zip(self._followers, updates):
+                follower.drop(update)
+            raise
         with self._gate.writing():
             replaced = [f.apply(update) for f, update in zip(self._followers, updates)]
             self._record, self._variables, self._routing = record, variables, Routing(record)
