@@ -33,6 +33,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -183,10 +184,20 @@ def child(args: argparse.Namespace) -> None:
 def spawn(mode: str, work: Path, phase: str, partitions: int, changelog: str, options: dict | None) -> dict:
     command = [sys.executable, __file__, "--child", mode, "--work", str(work), "--phase", phase]
     command += ["--partitions", str(partitions), "--changelog", changelog, "--options", json.dumps(options or {})]
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"{mode} {phase} failed:\n{done.stderr[-4000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    # Output to files, not pipes, and the child's process group killed once it exits: after a
+    # large RocksDB state store's query stops, Spark's JVM may linger for minutes, holding pipes.
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        child = subprocess.Popen(command, stdout=out, stderr=err, text=True, start_new_session=True)
+        returncode = child.wait()
+        try:
+            os.killpg(child.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        out.seek(0)
+        err.seek(0)
+        if returncode != 0:
+            raise RuntimeError(f"{mode} {phase} failed:\n{err.read()[-4000:]}")
+        return json.loads(out.read().strip().splitlines()[-1])
 
 
 def measure(keys: int, batches: int, location: str, args: argparse.Namespace, endpoint: str | None) -> list[str]:

@@ -253,6 +253,7 @@ class StoreLifecycle:
             os.path.join(self._task_dir, ".checkpoint") if self.persistent else None,
             None if self._remote is None else self._remote.publish,
         )
+        self._changelog_bytes_seen = 0  # a changelog attached counts its appended bytes from 0
         if found["truncated_tail"] is not None:
             removed, problem = found["truncated_tail"]
             log.warning("Changelog %s: cut a torn tail of %d bytes (%s)", partition_dir, removed, problem)
@@ -437,7 +438,6 @@ class StoreLifecycle:
                 self._logging.min_batches_to_retain,
                 self._history_collected,
             )
-            self._changelog_bytes_seen = self._reader.changelog_appended_bytes()
         return self._snapshot_writer
 
     def note_commit(self, batch_id: int | None = None) -> None:
@@ -451,9 +451,7 @@ class StoreLifecycle:
         if writer is None:
             return
         appended = self._reader.changelog_appended_bytes()
-        # The count starts again when the changelog is attached again (parked stores).
-        grown = appended - self._changelog_bytes_seen if appended >= self._changelog_bytes_seen else appended
-        self._changelog_bytes_seen = appended
+        grown, self._changelog_bytes_seen = appended - self._changelog_bytes_seen, appended
         writer.committed(self._reader, grown, batch_id)
 
     def snapshot(self, batch_id: int | None = None) -> Published | None:

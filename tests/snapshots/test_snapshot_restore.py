@@ -276,3 +276,22 @@ def test_commits_count_across_store_objects_of_one_local_state(tmp_path):
             offsets.append(write_round(store, commit, keys=10))
         published = sorted(os.listdir(manifests)) if manifests.exists() else []
         assert published == ([f"{offsets[3]:020d}.snapshot"] if commit >= 3 else []), commit
+
+
+def test_changelog_bytes_count_across_store_objects_and_reattached_changelogs(tmp_path):
+    """Every commit's changelog bytes count once: a store object's first commit, and the commits
+    after a parked store's changelog was detached and attached again (kstate.spark)."""
+    location = {"changelog.dir": str(tmp_path / "changelog"), "minDeltaBytesForSnapshot": 80_000}
+    supplier = Stores.persistent_key_value_store("counts")
+    builder = Stores.key_value_store_builder(supplier, "string", "int64").with_logging_enabled(location)
+    manifests = tmp_path / "changelog" / f"{TOPIC}-0" / "snapshots" / "manifests"
+    offsets = []
+    with builder.build().init(task(tmp_path, "a")) as store:
+        offsets.append(write_round(store, 0, keys=700))  # 33.6 kB of records
+        store.detach_changelog()
+        store.attach_changelog()
+        offsets.append(write_round(store, 1, keys=700))
+    assert not manifests.exists(), "67 kB so far"
+    with builder.build().init(task(tmp_path, "a")) as store:
+        offsets.append(write_round(store, 2, keys=700))
+    assert os.listdir(manifests) == [f"{offsets[2]:020d}.snapshot"], "the third commit passed 80 kB"
