@@ -61,7 +61,8 @@ pub fn summarize(path: &Path, count_entries: bool) -> Result<StoreSummary> {
     Ok(summary)
 }
 
-fn count(db: &DB, cf: &rocksdb::ColumnFamily) -> Result<u64> {
+/// The entries of one column family, by a scan (RocksDB only estimates them).
+pub(crate) fn count(db: &DB, cf: &rocksdb::ColumnFamily) -> Result<u64> {
     let mut iter = db.raw_iterator_cf(cf);
     iter.seek_to_first();
     let mut n = 0;

@@ -51,15 +51,7 @@ fn count(db: &DB, family: &str) -> Result<u64> {
     let cf = db
         .cf_handle(family)
         .ok_or_else(|| Error::Storage(format!("column family {family} is not open")))?;
-    let mut iter = db.raw_iterator_cf(cf);
-    iter.seek_to_first();
-    let mut n = 0;
-    while iter.valid() {
-        n += 1;
-        iter.next();
-    }
-    iter.status()?;
-    Ok(n)
+    super::inspect::count(db, cf)
 }
 
 /// The format of the store at `path` and its entry counts, read-only.
