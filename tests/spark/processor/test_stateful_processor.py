@@ -9,6 +9,7 @@ batch), an initial state for some users, and ``deleteIfExists`` of a variable it
 """
 
 import collections
+import shutil
 import sys
 import time
 
@@ -548,8 +549,10 @@ def test_spark_defaults_aqe_and_200_shuffle_partitions_give_the_reference(spark,
     """Spark's defaults (AQE on, 200 shuffle partitions) with an advisory size far below a batch,
     num_partitions unset: kstate picks and records the count, routes the initial state and every
     batch with it, and the Row API's output (TTL, timers, initial state) is exactly the reference;
-    restarted on its checkpoint with the settings changed (AQE off, 7 shuffle partitions) it
-    continues exactly, and the typed state reads back as the reference's."""
+    restarted on its checkpoint with the settings changed (AQE off, 7 shuffle partitions) and
+    no local state (a new cluster: the stores load their snapshots, taken every batch here, and
+    replay the changelog after them) it continues exactly, and the typed state reads back as the
+    reference's."""
     expected = reference(range(FILES))
     for i in range(FILES - 1):
         write_file(work, i, file_rows(i))
@@ -563,6 +566,7 @@ def test_spark_defaults_aqe_and_200_shuffle_partitions_give_the_reference(spark,
             input_stream(spark, work, "user string, category string, amount long"), ["user"], RowActivity(),
             OUTPUT, work / "state", work / "changelog", "defaults", time_mode="ProcessingTime", api="row",
             initial_state=initial_state(spark).groupBy("user"), lock_timeout=60,
+            changelog_config={"minDeltasForSnapshot": 1},
         )  # fmt: skip
         return run(frame, work / "cp", batches=batches)
 
@@ -570,6 +574,9 @@ def test_spark_defaults_aqe_and_200_shuffle_partitions_give_the_reference(spark,
         assert query(FILES - 1) == expected[: FILES - 1]
         spark.conf.set("spark.sql.shuffle.partitions", "7")
         spark.conf.set("spark.sql.adaptive.enabled", "false")
+        time.sleep(1)  # the last batch's snapshots, taken in the background
+        shutil.rmtree(work / "state")
+        assert list((work / "changelog").glob("*/snapshots/manifests/*.snapshot")), "snapshots to restore from"
         write_file(work, FILES - 1, file_rows(FILES - 1))
         assert query(1) == expected[FILES - 1 :]
         totals = reference_state(range(FILES))[0]
