@@ -135,3 +135,39 @@ def test_killed_at_random_while_snapshotting_in_the_background(kill_writer, loca
     for offset in stored.offsets():
         manifest = stored.read(offset)
         assert (manifest.offset + 1) % KEYS == 0, "a snapshot holds whole commits"
+
+
+DUE_WRITER = """
+import json, sys, time
+from kstate import Stores
+from kstate.log import snapshots
+
+task_dir, config = sys.argv[1], json.loads(sys.argv[2])
+create = snapshots.Snapshots._create
+
+def pausing_create(self, key, path, immutable):
+    print("paused", flush=True)
+    time.sleep(60)
+
+snapshots.Snapshots._create = pausing_create
+supplier = Stores.persistent_key_value_store("counts")
+store = (Stores.key_value_store_builder(supplier, "string", "int64")
+         .with_logging_enabled(config).build().init(task_dir))
+for value in (1, 2):
+    store.put_all((f"k{i:05d}", value) for i in range(10))
+    store.commit()  # the second starts a snapshot in the background, which pauses
+time.sleep(60)
+"""
+
+
+def test_a_snapshot_that_died_with_its_process_is_taken_by_the_next_commit(kill_writer, location, tmp_path):
+    """The commits that made a snapshot due count until one is published: a Python worker that
+    Spark ends while its snapshot uploads leaves it due, not ``minDeltasForSnapshot`` away."""
+    config = snapshots_on(location, every=2)
+    kill_writer(DUE_WRITER, [task(tmp_path, "a"), json.dumps(config)], "paused")
+    assert stored_snapshots(location).offsets() == []
+    builder = Stores.key_value_store_builder(Stores.persistent_key_value_store("counts"), "string", "int64")
+    with builder.with_logging_enabled(config).build().init(task(tmp_path, "a")) as store:
+        store.put("k00000", 3)
+        offset = store.commit()
+    assert stored_snapshots(location).offsets() == [offset], "the next commit took the snapshot left due"

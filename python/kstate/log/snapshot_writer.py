@@ -5,14 +5,17 @@ commit never waits for an upload: it waits at most for the capture itself (a Roc
 checkpoint: hard links, after a flush that runs before the commit lock is taken).
 
 One snapshot at a time per store: a commit that finds the previous one still running leaves it
-be, and a later commit takes the next. A snapshot that fails is logged and the counts start
-again; the commit it followed stands. ``close`` waits for the running one.
+be, and when it ends it takes the next at once if the commits since made one due. A snapshot
+that fails is logged and the counts start again; the commit it followed stands. ``close`` waits
+for the running one.
 
 The counts since the last snapshot are kept in a small file beside the store's local state
 (``<capture dir>.due``), rewritten after each commit: in Spark a partition's next micro-batch
 often runs in another Python worker of the executor, which opens the store anew, and counts kept
 in memory alone would start again at every such move and never reach ``minDeltasForSnapshot``.
-A machine without the file (new local state) counts from zero.
+They drop only when a snapshot ends (published, or failed and logged): one that dies with its
+process (a Python worker Spark stops) leaves them due, so the next commit on this machine takes
+it. A machine without the file (new local state) counts from zero.
 
 After each snapshot it publishes, the same thread collects what retention no longer keeps
 (``kstate.log.snapshot_retention``, ``minBatchesToRetain``) and hands the offset the changelog
@@ -71,6 +74,7 @@ class SnapshotWriter:
         self._manifests: dict[int, Any] = {}  # manifests read by collections, by offset
         self._counts_path = capture_dir + ".due"
         self._commits, self._bytes = _read_counts(self._counts_path)
+        self._counts_lock = threading.Lock()  # the counts: commits add, a snapshot's end takes off
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()  # one snapshot at a time, background or asked for
         self._earlier: Any = None  # the newest manifest published, once known
@@ -92,30 +96,32 @@ class SnapshotWriter:
         """Counts a commit of ``native`` (of micro-batch ``batch_id``, if any) that appended
         ``changelog_bytes`` to the changelog and starts a snapshot in the background when one is
         due."""
-        self._commits += 1
-        self._bytes += changelog_bytes
         if batch_id is not None:
             offset = native.committed_offset()
             if offset is not None:
                 self._batches[offset] = batch_id
                 if len(self._batches) > _BATCHES_KEPT:
                     del self._batches[min(self._batches)]
-        due = (self.min_deltas is not None and self._commits >= self.min_deltas) or (
-            self.min_delta_bytes is not None and self._bytes >= self.min_delta_bytes
-        )
-        if not due or (self._thread is not None and self._thread.is_alive()):
+        with self._counts_lock:
+            self._commits += 1
+            self._bytes += changelog_bytes
             _write_counts(self._counts_path, self._commits, self._bytes)
+            counted = (self._commits, self._bytes)
+        if not self._due(*counted) or (self._thread is not None and self._thread.is_alive()):
             return
-        self._commits = self._bytes = 0
-        _write_counts(self._counts_path, 0, 0)
         files = self._committed_files(native)
         self._thread = threading.Thread(
             target=self._take_logged,
-            args=(files, None),
+            args=(files, counted),
             name=f"kstate-snapshot-{self.store_name}",
             daemon=True,  # a process that exits leaves an unfinished upload, which no restore reads
         )
         self._thread.start()
+
+    def _due(self, commits: int, changelog_bytes: int) -> bool:
+        return (self.min_deltas is not None and commits >= self.min_deltas) or (
+            self.min_delta_bytes is not None and changelog_bytes >= self.min_delta_bytes
+        )
 
     def take(self, native: Any, batch_id: int | None = None) -> Published | None:
         """Takes and publishes a snapshot now, after one running finishes; ``None`` when there
@@ -130,18 +136,32 @@ class SnapshotWriter:
         if thread is not None:
             thread.join()
 
-    def _take_logged(self, files: Any, batch_id: int | None) -> None:
-        try:
-            self._take(files, batch_id)
-        except Exception as error:  # a failed snapshot must not end the process: logged, retried later
-            self.failures += 1
-            log.warning(
-                "Store %s: snapshot to %s failed; the next one is taken after more commits: %s: %s",
-                self.store_name,
-                self.snapshots.location,
-                type(error).__name__,
-                error,
-            )
+    def _take_logged(self, files: Any, counted: tuple[int, int]) -> None:
+        """Snapshots in the background; ``counted``: the counts that made one due, taken off
+        when it ends. The commits made while it ran may make the next one due at once: it takes
+        that one too (of the newest commit by then), so a query's last batches are not left to a
+        commit that may never come."""
+        while True:
+            failed = False
+            try:
+                self._take(files, None)
+            except Exception as error:  # a failed snapshot must not end the process: logged, retried later
+                failed = True
+                self.failures += 1
+                log.warning(
+                    "Store %s: snapshot to %s failed; the next one is taken after more commits: %s: %s",
+                    self.store_name,
+                    self.snapshots.location,
+                    type(error).__name__,
+                    error,
+                )
+            with self._counts_lock:
+                self._commits = 0 if failed else max(self._commits - counted[0], 0)
+                self._bytes = 0 if failed else max(self._bytes - counted[1], 0)
+                _write_counts(self._counts_path, self._commits, self._bytes)
+                counted = (self._commits, self._bytes)
+            if failed or not self._due(*counted):
+                return
 
     def _take(self, files: Any, batch_id: int | None) -> Published | None:
         """Captures and publishes; ``batch_id``: the micro-batch of the commit captured, else

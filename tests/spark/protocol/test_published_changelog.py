@@ -132,3 +132,10 @@ def test_the_batch_log_reads_without_its_lock(tmp_path):
     log.close()
     assert BatchEntry(EMPTY_STATE, {}).holds_state and first.holds_state
     assert not BatchEntry(4, {}, undo={"counts": "x"}).holds_state, "a rescale's history entry"
+
+
+def test_an_entry_with_a_field_a_newer_kstate_added_still_reads():
+    raw = b'{"batch_id":3,"offsets":{"counts":7},"rows":{"counts":2},"later":{"x":1}}'
+    entry = BatchEntry.from_bytes(raw, 5)
+    assert (entry.batch_id, entry.offsets, entry.rows, entry.position) == (3, {"counts": 7}, {"counts": 2}, 5)
+    assert BatchEntry.from_bytes(b'{"batch_id":3,"offsets":{}}', 0).rows == {}, "an entry from before counts"

@@ -154,3 +154,50 @@ def test_counts_survive_a_move_a_lost_counts_file_and_lost_local_state(backend, 
     timings = run_batch(backend, 4)
     assert timings.restored_records > 0
     assert check(timings, backend, changelogs) == {"windows": 2, "sessions": 1}
+
+
+def test_a_key_value_store_on_a_new_executor_takes_its_count_from_the_batch_log(tmp_path, monkeypatch):
+    """Spark keeps ``numRowsTotal`` in its checkpoint; kstate in the batch log entry: a partition
+    restored with no local state, and a batch replayed there, are counted without a scan."""
+    counts = Stores.key_value_store_builder(Stores.persistent_key_value_store("counts"), "string", "int64")
+
+    def executor(name):
+        return StateBackend([counts], tmp_path / name, tmp_path / "changelog", "app", lock_timeout=5)
+
+    writes = [
+        {f"k{i}": i for i in range(10)},
+        {"k0": None, "k1": None, "k2": None, **{f"k{i}": i for i in range(10, 15)}},
+        {"k3": None, "k15": 15, "k4": 40},
+    ]
+
+    def run(backend, batch, attempt=0):
+        def fn(stores):
+            for key, value in writes[batch].items():
+                if value is None:
+                    stores["counts"].delete(key)
+                else:
+                    stores["counts"].put(key, value)
+            yield None
+
+        timings = []
+        list(backend.run(fn, TaskInfo(0, batch, attempt), committed=timings.append))
+        return timings[0].stores["counts"]
+
+    first = executor("a")
+    assert [run(first, batch).rows_total for batch in (0, 1)] == [10, 12]
+    first.release_local_state([0])
+
+    def no_scan(store):
+        raise AssertionError("counted by a scan")
+
+    monkeypatch.setattr("kstate.spark.protocol.row_counts.scan_count", no_scan)
+    second = executor("b")  # no local state: restored from the changelog
+    assert run(second, 2).rows_total == 12
+    assert run(second, 2, attempt=1).rows_total == 12, "replayed: rolled back to batch 1's count, redone"
+    state = second.partition_state(TaskInfo(0, 10_000))
+    stores = state.open(read_only=True)
+    try:
+        with stores["counts"].all() as entries:
+            assert len(dict(entries)) == 12
+    finally:
+        state.close_view()

@@ -27,7 +27,7 @@ import os
 import re
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from kstate.errors import BatchConflictError, CorruptedDataError, ProcessorStateError
@@ -54,12 +54,16 @@ class BatchEntry:
     ``undo``: per store, the undo file of the step from the ``previous`` entry's state to this
     one (stores the step left alone are absent). ``previous``: the log position of the entry of
     the state before (``None``: the empty state). ``restates``: set on an entry written by a
-    rollback; the position of the entry it rolled back. ``position``: where this entry is.
+    rollback; the position of the entry it rolled back. ``rows``: the live entries of the
+    key-value stores counted incrementally (Spark's ``numRowsTotal``), so a partition restored on
+    a new executor takes its counts from here, not from a scan (absent: count by a scan).
+    ``position``: where this entry is.
     """
 
     batch_id: int
     offsets: dict[str, int]
     undo: dict[str, str] = field(default_factory=dict)
+    rows: dict[str, int] = field(default_factory=dict)
     previous: int | None = None
     restates: int | None = None
     attempt: int = 0
@@ -83,10 +87,14 @@ class BatchEntry:
     @classmethod
     def from_bytes(cls, raw: bytes | None, position: int) -> BatchEntry:
         try:
-            fields = json.loads(raw or b"")
-            return cls(**fields, position=position)
-        except (ValueError, TypeError) as error:
+            decoded = json.loads(raw or b"")
+            # A field a newer kstate added is left out: the log stays readable after a downgrade.
+            return cls(**{k: v for k, v in decoded.items() if k in _ENTRY_FIELDS}, position=position)
+        except (ValueError, TypeError, AttributeError) as error:
             raise CorruptedDataError(f"batch log entry at offset {position} is not an entry: {error}") from None
+
+
+_ENTRY_FIELDS = {f.name for f in fields(BatchEntry)} - {"position"}
 
 
 class _EntryChain:

@@ -262,7 +262,7 @@ class PartitionState:
             self._opened_at = {name: store.committed_offset() for name, store in self._stores.items()}
             if not read_only:
                 self._roll_back_to(batch)
-                self._row_counts.opened(self._stores)
+                self._row_counts.opened(self._stores, self._head)
         except BaseException:
             if parked is not None:
                 release(parked)
@@ -440,6 +440,7 @@ class PartitionState:
             batch_id=EMPTY_STATE if before is None else before.batch_id,
             offsets={},
             undo={} if before is None else before.undo,
+            rows={} if before is None else before.rows,
             previous=None if before is None else before.previous,
             restates=undone.position,
         )
@@ -510,6 +511,7 @@ class PartitionState:
                     batch_id=self.task.batch_id,
                     offsets={},
                     undo=undo,
+                    rows=self._row_counts.published_rows(self._stores),
                     previous=None if self._head is None else self._head.position,
                 )
                 entry = self._publish(entry)

@@ -6,10 +6,12 @@ RocksDB only estimates its entries, and counting them is a scan of the store. So
 incrementally: the commit already reads the committed value of every key the batch wrote (for the
 undo file); reading the staged values of those same keys (one native call) tells, per key,
 whether it appeared, stayed or went. The counts are written after each commit to
-``<task dir>/.kstate-row-counts.json`` beside each store's committed changelog offset; a task
-that opens the store at another offset (restored from the changelog, rolled back, or the file
-lost) counts the store once by a scan. Offsets a batch log entry covers are never rewritten, so a
-store at a recorded offset holds the state that was counted.
+``<task dir>/.kstate-row-counts.json`` beside each store's committed changelog offset, and a
+key-value store's count also goes into the batch log entry (``BatchEntry.rows``), as Spark keeps
+``numRowsTotal`` in its checkpoint: a partition restored on a new executor (from a snapshot and
+the changelog) takes it from there. A task that opens a store at an offset neither names (rolled
+back, or both lost) counts the store once by a scan. Offsets a batch log entry covers are never
+rewritten, so a store at a recorded offset holds the state that was counted.
 
 Window and session stores hide what is older than ``stream time - retention + 1`` (window start,
 session end) at once, without a write, and drop whole segments later. So their count is kept per
@@ -29,13 +31,16 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kstate.key_value_store import KeyValueStore
 from kstate.segmented_store import SegmentedStore
 from kstate.session_store import SessionStore
 from kstate.store_lifecycle import StoreLifecycle, native_store
 from kstate.windowed import MAX_TIME, MIN_TIME
+
+if TYPE_CHECKING:
+    from kstate.spark.protocol.batch_log import BatchEntry
 
 ROW_COUNTS_FILE = ".kstate-row-counts.json"
 TIMES_FILE = ".kstate-row-counts-{store}.arrow"
@@ -191,13 +196,17 @@ class RowCounts:
     def counted(stores: dict[str, StoreLifecycle]) -> dict[str, StoreLifecycle]:
         return {name: store for name, store in stores.items() if isinstance(store, (KeyValueStore, SegmentedStore))}
 
-    def opened(self, stores: dict[str, StoreLifecycle]) -> None:
-        """Takes each store's count from the files if the store is at the offset it was counted
-        at, else counts it."""
+    def opened(self, stores: dict[str, StoreLifecycle], published: BatchEntry | None) -> None:
+        """Takes each store's count from the files or from ``published`` (the batch log's head)
+        if the store is at the offset it was counted at, else counts it."""
         try:
             recorded = json.loads(self.path.read_text())
         except (OSError, ValueError):
             recorded = {}
+        if published is not None:
+            for name, total in published.rows.items():
+                if name in published.offsets and recorded.get(name, (None,))[0] != published.offsets[name]:
+                    recorded[name] = (published.offsets[name], total)
         self.writes, self._deltas, self.totals, self.times = {}, {}, {}, {}
         for name, store in self.counted(stores).items():
             offset, total = recorded.get(name, (None, None))
@@ -210,6 +219,16 @@ class RowCounts:
                 self.totals[name] = _sum(times)
             else:
                 self.totals[name] = total if current else scan_count(store)
+
+    def published_rows(self, stores: dict[str, StoreLifecycle]) -> dict[str, int]:
+        """Before the batch log entry: the key-value stores' counts once the staged writes
+        commit (those with a TTL, counted by a scan, are left out)."""
+        rows = {}
+        for name, store in self.counted(stores).items():
+            if isinstance(store, KeyValueStore) and name not in self.expiring:
+                writes = self.writes.get(name, StoreWrites())
+                rows[name] = self.totals.get(name, 0) + writes.added - writes.removed
+        return rows
 
     def staged(self, name: str, store: StoreLifecycle, previous: Any) -> None:
         """Before a store publishes: what its staged writes (``previous``: their undo) change."""
@@ -226,8 +245,8 @@ class RowCounts:
     def committed(self, stores: dict[str, StoreLifecycle]) -> None:
         """After the commit: the new counts, recorded with the stores' offsets."""
         recorded = {}
+        kept = self.published_rows(stores)
         for name, store in self.counted(stores).items():
-            writes = self.writes.get(name, StoreWrites())
             if isinstance(store, SegmentedStore):
                 if name in self.expiring:
                     times = scan_segment_times(store)
@@ -239,7 +258,7 @@ class RowCounts:
             elif name in self.expiring:
                 self.totals[name] = scan_count(store)
             else:
-                self.totals[name] = self.totals.get(name, 0) + writes.added - writes.removed
+                self.totals[name] = kept[name]
             recorded[name] = [store.committed_offset(), self.totals[name]]
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(recorded))
