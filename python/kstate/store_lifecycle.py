@@ -96,6 +96,8 @@ class StoreLifecycle:
     """While the local state opens on a snapshot's files: they were captured from an open store,
     so with ``"changelog"`` durability they say it was not closed cleanly, which tells nothing."""
     _snapshot_writer: SnapshotWriter | None = None
+    _compaction: Any = None
+    """The remote changelog's compaction running in the background (a ``threading.Thread``)."""
     _changelog_bytes_seen = 0
     keep_history_from: int | None = None
     """kstate.spark: the lowest changelog offset its batch log may still need (the last offset
@@ -578,8 +580,9 @@ class StoreLifecycle:
         ``min.cleanable.dirty.ratio`` of it was written since the last one) and logs what it did;
         a remote changelog is compacted by the same rule (``RemoteChangelog.wants_compaction``),
         as Kafka's brokers compact a changelog topic, so it stays bounded by the state it holds.
-        A remote compaction that fails is logged and left to the next commit: the commit
-        before it stands."""
+        A remote compaction runs on a thread of its own (it reads, merges and rewrites the log:
+        seconds to minutes that no commit waits for; compaction is safe while writers commit);
+        one that fails is logged and left to a later commit."""
         if self._logging is None:
             return
         if self._history_start is not None:
@@ -592,14 +595,41 @@ class StoreLifecycle:
                 ", ".join(f"{name.replace('_', ' ')} {value:,}" for name, value in cleaned.items()),
             )
         if self._remote is not None and self._remote.wants_compaction(self._logging.topic_config):
-            from kstate.log.remote import KEEP_NEWEST_COMMITS
+            self._compact_in_background()
 
+    def _compact_in_background(self) -> None:
+        """Starts compacting the remote changelog on a thread, unless a compaction runs."""
+        import threading
+
+        from kstate.log.remote import KEEP_NEWEST_COMMITS, RemoteChangelog
+
+        assert self._logging is not None and self._remote is not None
+        if self._compaction is not None and self._compaction.is_alive():
+            return
+        # Its own client of the location: the commit thread keeps using the store's.
+        remote = RemoteChangelog(
+            self._logging.changelog_dir, self.changelog_topic, self.partition, self._logging.storage_options
+        )
+        config, work_dir = self._logging.topic_config, os.path.dirname(self._fetch_path)
+
+        def compact() -> None:
             try:
-                self.compact_changelog(keep_newest=KEEP_NEWEST_COMMITS)
-            except RemoteStorageError as error:
+                remote.compact(config, work_dir=work_dir, keep_newest=KEEP_NEWEST_COMMITS)
+            except Exception as error:  # logged: the log stays as it was, a later commit tries again
                 log.warning(
-                    "Changelog %s: compaction failed, the next commit tries again: %s", self._remote.location, error
+                    "Changelog %s: compaction failed, a later commit tries again: %s: %s",
+                    remote.location,
+                    type(error).__name__,
+                    error,
                 )
+
+        self._compaction = threading.Thread(target=compact, name=f"kstate-compaction-{self.name}", daemon=True)
+        self._compaction.start()
+
+    def wait_for_compaction(self) -> None:
+        """Waits for the remote changelog's compaction running in the background, if any."""
+        if self._compaction is not None:
+            self._compaction.join()
 
     def flush(self) -> None:
         """Kafka's ``flush``: for a transactional store, a commit (at the current offset when
@@ -658,6 +688,7 @@ class StoreLifecycle:
         if self._snapshot_writer is not None:
             # A snapshot captured before the close is published before the store goes.
             self._snapshot_writer.wait()
+        self.wait_for_compaction()  # its scratch files are under the store's local directory
         if self.transactional:
             staged, spilled = self._reader.uncommitted()
             if staged or spilled:

@@ -16,7 +16,7 @@ from kafka.record.memory_records import MemoryRecords
 from kstate import Stores
 from kstate.errors import CommitConflictError, RemoteStorageError
 from kstate.log.object_store import ObjectStore
-from kstate.log.remote import COMPACT_AFTER_COMMITS, RemoteChangelog, object_name
+from kstate.log.remote import COMPACT_AFTER_COMMITS, KEEP_NEWEST_COMMITS, RemoteChangelog, object_name
 from kstate.store_lifecycle import CACHE_SEGMENT_BYTES
 
 from .locations import Remote, builder
@@ -273,6 +273,41 @@ def test_the_local_cache_of_a_remote_changelog_stays_small(remote, tmp_path):
     cache = tmp_path / "state" / "changelog-cache" / f"{TOPIC}-0"
     held = sum(f.stat().st_size for f in cache.glob("*.log"))
     assert held <= 2 * CACHE_SEGMENT_BYTES, f"the cache holds {held} bytes"
+
+
+def test_a_commit_does_not_wait_for_the_compaction_it_starts(remote, tmp_path, monkeypatch, caplog):
+    """A compaction reads, merges and rewrites the log (minutes for a large one on a real object
+    store): it runs on a thread of its own while the commits go on, one at a time; the store's
+    close waits for it, and one that fails is logged and retried by a later commit."""
+    started, release, calls = threading.Event(), threading.Event(), []
+    compact = RemoteChangelog.compact
+
+    def held(self, *args, **kwargs):
+        calls.append(time.monotonic())
+        started.set()
+        release.wait(60)
+        if len(calls) == 1:
+            raise RemoteStorageError("the object store is down")
+        return compact(self, *args, **kwargs)
+
+    monkeypatch.setattr(RemoteChangelog, "compact", held)
+    with builder(remote).build().init(task(tmp_path / "a")) as store:
+        due = COMPACT_AFTER_COMMITS + KEEP_NEWEST_COMMITS
+        commit_rounds(store, due)
+        assert started.wait(10), "a commit started a compaction"
+        begun = time.monotonic()
+        commit_rounds(store, 5, start=due)
+        assert time.monotonic() - begun < 30 and len(calls) == 1, "commits went on; one compaction at a time"
+        release.set()
+        store.wait_for_compaction()
+        assert "compaction failed, a later commit tries again: RemoteStorageError" in caplog.text
+        commit_rounds(store, 1, start=due + 5)
+        assert len(calls) == 2, "the next commit tried again"
+        expected = contents(store)
+    objects = remote_log(remote).list()
+    assert any(o.last is not None for o in objects), "compacted by the time the store closed"
+    with builder(remote).build().init(task(tmp_path / "b")) as other:
+        assert contents(other) == expected
 
 
 def test_a_compaction_interrupted_before_deleting_leaves_a_readable_log(remote, tmp_path, monkeypatch):
