@@ -601,24 +601,20 @@ class StoreLifecycle:
         """Starts compacting the remote changelog on a thread, unless a compaction runs."""
         import threading
 
-        from kstate.log.remote import KEEP_NEWEST_COMMITS, RemoteChangelog
+        from kstate.log.remote import KEEP_NEWEST_COMMITS
 
-        assert self._logging is not None and self._remote is not None
+        assert self._remote is not None
         if self._compaction is not None and self._compaction.is_alive():
             return
-        # Its own client of the location: the commit thread keeps using the store's.
-        remote = RemoteChangelog(
-            self._logging.changelog_dir, self.changelog_topic, self.partition, self._logging.storage_options
-        )
-        config, work_dir = self._logging.topic_config, os.path.dirname(self._fetch_path)
+        location = self._remote.location
 
         def compact() -> None:
             try:
-                remote.compact(config, work_dir=work_dir, keep_newest=KEEP_NEWEST_COMMITS)
+                self.compact_changelog(keep_newest=KEEP_NEWEST_COMMITS)
             except Exception as error:  # logged: the log stays as it was, a later commit tries again
                 log.warning(
                     "Changelog %s: compaction failed, a later commit tries again: %s: %s",
-                    remote.location,
+                    location,
                     type(error).__name__,
                     error,
                 )
