@@ -109,7 +109,7 @@ mod tests {
     }
 
     #[test]
-    fn counts_entries_exactly_where_the_estimate_counts_overwrites_and_deletes() {
+    fn counts_entries_exactly_after_overwrites_and_deletes() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("rocksdb/s");
         let (mut store, _) = KeyValueStore::open_rocksdb(
@@ -133,10 +133,8 @@ mod tests {
         }
         store.commit(Some(3), &mut |_| {}).unwrap();
         let summary = summarize(&path, true).unwrap();
+        // Only the scan is exact: the estimate depends on whether a background compaction has
+        // merged the tables yet, which is timing.
         assert_eq!(summary.entries, Some(60));
-        assert_ne!(
-            summary.approximate_entries, 60,
-            "the estimate counts every table's entries"
-        );
     }
 }
