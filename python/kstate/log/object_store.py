@@ -148,6 +148,7 @@ class ObjectStore:
                 f"changelog.dir {url!r} needs fsspec (and s3fs for s3://): pip install 'kstate[remote]'"
             ) from error
         self.url = url.rstrip("/")
+        self.storage_options = dict(storage_options or {})
         self.retry = retry or RetryPolicy()
         with _storage_errors(f"opening {self.url}"):
             self._fs, root = fsspec.core.url_to_fs(self.url, **dict(storage_options or {}))
