@@ -19,7 +19,7 @@ import pytest
 from kafka.record.memory_records import MemoryRecords
 
 from kstate.errors import RemoteStorageError
-from kstate.log.object_store import ObjectStore, RetryPolicy, is_transient
+from kstate.log.object_store import ObjectStore, RetryPolicy, is_precondition_failed, is_transient
 from kstate.log.remote import RemoteChangelog, resolve
 
 from .locations import Remote, builder, s3_remote
@@ -170,6 +170,25 @@ def test_which_s3_errors_are_transient_as_s3fs_raises_them(code, status, transie
 
     answer = {"Error": {"Code": code, "Message": "..."}, "ResponseMetadata": {"HTTPStatusCode": status}}
     assert is_transient(translate_boto_error(ClientError(answer, "PutObject"))) == transient
+
+
+@pytest.mark.parametrize(
+    ("answer", "taken"),
+    [
+        ({"Code": "PreconditionFailed", "Condition": "If-None-Match"}, True),  # AWS, moto
+        ({"Code": "PreconditionFailed"}, True),  # s3s: no Condition, s3fs raises a plain OSError
+        ({"Code": "AccessDenied"}, False),
+        ({"Code": "InternalError"}, False),
+    ],
+)
+def test_a_conditional_puts_412_is_a_taken_name_whether_or_not_it_names_the_condition(answer, taken):
+    from botocore.exceptions import ClientError
+    from s3fs.errors import translate_boto_error
+
+    status = 412 if answer["Code"] == "PreconditionFailed" else 500
+    raised = translate_boto_error(ClientError({"Error": answer, "ResponseMetadata": {"HTTPStatusCode": status}}, "Put"))
+    assert is_precondition_failed(raised) == taken
+    assert not is_transient(raised) or not taken
 
 
 def test_a_create_whose_answer_was_lost_succeeds_and_a_different_file_still_conflicts(bucket, proxy, tmp_path, caplog):

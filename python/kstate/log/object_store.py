@@ -93,6 +93,23 @@ _TRANSIENT_TYPES = frozenset(
 _PERMANENT_TYPES = (FileNotFoundError, FileExistsError, PermissionError, IsADirectoryError, NotADirectoryError)
 
 
+def is_precondition_failed(error: BaseException) -> bool:
+    """Whether a storage client's failure is S3's ``412 PreconditionFailed``: for a conditional
+    put, the name is taken. s3fs raises ``FileExistsError`` for it only when the answer names the
+    condition (``<Condition>If-None-Match</Condition>``, as AWS and moto do); other S3 servers
+    (s3s) leave it out, and s3fs raises a plain ``OSError``."""
+    seen: set[int] = set()
+    link: BaseException | None = error
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        response = getattr(link, "response", None)
+        if isinstance(response, dict) and isinstance(response.get("Error"), dict):  # botocore's ClientError
+            status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+            return response["Error"].get("Code") == "PreconditionFailed" or status == 412
+        link = link.__cause__ or (None if link.__suppress_context__ else link.__context__)
+    return False
+
+
 def _transient_answer(code: object, status: object) -> bool:
     if isinstance(status, int) and (status >= 500 or status == 429):
         return True
@@ -250,7 +267,12 @@ class ObjectStore:
                 if self._local:
                     create_exclusively(self._path(key), local_path)
                 else:
-                    self._fs.put_file(local_path, self._path(key), mode="create")
+                    try:
+                        self._fs.put_file(local_path, self._path(key), mode="create")
+                    except OSError as error:
+                        if isinstance(error, FileExistsError) or not is_precondition_failed(error):
+                            raise
+                        raise FileExistsError(f"{self.url}/{key} exists") from error
             except FileExistsError:
                 # The name may be taken by this very create: an earlier attempt that failed
                 # transiently, or on an object store one its client retried by itself (s3fs
