@@ -20,7 +20,11 @@ micro-batch), snapshots off and with ``minDeltasForSnapshot=10`` (taken in the b
 in a new process, alternating; one row per (location, mode): commit p50 / p99 / max ms and the
 snapshots published.
 
-    .venv/bin/python benches/snapshots.py 1000000 --commits 200 [--s3]
+    .venv/bin/python benches/snapshots.py 1000000 --commits 200 [--s3 [--s3-server s3s-fs]]
+
+``--s3`` runs each on moto's S3 server too, or with ``--s3-server s3s-fs`` on s3s-fs (a Rust S3
+server over a local directory, built with cargo on first use): moto handles one request at a
+time, so a snapshot's upload holds up the commits' own requests there.
 
 Storage (``--storage C``): a store of N keys (a fixed key set; changelog segments of 16 MiB, as
 kstate.spark rolls them), then C commits of 10k random updates each, snapshots off and every 10
@@ -321,6 +325,47 @@ def start_moto() -> tuple[subprocess.Popen, str]:
     raise RuntimeError("moto did not start")
 
 
+S3S_FS_VERSION = "0.14.1"
+"""s3s-fs, a Rust S3 server over a local directory (multi-threaded: unlike moto, one upload does
+not hold up every other request); the newest release this machine's rustc builds."""
+
+
+def start_s3s_fs(data_dir: str) -> tuple[subprocess.Popen, str]:
+    """s3s-fs on a free port over ``data_dir``, built into kstate's tool cache on first use."""
+    import socket
+    import urllib.error
+    import urllib.request
+
+    tools = os.path.expanduser("~/.cache/kstate/tools")
+    binary = os.path.join(tools, "bin", "s3s-fs")
+    if not os.path.exists(binary):
+        print(f"building s3s-fs {S3S_FS_VERSION} into {tools} (a few minutes, once)", file=sys.stderr)
+        env = {**os.environ, "CARGO_TARGET_DIR": os.path.join(tools, "target"), "RUSTFLAGS": ""}
+        command = ["cargo", "install", f"s3s-fs@{S3S_FS_VERSION}", "--features", "binary", "--root", tools]
+        subprocess.run(command, check=True, env=env)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    os.makedirs(data_dir, exist_ok=True)
+    server = subprocess.Popen(
+        [binary, "--host", "127.0.0.1", "--port", str(port), "--access-key", "testing", "--secret-key", "testing"]
+        + [data_dir],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    endpoint = f"http://127.0.0.1:{port}"
+    for _ in range(300):
+        try:
+            urllib.request.urlopen(endpoint, timeout=1).close()
+            return server, endpoint
+        except urllib.error.HTTPError:  # an answer (403: unsigned): it is up
+            return server, endpoint
+        except OSError:
+            time.sleep(0.1)
+    server.kill()
+    raise RuntimeError("s3s-fs did not start")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("keys", type=int, nargs="+")
@@ -331,18 +376,25 @@ def main() -> None:
     parser.add_argument("--storage", type=int, default=0, help="storage over this many commits instead")
     parser.add_argument("--retain", type=int, default=2, help="storage: minBatchesToRetain (snapshots kept)")
     parser.add_argument("--delete-delay", type=float, default=0.0, help="storage: seconds before unnamed files go")
-    parser.add_argument("--s3", action="store_true", help="also on moto's S3 server")
+    parser.add_argument("--s3", action="store_true", help="also on an S3 API server on loopback")
+    parser.add_argument(
+        "--s3-server", choices=["moto", "s3s-fs"], default="moto", help="--s3's server: moto's, or s3s-fs (Rust)"
+    )
     parser.add_argument("--store", choices=["key-value", "window"], default="key-value", help="restore: the store kind")
     args = parser.parse_args()
     if (args.commits or args.storage) and args.store != "key-value":
         parser.error("--commits and --storage measure key-value stores")
     os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
     os.environ["NO_PROXY"] = os.environ["no_proxy"] = "127.0.0.1"
-    server = None
+    server = s3_data = None
     locations = ["dir"]
     if args.s3:
-        server, endpoint = start_moto()
-        locations.append("s3")
+        if args.s3_server == "moto":
+            server, endpoint = start_moto()
+        else:
+            s3_data = tempfile.mkdtemp(prefix="kstate-s3s-", dir=args.dir)
+            server, endpoint = start_s3s_fs(s3_data)
+        locations.append("s3" if args.s3_server == "moto" else "s3s-fs")
     if args.storage:
         print("| keys | location | snapshots | commits | local MB | location MB | total MB | kept | changelog start |")
         print("|---:|---|---|---:|---:|---:|---:|---:|---:|")
@@ -379,6 +431,8 @@ def main() -> None:
         if server is not None:
             server.terminate()
             server.wait()
+        if s3_data is not None:
+            shutil.rmtree(s3_data, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -598,19 +598,28 @@ class StoreLifecycle:
             self._compact_in_background()
 
     def _compact_in_background(self) -> None:
-        """Starts compacting the remote changelog on a thread, unless a compaction runs."""
+        """Starts compacting the remote changelog on a thread, unless a compaction runs. The
+        thread has the storage process (``kstate.log.storage_process``) compact when the storage
+        options can be sent there, so that the compaction's reads and writes do not share this
+        process's GIL with its commits."""
         import threading
 
+        from kstate.log import storage_process
         from kstate.log.remote import KEEP_NEWEST_COMMITS
 
-        assert self._remote is not None
+        assert self._remote is not None and self._logging is not None
         if self._compaction is not None and self._compaction.is_alive():
             return
-        location = self._remote.location
+        remote, config, work_dir = self._remote, self._logging.topic_config, os.path.dirname(self._fetch_path)
+        location = remote.location
 
         def compact() -> None:
             try:
-                self.compact_changelog(keep_newest=KEEP_NEWEST_COMMITS)
+                if storage_process.can_send(remote.store.storage_options):
+                    where = (remote.store.url, remote.store.storage_options, remote.topic, remote.partition)
+                    storage_process.shared().compact(*where, config, 2, work_dir, KEEP_NEWEST_COMMITS)
+                else:
+                    self.compact_changelog(keep_newest=KEEP_NEWEST_COMMITS)
             except Exception as error:  # logged: the log stays as it was, a later commit tries again
                 log.warning(
                     "Changelog %s: compaction failed, a later commit tries again: %s: %s",

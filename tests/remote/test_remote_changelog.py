@@ -17,6 +17,7 @@ from kstate import Stores
 from kstate.errors import CommitConflictError, RemoteStorageError
 from kstate.log.object_store import ObjectStore
 from kstate.log.remote import COMPACT_AFTER_COMMITS, KEEP_NEWEST_COMMITS, RemoteChangelog, object_name
+from kstate.log.storage_process import StorageProcess
 from kstate.store_lifecycle import CACHE_SEGMENT_BYTES
 
 from .locations import Remote, builder
@@ -280,7 +281,7 @@ def test_a_commit_does_not_wait_for_the_compaction_it_starts(remote, tmp_path, m
     store): it runs on a thread of its own while the commits go on, one at a time; the store's
     close waits for it, and one that fails is logged and retried by a later commit."""
     started, release, calls = threading.Event(), threading.Event(), []
-    compact = RemoteChangelog.compact
+    compact = StorageProcess.compact  # the storage process compacts what commits make due
 
     def held(self, *args, **kwargs):
         calls.append(time.monotonic())
@@ -290,7 +291,7 @@ def test_a_commit_does_not_wait_for_the_compaction_it_starts(remote, tmp_path, m
             raise RemoteStorageError("the object store is down")
         return compact(self, *args, **kwargs)
 
-    monkeypatch.setattr(RemoteChangelog, "compact", held)
+    monkeypatch.setattr(StorageProcess, "compact", held)
     with builder(remote).build().init(task(tmp_path / "a")) as store:
         due = COMPACT_AFTER_COMMITS + KEEP_NEWEST_COMMITS
         commit_rounds(store, due)

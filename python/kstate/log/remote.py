@@ -180,6 +180,8 @@ class RemoteChangelog:
 
     def __init__(self, url: str, topic: str, partition: int, storage_options: Mapping[str, Any] | None = None):
         self.store = ObjectStore(url, storage_options)
+        self.topic = topic
+        self.partition = partition
         self.directory = f"{topic}-{partition}"
         self.location = f"{self.store.url}/{self.directory}"
         self._published_chain: list[Link] = []  # the log as the last publish found it

@@ -43,7 +43,7 @@ from typing import Any, Protocol
 from kstate import _core
 from kstate.config import SNAPSHOTS_DIRECTORY
 from kstate.errors import CorruptedDataError
-from kstate.log import upload_process
+from kstate.log import storage_process
 from kstate.log.local_files import LocalFiles
 from kstate.log.object_store import ObjectStore
 
@@ -126,15 +126,15 @@ class Snapshots:
         self.location = f"{files.url}/{directory}"
         self._local = isinstance(files, LocalFiles)
         # A local directory shares table files by hard links (they never change); an object
-        # store copies everything, from a process of its own (kstate.log.upload_process) when
+        # store copies everything, from a process of its own (kstate.log.storage_process) when
         # its storage options can be sent there.
         self._create_file: Callable[[str, str, bool], None]
         self._replace_file: Callable[[str, str, bool], None]
         self._fetch_file: Callable[[str, str, bool], None]
         if isinstance(files, LocalFiles):
             self._create_file, self._replace_file, self._fetch_file = files.create, files.replace, files.fetch
-        elif isinstance(files, ObjectStore) and upload_process.can_send(files.storage_options):
-            uploads = upload_process.shared()
+        elif isinstance(files, ObjectStore) and storage_process.can_send(files.storage_options):
+            uploads = storage_process.shared()
             place = (files.url, files.storage_options, files.retry)
             self._create_file = lambda key, path, _: uploads.upload(*place, key, path, exclusive=True)
             self._replace_file = lambda key, path, _: uploads.upload(*place, key, path, exclusive=False)

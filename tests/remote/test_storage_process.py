@@ -1,11 +1,13 @@
-"""The upload process (``kstate.log.upload_process``): a child that uploads a snapshot's files
-so that their Python work does not share the committing process's GIL. It answers as
-``ObjectStore`` would (written, or the same exception), a child that dies fails what it held and
-the next upload starts another, and it ends with its parent, leaving its uploads unfinished."""
+"""The storage process (``kstate.log.storage_process``): a child that uploads a snapshot's files
+and compacts remote changelogs, so that their Python work does not share the committing process's
+GIL. It answers as the work done in the caller would (the result, or the same exception) and its
+log records reach the caller's logs; a child that dies fails what it held and the next request
+starts another; it ends with its parent, leaving its work unfinished."""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import socket
@@ -15,20 +17,20 @@ from pathlib import Path
 import pytest
 
 from kstate.errors import RemoteStorageError
-from kstate.log import upload_process
+from kstate.log import storage_process
 from kstate.log.object_store import ObjectStore, RetryPolicy
 
-from .locations import s3_remote
+from .locations import builder, s3_remote
 
 ONE_TRY = RetryPolicy(attempts=1)
 
 
-def upload_children(pid: int) -> list[int]:
-    """The pids of ``pid``'s upload processes (children running ``kstate.log.upload_process``)."""
+def storage_children(pid: int) -> list[int]:
+    """The pids of ``pid``'s storage processes (children running ``kstate.log.storage_process``)."""
     children = []
     for task in Path(f"/proc/{pid}/task").iterdir():
         children += [int(child) for child in (task / "children").read_text().split()]
-    return [child for child in children if b"kstate.log.upload_process" in Path(f"/proc/{child}/cmdline").read_bytes()]
+    return [child for child in children if b"kstate.log.storage_process" in Path(f"/proc/{child}/cmdline").read_bytes()]
 
 
 def exited(pid: int) -> bool:
@@ -62,7 +64,7 @@ def silent_endpoint():
 
 def test_uploads_answer_as_the_object_store_does(s3_endpoint, tmp_path):
     remote = s3_remote(s3_endpoint)
-    uploads = upload_process.shared()
+    uploads = storage_process.shared()
     first, second = tmp_path / "first", tmp_path / "second"
     first.write_bytes(os.urandom(3 << 20))
     second.write_bytes(b"other bytes")
@@ -81,14 +83,45 @@ def test_uploads_answer_as_the_object_store_does(s3_endpoint, tmp_path):
     assert store.list("files") == {"a": 3 << 20, "b": 3 << 20}
     store.fetch("files/b", str(tmp_path / "back"))
     assert (tmp_path / "back").read_bytes() == first.read_bytes()
-    assert len(upload_children(os.getpid())) == 1, "one upload process serves every upload"
 
 
-def test_a_killed_upload_process_fails_what_it_held_and_the_next_upload_starts_another(
+def test_the_work_is_done_by_the_child_not_the_caller(s3_endpoint, tmp_path, monkeypatch):
+    remote = s3_remote(s3_endpoint)
+    file = tmp_path / "file"
+    file.write_bytes(b"bytes")
+
+    def not_here(*_):
+        raise AssertionError("uploaded by the calling process")
+
+    monkeypatch.setattr(ObjectStore, "create", not_here)
+    monkeypatch.setattr(ObjectStore, "replace", not_here)
+    storage_process.shared().upload(remote.url, remote.storage_options, ONE_TRY, "files/a", str(file), exclusive=True)
+    assert ObjectStore(remote.url, remote.storage_options).list("files") == {"a": 5}
+
+
+def test_a_compaction_in_the_child_answers_its_report_and_logs_in_the_caller(s3_endpoint, tmp_path, caplog):
+    remote = s3_remote(s3_endpoint)
+    task = tmp_path / "state" / "app" / "0_0"
+    with builder(remote).build().init(task) as store:
+        for n in range(4):
+            store.put_all([(f"k{i}", n) for i in range(20)])
+            store.commit()
+        expected = list(store.all_with_timestamp())
+    caplog.set_level(logging.INFO, logger="kstate")
+    compactions = storage_process.shared()
+    topic = "app-counts-changelog"
+    report = compactions.compact(remote.url, remote.storage_options, topic, 0, {}, 2, str(tmp_path), 1)
+    assert report.objects_merged == 3 and report.objects_written == 1 and report.distinct_keys == 20
+    assert f"Compacting {remote.url}/{topic}-0" in caplog.text, "the child's log record, logged by the caller"
+    with builder(remote).build().init(tmp_path / "elsewhere" / "app" / "0_0") as restored:
+        assert list(restored.all_with_timestamp()) == expected
+
+
+def test_a_killed_storage_process_fails_what_it_held_and_the_next_upload_starts_another(
     s3_endpoint, silent_endpoint, tmp_path
 ):
     remote = s3_remote(s3_endpoint)
-    uploads = upload_process.UploadProcess()
+    uploads = storage_process.StorageProcess()
     file = tmp_path / "file"
     file.write_bytes(b"bytes")
     failures: list[BaseException] = []
@@ -100,11 +133,11 @@ def test_a_killed_upload_process_fails_what_it_held_and_the_next_upload_starts_a
         except BaseException as error:
             failures.append(error)
 
-    others = set(upload_children(os.getpid()))  # the shared one, if an earlier test started it
+    others = set(storage_children(os.getpid()))  # the shared one, if an earlier test started it
     waiting = threading.Thread(target=upload_to_silence)
     waiting.start()
     silent_endpoint.wait_for_a_request()
-    (child,) = set(upload_children(os.getpid())) - others
+    (child,) = set(storage_children(os.getpid())) - others
     os.kill(child, signal.SIGKILL)
     waiting.join(30)
     assert not waiting.is_alive()
@@ -117,11 +150,11 @@ def test_a_killed_upload_process_fails_what_it_held_and_the_next_upload_starts_a
 
 PARENT = """
 import json, sys, threading, time
-from kstate.log import upload_process
+from kstate.log import storage_process
 from kstate.log.object_store import RetryPolicy
 
 silent, path = json.loads(sys.argv[1]), sys.argv[2]
-uploads = upload_process.shared()
+uploads = storage_process.shared()
 threading.Thread(
     target=uploads.upload,
     args=("s3://bucket/x", silent, RetryPolicy(attempts=1), "files/a", path),
@@ -135,14 +168,14 @@ threading.Event().wait()
 """
 
 
-def test_the_upload_process_ends_with_its_parent(kill_writer, silent_endpoint, tmp_path, wait_until):
+def test_the_storage_process_ends_with_its_parent(kill_writer, silent_endpoint, tmp_path, wait_until):
     file = tmp_path / "file"
     file.write_bytes(b"bytes")
     lines = kill_writer(PARENT, [json.dumps(silent_endpoint.storage_options), file], "uploading")
     child = int(lines[-1][1])
-    wait_until(lambda: exited(child), "the upload process exited after its parent was killed")
+    wait_until(lambda: exited(child), "the storage process exited after its parent was killed")
 
 
 def test_storage_options_that_do_not_pickle_are_not_sent():
-    assert upload_process.can_send({"endpoint_url": "http://127.0.0.1:1", "config_kwargs": {"retries": {}}})
-    assert not upload_process.can_send({"session": lambda: None})
+    assert storage_process.can_send({"endpoint_url": "http://127.0.0.1:1", "config_kwargs": {"retries": {}}})
+    assert not storage_process.can_send({"session": lambda: None})
