@@ -36,9 +36,15 @@ points over all of them; nothing below imports them."""
 
 NO_PYSPARK_ON_IMPORT = ("format", "protocol", "serving")
 HEAVY = ("kstate._core", "pyspark", "pyarrow", "pandas", "numpy", "fsspec")
-DEFERRED = ("kstate.log.remote", "kstate.log.snapshots", "kstate.log.snapshot_writer", "kstate.log.history")
-"""kstate modules a function may import to defer them: the object-store side (fsspec, HTTP, TLS),
-which a store without a remote changelog never loads, and snapshots (with ``kstate.log``), which a
+DEFERRED = (
+    "kstate.log.remote",
+    "kstate.log.storage_process",
+    "kstate.log.snapshots",
+    "kstate.log.snapshot_writer",
+    "kstate.log.history",
+)
+"""kstate modules a function may import to defer them: the object-store side (fsspec, HTTP, TLS,
+the storage process), which a store without a remote changelog never loads, and snapshots (with ``kstate.log``), which a
 store without them never loads (``test_first_use.py``)."""
 ENTRY_INTO_SPARK = ("cli", "serving")
 """Modules outside kstate.spark allowed to import it (function-level, as the CLI loads it lazily;
