@@ -93,20 +93,33 @@ _TRANSIENT_TYPES = frozenset(
 _PERMANENT_TYPES = (FileNotFoundError, FileExistsError, PermissionError, IsADirectoryError, NotADirectoryError)
 
 
+def _causes(error: BaseException) -> Iterator[BaseException]:
+    """``error``, then the exceptions it was raised from or during, each once."""
+    seen: set[int] = set()
+    link: BaseException | None = error
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        yield link
+        link = link.__cause__ or (None if link.__suppress_context__ else link.__context__)
+
+
+def _s3_answer(error: BaseException) -> tuple[object, object] | None:
+    """``(code, HTTP status)`` of botocore's ``ClientError``; ``None`` for any other exception."""
+    response = getattr(error, "response", None)
+    if isinstance(response, dict) and isinstance(response.get("Error"), dict):
+        return response["Error"].get("Code"), (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+    return None
+
+
 def is_precondition_failed(error: BaseException) -> bool:
     """Whether a storage client's failure is S3's ``412 PreconditionFailed``: for a conditional
     put, the name is taken. s3fs raises ``FileExistsError`` for it only when the answer names the
     condition (``<Condition>If-None-Match</Condition>``, as AWS and moto do); other S3 servers
     (s3s) leave it out, and s3fs raises a plain ``OSError``."""
-    seen: set[int] = set()
-    link: BaseException | None = error
-    while link is not None and id(link) not in seen:
-        seen.add(id(link))
-        response = getattr(link, "response", None)
-        if isinstance(response, dict) and isinstance(response.get("Error"), dict):  # botocore's ClientError
-            status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
-            return response["Error"].get("Code") == "PreconditionFailed" or status == 412
-        link = link.__cause__ or (None if link.__suppress_context__ else link.__context__)
+    for link in _causes(error):
+        answer = _s3_answer(link)
+        if answer is not None:
+            return answer[0] == "PreconditionFailed" or answer[1] == 412
     return False
 
 
@@ -121,14 +134,12 @@ def is_transient(error: BaseException) -> bool:
     refused, reset or closed early, a timeout, an incomplete read, HTTP 5xx or 429, or one of
     S3's codes ``SlowDown``, ``Throttling``, ``RequestTimeout``, ``InternalError``,
     ``ServiceUnavailable``. Follows the chain of causes to the first exception that tells."""
-    seen: set[int] = set()
-    link: BaseException | None = error
-    while link is not None and id(link) not in seen:
-        seen.add(id(link))
-        response = getattr(link, "response", None)
-        if isinstance(response, dict) and isinstance(response.get("Error"), dict):  # botocore's ClientError
-            metadata = response.get("ResponseMetadata") or {}
-            return _transient_answer(response["Error"].get("Code"), metadata.get("HTTPStatusCode"))
+    # s3fs raises OSErrors (EBUSY for SlowDown, EREMOTEIO for InternalError, ...) from
+    # botocore's ClientError, which tells: the chain is followed to the first that does.
+    for link in _causes(error):
+        answer = _s3_answer(link)
+        if answer is not None:
+            return _transient_answer(*answer)
         status = getattr(link, "status", None)  # aiohttp's ClientResponseError
         if isinstance(status, int) and 400 <= status < 600:
             return _transient_answer(None, status)
@@ -138,9 +149,6 @@ def is_transient(error: BaseException) -> bool:
             return True
         if _TRANSIENT_TYPES.intersection(kind.__name__ for kind in type(link).__mro__):
             return True
-        # s3fs raises OSErrors (EBUSY for SlowDown, EREMOTEIO for InternalError, ...) from
-        # botocore's ClientError, which tells: follow the chain.
-        link = link.__cause__ or (None if link.__suppress_context__ else link.__context__)
     return False
 
 
