@@ -5,6 +5,7 @@ import collections
 import os
 import sys
 import time
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -12,6 +13,8 @@ import pyarrow.parquet as pq
 from pyspark import cloudpickle
 
 from kstate.spark import StatefulProcessor, local_session
+from kstate.spark.protocol.exactly_once import TASK_LOCK
+from kstate.spark.protocol.idle import wait_for_release
 
 # Spark's workers cannot import the tests' modules by name: ship their functions by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -81,6 +84,14 @@ class RunningCount(StatefulProcessor):
 
     def handleInitialState(self, key, initialState, timerValues):  # noqa: N802
         self.count.update((int(initialState["count"].sum()),))
+
+
+def release_parked_stores(state_dir):
+    """Has the Python workers that keep stores parked in any task directory under ``state_dir``
+    close them, and waits until they did: then the local state can be deleted as a new cluster
+    would lack it (a parked store closed later would write into the directory a restore makes)."""
+    for lock in Path(state_dir).rglob(TASK_LOCK):
+        wait_for_release(lock.parent, lock, f"task directory {lock.parent}", 60)
 
 
 def spark_for_tests(name, master):

@@ -24,7 +24,7 @@ from pyspark.sql.streaming import StatefulProcessor  # noqa: E402
 
 from kstate.spark import read_processor_state, transform_with_state  # noqa: E402
 
-from ..workload import input_stream, run_until, spark_for_tests, write_file  # noqa: E402
+from ..workload import input_stream, release_parked_stores, run_until, spark_for_tests, write_file  # noqa: E402
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -574,7 +574,7 @@ def test_spark_defaults_aqe_and_200_shuffle_partitions_give_the_reference(spark,
         assert query(FILES - 1) == expected[: FILES - 1]
         spark.conf.set("spark.sql.shuffle.partitions", "7")
         spark.conf.set("spark.sql.adaptive.enabled", "false")
-        time.sleep(1)  # the last batch's snapshots, taken in the background
+        release_parked_stores(work / "state")  # closing, they finish the snapshots running
         shutil.rmtree(work / "state")
         assert list((work / "changelog").glob("*/snapshots/manifests/*.snapshot")), "snapshots to restore from"
         write_file(work, FILES - 1, file_rows(FILES - 1))

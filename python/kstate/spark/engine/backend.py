@@ -47,8 +47,7 @@ from kstate.spark.engine.observed import (
 from kstate.spark.engine.session import default_parallelism, refuse_spark_connect
 from kstate.spark.format.conversion import SessionConversion, to_arrow_schema
 from kstate.spark.protocol.exactly_once import TASK_LOCK, PartitionState, StateLayout, TaskStores
-from kstate.spark.protocol.idle import RELEASE_REQUEST, claim
-from kstate.spark.protocol.locking import FileLock
+from kstate.spark.protocol.idle import claim, wait_for_release
 from kstate.spark.protocol.progress import (
     BatchProgress,
     ProcessorCounts,
@@ -540,14 +539,8 @@ class StateBackend:
         layout = self.current_layout()
         for partition in partitions:
             task_dir = layout.task_dir(partition)
-            if not task_dir.exists():
-                continue
-            request = task_dir / RELEASE_REQUEST
-            request.touch()
-            try:
-                FileLock(task_dir / TASK_LOCK, f"task directory of partition {partition}", timeout).acquire().release()
-            finally:
-                request.unlink(missing_ok=True)
+            if task_dir.exists():
+                wait_for_release(task_dir, task_dir / TASK_LOCK, f"task directory of partition {partition}", timeout)
 
     # -- state as a DataFrame --------------------------------------------------------------------
 

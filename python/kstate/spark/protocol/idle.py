@@ -134,6 +134,18 @@ def ask_to_release(task_dir: Path) -> None:
     (task_dir / RELEASE_REQUEST).touch()
 
 
+def wait_for_release(task_dir: Path, task_lock: Path, what: str, timeout: float) -> None:
+    """Asks the worker that parked ``task_dir``'s stores, if one did, to release them, and waits
+    until ``task_lock`` (the task directory's lock) is free: afterwards nothing writes into
+    ``task_dir`` (for instance before deleting the local state)."""
+    request = task_dir / RELEASE_REQUEST
+    request.touch()
+    try:
+        FileLock(task_lock, what, timeout).acquire().release()
+    finally:
+        request.unlink(missing_ok=True)
+
+
 def claim(task_dir: Path) -> None:
     """At the start of a task, before its input arrives: unless this process has the partition's
     stores parked, asks whoever has them to release them now. The task that opens the partition
