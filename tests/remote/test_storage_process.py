@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pickle
 import signal
 import socket
 import threading
@@ -163,7 +164,7 @@ threading.Thread(
 ).start()
 while uploads._child is None:
     time.sleep(0.01)
-print("uploading", uploads._child.pid, flush=True)
+print("uploading", uploads._child.process.pid, flush=True)
 threading.Event().wait()
 """
 
@@ -179,3 +180,24 @@ def test_the_storage_process_ends_with_its_parent(kill_writer, silent_endpoint, 
 def test_storage_options_that_do_not_pickle_are_not_sent():
     assert storage_process.can_send({"endpoint_url": "http://127.0.0.1:1", "config_kwargs": {"retries": {}}})
     assert not storage_process.can_send({"session": lambda: None})
+
+
+def test_an_answer_that_does_not_read_kills_the_child_and_fails_what_it_held(s3_endpoint, tmp_path, monkeypatch):
+    remote = s3_remote(s3_endpoint)
+    file = tmp_path / "file"
+    file.write_bytes(b"bytes")
+    uploads = storage_process.StorageProcess()
+    read, garbled = storage_process._read_frame, []
+
+    def garbled_once(stream):
+        if not garbled:
+            garbled.append(stream)
+            raise pickle.UnpicklingError("garbled")
+        return read(stream)
+
+    monkeypatch.setattr(storage_process, "_read_frame", garbled_once)
+    place = (remote.url, remote.storage_options, ONE_TRY)
+    with pytest.raises(RemoteStorageError):
+        uploads.upload(*place, "files/a", str(file), exclusive=True)
+    uploads.upload(*place, "files/a", str(file), exclusive=True)  # another child
+    assert ObjectStore(remote.url, remote.storage_options).list("files") == {"a": 5}

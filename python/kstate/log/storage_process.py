@@ -30,7 +30,7 @@ import sys
 import threading
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 from kstate.errors import RemoteStorageError
 from kstate.log.object_store import ObjectStore, RetryPolicy
@@ -43,13 +43,19 @@ _NICENESS = 10
 _FRAME = struct.Struct(">I")
 
 
+class _Running(NamedTuple):
+    """A child and the answers its callers wait for, by request."""
+
+    process: subprocess.Popen[bytes]
+    waiting: dict[int, Future[Any]]
+
+
 class StorageProcess:
     """A child process doing object-store work; safe to call from many threads."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()  # the child, its pipe and the answers awaited
-        self._child: subprocess.Popen[bytes] | None = None
-        self._waiting: dict[int, Future[Any]] = {}
+        self._child: _Running | None = None
         self._next_request = 0
 
     def upload(
@@ -88,34 +94,37 @@ class StorageProcess:
     def _call(self, what: str, operation: str, *args: Any) -> Any:
         answer: Future[Any] = Future()
         with self._lock:
-            child = self._running_child()
+            running = self._running_child()
             self._next_request += 1
             request = self._next_request
-            self._waiting[request] = answer
+            running.waiting[request] = answer
             try:
-                _write_frame(child.stdin, (request, operation, args))
+                _write_frame(running.process.stdin, (request, operation, args))
             except (OSError, ValueError) as error:  # the child is gone: its reader fails the rest
-                del self._waiting[request]
+                del running.waiting[request]
                 raise RemoteStorageError(f"{what}: the storage process is gone: {error}") from error
         return answer.result()
 
-    def _running_child(self) -> subprocess.Popen[bytes]:
-        if self._child is None or self._child.poll() is not None:
+    def _running_child(self) -> _Running:
+        if self._child is None:
             # sys.path as PYTHONPATH: the child imports kstate from where this process did.
             env = dict(os.environ, PYTHONPATH=os.pathsep.join(path for path in sys.path if path))
-            self._child = subprocess.Popen(
+            process = subprocess.Popen(
                 [sys.executable, "-m", "kstate.log.storage_process"],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 env=env,
             )
-            log.info("Started the storage process (pid %d)", self._child.pid)
+            log.info("Started the storage process (pid %d)", process.pid)
+            self._child = _Running(process, {})
             threading.Thread(
                 target=self._read_answers, args=(self._child,), name="kstate-storage-answers", daemon=True
             ).start()
         return self._child
 
-    def _read_answers(self, child: subprocess.Popen[bytes]) -> None:
+    def _read_answers(self, running: _Running) -> None:
+        """Hands each answer to its caller until the child ends; then fails what it held."""
+        child = running.process
         assert child.stdout is not None
         try:
             while True:
@@ -130,17 +139,21 @@ class StorageProcess:
                     continue
                 _, request, result, error = message
                 with self._lock:
-                    future = self._waiting.pop(request)
+                    future = running.waiting.pop(request)
                 if error is None:
                     future.set_result(result)
                 else:
                     future.set_exception(error)
+        except Exception as failure:  # an answer that does not read: the child is not to be trusted
+            log.warning("The storage process (pid %d) sent what does not read, killing it: %s", child.pid, failure)
+            child.kill()
         finally:
-            code = child.wait()
-            with self._lock:
-                if self._child is child:
+            with self._lock:  # no request goes to this child any more
+                if self._child is running:
                     self._child = None
-                lost, self._waiting = self._waiting, {}
+                lost = dict(running.waiting)
+                running.waiting.clear()
+            code = child.wait()
             if lost:
                 log.warning(
                     "The storage process (pid %d) exited with code %s; %d requests failed", child.pid, code, len(lost)
