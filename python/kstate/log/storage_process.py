@@ -15,8 +15,9 @@ logging is set to log, as its own.
 The child ends when its parent does (it reads the end of its request pipe and exits at once,
 leaving what it was writing unfinished, as a killed process would): an object store holds an
 object whole or not at all, a snapshot's manifest is written only after every file of it has
-been answered, and a compaction is safe to stop part-way. A child that dies fails the requests
-it held (``RemoteStorageError``); the next request starts another.
+been answered, and a compaction is safe to stop part-way. A child that dies, or sends an answer
+that does not read (it is killed then), fails the requests it held (``RemoteStorageError``); the
+next request starts another.
 """
 
 from __future__ import annotations
