@@ -618,7 +618,7 @@ impl SegmentedStore {
                 let name = segment_name(&self.name, id, self.options.segment_interval);
                 for path in [dir.join(&name), self.spill_path(&name)?] {
                     if path.exists() {
-                        std::fs::remove_dir_all(path)?;
+                        remove_whole(&path)?;
                     }
                 }
             }
@@ -1253,3 +1253,30 @@ impl SegmentReader for SegmentedView {
         }
     }
 }
+
+/// Removes a segment's directory so that a process killed part-way never leaves a half-removed
+/// RocksDB directory under a segment's name (the next open would take it for the segment): it is
+/// renamed to `<name>.deleting` first (not a segment name), then removed; one left by a killed
+/// process is removed with the next.
+fn remove_whole(path: &Path) -> Result<()> {
+    let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+        return Ok(std::fs::remove_dir_all(path)?);
+    };
+    let doomed = path.with_file_name(format!("{name}{DELETING_SUFFIX}"));
+    if let Some(parent) = path.parent() {
+        for entry in std::fs::read_dir(parent)? {
+            let entry = entry?;
+            if entry
+                .file_name()
+                .to_str()
+                .is_some_and(|n| n.ends_with(DELETING_SUFFIX))
+            {
+                std::fs::remove_dir_all(entry.path())?;
+            }
+        }
+    }
+    std::fs::rename(path, &doomed)?;
+    Ok(std::fs::remove_dir_all(doomed)?)
+}
+
+const DELETING_SUFFIX: &str = ".deleting";
