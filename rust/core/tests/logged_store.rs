@@ -522,3 +522,151 @@ fn copy_tree(from: &Path, to: &Path) {
         }
     }
 }
+
+/// Every key's latest value (`None`: a tombstone) as a restore of `changelog` would apply it.
+fn replayed(changelog: &Changelog) -> std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>> {
+    let mut latest = std::collections::BTreeMap::new();
+    changelog
+        .replay(0, i64::MAX, &mut |view, rows, _| {
+            for row in rows {
+                let key = view.keys.get(row).unwrap().to_vec();
+                latest.insert(key, view.values.get(row).map(<[u8]>::to_vec));
+            }
+            Ok(())
+        })
+        .unwrap();
+    latest
+}
+
+/// Commits of `keys` keys' values (a tenth of them deleted) until the log holds `bytes`.
+fn publish_rounds(
+    changelog: &mut Changelog,
+    reference: &mut std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    round: &mut u64,
+    keys: u64,
+    bytes: u64,
+) -> Vec<kstate_core::logged::changelog::CleaningReport> {
+    let value = [7u8; 200];
+    let mut reports = Vec::new();
+    let mut written = 0;
+    while written < bytes {
+        *round += 1;
+        let records: Vec<(Vec<u8>, Option<Vec<u8>>)> = (0..1_000)
+            .map(|i| {
+                let key = format!("key-{:06}", (*round * 7_919 + i) % keys).into_bytes();
+                let deleted = (*round + i).is_multiple_of(10);
+                let value = (!deleted).then(|| [&round.to_be_bytes()[..], &value].concat());
+                (key, value)
+            })
+            .collect();
+        let new: Vec<NewRecord<'_>> = records
+            .iter()
+            .map(|(key, value)| NewRecord {
+                timestamp: -1,
+                key: Some(key),
+                value: value.as_deref(),
+            })
+            .collect();
+        changelog.append(&new, 0).unwrap();
+        changelog.publish(&mut || {}).unwrap();
+        for (key, value) in records {
+            reference.insert(key, value);
+        }
+        written += 1_000 * 230;
+        reports.push(changelog.clean(0, None).unwrap());
+    }
+    reports
+}
+
+#[test]
+fn a_large_compaction_runs_beside_the_commits_and_a_later_clean_swaps_it_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = LogConfig::default();
+    config.set("cleanup.policy", "compact").unwrap();
+    config.set("segment.bytes", &(2 << 20).to_string()).unwrap();
+    let (mut changelog, _) =
+        Changelog::open(&dir.path().join(format!("{TOPIC}-0")), config).unwrap();
+    let (mut reference, mut round) = (Default::default(), 0);
+    // 40 MiB over 20k keys: compactions of more than COMPACT_IN_PLACE_BYTES start off the commits.
+    let reports = publish_rounds(&mut changelog, &mut reference, &mut round, 20_000, 40 << 20);
+    assert!(
+        reports.iter().any(|r| r.compaction.is_some()),
+        "a compaction started while commits went on was swapped in by a later clean"
+    );
+    // What is in flight finishes; the log then holds each key's latest record.
+    let mut swapped = 0;
+    while swapped < 2 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let more = publish_rounds(&mut changelog, &mut reference, &mut round, 20_000, 1);
+        swapped += more.iter().filter(|r| r.compaction.is_some()).count();
+    }
+    assert_eq!(replayed(&changelog), reference);
+    let size: u64 = fs::read_dir(changelog.dir())
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum();
+    assert!(size < 20 << 20, "compacted: {size} bytes on disk");
+    changelog.close().unwrap();
+    let (changelog, report) =
+        Changelog::open(&dir.path().join(format!("{TOPIC}-0")), LogConfig::default()).unwrap();
+    assert!(report.log.reopened_clean, "{report:?}");
+    assert_eq!(replayed(&changelog), reference);
+}
+
+/// Commits until one starts a compaction off the commit path (50k keys: the compacted log
+/// alone passes `COMPACT_IN_PLACE_BYTES`).
+fn until_compacting(
+    changelog: &mut Changelog,
+    reference: &mut std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    round: &mut u64,
+) {
+    for _ in 0..1_000 {
+        publish_rounds(changelog, reference, round, 50_000, 1);
+        if changelog.is_compacting() {
+            return;
+        }
+    }
+    panic!("no compaction started off the commit path");
+}
+
+#[test]
+fn a_compaction_in_flight_is_abandoned_when_the_log_is_cut_or_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = LogConfig::default();
+    config.set("cleanup.policy", "compact").unwrap();
+    config.set("segment.bytes", &(1 << 20).to_string()).unwrap();
+    let partition_dir = dir.path().join(format!("{TOPIC}-0"));
+    let (mut changelog, _) = Changelog::open(&partition_dir, config.clone()).unwrap();
+    let (mut reference, mut round) = (Default::default(), 0);
+    until_compacting(&mut changelog, &mut reference, &mut round);
+    // A retraction (a crashed batch's records withdrawn) cuts records the compaction read.
+    let published = changelog.published().unwrap();
+    changelog.retract_to(Some(published - 1_500)).unwrap();
+    assert!(!changelog.is_compacting());
+    let cut = replayed(&changelog);
+    assert_ne!(
+        cut, reference,
+        "the retraction withdrew the newest values of some keys"
+    );
+    for _ in 0..5 {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        changelog.clean(0, None).unwrap();
+    }
+    assert!(
+        replayed(&changelog) == cut,
+        "nothing of the withdrawn records' compaction swapped in"
+    );
+    // Closed while one runs: it stops, and leaves no `.cleaned` file behind.
+    reference = cut;
+    until_compacting(&mut changelog, &mut reference, &mut round);
+    changelog.close().unwrap();
+    let leftovers: Vec<_> = fs::read_dir(&partition_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|name| name.contains(".cleaned") || name.contains(".swap"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    let (changelog, report) = Changelog::open(&partition_dir, config).unwrap();
+    assert!(report.log.reopened_clean, "{report:?}");
+    assert!(replayed(&changelog) == reference);
+}

@@ -1,7 +1,7 @@
 //! Log compaction (`cleanup.policy` with `compact`), after Kafka's `LogCleaner`, simplified:
 //!
-//! - One pass over the whole log (the active segment included) maps every key to the offset
-//!   of its latest record. Kafka bounds this map (a dedupe buffer of key hashes) and cleans in
+//! - One pass over the whole log (the active segment included, unless the compaction runs off
+//!   the partition's writer: [`CompactionJob`]) maps every key to the offset of its latest record. Kafka bounds this map (a dedupe buffer of key hashes) and cleans in
 //!   several passes; here it holds every distinct key, so memory grows with the key count.
 //! - The sealed segments are cleaned in groups of consecutive segments whose total size fits
 //!   `segment.bytes` (small segments merge). A record is kept only if it is its key's latest;
@@ -16,15 +16,19 @@
 
 use std::collections::HashMap;
 use std::ops::Range;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use foldhash::fast::RandomState;
 
+use super::config::LogConfig;
 use super::file_io;
 use super::file_names::FileStage;
 use super::partition::Partition;
 use super::recovery::index_interval;
 use super::scan::{ScannedEntry, Visit, SCAN_CHUNK_BYTES};
-use super::segment::LogSegment;
+use super::segment::{LogSegment, SealedSource};
 use super::truncate::rebuild_wrapper;
 use crate::error::Result;
 use crate::record::{Compression, Record, RecordView};
@@ -98,19 +102,54 @@ impl Partition {
     /// Compacts the sealed segments; a no-op unless `cleanup.policy` includes `compact`. Call
     /// [`Partition::roll`] first to make the active segment's records compactable too.
     pub fn compact(&mut self, now_ms: i64) -> Result<CompactionReport> {
-        let mut report = CompactionReport {
-            segments_before: self.segments.len(),
-            bytes_before: self.size_bytes(),
-            ..CompactionReport::default()
+        match self.plan_compaction(now_ms, true)? {
+            Some(job) => match job.run()? {
+                Some(cleaned) => self.finish_compaction(cleaned),
+                None => Ok(self.unchanged()),
+            },
+            None => Ok(self.unchanged()),
+        }
+    }
+
+    /// A compaction of the sealed segments as they are now, to run anywhere ([`CompactionJob`]);
+    /// `None` unless `cleanup.policy` includes `compact` and a segment is sealed. `with_active`:
+    /// the active segment's records count as their keys' latest too, which is right only if
+    /// nothing can truncate them before the job is finished (it runs in place).
+    pub fn plan_compaction(&self, now_ms: i64, with_active: bool) -> Result<Option<CompactionJob>> {
+        let Some((active, sealed)) = self.segments.split_last() else {
+            return Ok(None);
         };
-        if self.config.cleanup_policy.compacts() && self.segments.len() > 1 {
-            let (latest, removable) = self.latest_by_key(now_ms)?;
-            report.distinct_keys = latest.len();
-            let groups = self.cleaning_groups(&removable);
-            // Last group first, so the indexes of the groups still to clean do not move.
-            for group in groups.into_iter().rev() {
-                self.clean_group(group, &latest, &mut report)?;
-                report.groups_cleaned += 1;
+        if !self.config.cleanup_policy.compacts() || sealed.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(CompactionJob {
+            dir: self.dir.clone(),
+            config: self.config.clone(),
+            now_ms,
+            sealed: sealed
+                .iter()
+                .map(LogSegment::sealed_source)
+                .collect::<Result<_>>()?,
+            active: with_active.then(|| active.sealed_source()).transpose()?,
+            upper_offset: active.base_offset(),
+            cancel: Arc::default(),
+        }))
+    }
+
+    /// Swaps in the groups a [`CompactionJob`] cleaned, each only if its segments are still
+    /// the ones it read (retention or a truncation may have removed some meanwhile: that group
+    /// is discarded, and the next compaction cleans what is left).
+    pub fn finish_compaction(&mut self, cleaned: CleanedSegments) -> Result<CompactionReport> {
+        let mut report = self.unchanged();
+        report.distinct_keys = cleaned.distinct_keys;
+        // Last group first, so the indexes of the groups still to swap do not move.
+        for group in cleaned.groups.into_iter().rev() {
+            match self.replaced_by(&group) {
+                Some(range) => {
+                    report.add_group(&group.counts);
+                    self.swap_in(range, group.cleaned)?;
+                }
+                None => group.cleaned.delete()?,
             }
         }
         report.segments_after = self.segments.len();
@@ -118,19 +157,151 @@ impl Partition {
         Ok(report)
     }
 
-    /// Every key's latest record, and per segment how many records cleaning would drop.
-    fn latest_by_key(&self, now_ms: i64) -> Result<(LatestByKey, Vec<u64>)> {
+    fn unchanged(&self) -> CompactionReport {
+        CompactionReport {
+            segments_before: self.segments.len(),
+            segments_after: self.segments.len(),
+            bytes_before: self.size_bytes(),
+            bytes_after: self.size_bytes(),
+            ..CompactionReport::default()
+        }
+    }
+
+    /// Where the sealed segments `group` replaces are, if they all still are, unchanged.
+    fn replaced_by(&self, group: &CleanedGroup) -> Option<Range<usize>> {
+        let (first, _) = group.replaces.first()?;
+        let start = self
+            .segments
+            .iter()
+            .position(|s| s.base_offset() == *first)?;
+        let range = start..start + group.replaces.len();
+        let sealed = self.segments.len().checked_sub(1)?;
+        let same = range.end <= sealed
+            && self.segments[range.clone()]
+                .iter()
+                .zip(&group.replaces)
+                .all(|(s, &(base, size))| s.base_offset() == base && s.size() == size);
+        same.then_some(range)
+    }
+
+    /// Replaces the segments `range` with `cleaned` (deletes them when it is empty), by the
+    /// `.swap` protocol.
+    fn swap_in(&mut self, range: Range<usize>, mut cleaned: LogSegment) -> Result<()> {
+        let start = range.start;
+        let replaced: Vec<LogSegment> = self.segments.drain(range).collect();
+        if cleaned.size() == 0 {
+            cleaned.delete()?;
+            for segment in replaced {
+                segment.delete()?;
+            }
+        } else {
+            cleaned.rename(FileStage::Swap)?;
+            file_io::sync_dir(&self.dir)?;
+            for segment in replaced {
+                segment.delete()?;
+            }
+            cleaned.rename(FileStage::Live)?;
+            self.segments.insert(start, cleaned);
+        }
+        file_io::sync_dir(&self.dir)
+    }
+}
+
+/// A compaction of a partition's sealed segments taken out of the partition, so that its long
+/// part (reading the log, writing the cleaned segments: seconds for a few hundred MiB) can run
+/// on another thread while the partition's writer goes on appending, as Kafka's cleaner
+/// threads do. [`Partition::plan_compaction`] makes it, [`CompactionJob::run`] writes
+/// `<base>.*.cleaned` segments from files nothing changes meanwhile (sealed segments), and
+/// [`Partition::finish_compaction`] swaps them in. Opening the partition removes `.cleaned`
+/// files a crash left.
+pub struct CompactionJob {
+    dir: PathBuf,
+    config: LogConfig,
+    now_ms: i64,
+    sealed: Vec<SealedSource>,
+    /// The active segment's records up to where they were at planning; `None`: not counted.
+    active: Option<SealedSource>,
+    /// The active segment's base offset: every sealed offset is below it.
+    upper_offset: i64,
+    cancel: Arc<AtomicBool>,
+}
+
+/// The groups a [`CompactionJob`] cleaned, waiting to be swapped in.
+pub struct CleanedSegments {
+    groups: Vec<CleanedGroup>,
+    distinct_keys: usize,
+}
+
+struct CleanedGroup {
+    /// Base offset and size of each segment the group replaces.
+    replaces: Vec<(i64, u64)>,
+    cleaned: LogSegment,
+    /// Records read and dropped.
+    counts: CompactionReport,
+}
+
+impl CleanedSegments {
+    /// Deletes the cleaned files (a compaction given up).
+    pub fn discard(self) -> Result<()> {
+        self.groups
+            .into_iter()
+            .try_for_each(|group| group.cleaned.delete())
+    }
+}
+
+impl CompactionJob {
+    /// A flag that makes [`Self::run`] stop at its next chunk and return `None`.
+    pub fn cancel_flag(&self) -> Arc<AtomicBool> {
+        self.cancel.clone()
+    }
+
+    /// Maps every key to its latest record, then writes each group of sealed segments with a
+    /// record to drop as one cleaned segment; `None` when cancelled (nothing left behind).
+    pub fn run(self) -> Result<Option<CleanedSegments>> {
+        let Some((latest, removable)) = self.latest_by_key()? else {
+            return Ok(None);
+        };
+        let mut cleaned = CleanedSegments {
+            groups: Vec::new(),
+            distinct_keys: latest.len(),
+        };
+        for group in self.cleaning_groups(&removable) {
+            match self.clean_group(group, &latest) {
+                Ok(Some(group)) => cleaned.groups.push(group),
+                outcome => {
+                    cleaned.discard()?;
+                    return outcome.map(|_| None);
+                }
+            }
+        }
+        Ok(Some(cleaned))
+    }
+
+    fn cancelled(&self) -> bool {
+        self.cancel.load(Ordering::Relaxed)
+    }
+
+    /// Every key's latest record, and per sealed segment how many records cleaning would drop;
+    /// `None` when cancelled.
+    fn latest_by_key(&self) -> Result<Option<(LatestByKey, Vec<u64>)>> {
         let delete_retention_ms = self.config.delete_retention_ms;
         let mut latest = LatestByKey::default();
-        let mut removable = vec![0u64; self.segments.len()];
-        for (index, segment) in self.segments.iter().enumerate() {
-            segment.scan(0, SCAN_CHUNK_BYTES, &mut |scanned| {
+        let mut removable = vec![0u64; self.sealed.len()];
+        for (index, segment) in self.sealed.iter().chain(&self.active).enumerate() {
+            segment.scan(&mut |scanned| {
+                if self.cancelled() {
+                    return Ok(Visit::Stop);
+                }
                 scanned.entry.visit_records(&mut |record| {
                     let goes = match record.key {
                         None => Some(index),
-                        Some(_) => {
-                            note_latest(&mut latest, &record, index, now_ms, delete_retention_ms)
-                        }
+                        Some(_) => note_latest(
+                            &mut latest,
+                            &record,
+                            index,
+                            self.now_ms,
+                            delete_retention_ms,
+                        ),
                     };
                     if let Some(count) = goes.and_then(|segment| removable.get_mut(segment)) {
                         *count += 1;
@@ -139,13 +310,16 @@ impl Partition {
                 })?;
                 Ok(Visit::Continue)
             })?;
+            if self.cancelled() {
+                return Ok(None);
+            }
         }
         for record in latest.values().filter(|record| record.expired_tombstone) {
             if let Some(count) = removable.get_mut(record.segment) {
                 *count += 1;
             }
         }
-        Ok((latest, removable))
+        Ok(Some((latest, removable)))
     }
 
     /// Consecutive sealed segments whose sizes add up to at most `segment.bytes` and whose
@@ -153,23 +327,20 @@ impl Partition {
     /// has something to drop.
     fn cleaning_groups(&self, removable: &[u64]) -> Vec<Range<usize>> {
         let segment_bytes = u64::try_from(self.config.segment_bytes).unwrap_or(0);
-        let sealed = self.segments.len().saturating_sub(1);
+        let sealed = &self.sealed;
+        let upper = |i: usize| sealed.get(i).map_or(self.upper_offset, |s| s.base_offset);
         let mut groups = Vec::new();
         let mut start = 0;
-        while start < sealed {
-            let base_offset = self.segments.get(start).map_or(0, LogSegment::base_offset);
+        while start < sealed.len() {
+            let base_offset = sealed[start].base_offset;
             let mut end = start + 1;
-            let mut bytes = self.segments.get(start).map_or(0, LogSegment::size);
-            while let (true, Some(next), Some(after)) = (
-                end < sealed,
-                self.segments.get(end),
-                self.segments.get(end + 1),
-            ) {
-                let offsets_fit = i32::try_from(after.base_offset() - base_offset - 1).is_ok();
-                if bytes + next.size() > segment_bytes || !offsets_fit {
+            let mut bytes = sealed[start].size;
+            while let Some(next) = sealed.get(end) {
+                let offsets_fit = i32::try_from(upper(end + 1) - base_offset - 1).is_ok();
+                if bytes + next.size > segment_bytes || !offsets_fit {
                     break;
                 }
-                bytes += next.size();
+                bytes += next.size;
                 end += 1;
             }
             let drops = removable
@@ -183,54 +354,59 @@ impl Partition {
         groups
     }
 
-    /// Rewrites the segments `group` into one, keeping the records `latest` says to keep.
+    /// Writes the segments `group` as one, keeping the records `latest` says to keep; `None`
+    /// when cancelled.
     fn clean_group(
-        &mut self,
+        &self,
         group: Range<usize>,
         latest: &LatestByKey,
-        report: &mut CompactionReport,
-    ) -> Result<()> {
-        let Some(base_offset) = self.segments.get(group.start).map(LogSegment::base_offset) else {
-            return Ok(());
-        };
+    ) -> Result<Option<CleanedGroup>> {
+        let sources = &self.sealed[group];
         let mut cleaned = LogSegment::create(
             &self.dir,
-            base_offset,
+            sources[0].base_offset,
             FileStage::Cleaned,
             index_interval(&self.config),
         )?;
+        let mut counts = CompactionReport::default();
         let mut pending = Vec::new();
-        for segment in self.segments.get(group.clone()).unwrap_or_default() {
-            segment.scan(0, SCAN_CHUNK_BYTES, &mut |scanned| {
-                retained_bytes(&scanned, latest, report, &mut pending)?;
+        for source in sources {
+            source.scan(&mut |scanned| {
+                if self.cancelled() {
+                    return Ok(Visit::Stop);
+                }
+                retained_bytes(&scanned, latest, &mut counts, &mut pending)?;
                 if pending.len() >= SCAN_CHUNK_BYTES {
                     cleaned.append(&pending)?;
                     pending.clear();
                 }
                 Ok(Visit::Continue)
             })?;
+            if self.cancelled() {
+                cleaned.delete()?;
+                return Ok(None);
+            }
         }
         if !pending.is_empty() {
             cleaned.append(&pending)?;
         }
         cleaned.seal()?;
+        Ok(Some(CleanedGroup {
+            replaces: sources.iter().map(|s| (s.base_offset, s.size)).collect(),
+            cleaned,
+            counts,
+        }))
+    }
+}
 
-        let replaced: Vec<LogSegment> = self.segments.drain(group.clone()).collect();
-        if cleaned.size() == 0 {
-            cleaned.delete()?;
-            for segment in replaced {
-                segment.delete()?;
-            }
-        } else {
-            cleaned.rename(FileStage::Swap)?;
-            file_io::sync_dir(&self.dir)?;
-            for segment in replaced {
-                segment.delete()?;
-            }
-            cleaned.rename(FileStage::Live)?;
-            self.segments.insert(group.start, cleaned);
-        }
-        file_io::sync_dir(&self.dir)
+impl CompactionReport {
+    /// Adds a group's records read and dropped.
+    fn add_group(&mut self, group: &CompactionReport) {
+        self.groups_cleaned += 1;
+        self.records_read += group.records_read;
+        self.superseded_removed += group.superseded_removed;
+        self.tombstones_removed += group.tombstones_removed;
+        self.keyless_removed += group.keyless_removed;
     }
 }
 

@@ -39,7 +39,7 @@ mod timestamp_validation;
 mod topic;
 mod truncate;
 
-pub use compaction::CompactionReport;
+pub use compaction::{CleanedSegments, CompactionJob, CompactionReport};
 pub use config::{CleanupPolicy, LogConfig};
 pub use fetched::FetchedAppend;
 pub(crate) use file_io::{read_number_file, write_number_file};

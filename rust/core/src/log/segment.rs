@@ -47,6 +47,38 @@ pub(crate) struct LogSegment {
     log_synced: bool,
 }
 
+/// A sealed segment's log file, read by a compaction that runs beside the partition's writer
+/// ([`LogSegment::sealed_source`]).
+pub(crate) struct SealedSource {
+    path: PathBuf,
+    pub(crate) base_offset: i64,
+    pub(crate) size: u64,
+    log: File,
+}
+
+impl SealedSource {
+    /// Visits every entry, as [`LogSegment::scan`] does.
+    pub(crate) fn scan(
+        &self,
+        visit: &mut dyn FnMut(ScannedEntry<'_>) -> Result<Visit>,
+    ) -> Result<ScanEnd> {
+        let end = scan_entries(&self.log, 0, self.size, SCAN_CHUNK_BYTES, visit)?;
+        whole(end, &self.path)
+    }
+}
+
+/// A scan's end, or `Error::Corrupted` if it stopped at a bad entry of the log file `path`.
+fn whole(end: ScanEnd, path: &Path) -> Result<ScanEnd> {
+    match end.problem {
+        Some(problem) => Err(Error::Corrupted(format!(
+            "{}: bad entry at byte {}: {problem}",
+            path.display(),
+            end.position
+        ))),
+        None => Ok(end),
+    }
+}
+
 /// What happens when a scan finds a bad entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum OnDamage {
@@ -531,14 +563,23 @@ impl LogSegment {
         visit: &mut dyn FnMut(ScannedEntry<'_>) -> Result<Visit>,
     ) -> Result<ScanEnd> {
         let end = scan_entries(&self.log, start, self.size, chunk_bytes, visit)?;
-        match end.problem {
-            Some(problem) => Err(Error::Corrupted(format!(
-                "{}: bad entry at byte {}: {problem}",
-                self.log_path().display(),
-                end.position
-            ))),
-            None => Ok(end),
-        }
+        whole(end, &self.log_path())
+    }
+
+    /// The sealed log file as a compaction off the partition reads it, through a handle of its
+    /// own: nothing appends to a sealed segment, and a deletion meanwhile leaves the handle
+    /// readable.
+    pub(crate) fn sealed_source(&self) -> Result<SealedSource> {
+        let log = self
+            .log
+            .try_clone()
+            .context(|| format!("opening {} again", self.log_path().display()))?;
+        Ok(SealedSource {
+            path: self.log_path(),
+            base_offset: self.base_offset,
+            size: self.size,
+            log,
+        })
     }
 
     pub(crate) fn base_offset(&self) -> i64 {

@@ -16,10 +16,14 @@ use std::fs;
 use std::io::Write as _;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
 
 use crate::error::{Error, Result};
 use crate::log::{
-    self, CompactionReport, FetchedAppend, LogConfig, NewRecord, Partition, RetentionReport,
+    self, CleanedSegments, CompactionJob, CompactionReport, FetchedAppend, LogConfig, NewRecord,
+    Partition, RetentionReport,
 };
 use crate::record::{decode_columns, shallow_entries, RecordColumnsView};
 
@@ -52,6 +56,8 @@ pub trait Publisher: Send + Sync {
 }
 
 pub struct Changelog {
+    /// First, so that it stops (and leaves no file behind) before the partition's lock goes.
+    compaction: Option<BackgroundCompaction>,
     partition: Partition,
     marker: PathBuf,
     /// Offsets up to here are published; `None`: nothing is.
@@ -72,6 +78,59 @@ pub struct CleaningReport {
     pub retention: RetentionReport,
     /// `None`: compaction was not due.
     pub compaction: Option<CompactionReport>,
+}
+
+/// Compactions of more sealed bytes than this run off the commit path ([`Changelog::clean`]):
+/// reading and rewriting the log takes seconds at a few hundred MiB, and milliseconds below.
+pub const COMPACT_IN_PLACE_BYTES: u64 = 8 << 20;
+
+/// A compaction running on a thread of its own. Dropped before it is joined, it is stopped
+/// and its files removed.
+struct BackgroundCompaction {
+    thread: Option<JoinHandle<Result<Option<CleanedSegments>>>>,
+    cancel: Arc<AtomicBool>,
+    /// The active segment's base offset when it started: the sealed part it cleans ends there.
+    dirty_from: i64,
+}
+
+impl BackgroundCompaction {
+    fn start(job: CompactionJob, dirty_from: i64) -> Result<Self> {
+        let cancel = job.cancel_flag();
+        let thread = std::thread::Builder::new()
+            .name("kstate-log-cleaner".into())
+            .spawn(move || job.run())
+            .map_err(|e| Error::Storage(format!("starting the changelog's cleaner: {e}")))?;
+        Ok(Self {
+            thread: Some(thread),
+            cancel,
+            dirty_from,
+        })
+    }
+
+    fn is_finished(&self) -> bool {
+        self.thread.as_ref().is_none_or(JoinHandle::is_finished)
+    }
+
+    /// What it cleaned (`None`: it was cancelled), once it has finished.
+    fn join(mut self) -> Result<Option<CleanedSegments>> {
+        match self.thread.take().map(JoinHandle::join) {
+            Some(Ok(cleaned)) => cleaned,
+            Some(Err(_)) => Err(Error::InvalidState(
+                "the changelog's cleaner thread panicked".into(),
+            )),
+            None => Ok(None),
+        }
+    }
+}
+
+impl Drop for BackgroundCompaction {
+    fn drop(&mut self) {
+        self.cancel.store(true, Ordering::Relaxed);
+        if let Some(Ok(Ok(Some(cleaned)))) = self.thread.take().map(JoinHandle::join) {
+            // Files left if this fails are `.cleaned` ones, which opening the log removes.
+            let _ = cleaned.discard();
+        }
+    }
 }
 
 /// The offset a marker file (published, cleaned) holds; `None` before the first is written.
@@ -116,6 +175,7 @@ impl Changelog {
         };
         let first_dirty = read_marker(&dir.join(CLEANED_FILE))?.unwrap_or(0);
         let mut changelog = Self {
+            compaction: None,
             partition,
             marker,
             published: (published >= 0).then_some(published),
@@ -204,6 +264,9 @@ impl Changelog {
     ) -> Result<FetchedAppend> {
         self.discard_unpublished()?;
         let end = self.partition.log_end_offset();
+        if first != end {
+            self.abandon_compaction();
+        }
         if first < end {
             // The marker first, so a crash in between reopens to the shorter log.
             self.write_marker(first - 1)?;
@@ -231,6 +294,7 @@ impl Changelog {
     pub fn discard_unpublished(&mut self) -> Result<()> {
         let end = self.published.map_or(0, |p| p + 1);
         if self.partition.log_end_offset() > end {
+            self.abandon_compaction();
             self.partition.truncate_to(end)?;
         }
         Ok(())
@@ -250,6 +314,7 @@ impl Changelog {
         let Some(published) = self.published.filter(|&p| p > keep) else {
             return Ok(0);
         };
+        self.abandon_compaction();
         self.write_marker(keep)?;
         self.published = offset.filter(|&o| o >= 0);
         self.partition.truncate_to(keep + 1)?;
@@ -266,9 +331,12 @@ impl Changelog {
     /// Kafka's log cleaner for a store's own changelog, run after commits: retention when
     /// `cleanup.policy` includes `delete`; compaction when it includes `compact` and the sealed
     /// segments written since the last compaction hold `min.cleanable.dirty.ratio` of the
-    /// sealed bytes or more. A remote changelog's local cache is compacted where it lives;
-    /// here it only drops the segments wholly at or below `store_offset`, the offset the store
-    /// has committed (a store that falls behind the cache fetches again from the remote log).
+    /// sealed bytes or more. A compaction of more than [`COMPACT_IN_PLACE_BYTES`] runs on a
+    /// thread of its own (as Kafka's cleaner threads), so no commit waits for it: a later call
+    /// swaps in what it wrote and reports it. A remote changelog's local cache is compacted
+    /// where it lives; here it only drops the segments wholly at or below `store_offset`, the
+    /// offset the store has committed (a store that falls behind the cache fetches again from
+    /// the remote log).
     pub fn clean(&mut self, now_ms: i64, store_offset: Option<i64>) -> Result<CleaningReport> {
         let mut report = CleaningReport::default();
         if self.publisher.is_some() {
@@ -279,6 +347,18 @@ impl Changelog {
         }
         report.retention = self.partition.delete_expired(now_ms)?;
         if !self.partition.config().cleanup_policy.compacts() {
+            return Ok(report);
+        }
+        if let Some(running) = self.compaction.take() {
+            if !running.is_finished() {
+                self.compaction = Some(running);
+                return Ok(report);
+            }
+            let dirty_from = running.dirty_from;
+            if let Some(cleaned) = running.join()? {
+                report.compaction = Some(self.partition.finish_compaction(cleaned)?);
+                self.mark_clean_below(dirty_from)?;
+            }
             return Ok(report);
         }
         let segments = self.partition.segments();
@@ -294,15 +374,36 @@ impl Changelog {
         if dirty == 0 || (dirty as f64) < ratio * (clean + dirty) as f64 {
             return Ok(report);
         }
-        report.compaction = Some(self.partition.compact(now_ms)?);
-        // Everything sealed is clean now; the active segment starts the dirty part.
-        self.first_dirty = self
-            .partition
-            .segments()
-            .last()
-            .map_or(0, |active| active.base_offset);
-        log::write_number_file(&self.partition.dir().join(CLEANED_FILE), self.first_dirty)?;
+        // Everything sealed now is clean once compacted; the active segment starts the dirty part.
+        let dirty_from = segments.last().map_or(0, |active| active.base_offset);
+        if clean + dirty <= COMPACT_IN_PLACE_BYTES {
+            report.compaction = Some(self.partition.compact(now_ms)?);
+            self.mark_clean_below(dirty_from)?;
+        } else if self.published == Some(self.partition.log_end_offset() - 1) {
+            // Only published records are compacted off the commit path: whatever could still be
+            // cut (an unpublished commit's) would otherwise decide what the compaction drops.
+            if let Some(job) = self.partition.plan_compaction(now_ms, false)? {
+                self.compaction = Some(BackgroundCompaction::start(job, dirty_from)?);
+            }
+        }
         Ok(report)
+    }
+
+    /// Whether a compaction runs off the commit path (its result not swapped in yet).
+    pub fn is_compacting(&self) -> bool {
+        self.compaction.is_some()
+    }
+
+    /// Records that the sealed segments below `offset` were compacted.
+    fn mark_clean_below(&mut self, offset: i64) -> Result<()> {
+        self.first_dirty = offset;
+        log::write_number_file(&self.partition.dir().join(CLEANED_FILE), self.first_dirty)
+    }
+
+    /// Stops a compaction running off the commit path and removes what it wrote, before the
+    /// log is cut (what it read may go).
+    fn abandon_compaction(&mut self) {
+        self.compaction = None;
     }
 
     /// Deletes the history before `offset`, which snapshots hold instead (kstate's snapshot
@@ -359,6 +460,7 @@ impl Changelog {
     /// Closes the log; cleanly (the next open skips the scan and the marker write) unless a
     /// marker write failed part-way, which the next open must then redo.
     pub fn close(mut self) -> Result<()> {
+        self.abandon_compaction();
         if self.marker_durable {
             self.partition.close()
         } else {
