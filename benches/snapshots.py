@@ -20,7 +20,10 @@ micro-batch), snapshots off and with ``minDeltasForSnapshot=10`` (taken in the b
 in a new process, alternating; one row per (location, mode): commit p50 / p99 / max ms and the
 snapshots published.
 
-    .venv/bin/python benches/snapshots.py 1000000 --commits 200 [--s3 [--s3-server s3s-fs]]
+    .venv/bin/python benches/snapshots.py 1000000 --commits 200 [--s3 [--s3-server s3s-fs]] [--segment-bytes B]
+
+``--segment-bytes``: the changelog's ``segment.bytes`` (16 MiB is kstate.spark's), so that it
+rolls and compacts within the run (with Kafka's 1 GiB a run of a few hundred commits does not).
 
 ``--s3`` runs each on moto's S3 server too, or with ``--s3-server s3s-fs`` on s3s-fs (a Rust S3
 server over a local directory, built with cargo on first use): moto handles one request at a
@@ -381,6 +384,9 @@ def main() -> None:
         "--s3-server", choices=["moto", "s3s-fs"], default="moto", help="--s3's server: moto's, or s3s-fs (Rust)"
     )
     parser.add_argument("--store", choices=["key-value", "window"], default="key-value", help="restore: the store kind")
+    parser.add_argument(
+        "--segment-bytes", type=int, default=None, help="commits: the changelog's segment.bytes (Kafka's 1 GiB)"
+    )
     args = parser.parse_args()
     if (args.commits or args.storage) and args.store != "key-value":
         parser.error("--commits and --storage measure key-value stores")
@@ -419,6 +425,8 @@ def main() -> None:
                         bucket = f"bench-{os.getpid()}-{keys}"
                         s3fs.S3FileSystem(**options).mkdir(bucket)
                         config = {"changelog.dir": f"s3://{bucket}/changelogs", "changelog.storage.options": options}
+                    if args.segment_bytes:
+                        config["segment.bytes"] = args.segment_bytes
                     if args.store == "window":
                         config["retention.ms"] = "-1"  # old event times: nothing deleted by the clock
                     rows_of = storage_rows if args.storage else commit_rows if args.commits else restore_rows
