@@ -113,6 +113,27 @@ def test_the_changelog_compacts_itself_as_commits_add_to_it(state_dir, caplog):
         assert list(store.all_with_timestamp()) == expected
 
 
+def test_a_large_changelog_compacts_beside_the_commits_and_when_opened_for_one_commit_at_a_time(state_dir):
+    """Compactions of more than 8 MiB run on a cleaner thread: a commit that makes one due does
+    not wait for it, and a close waits for one still running, so a store opened for one commit
+    at a time compacts too. A restore from the compacted changelog is the store's state."""
+    task = state_dir / APP / "0_0"
+    config = {"segment.bytes": 1 << 20}
+    value = "v" * 200
+    for run in range(18):  # one commit a run: 20,000 of the same 40,000 keys, ~4.6 MB
+        with build(logging_config=config).init(task) as store:
+            first = run * 20_000 % 40_000
+            store.put_all([(f"key-{(first + i) % 40_000:05d}-{value}", run) for i in range(20_000)])
+            store.commit()
+            expected = list(store.all_with_timestamp())
+    kept = sum(p.stat().st_size for p in changelog_dir(state_dir).glob("*.log"))
+    assert kept < 40 << 20, f"compacted: {kept} bytes kept of ~83 MB written"
+    assert not list(changelog_dir(state_dir).glob("*.cleaned")), "a close leaves no compaction behind"
+    shutil.rmtree(task)
+    with build(logging_config=config).init(task) as store:
+        assert list(store.all_with_timestamp()) == expected
+
+
 def test_a_store_behind_its_compacted_changelog_is_restored_from_scratch(state_dir, tmp_path):
     task = state_dir / APP / "0_0"
     with build(logging_config=compacting()).init(task) as store:

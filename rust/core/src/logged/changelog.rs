@@ -84,8 +84,8 @@ pub struct CleaningReport {
 /// reading and rewriting the log takes seconds at a few hundred MiB, and milliseconds below.
 pub const COMPACT_IN_PLACE_BYTES: u64 = 8 << 20;
 
-/// A compaction running on a thread of its own. Dropped before it is joined, it is stopped
-/// and its files removed.
+/// A compaction running on a thread of its own. Dropped before it is joined (the log cut, or
+/// dropped without `close`), it is stopped and its files removed.
 struct BackgroundCompaction {
     thread: Option<JoinHandle<Result<Option<CleanedSegments>>>>,
     cancel: Arc<AtomicBool>,
@@ -349,15 +349,9 @@ impl Changelog {
         if !self.partition.config().cleanup_policy.compacts() {
             return Ok(report);
         }
-        if let Some(running) = self.compaction.take() {
-            if !running.is_finished() {
-                self.compaction = Some(running);
-                return Ok(report);
-            }
-            let dirty_from = running.dirty_from;
-            if let Some(cleaned) = running.join()? {
-                report.compaction = Some(self.partition.finish_compaction(cleaned)?);
-                self.mark_clean_below(dirty_from)?;
+        if let Some(running) = &self.compaction {
+            if running.is_finished() {
+                report.compaction = self.swap_in_compaction()?;
             }
             return Ok(report);
         }
@@ -392,6 +386,21 @@ impl Changelog {
     /// Whether a compaction runs off the commit path (its result not swapped in yet).
     pub fn is_compacting(&self) -> bool {
         self.compaction.is_some()
+    }
+
+    /// Waits for the compaction running off the commit path, if any, and swaps in what it
+    /// cleaned.
+    fn swap_in_compaction(&mut self) -> Result<Option<CompactionReport>> {
+        let Some(running) = self.compaction.take() else {
+            return Ok(None);
+        };
+        let dirty_from = running.dirty_from;
+        let Some(cleaned) = running.join()? else {
+            return Ok(None);
+        };
+        let report = self.partition.finish_compaction(cleaned)?;
+        self.mark_clean_below(dirty_from)?;
+        Ok(Some(report))
     }
 
     /// Records that the sealed segments below `offset` were compacted.
@@ -457,10 +466,12 @@ impl Changelog {
         Ok(())
     }
 
-    /// Closes the log; cleanly (the next open skips the scan and the marker write) unless a
-    /// marker write failed part-way, which the next open must then redo.
+    /// Closes the log, after swapping in a compaction that runs off the commit path; cleanly
+    /// (the next open skips the scan and the marker write) unless a marker write failed
+    /// part-way, which the next open must then redo.
     pub fn close(mut self) -> Result<()> {
-        self.abandon_compaction();
+        // Finished, not abandoned: a store opened for one commit at a time would never compact.
+        self.swap_in_compaction()?;
         if self.marker_durable {
             self.partition.close()
         } else {
