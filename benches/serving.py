@@ -10,9 +10,10 @@ Reads: the application's state is written without Spark, through kstate.spark's 
 ``key-<9 digits>`` string keys and int64 values, in 4 partitions, a micro-batch per million
 keys. A replica is built from its changelogs; rocksdict (its default mode: ``str`` keys and
 ``int`` values encoded by rocksdict) holds the same keys. In one process, alternating rounds
-(kstate, rocksdict, kstate, ...), each reads the same key sequence: 200,000 keys drawn uniformly
-or by Zipf (s = 1.1, hot keys scattered over the key space), present keys (hits) or keys never
-written that sort among them (misses: ``key-000000017.miss``). ``get``: one call per key;
+(kstate, rocksdict, kstate, ...), both read the same key sequence in a round, a new draw every
+round (so no cache keeps one round's keys for the next): 200,000 keys drawn uniformly or by Zipf
+(s = 1.1, hot keys scattered over the key space), present keys (hits) or keys never written that
+sort among them (misses: ``key-000000017.miss``). ``get``: one call per key;
 ``get_many``: lists of 100 keys (rocksdict: ``get`` of a list, its multi-get), and Arrow arrays
 of 1,000 keys for kstate (Arrow in, Arrow out). A round before the measured ones warms both. Each
 size runs in a process of its own. Printed per row: the median round's ns per key (keys
@@ -120,15 +121,17 @@ def workload(n: int, distribution: str, hits: bool, seed: int) -> list[str]:
     return [key_of(int(i)) if hits else f"{key_of(int(i))}.miss" for i in ids]
 
 
-def timed_rounds(readers: dict[str, Callable[[], int]], rounds: int) -> dict[str, float]:
-    """Median seconds of a round per reader, the readers alternating (a warm-up round first)."""
+def timed_rounds(readers: dict[str, Callable[[Any], int]], workloads: list[Any]) -> dict[str, float]:
+    """Median seconds of a round per reader, the readers alternating; round ``i`` reads
+    ``workloads[i]`` (a warm-up round on the first one first), so that neither a read cache nor a
+    block cache gets to keep one round's keys for the next."""
     for read in readers.values():
-        read()
+        read(workloads[0])
     seconds: dict[str, list[float]] = {name: [] for name in readers}
-    for _ in range(rounds):
+    for workload in workloads[1:]:
         for name, read in readers.items():
             started = time.perf_counter()
-            read()
+            read(workload)
             seconds[name].append(time.perf_counter() - started)
     return {name: statistics.median(s) for name, s in seconds.items()}
 
@@ -146,24 +149,31 @@ def call_latencies(call: Callable[[Any], Any], arguments: list[Any]) -> tuple[fl
 
 
 def measure_workload(
-    replica: StateReplica, db: Any, keys: list[str], hits: bool, rounds: int
+    replica: StateReplica, db: Any, draws: list[list[str]], hits: bool
 ) -> dict[str, tuple[float, tuple[float, float]]]:
-    """Per read, the median round's seconds over ``keys`` and the p50 / p99 of a call."""
+    """Per read, the median round's seconds (a round per draw of keys but the last, the first a
+    warm-up) and the p50 / p99 of a call over the last draw."""
     get, get_many = replica.get, replica.get_many
-    lists = [keys[i : i + MANY] for i in range(0, len(keys), MANY)]
-    arrays = [pa.array(keys[i : i + ARROW_MANY], pa.string()) for i in range(0, len(keys), ARROW_MANY)]
+
+    def batched(keys: list[str]) -> tuple[list[str], list[list[str]], list[Any]]:
+        lists = [keys[i : i + MANY] for i in range(0, len(keys), MANY)]
+        arrays = [pa.array(keys[i : i + ARROW_MANY], pa.string()) for i in range(0, len(keys), ARROW_MANY)]
+        return keys, lists, arrays
+
+    workloads = [batched(keys) for keys in draws]
+    keys, lists, arrays = workloads[-1]
     expected = [int(k[4:]) if hits else None for k in keys[:MANY]]
     assert [get("counts", k).value for k in keys[:MANY]] == expected == [db.get(k) for k in keys[:MANY]]
     assert get_many("counts", lists[0]).value == db.get(lists[0]) == expected
     assert get_many("counts", arrays[0]).value.to_pylist()[:MANY] == expected
-    readers = {
-        "kstate get": lambda: sum(1 for k in keys if get("counts", k).value is not None),
-        "rocksdict get": lambda: sum(1 for k in keys if db.get(k) is not None),
-        "kstate get_many (lists of 100)": lambda: sum(len(get_many("counts", b).value) for b in lists),
-        "rocksdict get (lists of 100)": lambda: sum(len(db.get(b)) for b in lists),
-        "kstate get_many (Arrow, 1,000)": lambda: sum(len(get_many("counts", a).value) for a in arrays),
+    readers: dict[str, Callable[[Any], int]] = {
+        "kstate get": lambda w: sum(1 for k in w[0] if get("counts", k).value is not None),
+        "rocksdict get": lambda w: sum(1 for k in w[0] if db.get(k) is not None),
+        "kstate get_many (lists of 100)": lambda w: sum(len(get_many("counts", b).value) for b in w[1]),
+        "rocksdict get (lists of 100)": lambda w: sum(len(db.get(b)) for b in w[1]),
+        "kstate get_many (Arrow, 1,000)": lambda w: sum(len(get_many("counts", a).value) for a in w[2]),
     }
-    medians = timed_rounds(readers, rounds)
+    medians = timed_rounds(readers, workloads[:-1])
     latency = {
         "kstate get": call_latencies(lambda k: get("counts", k), keys[:TIMED_CALLS]),
         "rocksdict get": call_latencies(db.get, keys[:TIMED_CALLS]),
@@ -185,8 +195,8 @@ def measure_reads(where: str, n: int, rounds: int) -> list[dict[str, Any]]:
     rows = []
     for distribution in ("uniform", "zipf"):
         for hits in (True, False):
-            keys = workload(n, distribution, hits, seed=n + hits)
-            for name, (seconds, (p50, p99)) in measure_workload(replica, db, keys, hits, rounds).items():
+            draws = [workload(n, distribution, hits, seed=n * 100 + hits * 10 + i) for i in range(rounds + 2)]
+            for name, (seconds, (p50, p99)) in measure_workload(replica, db, draws, hits).items():
                 row = {
                     "keys": n,
                     "access": distribution,

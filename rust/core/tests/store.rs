@@ -633,3 +633,38 @@ fn recycled_wal_files_recover_a_killed_store_and_go_at_a_clean_close() {
     assert_eq!(all(&reopened, Direction::Forward), expected);
     reopened.close().unwrap();
 }
+
+#[test]
+fn a_view_reading_on_another_thread_never_caches_what_a_commit_replaced() {
+    // Round r commits key r; the reader reads keys r + 1 and r + 2 before they exist, so it often
+    // reads "absent" from RocksDB just before a commit writes them and offers that to the read
+    // cache just after the commit: kept, the cache would hide the committed key.
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = open(dir.path(), ValueFormat::Plain, 1 << 20);
+    let key = |i: u64| format!("k{i:08}").into_bytes();
+    let committed = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let reader = {
+        let (view, committed) = (store.read_committed_view(), committed.clone());
+        std::thread::spawn(move || loop {
+            let round = committed.load(std::sync::atomic::Ordering::Acquire);
+            if round == u64::MAX {
+                return;
+            }
+            view.get(&key(round + 1)).unwrap();
+            view.get(&key(round + 2)).unwrap();
+        })
+    };
+    let view = store.read_committed_view();
+    let mut stale = Vec::new();
+    for round in 1..=20_000u64 {
+        store.put(&key(round), Some(b"v")).unwrap();
+        store.commit(Some(round as i64), &mut |_| {}).unwrap();
+        committed.store(round, std::sync::atomic::Ordering::Release);
+        if view.get(&key(round)).unwrap().is_none() {
+            stale.push(round);
+        }
+    }
+    committed.store(u64::MAX, std::sync::atomic::Ordering::Release);
+    reader.join().unwrap();
+    assert!(stale.is_empty(), "committed keys read as absent: {stale:?}");
+}

@@ -185,10 +185,12 @@ impl MemoryProbe for SharedState {
 }
 
 /// Reads only what is committed; safe to use from another thread while the writer works.
+/// Point reads go through the store's read cache, if it has one.
 #[derive(Clone)]
 pub struct ReadCommittedView {
     state: SharedState,
     ttl: Option<Ttl>,
+    cache: Option<ReadCache>,
 }
 
 impl ReadCommittedView {
@@ -198,8 +200,33 @@ impl ReadCommittedView {
 
     pub fn get_with<R>(&self, key: &[u8], f: impl FnOnce(Option<&[u8]>) -> R) -> Result<R> {
         let ttl = &self.ttl;
-        self.state
-            .with(|c| visit_once(|visit| c.read(key, false, visit), |v| f(live(ttl, v))))
+        let Some(cache) = &self.cache else {
+            return self
+                .state
+                .with(|c| visit_once(|visit| c.read(key, false, visit), |v| f(live(ttl, v))));
+        };
+        let mut f = Some(f);
+        let changes = match cache.visit_or_changes(key, |v| f.take().map(|f| f(live(ttl, v)))) {
+            Ok(found) => {
+                return found.ok_or_else(|| Error::InvalidState("read visited twice".into()))
+            }
+            Err(changes) => changes,
+        };
+        let Some(f) = f else {
+            return Err(Error::InvalidState("read visited twice".into()));
+        };
+        self.state.with(|c| {
+            visit_once(
+                |visit| c.read(key, false, visit),
+                |v| {
+                    // Absent keys are not cached: the Bloom filters answer them about as fast.
+                    if v.is_some() {
+                        cache.admit_unless_changed(key, v, changes);
+                    }
+                    f(live(ttl, v))
+                },
+            )
+        })
     }
 
     pub fn get_many_with(
@@ -472,6 +499,7 @@ impl KeyValueStore {
         ReadCommittedView {
             state: self.state.clone(),
             ttl: self.ttl.clone(),
+            cache: self.cache.clone(),
         }
     }
 

@@ -58,6 +58,10 @@ pub struct Generations {
     /// The doorkeeper: bits of the hashes of keys that missed once (allocated when first used).
     seen: Vec<u64>,
     seen_count: usize,
+    /// Changes of the committed state seen (commits, removals, clears): a reader on another
+    /// thread admits what it read from RocksDB only if none came in between
+    /// ([`ReadCache::admit_unless_changed`]).
+    changes: u64,
 }
 
 fn cost(key_len: usize, value: &Option<Vec<u8>>) -> usize {
@@ -182,6 +186,7 @@ impl Generations {
         committed: impl Iterator<Item = Write<'a>>,
         budget: &MemoryBudget,
     ) {
+        self.changes += 1;
         if self.young.is_empty() && self.old.is_empty() {
             return;
         }
@@ -193,6 +198,7 @@ impl Generations {
     }
 
     pub fn remove(&mut self, key: &[u8], budget: &MemoryBudget) {
+        self.changes += 1;
         if let Some(value) = self.young.remove(key) {
             self.young_bytes -= cost(key.len(), &value);
         }
@@ -201,6 +207,7 @@ impl Generations {
     }
 
     pub fn clear(&mut self, budget: &MemoryBudget) {
+        self.changes += 1;
         self.young.clear();
         self.old.clear();
         self.young_bytes = 0;
@@ -209,7 +216,9 @@ impl Generations {
     }
 }
 
-/// A store's read cache, charged to the process's memory budget.
+/// A store's read cache, charged to the process's memory budget. Clones share it (a store's
+/// read-committed views read through it too).
+#[derive(Clone)]
 pub struct ReadCache {
     generations: Arc<Mutex<Generations>>,
     budget: Arc<MemoryBudget>,
@@ -254,6 +263,34 @@ impl ReadCache {
         {
             let mut generations = self.lock();
             if !generations.admits(key) {
+                return;
+            }
+            generations.insert(key.to_vec(), value.map(<[u8]>::to_vec), &self.budget);
+        }
+        self.budget.after_read_cache_insert();
+    }
+
+    /// `visit(value)` of `key` if it is cached (`Ok`), else the changes seen so far (`Err`), for
+    /// [`Self::admit_unless_changed`] once the value is read from RocksDB.
+    pub fn visit_or_changes<R>(
+        &self,
+        key: &[u8],
+        visit: impl FnOnce(Option<&[u8]>) -> R,
+    ) -> std::result::Result<R, u64> {
+        let generations = self.lock();
+        match generations.get(key) {
+            Some(value) => Ok(visit(value)),
+            None => Err(generations.changes),
+        }
+    }
+
+    /// [`Self::admit`] for a reader on another thread than the writer's: not if the committed
+    /// state changed since `changes` ([`Self::visit_or_changes`]), when `value` may be older
+    /// than what the commit left in the cache.
+    pub fn admit_unless_changed(&self, key: &[u8], value: Option<&[u8]>, changes: u64) {
+        {
+            let mut generations = self.lock();
+            if generations.changes != changes || !generations.admits(key) {
                 return;
             }
             generations.insert(key.to_vec(), value.map(<[u8]>::to_vec), &self.budget);
