@@ -578,12 +578,20 @@ fn publish_rounds(
     reports
 }
 
+/// A compacted topic's config with segments of `segment_bytes`.
+fn compacting(segment_bytes: i32) -> LogConfig {
+    let mut config = LogConfig::default();
+    config.set("cleanup.policy", "compact").unwrap();
+    config
+        .set("segment.bytes", &segment_bytes.to_string())
+        .unwrap();
+    config
+}
+
 #[test]
 fn a_large_compaction_runs_beside_the_commits_and_a_later_clean_swaps_it_in() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = LogConfig::default();
-    config.set("cleanup.policy", "compact").unwrap();
-    config.set("segment.bytes", &(2 << 20).to_string()).unwrap();
+    let config = compacting(2 << 20);
     let (mut changelog, _) =
         Changelog::open(&dir.path().join(format!("{TOPIC}-0")), config).unwrap();
     let (mut reference, mut round) = (Default::default(), 0);
@@ -632,9 +640,7 @@ fn until_compacting(
 #[test]
 fn a_compaction_in_flight_is_abandoned_when_the_log_is_cut_and_finished_when_it_closes() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = LogConfig::default();
-    config.set("cleanup.policy", "compact").unwrap();
-    config.set("segment.bytes", &(1 << 20).to_string()).unwrap();
+    let config = compacting(1 << 20);
     let partition_dir = dir.path().join(format!("{TOPIC}-0"));
     let (mut changelog, _) = Changelog::open(&partition_dir, config.clone()).unwrap();
     let (mut reference, mut round) = (Default::default(), 0);
