@@ -103,6 +103,8 @@ class StorageProcess:
                 _write_frame(running.process.stdin, (request, operation, args))
             except (OSError, ValueError) as error:  # the child is gone: its reader fails the rest
                 del running.waiting[request]
+                if self._child is running:  # the next request starts another, its reader may lag
+                    self._child = None
                 raise RemoteStorageError(f"{what}: the storage process is gone: {error}") from error
         return answer.result()
 
