@@ -1,7 +1,8 @@
 //! Log compaction (`cleanup.policy` with `compact`), after Kafka's `LogCleaner`, simplified:
 //!
 //! - One pass over the whole log (the active segment included, unless the compaction runs off
-//!   the partition's writer: [`CompactionJob`]) maps every key to the offset of its latest record. Kafka bounds this map (a dedupe buffer of key hashes) and cleans in
+//!   the partition's writer: [`CompactionJob`]) maps every key to the offset of its latest
+//!   record. Kafka bounds this map (a dedupe buffer of key hashes) and cleans in
 //!   several passes; here it holds every distinct key, so memory grows with the key count.
 //! - The sealed segments are cleaned in groups of consecutive segments whose total size fits
 //!   `segment.bytes` (small segments merge). A record is kept only if it is its key's latest;
@@ -102,11 +103,12 @@ impl Partition {
     /// Compacts the sealed segments; a no-op unless `cleanup.policy` includes `compact`. Call
     /// [`Partition::roll`] first to make the active segment's records compactable too.
     pub fn compact(&mut self, now_ms: i64) -> Result<CompactionReport> {
-        match self.plan_compaction(now_ms, true)? {
-            Some(job) => match job.run()? {
-                Some(cleaned) => self.finish_compaction(cleaned),
-                None => Ok(self.unchanged()),
-            },
+        let cleaned = match self.plan_compaction(now_ms, true)? {
+            Some(job) => job.run()?,
+            None => None,
+        };
+        match cleaned {
+            Some(cleaned) => self.finish_compaction(cleaned),
             None => Ok(self.unchanged()),
         }
     }
