@@ -29,7 +29,9 @@ are not checked.
 old wheel), alternating with this one run by run (old first in every other round); the floors
 and Spark's modes run under this one. Spark's modes run in the first round only (each takes
 minutes). Medians of the rounds are printed as markdown tables, with the load average at each
-run's start and end.
+run's start and end. Each run's line on stderr gives its micro-batches' ``triggerExecution`` ms
+too: the first holds the JVM's warm-up and the Python workers' start, the others what a batch
+costs.
 """
 
 from __future__ import annotations
@@ -284,6 +286,7 @@ def run_mode(shape: Shape, mode: str) -> dict:
     )
     running.awaitTermination()
     seconds = time.perf_counter() - started
+    batch_ms = [p["durationMs"].get("triggerExecution", 0) for p in running.recentProgress if p["numInputRows"]]
     names = shape.output_names
     got = sorted((int(r["batch"]), *(r[n] for n in names)) for r in spark.read.parquet(sink).collect())
     expected = reference(shape, inputs)
@@ -293,6 +296,7 @@ def run_mode(shape: Shape, mode: str) -> dict:
         "shape": shape.name,
         "mode": mode,
         "seconds": seconds,
+        "batch_ms": batch_ms,
         "output_rows": len(got),
         "digest": digest(got),
         "matches_reference": None if mode.startswith("floor") else got == expected,
@@ -318,7 +322,8 @@ def run_one(python: str, shape: str, mode: str, scale: float = 1.0) -> dict | No
         return None
     result = json.loads(lines[-1])
     print(
-        f"[matrix] shape {shape} {mode} ({python}): {result['seconds']:.1f} s, "
+        f"[matrix] shape {shape} {mode} ({python}): {result['seconds']:.1f} s "
+        f"(batches {', '.join(str(ms) for ms in result['batch_ms'])} ms), "
         f"equals reference: {result['matches_reference']}, load {result['load'][0]:.1f}-{result['load'][1]:.1f}, "
         f"kstate from {result['kstate']}",
         file=sys.stderr,
