@@ -605,7 +605,7 @@ class StoreLifecycle:
         import threading
 
         from kstate.log import storage_process
-        from kstate.log.remote import KEEP_NEWEST_COMMITS
+        from kstate.log.remote import KEEP_NEWEST_COMMITS, MIN_OBJECTS_TO_MERGE
 
         assert self._remote is not None and self._logging is not None
         if self._compaction is not None and self._compaction.is_alive():
@@ -617,7 +617,9 @@ class StoreLifecycle:
             try:
                 if storage_process.can_send(remote.store.storage_options):
                     where = (remote.store.url, remote.store.storage_options, remote.topic, remote.partition)
-                    storage_process.shared().compact(*where, config, 2, work_dir, KEEP_NEWEST_COMMITS)
+                    storage_process.shared().compact(
+                        *where, config, MIN_OBJECTS_TO_MERGE, work_dir, KEEP_NEWEST_COMMITS
+                    )
                 else:
                     self.compact_changelog(keep_newest=KEEP_NEWEST_COMMITS)
             except Exception as error:  # logged: the log stays as it was, a later commit tries again

@@ -52,6 +52,9 @@ _NAME = re.compile(r"^(\d{20})(?:-(\d{20}))?\.log$")
 _FETCH_ATTEMPTS = 3
 COMPACT_AFTER_COMMITS = 100
 """Commit objects a changelog gathers after its last compacted one before a commit compacts it."""
+MIN_OBJECTS_TO_MERGE = 2
+"""Objects a compaction must merge to run at all (without garbage to delete): one alone merges
+into itself."""
 KEEP_NEWEST_COMMITS = 4
 """Commit objects a commit's compaction leaves whole: kstate.spark reads the records of the
 batches just before one it replays after a restart (Spark's watermarks of that batch), so those
@@ -359,7 +362,7 @@ class RemoteChangelog:
         self,
         config: Mapping[str, str] | None = None,
         *,
-        min_objects: int = 2,
+        min_objects: int = MIN_OBJECTS_TO_MERGE,
         work_dir: str | os.PathLike[str] | None = None,
         now_ms: int | None = None,
         keep_newest: int = 1,
@@ -458,7 +461,7 @@ def compact(
     config: Mapping[str, Any] | None = None,
     *,
     storage_options: Mapping[str, Any] | None = None,
-    min_objects: int = 2,
+    min_objects: int = MIN_OBJECTS_TO_MERGE,
     work_dir: str | os.PathLike[str] | None = None,
 ) -> CompactionReport:
     """Compacts the changelog partition ``<url>/<topic>-<partition>/`` (see
