@@ -862,8 +862,8 @@ impl MapCalls {
 }
 
 /// A list variable's appends as native methods bound to its store, codec, read-ahead and the
-/// handle's [`StateCursor`] (`appendValue` without a TTL is a processor's per-row call: one
-/// native call, no Python frame), its `put` and `clear`, and the sequence its next element
+/// handle's [`StateCursor`] (`appendValue` and `put` without a TTL are one native call each, no
+/// Python frame), its `clear`, and the sequence its next element
 /// takes, known once per key (the read-ahead's, else one reverse seek of the store) and kept as
 /// it appends, puts and clears. A `None` value goes through `require`, which raises.
 #[pyclass(module = "kstate._core")]
@@ -873,6 +873,9 @@ pub struct ListCalls {
     ahead: Option<Py<StateReadAhead>>,
     cursor: Py<StateCursor>,
     require: Py<PyAny>,
+    /// Checks a `put`'s values that are not a plain list: raises Spark's errors, or gives them
+    /// back as a list.
+    check: Py<PyAny>,
     /// The prefix of the list whose next sequence is known, and that sequence.
     next: Option<(Vec<u8>, u64)>,
 }
@@ -928,6 +931,19 @@ impl ListCalls {
     }
 }
 
+/// The elements of `values` when it is a non-empty list or tuple without `None` (what a
+/// processor passes), else `None`: the caller's check decides.
+fn plain_elements<'py>(values: &Bound<'py, PyAny>) -> Option<Vec<Bound<'py, PyAny>>> {
+    let elements: Vec<Bound<'py, PyAny>> = if let Ok(list) = values.cast::<PyList>() {
+        list.iter().collect()
+    } else if let Ok(tuple) = values.cast::<PyTuple>() {
+        tuple.iter().collect()
+    } else {
+        return None;
+    };
+    (!elements.is_empty() && elements.iter().all(|e| !e.is_none())).then_some(elements)
+}
+
 #[pymethods]
 impl ListCalls {
     #[new]
@@ -937,6 +953,7 @@ impl ListCalls {
         ahead: Option<Py<StateReadAhead>>,
         cursor: Py<StateCursor>,
         require: Py<PyAny>,
+        check: Py<PyAny>,
     ) -> Self {
         Self {
             store,
@@ -944,17 +961,20 @@ impl ListCalls {
             ahead,
             cursor,
             require,
+            check,
             next: None,
         }
     }
 
-    #[pyo3(name = "appendValue")]
-    fn append_value(&mut self, value: &Bound<'_, PyAny>) -> PyResult<()> {
-        let py = value.py();
-        if value.is_none() {
-            self.require.bind(py).call1((value,))?;
+    /// Spark's `appendValue(newState)` (its argument's name too: processors pass it by name).
+    #[pyo3(name = "appendValue", signature = (newState))]
+    #[allow(non_snake_case)]
+    fn append_value(&mut self, newState: &Bound<'_, PyAny>) -> PyResult<()> {
+        let py = newState.py();
+        if newState.is_none() {
+            self.require.bind(py).call1((newState,))?;
         }
-        self.append_values(py, std::slice::from_ref(value), NO_EXPIRY)?;
+        self.append_values(py, std::slice::from_ref(newState), NO_EXPIRY)?;
         Ok(())
     }
 
@@ -969,14 +989,22 @@ impl ListCalls {
         self.append_values(py, &values, expiry)
     }
 
-    /// `put`: the current key's list becomes `values` (checked by the caller), each expiring
-    /// at `expiry` (`StateCodec::replace_list`); returns what `append` returns.
+    /// `put`: the current key's list becomes `values`, each expiring at `expiry`
+    /// (`StateCodec::replace_list`); returns what `append` returns. A non-empty list or tuple
+    /// without `None` is taken as it is, anything else as `check` gives it back (or raises).
+    /// Spark's `put(newState)`, its argument's name too.
+    #[pyo3(signature = (newState, expiry=NO_EXPIRY))]
+    #[allow(non_snake_case)]
     fn put<'py>(
         &mut self,
-        py: Python<'py>,
-        values: Vec<Bound<'py, PyAny>>,
+        newState: &Bound<'py, PyAny>,
         expiry: i64,
     ) -> PyResult<Option<Vec<Bound<'py, PyBytes>>>> {
+        let py = newState.py();
+        let values = match plain_elements(newState) {
+            Some(elements) => elements,
+            None => self.check.bind(py).call1((newState,))?.extract()?,
+        };
         let prefix = self.cursor.bind(py).try_borrow()?.prefix.clone();
         let count = values.len() as u64;
         let written = self.values.get().replace_list(

@@ -67,7 +67,7 @@ def test_value_list_and_map_state_per_key_survive_commits(open_handle):
 
 
 def test_spark_keyword_arguments(open_handle):
-    names = ("v", "l", "m", TTL_INDEX, TIMERS_BY_TIME, TIMERS_BY_KEY)
+    names = ("v", "l", "m", "p", "q", TTL_INDEX, TIMERS_BY_TIME, TIMERS_BY_KEY)
     _, handle = open_handle(0, names=names, time_mode="ProcessingTime")
     value = handle.getValueState(stateName="v", schema="c long", ttlDurationMs=1000)
     items = handle.getListState(stateName="l", schema="c long", ttlDurationMs=1000)
@@ -82,6 +82,14 @@ def test_spark_keyword_arguments(open_handle):
     assert list(handle.listTimers()) == [5]
     handle.deleteTimer(expiryTimestampMs=5)
     assert value.get() == (1,) and list(items.get()) == [(1,), (2,), (3,)] and mapping.getValue(("k",)) == (4,)
+    # Without a TTL some calls are native methods: the same names.
+    plain_items = handle.getListState(stateName="p", schema="c long")
+    plain_map = handle.getMapState(stateName="q", userKeySchema="k string", valueSchema="c long")
+    plain_items.put(newState=[(1,)])
+    plain_items.appendValue(newState=(2,))
+    plain_map.updateValue(key=("k",), value=(4,))
+    assert plain_map.containsKey(key=("k",)) and plain_map.getValue(key=("k",)) == (4,)
+    assert list(plain_items.get()) == [(1,), (2,)]
 
 
 def test_a_schema_stores_values_as_spark_does(open_handle):
@@ -108,6 +116,10 @@ def test_values_spark_refuses_are_refused(open_handle):
     for bad in (
         lambda: value.update(None),
         lambda: items.put([]),
+        lambda: items.put(()),
+        lambda: items.put([(1,), None]),
+        lambda: items.put(None),
+        lambda: items.put("ab"),
         lambda: items.appendList([]),
         lambda: items.appendList([(1,), None]),
         lambda: items.appendValue(None),
@@ -119,6 +131,10 @@ def test_values_spark_refuses_are_refused(open_handle):
         with pytest.raises(InvalidArgumentError):
             bad()
     assert not value.exists() and not items.exists() and not mapping.exists()
+    items.put(((1,), (2,)))
+    assert list(items.get()) == [(1,), (2,)], "a tuple is a list of values"
+    items.put(v for v in [(3,)])
+    assert list(items.get()) == [(3,)], "so is any iterable, as Spark iterates it"
 
 
 def test_ttl_expires_values_list_elements_and_map_entries_by_processing_time(open_handle):

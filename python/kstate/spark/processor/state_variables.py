@@ -246,9 +246,10 @@ def _same(value: Any) -> Any:
 
 class ListState(_PrefixedVariable):
     """A list per grouping key (Spark's ``ListState``): one store entry per element, so
-    ``appendValue`` costs one put whatever the list's length. Appends go through
+    ``appendValue`` costs one put whatever the list's length. Appends and puts go through
     ``_core.ListCalls``, which knows the sequence the key's next element takes; without a TTL
-    ``appendValue`` is its native method, bound to the variable (no Python frame per row)."""
+    ``appendValue`` and ``put`` are its native methods, bound to the variable (no Python frame
+    per call)."""
 
     _calls: Any = None
     """``_core.ListCalls`` (none on the driver, which has no stores)."""
@@ -257,10 +258,16 @@ class ListState(_PrefixedVariable):
         super().__init__(handle, name, codec, ttl_ms)
         if self._store is not None:
             self._calls = _core.ListCalls(
-                self._native, self._codec, self._ahead, handle._cursor, partial(_require_value, name=name)
+                self._native,
+                self._codec,
+                self._ahead,
+                handle._cursor,
+                partial(_require_value, name=name),
+                partial(_checked_list, name),
             )
             if ttl_ms is None:
                 self.appendValue = self._calls.appendValue  # type: ignore[method-assign]
+                self.put = self._calls.put  # type: ignore[method-assign]
 
     def get(self) -> Iterator[Any]:
         handle = self._handle
@@ -289,20 +296,25 @@ class ListState(_PrefixedVariable):
         self._calls.clear()
 
     def _checked(self, values: Any) -> list[Any]:
-        if values is None or isinstance(values, (str, bytes)):
-            raise InvalidArgumentError(f"list state {self._name!r}: expected a list of values, got {values!r}")
-        values = list(values)
-        if not values:
-            raise InvalidArgumentError(f"list state {self._name!r}: the list must not be empty (use clear())")
-        for value in values:
-            if value is None:
-                _require_value(value, self._name)
-        return values
+        return _checked_list(self._name, values)
 
     def _append(self, values: list[Any]) -> None:
         expiry = self._expiry()
         for suffix in self._calls.append(values, expiry) or ():
             self._index(expiry, suffix)
+
+
+def _checked_list(name: str, values: Any) -> list[Any]:
+    """``values`` of list state ``name`` as a list, checked as Spark checks them."""
+    if values is None or isinstance(values, (str, bytes)):
+        raise InvalidArgumentError(f"list state {name!r}: expected a list of values, got {values!r}")
+    values = list(values)
+    if not values:
+        raise InvalidArgumentError(f"list state {name!r}: the list must not be empty (use clear())")
+    for value in values:
+        if value is None:
+            _require_value(value, name)
+    return values
 
 
 class MapState(_PrefixedVariable):
@@ -422,9 +434,9 @@ def _spark_map_key(name: str, bare_keys: bool, key: Any) -> Any:
     return key
 
 
-NATIVE_CALLS = ("containsKey", "getValue", "updateValue", "appendValue")
+NATIVE_CALLS = ("containsKey", "getValue", "updateValue", "appendValue", "put")
 """The methods a variable may shadow with native bound calls (``MapState._bind_native_calls``,
-``ListState``'s ``appendValue``)."""
+``ListState``'s ``appendValue`` and ``put``)."""
 
 _SPARK_ERRORS = {
     ("value", "exists"): "Error checking value state exists",
