@@ -409,6 +409,19 @@ class StateCursor:
     def set(self, pickled_key: bytes) -> bytes: ...
 
 @final
+class ValueCalls:
+    def __new__(
+        cls,
+        store: KeyValueStore,
+        values: StateCodec,
+        ahead: dict[bytes, bytes | None],
+        cursor: StateCursor,
+        require: Callable[[Any], Any],
+    ) -> Self: ...
+    def get(self) -> Any: ...
+    def update(self, newValue: Any) -> None: ...  # noqa: N803
+
+@final
 class MapCalls:
     def __new__(
         cls,

@@ -10,7 +10,7 @@ use kstate_core::spark::state_read_ahead::{
 };
 use kstate_core::{Direction, KeyRange, KeyValueStore};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
 use crate::errors::{guard, raise, to_py, ErrorClass};
 use crate::key_value_store::{packed_writes, NativeKeyValueStore, PackedArray};
@@ -723,6 +723,8 @@ fn suffixes<'py>(
 /// key, so a per-row call passes only its own arguments.
 #[pyclass(module = "kstate._core")]
 pub struct StateCursor {
+    /// The current grouping key, pickled (a value state's store key).
+    key: Py<PyBytes>,
     prefix: Vec<u8>,
     /// The processing time (ms) expiries are checked against.
     #[pyo3(get, set)]
@@ -732,17 +734,88 @@ pub struct StateCursor {
 #[pymethods]
 impl StateCursor {
     #[new]
-    fn new(now_ms: i64) -> PyResult<Self> {
+    fn new(py: Python<'_>, now_ms: i64) -> PyResult<Self> {
         Ok(Self {
+            key: PyBytes::new(py, b"").unbind(),
             prefix: layout::key_prefix(b"").map_err(to_py)?,
             now_ms,
         })
     }
 
     /// Makes `pickled_key` the current grouping key; returns its prefix.
-    fn set<'py>(&mut self, py: Python<'py>, pickled_key: &[u8]) -> PyResult<Bound<'py, PyBytes>> {
-        self.prefix = layout::key_prefix(pickled_key).map_err(to_py)?;
-        Ok(PyBytes::new(py, &self.prefix))
+    fn set<'py>(&mut self, pickled_key: &Bound<'py, PyBytes>) -> PyResult<Bound<'py, PyBytes>> {
+        self.prefix = layout::key_prefix(pickled_key.as_bytes()).map_err(to_py)?;
+        self.key = pickled_key.clone().unbind();
+        Ok(PyBytes::new(pickled_key.py(), &self.prefix))
+    }
+}
+
+/// A value variable's `get` and (without a TTL) `update` as native methods bound to its store,
+/// codec and the handle's [`StateCursor`]: one native call, no Python frame. `ahead` holds the
+/// stored values read ahead for the batch's keys (the handle's dict for this variable: pickled
+/// grouping key -> stored bytes, `None` if absent); a read takes the key's value from it when it
+/// has one, and a write drops it. A `None` value goes through `require`, which raises.
+#[pyclass(module = "kstate._core", frozen)]
+pub struct ValueCalls {
+    store: Py<NativeKeyValueStore>,
+    values: Py<StateCodec>,
+    ahead: Py<PyDict>,
+    cursor: Py<StateCursor>,
+    require: Py<PyAny>,
+}
+
+#[pymethods]
+impl ValueCalls {
+    #[new]
+    fn new(
+        store: Py<NativeKeyValueStore>,
+        values: Py<StateCodec>,
+        ahead: Py<PyDict>,
+        cursor: Py<StateCursor>,
+        require: Py<PyAny>,
+    ) -> Self {
+        Self {
+            store,
+            values,
+            ahead,
+            cursor,
+            require,
+        }
+    }
+
+    /// Spark's `get()`: the current key's live value, or `None`.
+    fn get<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let cursor = self.cursor.bind(py).try_borrow()?;
+        let key = cursor.key.bind(py);
+        let codec = self.values.get();
+        match self.ahead.bind(py).get_item(key)? {
+            Some(stored) if stored.is_none() => Ok(None),
+            Some(stored) => codec.live(
+                py,
+                Some(stored.cast::<PyBytes>()?.as_bytes()),
+                cursor.now_ms,
+            ),
+            None => codec.get(py, self.store.bind(py), key.as_bytes(), cursor.now_ms),
+        }
+    }
+
+    /// Spark's `update(newValue)`, its argument's name too.
+    #[pyo3(signature = (newValue))]
+    #[allow(non_snake_case)]
+    fn update(&self, newValue: &Bound<'_, PyAny>) -> PyResult<()> {
+        let py = newValue.py();
+        if newValue.is_none() {
+            self.require.bind(py).call1((newValue,))?;
+        }
+        let cursor = self.cursor.bind(py).try_borrow()?;
+        let key = cursor.key.bind(py);
+        let ahead = self.ahead.bind(py);
+        if ahead.contains(key)? {
+            ahead.del_item(key)?;
+        }
+        self.values
+            .get()
+            .put(py, self.store.bind(py), key.as_bytes(), NO_EXPIRY, newValue)
     }
 }
 

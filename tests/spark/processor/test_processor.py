@@ -67,7 +67,7 @@ def test_value_list_and_map_state_per_key_survive_commits(open_handle):
 
 
 def test_spark_keyword_arguments(open_handle):
-    names = ("v", "l", "m", "p", "q", TTL_INDEX, TIMERS_BY_TIME, TIMERS_BY_KEY)
+    names = ("v", "l", "m", "w", "p", "q", TTL_INDEX, TIMERS_BY_TIME, TIMERS_BY_KEY)
     _, handle = open_handle(0, names=names, time_mode="ProcessingTime")
     value = handle.getValueState(stateName="v", schema="c long", ttlDurationMs=1000)
     items = handle.getListState(stateName="l", schema="c long", ttlDurationMs=1000)
@@ -83,6 +83,9 @@ def test_spark_keyword_arguments(open_handle):
     handle.deleteTimer(expiryTimestampMs=5)
     assert value.get() == (1,) and list(items.get()) == [(1,), (2,), (3,)] and mapping.getValue(("k",)) == (4,)
     # Without a TTL some calls are native methods: the same names.
+    plain_value = handle.getValueState(stateName="w", schema="c long")
+    plain_value.update(newValue=(5,))
+    assert plain_value.get() == (5,)
     plain_items = handle.getListState(stateName="p", schema="c long")
     plain_map = handle.getMapState(stateName="q", userKeySchema="k string", valueSchema="c long")
     plain_items.put(newState=[(1,)])

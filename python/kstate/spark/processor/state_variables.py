@@ -166,9 +166,6 @@ class _Variable:
             entry = _core.state_ttl_entry(expiry, handle._ttl_names[self._name], handle._current_prefix, suffix)
             handle._ttl_store.put(entry, b"")
 
-    def _live(self, stored: bytes | None) -> bool:
-        return stored is not None and _core.state_expiry_of(stored) > self._handle.now_ms
-
 
 class _PrefixedVariable(_Variable):
     """List and map state: every entry's key starts with the grouping key's prefix. The batch's
@@ -189,26 +186,34 @@ class _PrefixedVariable(_Variable):
 
 
 class ValueState(_Variable):
-    """One value per grouping key (Spark's ``ValueState``)."""
+    """One value per grouping key (Spark's ``ValueState``). The batch's keys' stored values are
+    read ahead into ``_ahead_values`` (``StatefulProcessorHandle.read_ahead_values``; a key's
+    write drops its entry); ``get`` and, without a TTL, ``update`` are native methods bound to
+    the variable (``_core.ValueCalls``: no Python frame per call; ``get`` stays Python's where
+    values hold nested structs, made ``Row``s here)."""
 
-    def _read_ahead_value(self) -> Any:
-        """The current key's stored value as read ahead for every key of the input
-        (``StatefulProcessorHandle._read_ahead``, kept until the key's first write; ``None``:
-        absent), or ``_NOT_READ``: the call reads the store."""
-        read_ahead = self._handle._read_ahead.get(self._name)
-        return read_ahead.get(self._handle._current_key, _NOT_READ) if read_ahead else _NOT_READ
+    def __init__(self, handle: StatefulProcessorHandle, name: str, codec: Any, ttl_ms: int | None):
+        super().__init__(handle, name, codec, ttl_ms)
+        self._ahead_values = handle._values_read_ahead(name)
+        if self._store is not None:
+            calls = _core.ValueCalls(
+                self._native, self._codec, self._ahead_values, handle._cursor, partial(_require_value, name=name)
+            )
+            if self._rows is None:
+                self.get = calls.get  # type: ignore[method-assign]
+            if ttl_ms is None:
+                self.update = calls.update  # type: ignore[method-assign]
 
     def exists(self) -> bool:
-        stored = self._read_ahead_value()
+        stored = self._ahead_values.get(self._handle._current_key, _NOT_READ)
         if stored is not _NOT_READ:
-            return self._live(stored)
+            return stored is not None and _core.state_expiry_of(stored) > self._handle.now_ms
         return self._codec.exists(self._native, self._handle._current_key, self._handle.now_ms)
 
     def get(self) -> Any:
         """The value, or ``None`` if there is none (or it expired)."""
         handle = self._handle
-        read_ahead = handle._read_ahead.get(self._name)  # ``_read_ahead_value``, inline
-        stored = read_ahead.get(handle._current_key, _NOT_READ) if read_ahead else _NOT_READ
+        stored = self._ahead_values.get(handle._current_key, _NOT_READ)
         if stored is not _NOT_READ:
             value = self._codec.decode_live(stored, handle.now_ms)
         else:
@@ -219,22 +224,14 @@ class ValueState(_Variable):
         if newValue is None:
             _require_value(newValue, self._name)
         expiry = self._expiry()
-        handle = self._handle
-        read_ahead = handle._read_ahead.get(self._name)
-        if read_ahead is not None:
-            read_ahead.pop(handle._current_key, None)  # ``_forget_read_ahead``, inline
-        self._codec.put(self._native, handle._current_key, expiry, newValue)
+        self._ahead_values.pop(self._handle._current_key, None)
+        self._codec.put(self._native, self._handle._current_key, expiry, newValue)
         if expiry != NO_EXPIRY:
             self._index(expiry, b"")
 
     def clear(self) -> None:
-        self._forget_read_ahead()
+        self._ahead_values.pop(self._handle._current_key, None)
         self._store.delete(self._handle._current_key)
-
-    def _forget_read_ahead(self) -> None:
-        read_ahead = self._handle._read_ahead.get(self._name)
-        if read_ahead is not None:
-            read_ahead.pop(self._handle._current_key, None)
 
 
 _NOT_READ = object()
@@ -434,9 +431,9 @@ def _spark_map_key(name: str, bare_keys: bool, key: Any) -> Any:
     return key
 
 
-NATIVE_CALLS = ("containsKey", "getValue", "updateValue", "appendValue", "put")
+NATIVE_CALLS = ("containsKey", "getValue", "updateValue", "appendValue", "put", "get", "update")
 """The methods a variable may shadow with native bound calls (``MapState._bind_native_calls``,
-``ListState``'s ``appendValue`` and ``put``)."""
+``ListState``'s ``appendValue`` and ``put``, ``ValueState``'s ``get`` and ``update``)."""
 
 _SPARK_ERRORS = {
     ("value", "exists"): "Error checking value state exists",
@@ -522,8 +519,9 @@ class StatefulProcessorHandle:
         self.declared: dict[str, Declared] = {}
         self._ttl_names: dict[str, bytes] = {}
         self._ttl_store: Any = None
-        self._read_ahead: dict[str, dict[bytes, bytes | None]] = {}
-        """Per value-state variable, stored values read for many keys at once (``_read_ahead``)."""
+        self._values_ahead: dict[str, dict[bytes, bytes | None]] = {}
+        """Per value-state variable, its stored values read ahead for the batch's keys (one dict
+        per name, kept: the variables' native calls hold it)."""
         self._prefixed_ahead: dict[str, Any] = {}
         """Per list and map variable, its ``_core.StateReadAhead`` (one per name, whatever number of
         variable objects ``init`` got for it)."""
@@ -561,7 +559,8 @@ class StatefulProcessorHandle:
         update or clear drops its read-ahead value), and every list and map variable's entries
         of those keys with one native scan each (kept in step with the batch's writes). An empty
         list drops them all."""
-        self._read_ahead = {}
+        for values in self._values_ahead.values():
+            values.clear()
         if self._stores is None:
             return
         for name, ahead in self._prefixed_ahead.items():
@@ -573,9 +572,13 @@ class StatefulProcessorHandle:
             self._timers_ahead.read(native_store(self._stores[TIMERS_BY_KEY]), pickled_keys)
         if not pickled_keys:
             return
-        for name, declared in self.declared.items():
-            if declared.kind == "value":
-                self._read_ahead[name] = dict(zip(pickled_keys, self._stores[name].get_many(pickled_keys)))
+        for name, values in self._values_ahead.items():
+            if name in self._variables:
+                values.update(zip(pickled_keys, self._stores[name].get_many(pickled_keys)))
+
+    def _values_read_ahead(self, name: str) -> dict[bytes, bytes | None]:
+        """The values of value variable ``name`` read ahead (empty until a batch reads them)."""
+        return self._values_ahead.setdefault(name, {})
 
     def _prefixed_read_ahead(self, name: str) -> Any:
         """The read-ahead of list or map variable ``name``."""
@@ -652,7 +655,7 @@ class StatefulProcessorHandle:
             self.declared[name] = Declared("deleted")
         if name in self._variables:
             _delete(self._variables.pop(name))
-        self._read_ahead.pop(name, None)
+        self._values_ahead.get(name, {}).clear()
         if self._stores is None or name not in self._stores:
             return  # declared nowhere: nothing was ever stored under it
         store = self._stores[name]
