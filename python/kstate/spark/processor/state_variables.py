@@ -273,7 +273,7 @@ class ListState(_PrefixedVariable):
 
     def put(self, newState: Sequence[Any]) -> None:  # noqa: N803
         """Replaces the list with ``newState`` (non-empty, as Spark requires)."""
-        values = self._checked(newState)
+        values = _checked_list(self._name, newState)
         expiry = self._expiry()
         # One native call: the new elements are 0..n-1, the old ones past them are deleted.
         suffixes = self._calls.put(values, expiry)
@@ -287,13 +287,10 @@ class ListState(_PrefixedVariable):
         self._append([newState])
 
     def appendList(self, newState: Sequence[Any]) -> None:  # noqa: N802, N803
-        self._append(self._checked(newState))
+        self._append(_checked_list(self._name, newState))
 
     def clear(self) -> None:
         self._calls.clear()
-
-    def _checked(self, values: Any) -> list[Any]:
-        return _checked_list(self._name, values)
 
     def _append(self, values: list[Any]) -> None:
         expiry = self._expiry()
