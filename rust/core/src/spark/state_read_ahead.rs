@@ -16,9 +16,11 @@
 //! only the other staged keys are read from the store.
 
 use std::collections::HashMap;
+use std::hash::BuildHasher;
 use std::sync::Arc;
 
 use foldhash::fast::RandomState;
+use hashbrown::HashTable;
 
 use crate::error::Result;
 use crate::spark::state_layout;
@@ -63,15 +65,82 @@ impl Drop for Charge {
 }
 
 /// The committed values of the keys the batch wrote under held prefixes, kept at each key's
-/// first write.
+/// first write. A batch keeps one per key it writes: they share one buffer, so keeping one
+/// allocates nothing new and dropping them all is two frees.
 #[derive(Debug, Default)]
 struct Journal {
-    /// Full key -> its committed stored value (`None`: absent).
-    committed: HashMap<Vec<u8>, Option<Vec<u8>>, RandomState>,
+    /// Every kept key followed by its committed stored value.
+    bytes: Vec<u8>,
+    /// The kept keys, hashed by key: where each lies in `bytes`.
+    kept: HashTable<Kept>,
+    hasher: RandomState,
+    /// What the kept keys and values count for (`entry_bytes` of each).
+    counted: usize,
     /// A key being looked up (no allocation for keys kept already).
     scratch: Vec<u8>,
     /// Whether held values are committed ones: the store had nothing staged when read.
     keeping: bool,
+}
+
+/// A kept key at `bytes[start..start + key_len]`, its committed value (`None`: absent) right
+/// after it.
+#[derive(Debug, Clone, Copy)]
+struct Kept {
+    start: usize,
+    key_len: usize,
+    value_len: Option<usize>,
+}
+
+impl Journal {
+    fn key_of(&self, kept: &Kept) -> &[u8] {
+        &self.bytes[kept.start..kept.start + kept.key_len]
+    }
+
+    /// The committed value kept for `key`: `None` if not kept, `Some(None)` if it was absent.
+    fn get(&self, key: &[u8]) -> Option<Option<&[u8]>> {
+        let kept = self
+            .kept
+            .find(self.hasher.hash_one(key), |k| self.key_of(k) == key)?;
+        let value = kept.start + kept.key_len;
+        Some(kept.value_len.map(|len| &self.bytes[value..value + len]))
+    }
+
+    /// Keeps `committed` as the committed value of the key in `scratch`, unless one is kept.
+    /// Returns the bytes it counts for (0: kept already).
+    fn keep_scratch(&mut self, committed: Option<&[u8]>) -> usize {
+        let Self {
+            bytes,
+            kept,
+            hasher,
+            scratch,
+            ..
+        } = self;
+        let hash = hasher.hash_one(scratch.as_slice());
+        let key_of = |k: &Kept| &bytes[k.start..k.start + k.key_len];
+        if kept
+            .find(hash, |k| key_of(k) == scratch.as_slice())
+            .is_some()
+        {
+            return 0;
+        }
+        let entry = Kept {
+            start: bytes.len(),
+            key_len: scratch.len(),
+            value_len: committed.map(<[u8]>::len),
+        };
+        bytes.extend_from_slice(scratch);
+        bytes.extend_from_slice(committed.unwrap_or_default());
+        kept.insert_unique(hash, entry, |k| {
+            hasher.hash_one(&bytes[k.start..k.start + k.key_len])
+        });
+        let counted = entry_bytes(entry.key_len, entry.value_len.unwrap_or(0));
+        self.counted += counted;
+        counted
+    }
+
+    fn len(&self) -> usize {
+        self.kept.len()
+    }
 }
 
 #[derive(Debug, Default)]
@@ -153,10 +222,10 @@ impl PrefixEntries {
     ) -> Result<()> {
         self.clear();
         let journal = std::mem::take(&mut self.journal);
-        let kept = journal_bytes(&journal.committed);
+        let kept = journal.counted;
         *self = Self::read(store, prefixes, max_bytes)?;
-        self.journal.keeping &= keep_committed && journal.committed.is_empty();
-        self.journal.committed = journal.committed;
+        let keeping = self.journal.keeping && keep_committed && journal.len() == 0;
+        self.journal = Journal { keeping, ..journal };
         self.recharge(kept, 0);
         Ok(())
     }
@@ -212,25 +281,16 @@ impl PrefixEntries {
             return;
         };
         let key_len = prefix.len() + suffix.len();
+        let found = entries.binary_search_by(|(s, _)| s.as_slice().cmp(suffix));
         let mut kept = 0;
         let journal = &mut self.journal;
         if journal.keeping {
             journal.scratch.clear();
             journal.scratch.extend_from_slice(prefix);
             journal.scratch.extend_from_slice(suffix);
-            if !journal.committed.contains_key(&journal.scratch) {
-                let held = entries
-                    .binary_search_by(|(s, _)| s.as_slice().cmp(suffix))
-                    .ok()
-                    .map(|i| entries[i].1.clone());
-                kept = entry_bytes(key_len, held.as_ref().map_or(0, Vec::len));
-                journal.committed.insert(journal.scratch.clone(), held);
-            }
+            kept = journal.keep_scratch(found.ok().map(|i| entries[i].1.as_slice()));
         }
-        let (added, removed) = match (
-            entries.binary_search_by(|(s, _)| s.as_slice().cmp(suffix)),
-            stored,
-        ) {
+        let (added, removed) = match (found, stored) {
             (Ok(i), Some(stored)) => {
                 let held = &mut entries[i].1;
                 let before = held.len();
@@ -277,9 +337,8 @@ impl PrefixEntries {
     pub fn clear(&mut self) {
         self.by_prefix = HashMap::default();
         self.journal.keeping = false;
-        let kept = journal_bytes(&self.journal.committed);
         if let Some(charge) = &mut self.charge {
-            charge.resize(kept);
+            charge.resize(self.journal.counted);
         }
     }
 
@@ -299,24 +358,17 @@ impl PrefixEntries {
         store: &mut KeyValueStore,
         visit: &mut VisitWrite<'_>,
     ) -> Result<()> {
-        let kept = &self.journal.committed;
-        if kept.is_empty() || store.ttl().is_some() {
+        let journal = &self.journal;
+        if journal.len() == 0 || store.ttl().is_some() {
             return store.previous_values_of_staged(visit);
         }
-        store.previous_values_of_staged_knowing(&|key| kept.get(key).map(Option::as_deref), visit)
+        store.previous_values_of_staged_knowing(&|key| journal.get(key), visit)
     }
 
     /// How many committed values are kept for the undo.
     pub fn kept_values(&self) -> usize {
-        self.journal.committed.len()
+        self.journal.len()
     }
-}
-
-fn journal_bytes(committed: &HashMap<Vec<u8>, Option<Vec<u8>>, RandomState>) -> usize {
-    committed
-        .iter()
-        .map(|(key, value)| entry_bytes(key.len(), value.as_ref().map_or(0, Vec::len)))
-        .sum()
 }
 
 /// The sequence a list element's key suffix holds.

@@ -921,11 +921,24 @@ impl KeyValueStore {
         known: &KnownCommitted<'k>,
         visit: &mut VisitWrite<'_>,
     ) -> Result<()> {
-        let mut keys: Vec<Vec<u8>> = Vec::with_capacity(self.overlay.len());
+        // The staged keys copied into one buffer (a transaction may stage millions).
+        let mut key_bytes: Vec<u8> = Vec::new();
+        let mut key_ends: Vec<usize> = Vec::with_capacity(self.overlay.len());
         self.for_each_staged(STAGED_KEYS_CHUNK_BYTES, &mut |writes| {
-            keys.extend(writes.iter().map(|(k, _)| k.to_vec()));
+            for (key, _) in writes {
+                key_bytes.extend_from_slice(key);
+                key_ends.push(key_bytes.len());
+            }
             Ok(())
         })?;
+        let keys: Vec<&[u8]> = key_ends
+            .iter()
+            .scan(0, |start, &end| {
+                let key = &key_bytes[*start..end];
+                *start = end;
+                Some(key)
+            })
+            .collect();
         let Self { state, cache, .. } = self;
         state.with(|c| {
             // Committed values known already or read recently (the read cache) are taken as
@@ -942,7 +955,7 @@ impl KeyValueStore {
                     None => missing.push(i),
                 }
             }
-            let lookup: Vec<&[u8]> = missing.iter().map(|&i| keys[i].as_slice()).collect();
+            let lookup: Vec<&[u8]> = missing.iter().map(|&i| keys[i]).collect();
             c.read_many(&lookup, &mut |j, v| {
                 found[missing[j]] = Some(v.map(|v| Cow::Owned(v.to_vec())))
             })?;
