@@ -668,3 +668,38 @@ fn a_view_reading_on_another_thread_never_caches_what_a_commit_replaced() {
     reader.join().unwrap();
     assert!(stale.is_empty(), "committed keys read as absent: {stale:?}");
 }
+
+#[test]
+fn multi_gets_answer_keys_in_any_order_from_table_files_and_memtable() {
+    // RocksDB is told when the keys come sorted (it then skips its own sort): keys in order,
+    // shuffled, repeated and missing must all be answered, from table files and the memtable.
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = open(dir.path(), ValueFormat::Plain, 1 << 20);
+    let key = |i: u32| format!("k{i:05}").into_bytes();
+    for i in (0..2_000).step_by(2) {
+        store.put(&key(i), Some(&key(i))).unwrap();
+    }
+    store.commit(Some(1), &mut |_| {}).unwrap();
+    store.compact().unwrap();
+    for i in (1..2_000).step_by(4) {
+        store.put(&key(i), Some(&key(i))).unwrap();
+    }
+    store.commit(Some(2), &mut |_| {}).unwrap();
+    let expected = |i: u32| (i < 2_000 && (i % 2 == 0 || i % 4 == 1)).then(|| key(i));
+
+    let in_order: Vec<u32> = (0..2_100).collect();
+    let mut shuffled: Vec<u32> = (0..2_100).map(|i| (i * 7_919) % 2_100).collect();
+    shuffled.extend([5, 5, 4, 4]);
+    for asked in [in_order, shuffled] {
+        let keys: Vec<Vec<u8>> = asked.iter().map(|&i| key(i)).collect();
+        let keys: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+        let found = store.get_many(&keys).unwrap();
+        let wrong: Vec<u32> = asked
+            .iter()
+            .zip(&found)
+            .filter(|(&i, found)| **found != expected(i))
+            .map(|(&i, _)| i)
+            .collect();
+        assert!(wrong.is_empty(), "wrong answers for keys {wrong:?}");
+    }
+}

@@ -52,6 +52,9 @@ pub struct Overlay {
     hasher: RandomState,
     /// The staged keys in order, once a range read needed them.
     ordered: OnceLock<BTreeSet<Vec<u8>>>,
+    /// Indexes into `records` in key order, once asked: a commit walks its writes in key order
+    /// more than once (the undo, the changelog, the batch), and sorts them once.
+    sorted: OnceLock<Vec<u32>>,
     /// Key and value lengths of the live writes (Kafka's uncommitted bytes).
     bytes: usize,
     /// Bytes of `batch` in records an overwrite replaced.
@@ -135,6 +138,7 @@ impl Overlay {
             if let Some(ordered) = self.ordered.get_mut() {
                 ordered.insert(key.to_vec());
             }
+            self.sorted.take();
             return Ok(true);
         };
         let old = records[i as usize];
@@ -164,7 +168,7 @@ impl Overlay {
 
     /// Rewrites the batch without its dead records, in the order first staged.
     fn drop_dead(&mut self) {
-        let order: Vec<usize> = (0..self.records.len()).collect();
+        let order: Vec<u32> = (0..self.records.len() as u32).collect();
         let (batch, records) = self.rewritten(&order);
         self.batch = batch;
         self.records = records;
@@ -172,10 +176,11 @@ impl Overlay {
     }
 
     /// The live records in `order` as a new batch, and where each landed.
-    fn rewritten(&self, order: &[usize]) -> (Vec<u8>, Vec<RecordSpan>) {
+    fn rewritten(&self, order: &[u32]) -> (Vec<u8>, Vec<RecordSpan>) {
         let mut batch = write_batch::new_batch(self.batch.len() - self.dead + TAIL_ROOM);
         let mut records = vec![RecordSpan::default(); self.records.len()];
         for &i in order {
+            let i = i as usize;
             let old = &self.records[i];
             records[i] = old.moved_to(batch.len());
             batch.extend_from_slice(&self.batch[old.start..old.end]);
@@ -200,11 +205,7 @@ impl Overlay {
             self.start_batch(0);
         }
         if self.dead > 0 || !self.mostly_ascending() {
-            let mut order: Vec<usize> = (0..self.records.len()).collect();
-            order.sort_unstable_by(|&a, &b| {
-                key_of(&self.batch, &self.records[a]).cmp(key_of(&self.batch, &self.records[b]))
-            });
-            let (batch, records) = self.rewritten(&order);
+            let (batch, records) = self.rewritten(self.key_order());
             self.batch = batch;
             self.records = records;
             self.dead = 0;
@@ -278,6 +279,7 @@ impl Overlay {
             self.index.clear();
         }
         self.ordered = OnceLock::new();
+        self.sorted = OnceLock::new();
         self.bytes = 0;
         self.dead = 0;
         self.descents = 0;
@@ -292,15 +294,22 @@ impl Overlay {
 
     /// Staged writes in key order.
     pub fn iter(&self) -> impl Iterator<Item = Write<'_>> {
-        let writes: Vec<Write<'_>> = match self.ordered.get() {
-            Some(ordered) => self.in_order(ordered.iter()).collect(),
-            None => {
-                let mut writes: Vec<_> = self.writes().collect();
-                writes.sort_unstable_by(|a, b| a.0.cmp(b.0));
-                writes
-            }
-        };
-        writes.into_iter()
+        self.key_order().iter().map(|&i| {
+            let record = &self.records[i as usize];
+            (key_of(&self.batch, record), value_of(&self.batch, record))
+        })
+    }
+
+    /// Indexes into `records` in key order (sorted once per set of staged keys).
+    fn key_order(&self) -> &[u32] {
+        self.sorted.get_or_init(|| {
+            let mut order: Vec<u32> = (0..self.records.len() as u32).collect();
+            order.sort_unstable_by(|&a, &b| {
+                let key = |i: u32| key_of(&self.batch, &self.records[i as usize]);
+                key(a).cmp(key(b))
+            });
+            order
+        })
     }
 
     /// Staged writes inside `range`, in `direction` order.

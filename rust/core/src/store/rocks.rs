@@ -538,10 +538,13 @@ impl CommittedState for RocksState {
 
     fn read_many(&self, keys: &[&[u8]], visit: &mut dyn FnMut(usize, Option<&[u8]>)) -> Result<()> {
         let data = self.cf(self.data_cf)?;
+        // Keys in order (a commit's undo asks in key order) spare RocksDB its sort of them; the
+        // stores keep RocksDB's bytewise comparator, the order of byte slices.
+        let sorted = keys.is_sorted();
         let found = self.db.batched_multi_get_cf_opt(
             data,
             keys.iter().copied(),
-            false,
+            sorted,
             self.point_read_options(),
         );
         for (i, (value, key)) in found.into_iter().zip(keys).enumerate() {
