@@ -66,7 +66,11 @@ impl StateReadAhead {
     /// Reads every entry of `store` under the prefixes of `keys` (pickled grouping keys),
     /// replacing what was held; no keys: holds nothing more (the committed values kept for
     /// the undo stay until `forget`).
-    fn read(&mut self, store: &Bound<'_, NativeKeyValueStore>, keys: Vec<Vec<u8>>) -> PyResult<()> {
+    fn read(
+        &mut self,
+        store: &Bound<'_, NativeKeyValueStore>,
+        keys: Vec<Bound<'_, PyBytes>>,
+    ) -> PyResult<()> {
         if keys.is_empty() {
             self.entries.clear();
             return Ok(());
@@ -76,12 +80,15 @@ impl StateReadAhead {
             self.entries.forget();
         }
         self.store = Some(address);
-        let prefixes = keys
-            .iter()
-            .map(|k| layout::key_prefix(k))
-            .collect::<kstate_core::Result<Vec<_>>>()
-            .map_err(to_py)?;
-        let prefixes: Vec<&[u8]> = prefixes.iter().map(Vec::as_slice).collect();
+        // Every key's prefix in one buffer: a batch reads ahead up to every key of a partition.
+        let mut buffer = Vec::with_capacity(keys.iter().map(|k| k.as_bytes().len() + 4).sum());
+        let mut ends = Vec::with_capacity(keys.len());
+        for key in &keys {
+            layout::push_key_prefix(key.as_bytes(), &mut buffer).map_err(to_py)?;
+            ends.push(buffer.len());
+        }
+        let starts = std::iter::once(0).chain(ends.iter().copied());
+        let prefixes: Vec<&[u8]> = starts.zip(&ends).map(|(s, &e)| &buffer[s..e]).collect();
         let store = store.try_borrow()?;
         let entries = &mut self.entries;
         let keep = self.keep_committed;

@@ -70,16 +70,22 @@ pub fn expiry_of(stored: &[u8]) -> Result<i64> {
 
 /// `<u32 BE length><key>`: what every list, map and by-key timer entry of `key` starts with.
 pub fn key_prefix(key: &[u8]) -> Result<Vec<u8>> {
+    let mut out = Vec::with_capacity(LENGTH_LEN + key.len());
+    push_key_prefix(key, &mut out)?;
+    Ok(out)
+}
+
+/// Appends [`key_prefix`]`(key)` to `out` (many keys' prefixes in one buffer).
+pub fn push_key_prefix(key: &[u8], out: &mut Vec<u8>) -> Result<()> {
     let length = u32::try_from(key.len()).map_err(|_| {
         Error::InvalidArgument(format!(
             "a grouping key of {} bytes is longer than processor state holds (4 GiB)",
             key.len()
         ))
     })?;
-    let mut out = Vec::with_capacity(LENGTH_LEN + key.len());
     out.extend_from_slice(&length.to_be_bytes());
     out.extend_from_slice(key);
-    Ok(out)
+    Ok(())
 }
 
 /// Splits a key that starts with a [`key_prefix`] into the grouping key and the rest.

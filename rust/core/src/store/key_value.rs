@@ -931,13 +931,10 @@ impl KeyValueStore {
             }
             Ok(())
         })?;
-        let keys: Vec<&[u8]> = key_ends
-            .iter()
-            .scan(0, |start, &end| {
-                let key = &key_bytes[*start..end];
-                *start = end;
-                Some(key)
-            })
+        let starts = std::iter::once(0).chain(key_ends.iter().copied());
+        let keys: Vec<&[u8]> = starts
+            .zip(&key_ends)
+            .map(|(s, &e)| &key_bytes[s..e])
             .collect();
         let Self { state, cache, .. } = self;
         state.with(|c| {
