@@ -28,6 +28,13 @@ opened within them, and the seconds Python's cyclic GC took (``gc.callbacks``, u
   .venv/bin/python benches/processor_split.py --shape 5 --api pandas
   .venv/bin/python benches/processor_split.py --shape 3 --floor   # the shape's Row floor
 
+``--scale F`` takes F times a shape's rows and keys; ``--unprofiled`` runs the unprofiled pass
+alone and prints its task seconds, for a profiler outside (instructions of the whole process,
+whose start is the same in every run, so two builds' totals differ by their tasks'):
+
+  valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.out \
+      .venv/bin/python benches/processor_split.py --shape 7a --scale 0.1 --unprofiled
+
 ``--floor`` runs benches/spark_processor.py's floor (``floor_partition``: the same logic on dicts
 the worker keeps, no state store) on the same routed batches, split into its parts the same way
 (``FLOOR_PARTS``): what kstate Row's parts compare with.
@@ -57,6 +64,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from processor_matrix import _HELD as held_dicts  # noqa: E402
 from processor_matrix import floor_row as shape_floor  # noqa: E402
 from processor_matrix import processor as shape_processor  # noqa: E402
+from processor_matrix import scaled  # noqa: E402
 from processor_shapes import INPUT, SHAPES, WATERMARK_DELAY_MS  # noqa: E402
 from processor_shapes import input_files as shape_input  # noqa: E402
 from spark_processor import OUTPUT, floor_partition, input_files, processor  # noqa: E402
@@ -270,8 +278,12 @@ def main() -> None:
     parser.add_argument("--dump", help="write the whole profile here (pstats)")
     parser.add_argument("--shape", choices=SHAPES, help="a shape of benches/processor_shapes.py (its own input)")
     parser.add_argument("--api", choices=("row", "pandas"), default="row", help="with --shape")
+    parser.add_argument("--scale", type=float, default=1.0, help="with --shape: its rows and keys times this")
+    parser.add_argument(
+        "--unprofiled", action="store_true", help="the unprofiled pass alone (for callgrind or py-spy around it)"
+    )
     args = parser.parse_args()
-    shape = None if args.shape is None else SHAPES[args.shape]
+    shape = None if args.shape is None else scaled(SHAPES[args.shape], args.scale)
     if shape is not None and args.floor and (shape.event_time or args.api == "pandas"):
         parser.error("--floor with --shape runs the Row floor of shapes without event time")
 
@@ -296,7 +308,7 @@ def main() -> None:
             task_seconds["GC"] += time.perf_counter() - gc_started.pop()
 
     whole = pstats.Stats()
-    for profiled in (False, True):
+    for profiled in (False,) if args.unprofiled else (False, True):
         work = Path(tempfile.mkdtemp(prefix="processor-split-"))
         sys.modules.pop("kstate_bench_floor", None)  # the floor's dicts start empty in each pass
         held_dicts.clear()
@@ -339,18 +351,20 @@ def main() -> None:
             profiled_total = sum(v[2] for v in stats.stats.values())
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
-    if args.dump:
-        whole.dump_stats(args.dump)
-    known = sum(totals.values())
     moved = ", stores released after each task" if args.move else ""
     moved += ", the floor's task" if args.floor else ""
     moved += f", shape {shape.name} ({shape.title}), {args.api} API" if shape is not None else ""
     print(f"{args.files} x {args.rows:,} rows, {args.keys:,} keys, 2 partitions, tasks run one after the other{moved}")
     print(
         f"task seconds: unprofiled {task_seconds['unprofiled']:.2f} (CPU of the task thread "
-        f"{task_seconds['unprofiled CPU']:.2f}; Python's cyclic GC {task_seconds['GC']:.2f}), "
-        f"profiled {task_seconds['profiled']:.2f}"
+        f"{task_seconds['unprofiled CPU']:.2f}; Python's cyclic GC {task_seconds['GC']:.2f})"
+        + ("" if args.unprofiled else f", profiled {task_seconds['profiled']:.2f}")
     )
+    if args.unprofiled:
+        return
+    if args.dump:
+        whole.dump_stats(args.dump)
+    known = sum(totals.values())
     print()
     print("| part | profiled s | share |")
     print("|---|---:|---:|")
