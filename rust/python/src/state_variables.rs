@@ -33,7 +33,7 @@ fn entries_under<'a>(
     Ok(Cow::Owned(
         scanned
             .into_iter()
-            .map(|(mut key, stored)| (key.split_off(prefix.len()), stored))
+            .map(|(key, stored)| (key[prefix.len()..].into(), stored.into()))
             .collect(),
     ))
 }

@@ -21,6 +21,7 @@ use std::sync::Arc;
 
 use foldhash::fast::RandomState;
 use hashbrown::HashTable;
+use smallvec::SmallVec;
 
 use crate::error::Result;
 use crate::spark::state_layout;
@@ -32,12 +33,16 @@ use crate::store::KeyValueStore;
 /// read cache share has less room: the keys past it are read from the store call by call, as
 /// without a read-ahead.
 pub const READ_AHEAD_MAX_BYTES: usize = 64 << 20;
-/// Bookkeeping counted per entry besides its bytes (two vectors).
-const ENTRY_OVERHEAD: usize = 48;
+/// Bookkeeping counted per entry besides its bytes (two [`Bytes`]).
+const ENTRY_OVERHEAD: usize = 64;
+
+/// An entry's key suffix or stored value: inline up to 24 bytes (a list sequence, a short map
+/// key, a small value), so reading ahead and dropping most entries allocates nothing.
+pub type Bytes = SmallVec<[u8; 24]>;
 
 /// One entry under a prefix: what follows the prefix in its key (a list sequence, a map key),
 /// and its stored `<expiry><value>`.
-pub type Entry = (Vec<u8>, Vec<u8>);
+pub type Entry = (Bytes, Bytes);
 
 /// The bytes an entry counts for: its key, its stored value and the bookkeeping.
 fn entry_bytes(key_len: usize, stored_len: usize) -> usize {
@@ -179,7 +184,10 @@ impl PrefixEntries {
             }
             let prefix = prefixes[i];
             if let Some(entries) = by_prefix.get_mut(prefix) {
-                entries.push((key[prefix.len()..].to_vec(), stored.to_vec()));
+                entries.push((
+                    Bytes::from_slice(&key[prefix.len()..]),
+                    Bytes::from_slice(stored),
+                ));
             }
             Ok(true)
         })?;
@@ -303,7 +311,7 @@ impl PrefixEntries {
                 (0, entry_bytes(key_len, old.len()))
             }
             (Err(i), Some(stored)) => {
-                entries.insert(i, (suffix.to_vec(), stored.to_vec()));
+                entries.insert(i, (Bytes::from_slice(suffix), Bytes::from_slice(stored)));
                 (entry_bytes(key_len, stored.len()), 0)
             }
             (Err(_), None) => (0, 0),
@@ -313,7 +321,7 @@ impl PrefixEntries {
 
     /// Keeps a prefix held in step with a delete of all its entries.
     pub fn record_cleared(&mut self, prefix: &[u8]) {
-        let suffixes: Vec<Vec<u8>> = match self.by_prefix.get(prefix) {
+        let suffixes: Vec<Bytes> = match self.by_prefix.get(prefix) {
             Some(entries) if self.journal.keeping => {
                 entries.iter().map(|(s, _)| s.clone()).collect()
             }
@@ -442,7 +450,7 @@ mod tests {
                 )
                 .unwrap()
                 .into_iter()
-                .map(|(k, v)| (k[prefix.len()..].to_vec(), v))
+                .map(|(k, v)| (k[prefix.len()..].into(), v.into()))
                 .collect();
             assert_eq!(ahead.entries(prefix).unwrap(), scanned.as_slice());
         }
@@ -693,7 +701,7 @@ mod tests {
         let twice = PrefixEntries::read(&store, &[b"a", b"b", b"a"], READ_AHEAD_MAX_BYTES).unwrap();
         assert_eq!(
             twice.entries(b"a").unwrap(),
-            &[(b"1".to_vec(), b"x".to_vec())]
+            &[(Bytes::from_slice(b"1"), Bytes::from_slice(b"x"))]
         );
         let err = PrefixEntries::read(&store, &[b"ab", b"a"], READ_AHEAD_MAX_BYTES).unwrap_err();
         assert!(matches!(err, crate::Error::InvalidArgument(_)));

@@ -303,12 +303,14 @@ impl Overlay {
     /// Indexes into `records` in key order (sorted once per set of staged keys).
     fn key_order(&self) -> &[u32] {
         self.sorted.get_or_init(|| {
-            let mut order: Vec<u32> = (0..self.records.len() as u32).collect();
-            order.sort_unstable_by(|&a, &b| {
-                let key = |i: u32| key_of(&self.batch, &self.records[i as usize]);
-                key(a).cmp(key(b))
-            });
-            order
+            // Sorted with each key's slice beside its index: a comparison reads the two keys,
+            // not their records first.
+            let mut keyed: Vec<(&[u8], u32)> = (self.records.iter())
+                .zip(0..)
+                .map(|(record, i)| (key_of(&self.batch, record), i))
+                .collect();
+            keyed.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            keyed.into_iter().map(|(_, i)| i).collect()
         })
     }
 
