@@ -96,16 +96,17 @@ struct Kept {
     value_len: Option<usize>,
 }
 
-impl Journal {
-    fn key_of(&self, kept: &Kept) -> &[u8] {
-        &self.bytes[kept.start..kept.start + kept.key_len]
-    }
+/// The key `kept` names in `bytes` (a [`Journal`]'s buffer).
+fn kept_key<'a>(bytes: &'a [u8], kept: &Kept) -> &'a [u8] {
+    &bytes[kept.start..kept.start + kept.key_len]
+}
 
+impl Journal {
     /// The committed value kept for `key`: `None` if not kept, `Some(None)` if it was absent.
     fn get(&self, key: &[u8]) -> Option<Option<&[u8]>> {
-        let kept = self
-            .kept
-            .find(self.hasher.hash_one(key), |k| self.key_of(k) == key)?;
+        let kept = self.kept.find(self.hasher.hash_one(key), |k| {
+            kept_key(&self.bytes, k) == key
+        })?;
         let value = kept.start + kept.key_len;
         Some(kept.value_len.map(|len| &self.bytes[value..value + len]))
     }
@@ -121,9 +122,8 @@ impl Journal {
             ..
         } = self;
         let hash = hasher.hash_one(scratch.as_slice());
-        let key_of = |k: &Kept| &bytes[k.start..k.start + k.key_len];
         if kept
-            .find(hash, |k| key_of(k) == scratch.as_slice())
+            .find(hash, |k| kept_key(bytes, k) == scratch.as_slice())
             .is_some()
         {
             return 0;
@@ -135,9 +135,7 @@ impl Journal {
         };
         bytes.extend_from_slice(scratch);
         bytes.extend_from_slice(committed.unwrap_or_default());
-        kept.insert_unique(hash, entry, |k| {
-            hasher.hash_one(&bytes[k.start..k.start + k.key_len])
-        });
+        kept.insert_unique(hash, entry, |k| hasher.hash_one(kept_key(bytes, k)));
         let counted = entry_bytes(entry.key_len, entry.value_len.unwrap_or(0));
         self.counted += counted;
         counted
