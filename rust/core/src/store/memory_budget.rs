@@ -647,11 +647,11 @@ mod tests {
             .collect();
         for (i, cache) in caches.iter().enumerate() {
             for k in 0..2_000u32 {
-                let key = [i as u8, (k >> 8) as u8, k as u8].to_vec();
+                let key = [i as u8, (k >> 8) as u8, k as u8];
                 cache
                     .lock()
                     .unwrap()
-                    .insert(key, Some(vec![0; 1000]), &budget);
+                    .insert(&key, Some(&[0; 1000]), &budget);
                 budget.after_read_cache_insert();
             }
         }

@@ -2,8 +2,12 @@
 //! common stream-processing pattern) skip RocksDB. Kafka Streams puts a caching layer in front of
 //! its stores for the same reason. Only committed state is cached, so it never needs undoing.
 //!
-//! Two generations of a hash map bound the memory: inserts go to the young one; when it holds
-//! half the capacity it becomes the old one and the previous old one is dropped.
+//! Two generations bound the memory: inserts go to the young one; when it holds half the
+//! capacity it becomes the old one and the previous old one is dropped. A generation keeps its
+//! entries' bytes in chunks it appends to, found through a hash table of positions: no allocation
+//! per entry, and an entry costs its key and value and ~40 bytes more (a hash map of two vectors
+//! cost ~128: a quarter as many small entries fitted). A replaced or removed entry's bytes stay
+//! in its chunk (and charged) until its generation is dropped.
 //!
 //! Admission: until the young generation first fills, every value read from RocksDB is cached
 //! (a store whose reads fit keeps them all), unless reads stop hitting: once a quarter of the
@@ -14,19 +18,25 @@
 //! it unread, and the memory stays with RocksDB's block cache.
 
 use std::cell::Cell;
-use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use foldhash::fast::RandomState;
+use hashbrown::hash_table::Entry;
+use hashbrown::HashTable;
 
 use crate::store::committed::Write;
 use crate::store::memory_budget::MemoryBudget;
 
-/// Bytes charged per entry besides key and value: the hash table's slot (two vector headers, 48
-/// bytes, in a table between 44% and 88% full) and the heap blocks' headers and rounding
-/// (glibc: 16-byte granules, 8 bytes of header each).
-const ENTRY_OVERHEAD: usize = 128;
+/// An entry's header in its chunk: the key's length and the value's (`ABSENT`: known absent).
+const HEADER: usize = 8;
+const ABSENT: u32 = u32::MAX;
+/// Bytes charged per entry besides key and value: its header and its slot in the hash table (16
+/// bytes, in a table between 44% and 88% full).
+const ENTRY_OVERHEAD: usize = HEADER + 32;
+/// A generation's chunks hold this many bytes (less for a small cache); a larger entry gets a
+/// chunk of its own.
+const CHUNK_BYTES: usize = 64 << 10;
 /// While every read is admitted, at least one lookup in this many must hit the cache.
 const MIN_HIT_SHARE: u64 = 8;
 /// Doorkeeper bits per byte of capacity (one per 64 bytes: four per cacheable entry of 100-byte
@@ -34,7 +44,161 @@ const MIN_HIT_SHARE: u64 = 8;
 const CAPACITY_BYTES_PER_SEEN_BIT: usize = 64;
 const SEEN_BITS: std::ops::RangeInclusive<usize> = (1 << 12)..=(1 << 22);
 
-type Generation = HashMap<Vec<u8>, Option<Vec<u8>>, RandomState>;
+/// Where an entry is: its key's hash (compared before the bytes, and the table's rehash), chunk
+/// and offset.
+#[derive(Clone, Copy)]
+struct Slot {
+    hash: u64,
+    chunk: u32,
+    offset: u32,
+}
+
+/// Bytes of replaced and removed entries a generation keeps before it copies its live entries
+/// to new chunks (besides at least as many as the live ones).
+const DEAD_BYTES_SLACK: usize = 1 << 20;
+
+/// One generation: entries appended to chunks, indexed by key.
+#[derive(Default)]
+struct Generation {
+    chunks: Vec<Vec<u8>>,
+    index: HashTable<Slot>,
+    /// Bytes charged: every entry in the chunks, replaced and removed ones included.
+    bytes: usize,
+    /// Bytes of the entries the index points to.
+    live: usize,
+}
+
+fn length_at(chunk: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([chunk[at], chunk[at + 1], chunk[at + 2], chunk[at + 3]])
+}
+
+fn entry_at<'a>(chunks: &'a [Vec<u8>], slot: &Slot) -> (&'a [u8], Option<&'a [u8]>) {
+    let chunk = &chunks[slot.chunk as usize];
+    let at = slot.offset as usize;
+    let key_len = length_at(chunk, at) as usize;
+    let value_len = length_at(chunk, at + 4);
+    let key = &chunk[at + HEADER..at + HEADER + key_len];
+    let value_at = at + HEADER + key_len;
+    let value = (value_len != ABSENT).then(|| &chunk[value_at..value_at + value_len as usize]);
+    (key, value)
+}
+
+fn cost_at(chunks: &[Vec<u8>], slot: &Slot) -> usize {
+    let (key, value) = entry_at(chunks, slot);
+    cost(key.len(), value)
+}
+
+/// Appends an entry to the last chunk, or to a new one; returns the entry's chunk and offset.
+fn append(
+    chunks: &mut Vec<Vec<u8>>,
+    key: &[u8],
+    value: Option<&[u8]>,
+    chunk_bytes: usize,
+) -> (u32, u32) {
+    let len = HEADER + key.len() + value.map_or(0, <[u8]>::len);
+    if chunks.last().is_none_or(|c| c.capacity() - c.len() < len) {
+        chunks.push(Vec::with_capacity(if len > chunk_bytes / 4 {
+            len
+        } else {
+            chunk_bytes
+        }));
+    }
+    let chunk = chunks.len() - 1;
+    let bytes = &mut chunks[chunk];
+    let offset = bytes.len();
+    // Lengths fit: `Generations::insert_hashed` refuses an entry of 4 GiB or more.
+    bytes.extend_from_slice(&(key.len() as u32).to_le_bytes());
+    bytes.extend_from_slice(&value.map_or(ABSENT, |v| v.len() as u32).to_le_bytes());
+    bytes.extend_from_slice(key);
+    bytes.extend_from_slice(value.unwrap_or_default());
+    (chunk as u32, offset as u32)
+}
+
+impl Generation {
+    fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
+    fn find(&self, hash: u64, key: &[u8]) -> Option<&Slot> {
+        let chunks = &self.chunks;
+        self.index
+            .find(hash, |s| s.hash == hash && entry_at(chunks, s).0 == key)
+    }
+
+    fn get(&self, hash: u64, key: &[u8]) -> Option<Option<&[u8]>> {
+        self.find(hash, key)
+            .map(|slot| entry_at(&self.chunks, slot).1)
+    }
+
+    /// Appends the entry (`charge` bytes) and points `key` at it.
+    fn put(
+        &mut self,
+        hash: u64,
+        key: &[u8],
+        value: Option<&[u8]>,
+        charge: usize,
+        chunk_bytes: usize,
+    ) {
+        let Self {
+            chunks,
+            index,
+            bytes,
+            live,
+        } = self;
+        let entry = index.entry(
+            hash,
+            |s| s.hash == hash && entry_at(chunks, s).0 == key,
+            |s| s.hash,
+        );
+        if let Entry::Occupied(found) = &entry {
+            *live -= cost_at(chunks, found.get());
+        }
+        let (chunk, offset) = append(chunks, key, value, chunk_bytes);
+        let slot = Slot {
+            hash,
+            chunk,
+            offset,
+        };
+        match entry {
+            Entry::Occupied(mut found) => *found.get_mut() = slot,
+            Entry::Vacant(vacant) => {
+                vacant.insert(slot);
+            }
+        }
+        *bytes += charge;
+        *live += charge;
+        if *bytes > 2 * *live + DEAD_BYTES_SLACK {
+            self.compact(chunk_bytes);
+        }
+    }
+
+    fn remove(&mut self, hash: u64, key: &[u8], chunk_bytes: usize) {
+        let chunks = &self.chunks;
+        let Ok(found) = self
+            .index
+            .find_entry(hash, |s| s.hash == hash && entry_at(chunks, s).0 == key)
+        else {
+            return;
+        };
+        self.live -= cost_at(chunks, found.get());
+        found.remove();
+        if self.index.is_empty() {
+            *self = Self::default();
+        } else if self.bytes > 2 * self.live + DEAD_BYTES_SLACK {
+            self.compact(chunk_bytes);
+        }
+    }
+
+    /// Copies the live entries to new chunks, dropping the replaced and removed ones.
+    fn compact(&mut self, chunk_bytes: usize) {
+        let old = std::mem::take(&mut self.chunks);
+        for slot in self.index.iter_mut() {
+            let (key, value) = entry_at(&old, slot);
+            (slot.chunk, slot.offset) = append(&mut self.chunks, key, value, chunk_bytes);
+        }
+        self.bytes = self.live;
+    }
+}
 
 /// A store's cached values. The process's memory budget reaches every store's generations
 /// (through its `StoreAccount`) to shrink them all when the caches together pass their share.
@@ -42,8 +206,8 @@ type Generation = HashMap<Vec<u8>, Option<Vec<u8>>, RandomState>;
 pub struct Generations {
     young: Generation,
     old: Generation,
-    young_bytes: usize,
-    old_bytes: usize,
+    /// Hashes keys for both generations and the doorkeeper.
+    hasher: RandomState,
     capacity: usize,
     /// Bytes last charged to the budget.
     charged: usize,
@@ -64,8 +228,8 @@ pub struct Generations {
     changes: u64,
 }
 
-fn cost(key_len: usize, value: &Option<Vec<u8>>) -> usize {
-    key_len + value.as_ref().map_or(0, Vec::len) + ENTRY_OVERHEAD
+fn cost(key_len: usize, value: Option<&[u8]>) -> usize {
+    key_len + value.map_or(0, <[u8]>::len) + ENTRY_OVERHEAD
 }
 
 impl Generations {
@@ -77,7 +241,7 @@ impl Generations {
     }
 
     pub fn bytes(&self) -> usize {
-        self.young_bytes + self.old_bytes
+        self.young.bytes + self.old.bytes
     }
 
     pub fn last_used(&self) -> u64 {
@@ -94,17 +258,18 @@ impl Generations {
 
     /// `None`: not cached; `Some(None)`: known absent; `Some(Some(v))`: the committed value.
     pub fn get(&self, key: &[u8]) -> Option<Option<&[u8]>> {
-        let found = self.young.get(key).or_else(|| self.old.get(key));
+        if self.young.is_empty() && self.old.is_empty() {
+            return None;
+        }
+        let hash = self.hasher.hash_one(key);
+        let found = self
+            .young
+            .get(hash, key)
+            .or_else(|| self.old.get(hash, key));
         if found.is_some() && !self.filled {
             self.hits.set(self.hits.get() + 1);
         }
-        found.map(Option::as_deref)
-    }
-
-    fn remove_old(&mut self, key: &[u8]) {
-        if let Some(value) = self.old.remove(key) {
-            self.old_bytes -= cost(key.len(), &value);
-        }
+        found
     }
 
     /// Whether to cache the value of `key`, just read from RocksDB (see the module's admission).
@@ -112,7 +277,7 @@ impl Generations {
         if !self.filled {
             self.misses += 1;
             let lookups = self.misses + self.hits.get();
-            if self.young_bytes < self.capacity / 4 || self.hits.get() * MIN_HIT_SHARE >= lookups {
+            if self.young.bytes < self.capacity / 4 || self.hits.get() * MIN_HIT_SHARE >= lookups {
                 return true;
             }
             self.filled = true;
@@ -125,7 +290,7 @@ impl Generations {
         }
         // Two bits from one hash: a key never seen passes only if both are set (a false
         // admission in ~1/16 at the fullest, against 1/4 with one bit).
-        let hash = self.young.hasher().hash_one(key);
+        let hash = self.hasher.hash_one(key);
         let mask = self.seen.len() * 64 - 1;
         let bits = [hash as usize & mask, (hash >> 32) as usize & mask];
         let is_set = |seen: &[u64], bit: usize| seen[bit / 64] & (1 << (bit % 64)) != 0;
@@ -147,29 +312,38 @@ impl Generations {
     }
 
     /// Records the committed value of `key` (`None`: deleted).
-    pub fn insert(&mut self, key: Vec<u8>, value: Option<Vec<u8>>, budget: &MemoryBudget) {
-        let key_len = key.len();
-        let charge = cost(key_len, &value);
-        if charge > self.capacity / 2 {
-            self.remove(&key, budget);
+    pub fn insert(&mut self, key: &[u8], value: Option<&[u8]>, budget: &MemoryBudget) {
+        let hash = self.hasher.hash_one(key);
+        self.insert_hashed(hash, key, value);
+        self.settle(budget);
+    }
+
+    fn insert_hashed(&mut self, hash: u64, key: &[u8], value: Option<&[u8]>) {
+        let charge = cost(key.len(), value);
+        let too_long =
+            key.len() >= ABSENT as usize || value.is_some_and(|v| v.len() >= ABSENT as usize);
+        let chunk_bytes = self.chunk_bytes();
+        if charge > self.capacity / 2 || too_long {
+            self.changes += 1;
+            self.young.remove(hash, key, chunk_bytes);
+            self.old.remove(hash, key, chunk_bytes);
             return;
         }
         if !self.old.is_empty() {
-            self.remove_old(&key);
+            self.old.remove(hash, key, chunk_bytes);
         }
-        self.young_bytes += charge;
-        if let Some(previous) = self.young.insert(key, value) {
-            self.young_bytes -= cost(key_len, &previous);
-        }
-        if self.young_bytes > self.capacity / 2 {
+        self.young.put(hash, key, value, charge, chunk_bytes);
+        if self.young.bytes > self.capacity / 2 {
             self.rotate_young();
         }
-        self.settle(budget);
+    }
+
+    fn chunk_bytes(&self) -> usize {
+        (self.capacity / 16).clamp(256, CHUNK_BYTES)
     }
 
     fn rotate_young(&mut self) {
         self.old = std::mem::take(&mut self.young);
-        self.old_bytes = std::mem::take(&mut self.young_bytes);
         self.filled = true;
     }
 
@@ -191,27 +365,27 @@ impl Generations {
             return;
         }
         for (key, value) in committed {
-            if self.young.contains_key(key) || self.old.contains_key(key) {
-                self.insert(key.to_vec(), value.map(<[u8]>::to_vec), budget);
+            let hash = self.hasher.hash_one(key);
+            if self.young.find(hash, key).is_some() || self.old.find(hash, key).is_some() {
+                self.insert_hashed(hash, key, value);
             }
         }
+        self.settle(budget);
     }
 
     pub fn remove(&mut self, key: &[u8], budget: &MemoryBudget) {
         self.changes += 1;
-        if let Some(value) = self.young.remove(key) {
-            self.young_bytes -= cost(key.len(), &value);
-        }
-        self.remove_old(key);
+        let hash = self.hasher.hash_one(key);
+        let chunk_bytes = self.chunk_bytes();
+        self.young.remove(hash, key, chunk_bytes);
+        self.old.remove(hash, key, chunk_bytes);
         self.settle(budget);
     }
 
     pub fn clear(&mut self, budget: &MemoryBudget) {
         self.changes += 1;
-        self.young.clear();
-        self.old.clear();
-        self.young_bytes = 0;
-        self.old_bytes = 0;
+        self.young = Generation::default();
+        self.old = Generation::default();
         self.settle(budget);
     }
 }
@@ -253,7 +427,7 @@ impl ReadCache {
         self.lock().get(key).map(|v| v.map(<[u8]>::to_vec))
     }
 
-    pub fn insert(&self, key: Vec<u8>, value: Option<Vec<u8>>) {
+    pub fn insert(&self, key: &[u8], value: Option<&[u8]>) {
         self.lock().insert(key, value, &self.budget);
         self.budget.after_read_cache_insert();
     }
@@ -265,7 +439,7 @@ impl ReadCache {
             if !generations.admits(key) {
                 return;
             }
-            generations.insert(key.to_vec(), value.map(<[u8]>::to_vec), &self.budget);
+            generations.insert(key, value, &self.budget);
         }
         self.budget.after_read_cache_insert();
     }
@@ -293,7 +467,7 @@ impl ReadCache {
             if generations.changes != changes || !generations.admits(key) {
                 return;
             }
-            generations.insert(key.to_vec(), value.map(<[u8]>::to_vec), &self.budget);
+            generations.insert(key, value, &self.budget);
         }
         self.budget.after_read_cache_insert();
     }
@@ -311,7 +485,7 @@ impl ReadCache {
         {
             let mut generations = self.lock();
             for (key, value) in entries {
-                generations.insert(key, value, &self.budget);
+                generations.insert(&key, value.as_deref(), &self.budget);
             }
         }
         self.budget.after_read_cache_insert();
@@ -347,17 +521,17 @@ mod tests {
     #[test]
     fn keeps_the_latest_value_and_forgets_the_oldest_generation() {
         let cache = cache(2 * (3 * (2 + 1 + ENTRY_OVERHEAD)));
-        cache.insert(b"k1".to_vec(), Some(b"a".to_vec()));
-        cache.insert(b"k1".to_vec(), None);
+        cache.insert(b"k1", Some(b"a"));
+        cache.insert(b"k1", None); // the replaced entry's bytes stay charged
         assert_eq!(cache.get(b"k1"), Some(None));
-        cache.insert(b"k2".to_vec(), Some(b"b".to_vec()));
-        cache.insert(b"k3".to_vec(), Some(b"c".to_vec()));
-        cache.insert(b"k4".to_vec(), Some(b"d".to_vec())); // young over half: k1..k4 become old
+        cache.insert(b"k2", Some(b"b"));
+        cache.insert(b"k3", Some(b"c")); // young over half: k1..k3 become old
+        cache.insert(b"k4", Some(b"d"));
         assert_eq!(cache.get(b"k2"), Some(Some(b"b".to_vec())));
-        cache.insert(b"k2".to_vec(), Some(b"B".to_vec())); // moves k2 to the young generation
+        cache.insert(b"k2", Some(b"B")); // moves k2 to the young generation
         assert_eq!(cache.get(b"k2"), Some(Some(b"B".to_vec())));
         for k in [b"k5", b"k6", b"k7"] {
-            cache.insert(k.to_vec(), Some(b"e".to_vec()));
+            cache.insert(k, Some(b"e"));
         }
         assert_eq!(
             cache.get(b"k3"),
@@ -370,8 +544,8 @@ mod tests {
     #[test]
     fn an_entry_larger_than_a_generation_is_not_cached_and_evicts_its_stale_copy() {
         let cache = cache(2 * (2 + 1 + ENTRY_OVERHEAD));
-        cache.insert(b"k1".to_vec(), Some(b"a".to_vec()));
-        cache.insert(b"k1".to_vec(), Some(vec![0; 1000]));
+        cache.insert(b"k1", Some(b"a"));
+        cache.insert(b"k1", Some(&[0; 1000]));
         assert_eq!(cache.get(b"k1"), None);
     }
 
@@ -401,7 +575,7 @@ mod tests {
         for i in 0..16u8 {
             let key = [b'k', i];
             assert!(reads.lock().admits(&key), "admitted while under a quarter");
-            reads.insert(key.to_vec(), Some(b"v".to_vec()));
+            reads.insert(&key, Some(b"v"));
         }
         assert!(
             !reads.lock().admits(b"kx"),
@@ -416,7 +590,7 @@ mod tests {
                 reads.lock().admits(&key),
                 "reads that hit keep every read admitted"
             );
-            reads.insert(key.to_vec(), Some(b"v".to_vec()));
+            reads.insert(&key, Some(b"v"));
             assert!(reads.lock().get(&key).is_some());
         }
         assert!(!reads.lock().filled);
@@ -425,7 +599,84 @@ mod tests {
     #[test]
     fn zero_capacity_caches_nothing() {
         let cache = cache(0);
-        cache.insert(b"k".to_vec(), Some(b"v".to_vec()));
+        cache.insert(b"k", Some(b"v"));
         assert_eq!(cache.get(b"k"), None);
+    }
+
+    #[test]
+    fn small_entries_across_chunks_cost_their_bytes_and_a_fixed_overhead() {
+        let cache = cache(4 << 20);
+        let key = |i: u32| format!("key-{i:08}").into_bytes();
+        for i in 0..20_000u32 {
+            cache.insert(&key(i), (i % 7 != 0).then_some(&i.to_le_bytes()[..]));
+        }
+        assert_eq!(cache.bytes(), 20_000 * (12 + ENTRY_OVERHEAD) + 17_142 * 4);
+        for i in 0..20_000u32 {
+            let expected = (i % 7 != 0).then(|| i.to_le_bytes().to_vec());
+            assert_eq!(cache.get(&key(i)), Some(expected), "entry {i}");
+        }
+    }
+
+    #[test]
+    fn an_entry_larger_than_a_chunk_is_kept_whole_among_small_ones() {
+        let cache = cache(4 << 20);
+        let large = vec![7u8; 3 * CHUNK_BYTES / 2];
+        cache.insert(b"small-1", Some(b"a"));
+        cache.insert(b"large", Some(&large));
+        cache.insert(b"small-2", Some(b"b"));
+        assert_eq!(cache.get(b"large"), Some(Some(large)));
+        assert_eq!(cache.get(b"small-1"), Some(Some(b"a".to_vec())));
+        assert_eq!(cache.get(b"small-2"), Some(Some(b"b".to_vec())));
+    }
+
+    #[test]
+    fn a_commit_refreshes_the_keys_held_and_leaves_the_others_out() {
+        let cache = cache(1 << 20);
+        cache.insert(b"held", Some(b"old"));
+        cache.insert(b"gone", Some(b"x"));
+        let before = cache.bytes();
+        let committed: Vec<Write<'_>> = vec![
+            (b"held", Some(b"new")),
+            (b"gone", None),
+            (b"other", Some(b"y")),
+        ];
+        cache.refresh(committed.into_iter());
+        assert_eq!(cache.get(b"held"), Some(Some(b"new".to_vec())));
+        assert_eq!(
+            cache.get(b"gone"),
+            Some(None),
+            "known absent after the delete"
+        );
+        assert_eq!(cache.get(b"other"), None);
+        assert_eq!(
+            cache.bytes(),
+            before + cost(4, Some(b"new")) + cost(4, None),
+            "replaced entries stay charged until their generation goes"
+        );
+    }
+
+    #[test]
+    fn replaced_entries_are_dropped_once_they_outweigh_the_live_ones() {
+        let cache = cache(64 << 20);
+        cache.insert(b"cold", Some(b"c"));
+        for i in 0..5_000u32 {
+            let value = vec![i as u8; 1024];
+            cache.insert(b"hot", Some(&value));
+            let live = cost(4, Some(b"c")) + cost(3, Some(&value));
+            assert!(
+                cache.bytes() <= 2 * live + DEAD_BYTES_SLACK + live,
+                "at {i}: {}",
+                cache.bytes()
+            );
+        }
+        assert!(cache.bytes() < 5_000 * 1024 / 2, "compacted");
+        assert_eq!(
+            cache.get(b"hot"),
+            Some(Some(vec![(4_999 % 256) as u8; 1024]))
+        );
+        assert_eq!(cache.get(b"cold"), Some(Some(b"c".to_vec())));
+        cache.remove(b"hot");
+        cache.remove(b"cold");
+        assert_eq!(cache.bytes(), 0, "an emptied generation frees its chunks");
     }
 }
