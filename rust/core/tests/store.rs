@@ -702,4 +702,20 @@ fn multi_gets_answer_keys_in_any_order_from_table_files_and_memtable() {
             .collect();
         assert!(wrong.is_empty(), "wrong answers for keys {wrong:?}");
     }
+
+    // The reads above filled the read cache (1 MiB); a commit brings the keys it holds up to date.
+    store.put(&key(0), Some(b"new")).unwrap();
+    store.put(&key(1), None).unwrap();
+    store.put(&key(3), Some(b"added")).unwrap();
+    store.commit(Some(3), &mut |_| {}).unwrap();
+    let asked: Vec<&[u8]> = vec![b"k00000", b"k00001", b"k00003", b"k00002"];
+    assert_eq!(
+        store.get_many(&asked).unwrap(),
+        vec![
+            Some(b"new".to_vec()),
+            None,
+            Some(b"added".to_vec()),
+            Some(key(2))
+        ]
+    );
 }

@@ -590,15 +590,26 @@ impl KeyValueStore {
             let admitted = cache
                 .as_ref()
                 .map_or_else(Vec::new, |c| c.admissions(&lookup));
-            let mut fetched = Vec::new();
+            // The admitted values copied into one buffer (RocksDB's slices end with the callback):
+            // each admitted lookup with its value's end, `None` for an absent key.
+            let mut values = Vec::new();
+            let mut fetched: Vec<(usize, Option<(usize, usize)>)> = Vec::new();
             c.read_many(&lookup, &mut |j, v| {
                 if admitted.get(j) == Some(&true) {
-                    fetched.push((lookup[j].to_vec(), v.map(<[u8]>::to_vec)));
+                    let span = v.map(|v| {
+                        values.extend_from_slice(v);
+                        (values.len() - v.len(), values.len())
+                    });
+                    fetched.push((j, span));
                 }
                 visit(missing[j], v)
             })?;
             if let Some(cache) = cache.as_ref() {
-                cache.insert_many(fetched);
+                cache.insert_many(
+                    fetched.iter().map(|&(j, span)| {
+                        (lookup[j], span.map(|(start, end)| &values[start..end]))
+                    }),
+                );
             }
             Ok(())
         })

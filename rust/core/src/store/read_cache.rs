@@ -478,14 +478,15 @@ impl ReadCache {
         keys.iter().map(|key| generations.admits(key)).collect()
     }
 
-    pub fn insert_many(&self, entries: Vec<(Vec<u8>, Option<Vec<u8>>)>) {
-        if entries.is_empty() {
+    /// Caches the committed values of keys just read from RocksDB (and admitted), under one lock.
+    pub fn insert_many<'a>(&self, entries: impl ExactSizeIterator<Item = Write<'a>>) {
+        if entries.len() == 0 {
             return;
         }
         {
             let mut generations = self.lock();
             for (key, value) in entries {
-                generations.insert(&key, value.as_deref(), &self.budget);
+                generations.insert(key, value, &self.budget);
             }
         }
         self.budget.after_read_cache_insert();
