@@ -3,6 +3,8 @@ many partitions one process keeps, for how long, and not past their task directo
 
 import os
 import shutil
+import subprocess
+import sys
 
 from kstate import Stores
 from kstate.spark import StateBackend, TaskInfo
@@ -62,3 +64,41 @@ def test_parked_stores_whose_task_directory_was_deleted_are_released(tmp_path, w
     shutil.rmtree(tmp_path / "state")
     wait_until(lambda: not IDLE.holds(backend.layout.task_dir(0)), "the deleted stores released")
     assert open_descriptors() < before
+
+
+def test_the_exit_stops_the_thread_and_closes_the_parked_stores_on_the_exiting_thread(tmp_path):
+    # A parked store closed by the daemon thread while the interpreter finalizes cannot take the GIL
+    # back: the native binding panicked. The exit handlers close them first, on the exiting thread.
+    script = f"""
+import atexit, threading
+from kstate import Stores
+from kstate.spark import StateBackend, TaskInfo
+from kstate.spark.protocol.idle import IDLE
+counts = Stores.key_value_store_builder(Stores.persistent_key_value_store("counts"), "string", "int64")
+backend = StateBackend([counts], {str(tmp_path / "state")!r}, {str(tmp_path / "changelog")!r}, "app")
+def fn(stores):
+    stores["counts"].put("a", 1)
+    yield 1
+list(backend.run(fn, TaskInfo(0, 0, 0)))
+task_dir = backend.layout.task_dir(0)
+parked = IDLE.take(task_dir)
+closed_on = []
+for name, store in list(parked.stores.items()):
+    class Observed:
+        def __init__(self, store):
+            self.store = store
+        def close(self):
+            closed_on.append(threading.current_thread().name)
+            self.store.close()
+    parked.stores[name] = Observed(store)
+IDLE.park(task_dir, parked)
+atexit._run_exitfuncs()
+assert not IDLE.holds(task_dir), "released at exit"
+assert closed_on == ["MainThread"], closed_on
+assert not any(t.name == "kstate-idle-stores" and t.is_alive() for t in threading.enumerate()), "stopped"
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().endswith("ok")
+    assert "panicked" not in done.stderr

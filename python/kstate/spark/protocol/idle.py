@@ -21,10 +21,15 @@ bounded number: past ``MAX_PARKED`` partitions the longest parked is released, a
 untaken for ``IDLE_SECONDS`` or whose task directory was deleted. A process with too many open
 files breaks more than kstate: py4j's callback server (``foreachBatch``) stops answering once
 its descriptors pass 1024.
+
+At the interpreter's exit the thread stops and the parked stores close, on the exiting thread:
+left to the daemon thread, a store closing while the interpreter finalizes fails in the native
+binding (it cannot take the GIL back) with a Rust panic instead of a clean close.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
 import time
@@ -45,6 +50,8 @@ IDLE_SECONDS = 600.0
 """How long parked stores wait for their partition's next task before they are released."""
 _POLL_SECONDS = 0.01
 _SWEEP_SECONDS = 1.0
+_STOP_SECONDS = 60.0
+"""How long the exit waits for a release under way (closing stores flushes their memtables)."""
 
 
 @dataclass
@@ -70,6 +77,8 @@ class IdleStores:
         self._parked: dict[Path, Parked] = {}
         self._lock = threading.Lock()
         self._watcher: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self._stops_at_exit = False
 
     def take(self, task_dir: Path) -> Parked | None:
         with self._lock:
@@ -85,7 +94,13 @@ class IdleStores:
             self._parked[task_dir] = parked
             overflow = [self._parked.pop(d) for d in list(self._parked)[: max(0, len(self._parked) - MAX_PARKED)]]
             if self._watcher is None:
-                self._watcher = threading.Thread(target=self._watch, name="kstate-idle-stores", daemon=True)
+                if not self._stops_at_exit:
+                    atexit.register(self.stop)
+                    self._stops_at_exit = True
+                self._stopping = threading.Event()
+                self._watcher = threading.Thread(
+                    target=self._watch, args=(self._stopping,), name="kstate-idle-stores", daemon=True
+                )
                 self._watcher.start()
         for evicted in overflow:
             release(evicted)
@@ -100,8 +115,16 @@ class IdleStores:
         for parked in given_up:
             release(parked)
 
-    def _watch(self) -> None:
-        stop = threading.Event()
+    def stop(self) -> None:
+        """Stops the thread that releases parked stores and closes them all (run at exit)."""
+        with self._lock:
+            watcher, self._watcher = self._watcher, None
+            self._stopping.set()
+        if watcher is not None:
+            watcher.join(_STOP_SECONDS)
+        self.release_all()
+
+    def _watch(self, stop: threading.Event) -> None:
         next_sweep = time.monotonic() + _SWEEP_SECONDS
         while not stop.wait(_POLL_SECONDS):
             # Released outside the lock: closing flushes memtables, and this process's next task
