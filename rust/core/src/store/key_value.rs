@@ -591,7 +591,7 @@ impl KeyValueStore {
                 .as_ref()
                 .map_or_else(Vec::new, |c| c.admissions(&lookup));
             // The admitted values copied into one buffer (RocksDB's slices end with the callback):
-            // each admitted lookup with its value's end, `None` for an absent key.
+            // each admitted lookup with its value's span in `values`, `None` for an absent key.
             let mut values = Vec::new();
             let mut fetched: Vec<(usize, Option<(usize, usize)>)> = Vec::new();
             c.read_many(&lookup, &mut |j, v| {
