@@ -34,9 +34,12 @@ const ABSENT: u32 = u32::MAX;
 /// Bytes charged per entry besides key and value: its header and its slot in the hash table (16
 /// bytes, in a table between 44% and 88% full).
 const ENTRY_OVERHEAD: usize = HEADER + 32;
-/// A generation's chunks hold this many bytes (less for a small cache); a larger entry gets a
-/// chunk of its own.
+/// A generation's chunks hold this many bytes (less for a small cache); an entry over a quarter
+/// of a chunk gets a chunk of its own.
 const CHUNK_BYTES: usize = 64 << 10;
+/// Bytes of replaced and removed entries a generation keeps before it copies its live entries
+/// to new chunks (besides at least as many as the live ones).
+const DEAD_BYTES_SLACK: usize = 1 << 20;
 /// While every read is admitted, at least one lookup in this many must hit the cache.
 const MIN_HIT_SHARE: u64 = 8;
 /// Doorkeeper bits per byte of capacity (one per 64 bytes: four per cacheable entry of 100-byte
@@ -52,10 +55,6 @@ struct Slot {
     chunk: u32,
     offset: u32,
 }
-
-/// Bytes of replaced and removed entries a generation keeps before it copies its live entries
-/// to new chunks (besides at least as many as the live ones).
-const DEAD_BYTES_SLACK: usize = 1 << 20;
 
 /// One generation: entries appended to chunks, indexed by key.
 #[derive(Default)]
