@@ -7,7 +7,8 @@
 //! entries' bytes in chunks it appends to, found through a hash table of positions: no allocation
 //! per entry, and an entry costs its key and value and ~40 bytes more (a hash map of two vectors
 //! cost ~128: a quarter as many small entries fitted). A replaced or removed entry's bytes stay
-//! in its chunk (and charged) until its generation is dropped.
+//! in its chunk (and charged) until they outweigh the live entries' (the generation then copies
+//! the live ones to new chunks) or the generation is dropped.
 //!
 //! Admission: until the young generation first fills, every value read from RocksDB is cached
 //! (a store whose reads fit keeps them all), unless reads stop hitting: once a quarter of the
@@ -82,6 +83,11 @@ fn entry_at<'a>(chunks: &'a [Vec<u8>], slot: &Slot) -> (&'a [u8], Option<&'a [u8
     (key, value)
 }
 
+/// Whether `slot` holds `key` (of hash `hash`): the hash first, the bytes only if it matches.
+fn holds<'a>(chunks: &'a [Vec<u8>], hash: u64, key: &'a [u8]) -> impl Fn(&Slot) -> bool + 'a {
+    move |slot| slot.hash == hash && entry_at(chunks, slot).0 == key
+}
+
 fn cost_at(chunks: &[Vec<u8>], slot: &Slot) -> usize {
     let (key, value) = entry_at(chunks, slot);
     cost(key.len(), value)
@@ -120,8 +126,7 @@ impl Generation {
 
     fn find(&self, hash: u64, key: &[u8]) -> Option<&Slot> {
         let chunks = &self.chunks;
-        self.index
-            .find(hash, |s| s.hash == hash && entry_at(chunks, s).0 == key)
+        self.index.find(hash, holds(chunks, hash, key))
     }
 
     fn get(&self, hash: u64, key: &[u8]) -> Option<Option<&[u8]>> {
@@ -144,11 +149,7 @@ impl Generation {
             bytes,
             live,
         } = self;
-        let entry = index.entry(
-            hash,
-            |s| s.hash == hash && entry_at(chunks, s).0 == key,
-            |s| s.hash,
-        );
+        let entry = index.entry(hash, holds(chunks, hash, key), |s| s.hash);
         if let Entry::Occupied(found) = &entry {
             *live -= cost_at(chunks, found.get());
         }
@@ -173,10 +174,7 @@ impl Generation {
 
     fn remove(&mut self, hash: u64, key: &[u8], chunk_bytes: usize) {
         let chunks = &self.chunks;
-        let Ok(found) = self
-            .index
-            .find_entry(hash, |s| s.hash == hash && entry_at(chunks, s).0 == key)
-        else {
+        let Ok(found) = self.index.find_entry(hash, holds(chunks, hash, key)) else {
             return;
         };
         self.live -= cost_at(chunks, found.get());
@@ -323,9 +321,7 @@ impl Generations {
             key.len() >= ABSENT as usize || value.is_some_and(|v| v.len() >= ABSENT as usize);
         let chunk_bytes = self.chunk_bytes();
         if charge > self.capacity / 2 || too_long {
-            self.changes += 1;
-            self.young.remove(hash, key, chunk_bytes);
-            self.old.remove(hash, key, chunk_bytes);
+            self.forget(hash, key);
             return;
         }
         if !self.old.is_empty() {
@@ -373,12 +369,15 @@ impl Generations {
     }
 
     pub fn remove(&mut self, key: &[u8], budget: &MemoryBudget) {
+        self.forget(self.hasher.hash_one(key), key);
+        self.settle(budget);
+    }
+
+    fn forget(&mut self, hash: u64, key: &[u8]) {
         self.changes += 1;
-        let hash = self.hasher.hash_one(key);
         let chunk_bytes = self.chunk_bytes();
         self.young.remove(hash, key, chunk_bytes);
         self.old.remove(hash, key, chunk_bytes);
-        self.settle(budget);
     }
 
     pub fn clear(&mut self, budget: &MemoryBudget) {
