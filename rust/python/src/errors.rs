@@ -284,21 +284,60 @@ pub fn to_py(error: Error) -> PyErr {
     raise(ErrorClass::of(&error), error.to_string())
 }
 
-/// Runs `f`, turning a core error into its Python class and a panic into `KStateError`, so no
-/// Rust panic ever reaches Python as a `PanicException`.
-pub fn guard<T>(f: impl FnOnce() -> kstate_core::Result<T>) -> PyResult<T> {
+/// A failure of the core, not yet a Python exception: one is made only while attached.
+enum Failure {
+    Core(Error),
+    Panic(String),
+}
+
+impl From<Failure> for PyErr {
+    fn from(failure: Failure) -> PyErr {
+        match failure {
+            Failure::Core(error) => to_py(error),
+            Failure::Panic(what) => raise(
+                KStateError,
+                format!("internal error in kstate core: {what}"),
+            ),
+        }
+    }
+}
+
+/// Runs `f`, catching a panic, so no Rust panic ever reaches Python as a `PanicException`.
+fn caught<T>(f: impl FnOnce() -> kstate_core::Result<T>) -> Result<T, Failure> {
     match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(result) => result.map_err(to_py),
-        Err(panic) => {
-            let what = panic
+        Ok(result) => result.map_err(Failure::Core),
+        Err(panic) => Err(Failure::Panic(
+            panic
                 .downcast_ref::<&str>()
                 .map(|s| s.to_string())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".into());
-            Err(raise(
-                KStateError,
-                format!("internal error in kstate core: {what}"),
-            ))
-        }
+                .unwrap_or_else(|| "unknown panic".into()),
+        )),
     }
+}
+
+/// Runs `f`, turning a core error into its Python class and a panic into `KStateError`.
+pub fn guard<T>(f: impl FnOnce() -> kstate_core::Result<T>) -> PyResult<T> {
+    Ok(caught(f)?)
+}
+
+/// `guard` with the interpreter released while `f` runs (other Python threads go on). The
+/// exception is made after re-attaching, never from the detached thread: a daemon thread whose
+/// call fails while the interpreter exits would attach to a finalized one (a crash); re-attaching
+/// is CPython's own path, which ends such a thread.
+pub fn detached<T: Send>(
+    py: Python<'_>,
+    f: impl FnOnce() -> kstate_core::Result<T> + Send,
+) -> PyResult<T> {
+    Ok(py.detach(|| caught(f))?)
+}
+
+/// Runs `f` attached from a detached thread (a Python callback mid-operation); while the
+/// interpreter exits, `f` is not run and the error says so instead of crashing the process.
+pub fn attached<R>(f: impl for<'py> FnOnce(Python<'py>) -> PyResult<R>) -> PyResult<R> {
+    Python::try_attach(f).unwrap_or_else(|| {
+        Err(PyRuntimeError::new_err(
+            "the Python interpreter is exiting: a callback was not called",
+        ))
+    })
 }

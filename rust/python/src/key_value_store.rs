@@ -15,7 +15,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple, PyType};
 use pyo3::{ffi, intern};
 
-use crate::errors::{guard, raise, ErrorClass};
+use crate::errors::{detached, guard, raise, ErrorClass};
 use crate::logged::{log_config, logged_store_methods, Logged};
 use crate::memory::{rocks_config, store_memory_dict};
 use crate::progress::Progress;
@@ -35,12 +35,10 @@ pub(crate) fn packed_writes<'py>(
     source: impl FnOnce(&mut VisitWrite<'_>) -> kstate_core::Result<()> + Send,
 ) -> PyResult<(PackedArray<'py>, PackedArray<'py>)> {
     let (mut keys, mut values) = (BinaryBuilder::new(0, large), BinaryBuilder::new(0, large));
-    py.detach(|| {
-        guard(|| {
-            source(&mut |key, value| {
-                keys.push(Some(key))?;
-                values.push(value)
-            })
+    detached(py, || {
+        source(&mut |key, value| {
+            keys.push(Some(key))?;
+            values.push(value)
         })
     })?;
     let packed = |b: &BinaryBuilder| {
@@ -242,18 +240,16 @@ impl NativeKeyValueStore {
             durability,
         };
         let mut reporter = Progress::new(progress);
-        let (inner, report) = py.detach(|| {
-            guard(|| {
-                KeyValueStore::open_rocksdb_with_ttl(
-                    name,
-                    Path::new(path),
-                    Path::new(spill_path),
-                    format,
-                    options,
-                    ttl,
-                    &mut |p| reporter.report(p),
-                )
-            })
+        let (inner, report) = detached(py, || {
+            KeyValueStore::open_rocksdb_with_ttl(
+                name,
+                Path::new(path),
+                Path::new(spill_path),
+                format,
+                options,
+                ttl,
+                &mut |p| reporter.report(p),
+            )
         })?;
         reporter.finish()?;
         let found = PyDict::new(py);
@@ -474,14 +470,14 @@ impl NativeKeyValueStore {
     /// Compacts the store now; with a TTL, expired values leave the disk.
     fn compact(&self, py: Python<'_>) -> PyResult<()> {
         let store = self.logged.store();
-        py.detach(|| guard(|| store.compact()))
+        detached(py, || store.compact())
     }
 
     /// Starts flushing the memtables (in the background) once the active one holds `bytes` or
     /// more; whether it did.
     fn flush_memtables_past(&self, py: Python<'_>, bytes: usize) -> PyResult<bool> {
         let store = self.logged.store();
-        py.detach(|| guard(|| store.flush_memtables_past(bytes)))
+        detached(py, || store.flush_memtables_past(bytes))
     }
 
     /// Iterator over `[from_key, to_key]` (inclusive; `None` is unbounded) yielding
@@ -560,18 +556,16 @@ pub fn retract_changelog(
     offset: Option<i64>,
 ) -> PyResult<i64> {
     let log_config = log_config(&config)?;
-    py.detach(|| {
-        guard(|| {
-            // The marker says whether there is anything to retract, without opening the log.
-            let marker = published_marker(Path::new(partition_dir))?;
-            if marker.is_some_and(|published| published <= offset.unwrap_or(-1)) {
-                return Ok(0);
-            }
-            let (mut changelog, _) = Changelog::open(Path::new(partition_dir), log_config)?;
-            let retracted = changelog.retract_to(offset)?;
-            changelog.close()?;
-            Ok(retracted)
-        })
+    detached(py, || {
+        // The marker says whether there is anything to retract, without opening the log.
+        let marker = published_marker(Path::new(partition_dir))?;
+        if marker.is_some_and(|published| published <= offset.unwrap_or(-1)) {
+            return Ok(0);
+        }
+        let (mut changelog, _) = Changelog::open(Path::new(partition_dir), log_config)?;
+        let retracted = changelog.retract_to(offset)?;
+        changelog.close()?;
+        Ok(retracted)
     })
 }
 

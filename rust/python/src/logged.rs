@@ -13,7 +13,7 @@ use kstate_core::logged::logged_store::{ChangelogTarget, LoggedStore, StoreChang
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::errors::{guard, raise, ErrorClass};
+use crate::errors::{detached, guard, raise, ErrorClass};
 
 /// A store with its changelog, and what the Python publish callable of a remote changelog
 /// raised (raised again by the commit it failed).
@@ -75,25 +75,22 @@ impl<S: ChangelogTarget> Logged<S> {
             inner,
             publish_failure,
         } = self;
-        let report = py.detach(|| {
-            guard(|| {
-                let (mut changelog, report) =
-                    Changelog::open(Path::new(partition_dir), log_config)?;
-                if let Some(callable) = publish {
-                    changelog.set_publisher(Box::new(PythonPublisher {
-                        callable,
-                        failure: Arc::clone(publish_failure),
-                    }));
-                }
-                inner.attach(StoreChangelog {
-                    changelog,
-                    checkpoint: checkpoint_path.map(OffsetCheckpoint::new),
-                    topic,
-                    partition,
-                    timestamped,
-                })?;
-                Ok(report)
-            })
+        let report = detached(py, || {
+            let (mut changelog, report) = Changelog::open(Path::new(partition_dir), log_config)?;
+            if let Some(callable) = publish {
+                changelog.set_publisher(Box::new(PythonPublisher {
+                    callable,
+                    failure: Arc::clone(publish_failure),
+                }));
+            }
+            inner.attach(StoreChangelog {
+                changelog,
+                checkpoint: checkpoint_path.map(OffsetCheckpoint::new),
+                topic,
+                partition,
+                timestamped,
+            })?;
+            Ok(report)
         })?;
         let found = PyDict::new(py);
         found.set_item(
@@ -119,15 +116,14 @@ struct PythonPublisher {
 impl Publisher for PythonPublisher {
     fn publish(&mut self, first: i64, last: i64, segment: &Path) -> kstate_core::Result<()> {
         let path = segment.to_string_lossy().into_owned();
-        Python::attach(|py| self.callable.call1(py, (first, last, path)).map(drop)).map_err(
-            |error| {
+        crate::errors::attached(|py| self.callable.call1(py, (first, last, path)).map(drop))
+            .map_err(|error| {
                 let message = format!("publishing offsets {first}..={last} failed: {error}");
                 if let Ok(mut failure) = self.failure.lock() {
                     *failure = Some(error);
                 }
                 kstate_core::Error::Storage(message)
-            },
-        )
+            })
     }
 }
 
@@ -211,7 +207,7 @@ macro_rules! logged_store_methods {
             /// `attach_changelog` gives it back.
             fn detach_changelog(&mut self, py: pyo3::Python<'_>) -> pyo3::PyResult<()> {
                 let inner = &mut self.logged.inner;
-                py.detach(|| crate::errors::guard(|| inner.detach()))
+                crate::errors::detached(py, || inner.detach())
             }
 
             #[getter]
@@ -232,11 +228,9 @@ macro_rules! logged_store_methods {
             ) -> pyo3::PyResult<u64> {
                 let mut reporter = crate::progress::Progress::new(progress);
                 let inner = &mut self.logged.inner;
-                let restored = py.detach(|| {
-                    crate::errors::guard(|| {
+                let restored = crate::errors::detached(py, || {
                         inner.restore(&mut |done, total| reporter.counts(done, total))
-                    })
-                })?;
+                    })?;
                 reporter.finish()?;
                 Ok(restored)
             }
@@ -249,7 +243,7 @@ macro_rules! logged_store_methods {
                 offset: Option<i64>,
             ) -> pyo3::PyResult<i64> {
                 let changelog = self.logged.changelog()?;
-                py.detach(|| crate::errors::guard(|| changelog.retract_to(offset)))
+                crate::errors::detached(py, || changelog.retract_to(offset))
             }
 
             /// Deletes the local changelog's history before `offset`, which snapshots hold
@@ -262,9 +256,7 @@ macro_rules! logged_store_methods {
                 now_ms: i64,
             ) -> pyo3::PyResult<(usize, u64, i64)> {
                 let changelog = self.logged.changelog()?;
-                let report = py.detach(|| {
-                    crate::errors::guard(|| changelog.delete_records_before(offset, now_ms))
-                })?;
+                let report = crate::errors::detached(py, || changelog.delete_records_before(offset, now_ms))?;
                 Ok((
                     report.deleted_below_offset,
                     report.bytes_deleted,
@@ -296,9 +288,7 @@ macro_rules! logged_store_methods {
             ) -> pyo3::PyResult<(u64, u64, i64)> {
                 let changelog = self.logged.changelog()?;
                 let path = std::path::Path::new(segment_path);
-                let added = py.detach(|| {
-                    crate::errors::guard(|| changelog.add_published(path, first, last, now_ms))
-                })?;
+                let added = crate::errors::detached(py, || changelog.add_published(path, first, last, now_ms))?;
                 Ok((added.entries, added.bytes, added.last_offset))
             }
 
@@ -316,18 +306,15 @@ macro_rules! logged_store_methods {
                 let mut reporter = crate::progress::Progress::new(progress);
                 let mut stages = crate::progress::Progress::new(on_stage);
                 let inner = &mut self.logged.inner;
-                let committed = py
-                    .detach(|| {
-                        crate::errors::guard(|| {
-                            inner.commit(
-                                offset,
-                                now_ms,
-                                &mut |p| reporter.report(p),
-                                &mut |stage| stages.call((stage.name(),)),
-                            )
-                        })
-                    })
-                    .map_err(|error| self.logged.publish_failure_or(error))?;
+                let committed = crate::errors::detached(py, || {
+                    inner.commit(
+                        offset,
+                        now_ms,
+                        &mut |p| reporter.report(p),
+                        &mut |stage| stages.call((stage.name(),)),
+                    )
+                })
+                .map_err(|error| self.logged.publish_failure_or(error))?;
                 reporter.finish()?;
                 stages.finish()?;
                 Ok(committed)
@@ -337,7 +324,7 @@ macro_rules! logged_store_methods {
             /// offset.
             fn publish(&mut self, py: pyo3::Python<'_>, now_ms: i64) -> pyo3::PyResult<Option<i64>> {
                 let inner = &mut self.logged.inner;
-                py.detach(|| crate::errors::guard(|| inner.publish(now_ms)))
+                crate::errors::detached(py, || inner.publish(now_ms))
                     .map_err(|error| self.logged.publish_failure_or(error))
             }
 
@@ -351,11 +338,9 @@ macro_rules! logged_store_methods {
             ) -> pyo3::PyResult<()> {
                 let mut reporter = crate::progress::Progress::new(progress);
                 let inner = &mut self.logged.inner;
-                py.detach(|| {
-                    crate::errors::guard(|| {
+                crate::errors::detached(py, || {
                         inner.commit_published(published, &mut |p| reporter.report(p))
-                    })
-                })?;
+                    })?;
                 reporter.finish()
             }
 
@@ -370,11 +355,9 @@ macro_rules! logged_store_methods {
             ) -> pyo3::PyResult<bool> {
                 let mut reporter = crate::progress::Progress::new(progress);
                 let inner = &mut self.logged.inner;
-                let current = py.detach(|| {
-                    crate::errors::guard(|| {
+                let current = crate::errors::detached(py, || {
                         inner.recover(offset, &mut |done, total| reporter.counts(done, total))
-                    })
-                })?;
+                    })?;
                 reporter.finish()?;
                 Ok(current)
             }
@@ -387,13 +370,13 @@ macro_rules! logged_store_methods {
                 now_ms: i64,
             ) -> pyo3::PyResult<Option<pyo3::Bound<'py, pyo3::types::PyDict>>> {
                 let inner = &mut self.logged.inner;
-                let report = py.detach(|| crate::errors::guard(|| inner.clean_changelog(now_ms)))?;
+                let report = crate::errors::detached(py, || inner.clean_changelog(now_ms))?;
                 crate::logged::cleaning_report(py, report)
             }
 
             fn close(&mut self, py: pyo3::Python<'_>) -> pyo3::PyResult<()> {
                 let inner = &mut self.logged.inner;
-                py.detach(|| crate::errors::guard(|| inner.close()))
+                crate::errors::detached(py, || inner.close())
             }
         }
     };

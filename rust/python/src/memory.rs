@@ -10,7 +10,7 @@ use kstate_core::{MemoryBudget, RocksConfig, StoreMemory};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
-use crate::errors::guard;
+use crate::errors::{detached, guard};
 
 /// The process's budget (`memory_max_bytes`: a store's `statestore.memory.max.bytes`, `None`
 /// when not configured) with the store's RocksDB options (`name=value;...`), checked.
@@ -65,7 +65,7 @@ pub fn process_memory(py: Python<'_>, stores: bool) -> PyResult<Option<Bound<'_,
     };
     let usage = budget.usage();
     let stores = if stores {
-        py.detach(|| guard(|| budget.stores()))?
+        detached(py, || budget.stores())?
     } else {
         Vec::new()
     };

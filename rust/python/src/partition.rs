@@ -7,7 +7,7 @@ use kstate_core::log::{LogConfig, NewRecord, Partition};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
-use crate::errors::guard;
+use crate::errors::{detached, guard};
 
 /// `(timestamp, key, value)` of a record to append.
 type RecordTuple = (i64, Option<Vec<u8>>, Option<Vec<u8>>);
@@ -41,15 +41,13 @@ impl NativePartition {
         directory: &str,
         config: HashMap<String, String>,
     ) -> PyResult<(Self, Bound<'py, PyDict>)> {
-        let (partition, report) = py.detach(|| {
-            guard(|| {
-                let mut log_config = LogConfig::default();
-                for (name, value) in &config {
-                    log_config.set(name, value)?;
-                }
-                log_config.validate()?;
-                Partition::open(Path::new(directory), log_config)
-            })
+        let (partition, report) = detached(py, || {
+            let mut log_config = LogConfig::default();
+            for (name, value) in &config {
+                log_config.set(name, value)?;
+            }
+            log_config.validate()?;
+            Partition::open(Path::new(directory), log_config)
         })?;
         let found = PyDict::new(py);
         found.set_item("created", report.created)?;
@@ -75,35 +73,33 @@ impl NativePartition {
         now_ms: i64,
     ) -> PyResult<(i64, i64, i64, i64)> {
         let partition = self.partition_mut()?;
-        py.detach(|| {
-            guard(|| {
-                let rows: Vec<NewRecord<'_>> = records
-                    .iter()
-                    .map(|(timestamp, key, value)| NewRecord {
-                        timestamp: *timestamp,
-                        key: key.as_deref(),
-                        value: value.as_deref(),
-                    })
-                    .collect();
-                let info = partition.append(&rows, now_ms)?;
-                Ok((
-                    info.first_offset,
-                    info.last_offset,
-                    info.log_append_time,
-                    info.max_timestamp,
-                ))
-            })
+        detached(py, || {
+            let rows: Vec<NewRecord<'_>> = records
+                .iter()
+                .map(|(timestamp, key, value)| NewRecord {
+                    timestamp: *timestamp,
+                    key: key.as_deref(),
+                    value: value.as_deref(),
+                })
+                .collect();
+            let info = partition.append(&rows, now_ms)?;
+            Ok((
+                info.first_offset,
+                info.last_offset,
+                info.log_append_time,
+                info.max_timestamp,
+            ))
         })
     }
 
     fn flush(&mut self, py: Python<'_>) -> PyResult<()> {
         let partition = self.partition_mut()?;
-        py.detach(|| guard(|| partition.flush()))
+        detached(py, || partition.flush())
     }
 
     fn sync_appended(&mut self, py: Python<'_>) -> PyResult<()> {
         let partition = self.partition_mut()?;
-        py.detach(|| guard(|| partition.sync_appended()))
+        detached(py, || partition.sync_appended())
     }
 
     /// Message-set bytes from the entry holding `from_offset`, about `max_bytes` of them.
@@ -114,27 +110,27 @@ impl NativePartition {
         max_bytes: usize,
     ) -> PyResult<Bound<'py, PyBytes>> {
         let partition = self.partition()?;
-        let set = py.detach(|| guard(|| partition.read(from_offset, max_bytes)))?;
+        let set = detached(py, || partition.read(from_offset, max_bytes))?;
         Ok(PyBytes::new(py, &set))
     }
 
     /// `(timestamp, offset)` of the first record with a timestamp >= `timestamp`, or `None`.
     fn offsets_for_times(&self, py: Python<'_>, timestamp: i64) -> PyResult<Option<(i64, i64)>> {
         let partition = self.partition()?;
-        let found = py.detach(|| guard(|| partition.offsets_for_times(timestamp)))?;
+        let found = detached(py, || partition.offsets_for_times(timestamp))?;
         Ok(found.map(|t| (t.timestamp, t.offset)))
     }
 
     fn truncate_to(&mut self, py: Python<'_>, offset: i64) -> PyResult<()> {
         let partition = self.partition_mut()?;
-        py.detach(|| guard(|| partition.truncate_to(offset)))
+        detached(py, || partition.truncate_to(offset))
     }
 
     /// Deletes the oldest segments whose records all lie below `offset` (never the active
     /// one); returns the new log start offset.
     fn delete_segments_below(&mut self, py: Python<'_>, offset: i64, now_ms: i64) -> PyResult<i64> {
         let partition = self.partition_mut()?;
-        let report = py.detach(|| guard(|| partition.delete_segments_below(offset, now_ms)))?;
+        let report = detached(py, || partition.delete_segments_below(offset, now_ms))?;
         Ok(report.log_start_offset)
     }
 
@@ -147,7 +143,7 @@ impl NativePartition {
         now_ms: i64,
     ) -> PyResult<(usize, i64)> {
         let partition = self.partition_mut()?;
-        let report = py.detach(|| guard(|| partition.delete_records_before(offset, now_ms)))?;
+        let report = detached(py, || partition.delete_records_before(offset, now_ms))?;
         Ok((report.deleted_below_offset, report.log_start_offset))
     }
 
@@ -158,7 +154,7 @@ impl NativePartition {
         now_ms: i64,
     ) -> PyResult<Bound<'py, PyDict>> {
         let partition = self.partition_mut()?;
-        let report = py.detach(|| guard(|| partition.delete_expired(now_ms)))?;
+        let report = detached(py, || partition.delete_expired(now_ms))?;
         let out = PyDict::new(py);
         out.set_item("deleted_by_time", report.deleted_by_time)?;
         out.set_item("deleted_by_size", report.deleted_by_size)?;
@@ -170,7 +166,7 @@ impl NativePartition {
     /// Keeps the latest record per key in sealed segments; returns what it did.
     fn compact<'py>(&mut self, py: Python<'py>, now_ms: i64) -> PyResult<Bound<'py, PyDict>> {
         let partition = self.partition_mut()?;
-        let report = py.detach(|| guard(|| partition.compact(now_ms)))?;
+        let report = detached(py, || partition.compact(now_ms))?;
         let out = PyDict::new(py);
         out.set_item("segments_before", report.segments_before)?;
         out.set_item("segments_after", report.segments_after)?;
@@ -214,7 +210,7 @@ impl NativePartition {
 
     fn close(&mut self, py: Python<'_>) -> PyResult<()> {
         match self.inner.take() {
-            Some(partition) => py.detach(|| guard(|| partition.close())),
+            Some(partition) => detached(py, || partition.close()),
             None => Ok(()),
         }
     }

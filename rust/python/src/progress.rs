@@ -3,6 +3,8 @@
 use kstate_core::CommitProgress;
 use pyo3::prelude::*;
 
+use crate::errors::attached;
+
 /// Calls an optional Python callable (`progress(done, total)`, `on_stage(name)`); its first error
 /// is kept so the caller can raise it once the (already consistent) operation has finished.
 pub struct Progress {
@@ -20,7 +22,7 @@ impl Progress {
 
     pub fn call(&mut self, args: impl for<'py> pyo3::call::PyCallArgs<'py>) {
         if let (Some(cb), None) = (&self.callback, &self.error) {
-            if let Err(e) = Python::attach(|py| cb.call1(py, args)) {
+            if let Err(e) = attached(|py| cb.call1(py, args)) {
                 self.error = Some(e);
             }
         }

@@ -20,7 +20,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 
-use crate::errors::{guard, raise, to_py, ErrorClass};
+use crate::errors::{detached, guard, raise, to_py, ErrorClass};
 
 /// `(validity, offsets, data, null_count)` of an Arrow binary array built here.
 type PackedArray = (ColumnBuffer, ColumnBuffer, ColumnBuffer, usize);
@@ -329,7 +329,7 @@ pub fn encode_records<'py>(
         })?;
     }
     // Compression runs without the interpreter lock, so other Python threads go on.
-    let set = py.detach(|| guard(|| builder.build()))?;
+    let set = detached(py, || builder.build())?;
     Ok(PyBytes::new(py, &set))
 }
 
@@ -557,7 +557,7 @@ fn int64_values(buffer: &[u8], count: usize, what: &str) -> PyResult<Vec<i64>> {
 /// int8 Kafka ids, which are the core's u8 codes read as signed (255 is -1).
 #[pyfunction]
 pub fn decode_record_columns(py: Python<'_>, data: &[u8], large: bool) -> PyResult<DecodedColumns> {
-    let columns = py.detach(|| guard(|| codec::decode_columns(data, large)))?;
+    let columns = detached(py, || codec::decode_columns(data, large))?;
     Ok((
         columns.len(),
         columns.offsets.into(),
@@ -591,17 +591,15 @@ pub fn encode_record_columns<'py>(
     let (magic, compression) = (magic_of(magic)?, compression_of(compression)?);
     let offsets = int64_values(offsets, count, "offset")?;
     let timestamps = int64_values(timestamps, count, "timestamp")?;
-    let set = py.detach(|| {
-        guard(|| {
-            let columns = RecordColumnsView {
-                offsets: &offsets,
-                timestamps: &timestamps,
-                timestamp_types,
-                keys: binary_column(key, count)?,
-                values: binary_column(value, count)?,
-            };
-            codec::encode_columns(magic, compression, &columns)
-        })
+    let set = detached(py, || {
+        let columns = RecordColumnsView {
+            offsets: &offsets,
+            timestamps: &timestamps,
+            timestamp_types,
+            keys: binary_column(key, count)?,
+            values: binary_column(value, count)?,
+        };
+        codec::encode_columns(magic, compression, &columns)
     })?;
     Ok(PyBytes::new(py, &set))
 }

@@ -8,7 +8,7 @@ use kstate_core::log::{compact_objects, SegmentObject};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::errors::guard;
+use crate::errors::{attached, detached};
 use crate::logged::log_config;
 
 /// `(first, last or None, path)` of a segment file.
@@ -39,23 +39,21 @@ pub fn compact_changelog_objects<'py>(
     let config = log_config(&config)?;
     let (inputs, newer) = (objects(inputs), objects(newer));
     let mut progress_error = None;
-    let (outputs, report) = py.detach(|| {
-        guard(|| {
-            compact_objects(
-                &inputs,
-                &newer,
-                &config,
-                now_ms,
-                Path::new(out_dir),
-                &mut |done, total| {
-                    if let (Some(callback), None) = (&progress, &progress_error) {
-                        if let Err(error) = Python::attach(|py| callback.call1(py, (done, total))) {
-                            progress_error = Some(error);
-                        }
+    let (outputs, report) = detached(py, || {
+        compact_objects(
+            &inputs,
+            &newer,
+            &config,
+            now_ms,
+            Path::new(out_dir),
+            &mut |done, total| {
+                if let (Some(callback), None) = (&progress, &progress_error) {
+                    if let Err(error) = attached(|py| callback.call1(py, (done, total))) {
+                        progress_error = Some(error);
                     }
-                },
-            )
-        })
+                }
+            },
+        )
     })?;
     if let Some(error) = progress_error {
         return Err(error);

@@ -12,7 +12,7 @@ use kstate_core::store::key_value::CommittedFiles;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
-use crate::errors::guard;
+use crate::errors::{detached, guard};
 
 /// `(path, size, object name)` of a snapshot's file.
 type FileTuple = (String, u64, String);
@@ -65,24 +65,22 @@ impl NativeCommittedFiles {
     /// must be on the store's file system) and returns its changelog offset; `None` (nothing
     /// captured) while the store has none.
     fn capture(&self, py: Python<'_>, dir: &str) -> PyResult<Option<i64>> {
-        py.detach(|| {
-            guard(|| {
-                let captured = match &self.files {
-                    Committed::KeyValue(files) => {
-                        files.capture(Path::new(dir))?.map(|offset| (offset, None))
-                    }
-                    Committed::Segmented(files) => files
-                        .capture(Path::new(dir))?
-                        .map(|c| (c.offset, Some(c.stream_time))),
-                };
-                *self.captured.lock().map_err(|_| poisoned("capture"))? =
-                    captured.map(|(offset, stream_time)| Captured {
-                        dir: PathBuf::from(dir),
-                        offset,
-                        stream_time,
-                    });
-                Ok(captured.map(|(offset, _)| offset))
-            })
+        detached(py, || {
+            let captured = match &self.files {
+                Committed::KeyValue(files) => {
+                    files.capture(Path::new(dir))?.map(|offset| (offset, None))
+                }
+                Committed::Segmented(files) => files
+                    .capture(Path::new(dir))?
+                    .map(|c| (c.offset, Some(c.stream_time))),
+            };
+            *self.captured.lock().map_err(|_| poisoned("capture"))? =
+                captured.map(|(offset, stream_time)| Captured {
+                    dir: PathBuf::from(dir),
+                    offset,
+                    stream_time,
+                });
+            Ok(captured.map(|(offset, _)| offset))
         })
     }
 
@@ -99,27 +97,25 @@ impl NativeCommittedFiles {
         created_ms: i64,
     ) -> PyResult<(NativeSnapshotManifest, Bound<'py, PyDict>)> {
         let kind = guard(|| StoreKind::parse(kind))?;
-        let (files, described, stream_time) = py.detach(|| {
-            guard(|| {
-                let stream_time = match &self.files {
-                    Committed::KeyValue(_) => None,
-                    Committed::Segmented(_) => {
-                        let captured = self.captured.lock().map_err(|_| poisoned("capture"))?;
-                        let time = captured
-                            .as_ref()
-                            .filter(|c| c.dir == Path::new(dir) && c.offset == offset)
-                            .and_then(|c| c.stream_time);
-                        Some(time.ok_or_else(|| {
-                            kstate_core::Error::InvalidArgument(format!(
-                                "{dir} at offset {offset} is not what this store captured last"
-                            ))
-                        })?)
-                    }
-                };
-                let mut hashes = self.hashes.lock().map_err(|_| poisoned("file hashes"))?;
-                let (files, described) = hashes.describe(Path::new(dir))?;
-                Ok((files, described, stream_time))
-            })
+        let (files, described, stream_time) = detached(py, || {
+            let stream_time = match &self.files {
+                Committed::KeyValue(_) => None,
+                Committed::Segmented(_) => {
+                    let captured = self.captured.lock().map_err(|_| poisoned("capture"))?;
+                    let time = captured
+                        .as_ref()
+                        .filter(|c| c.dir == Path::new(dir) && c.offset == offset)
+                        .and_then(|c| c.stream_time);
+                    Some(time.ok_or_else(|| {
+                        kstate_core::Error::InvalidArgument(format!(
+                            "{dir} at offset {offset} is not what this store captured last"
+                        ))
+                    })?)
+                }
+            };
+            let mut hashes = self.hashes.lock().map_err(|_| poisoned("file hashes"))?;
+            let (files, described) = hashes.describe(Path::new(dir))?;
+            Ok((files, described, stream_time))
         })?;
         let report = PyDict::new(py);
         report.set_item("files", described.files)?;
@@ -207,6 +203,6 @@ impl NativeSnapshotManifest {
     /// `(path, problem)` of each file `dir` does not hold as listed (missing, another size or
     /// content hash); empty when every file is right.
     fn verify(&self, py: Python<'_>, dir: &str) -> PyResult<Vec<(String, String)>> {
-        py.detach(|| guard(|| verify(Path::new(dir), &self.manifest.files)))
+        detached(py, || verify(Path::new(dir), &self.manifest.files))
     }
 }

@@ -8,7 +8,7 @@ use kstate_core::spark::hash::{
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyFloat, PyInt, PyList, PyString};
 
-use crate::errors::guard;
+use crate::errors::{detached, guard};
 
 /// `(kind, offsets or None, data, validity or None, offset)` of one Arrow array: `kind` one of
 /// `ColumnKind::ALL`'s names, `offset` the array's element offset into its buffers.
@@ -44,18 +44,16 @@ pub fn spark_hash<'py>(
             })
             .collect::<kstate_core::Result<Vec<_>>>()
     })?;
-    let out = py.detach(|| {
-        guard(|| {
-            let mut hashes = hash_columns(count, &buffers)?;
-            if let Some(n) = num_partitions {
-                to_partition_ids(&mut hashes, n)?;
-            }
-            let mut out = vec![0u8; hashes.len() * 4];
-            for (bytes, h) in out.chunks_exact_mut(4).zip(&hashes) {
-                bytes.copy_from_slice(&h.to_le_bytes());
-            }
-            Ok(out)
-        })
+    let out = detached(py, || {
+        let mut hashes = hash_columns(count, &buffers)?;
+        if let Some(n) = num_partitions {
+            to_partition_ids(&mut hashes, n)?;
+        }
+        let mut out = vec![0u8; hashes.len() * 4];
+        for (bytes, h) in out.chunks_exact_mut(4).zip(&hashes) {
+            bytes.copy_from_slice(&h.to_le_bytes());
+        }
+        Ok(out)
     })?;
     Ok(PyBytes::new(py, &out))
 }

@@ -7,13 +7,13 @@ use std::path::Path;
 use kstate_core::tools::{inspect, upgrade};
 use pyo3::prelude::*;
 
-use crate::errors::guard;
+use crate::errors::detached;
 use crate::progress::Progress;
 
 /// `(format name, legacy entries, timestamped entries)` of the store at `path`, read-only.
 #[pyfunction]
 pub fn inspect_store(py: Python<'_>, path: &str) -> PyResult<(&'static str, u64, u64)> {
-    let found = py.detach(|| guard(|| upgrade::inspect(Path::new(path))))?;
+    let found = detached(py, || upgrade::inspect(Path::new(path)))?;
     Ok((
         found.format.name(),
         found.legacy_entries,
@@ -31,11 +31,9 @@ pub fn upgrade_store_to_timestamped(
     progress: Option<Py<PyAny>>,
 ) -> PyResult<u64> {
     let mut reporter = Progress::new(progress);
-    let converted = py.detach(|| {
-        guard(|| {
-            upgrade::upgrade_to_timestamped(Path::new(path), &mut |done, total| {
-                reporter.counts(done, total)
-            })
+    let converted = detached(py, || {
+        upgrade::upgrade_to_timestamped(Path::new(path), &mut |done, total| {
+            reporter.counts(done, total)
         })
     })?;
     reporter.finish()?;
@@ -51,7 +49,7 @@ pub fn summarize_store(
     path: &str,
     count_entries: bool,
 ) -> PyResult<(HashMap<String, i64>, u64, Option<u64>)> {
-    let found = py.detach(|| guard(|| inspect::summarize(Path::new(path), count_entries)))?;
+    let found = detached(py, || inspect::summarize(Path::new(path), count_entries))?;
     Ok((
         found.offsets.into_iter().collect(),
         found.approximate_entries,

@@ -16,7 +16,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyTuple, PyType};
 
-use crate::errors::{guard, ErrorClass};
+use crate::errors::{detached, guard, ErrorClass};
 use crate::key_value_store::{ttl_of, untrack, PackedArray, RowSink, RowType};
 use crate::progress::Progress;
 use crate::session_store::NativeSessionStore;
@@ -108,10 +108,8 @@ pub fn open_segmented<'py>(
         ));
     };
     let mut reporter = Progress::new(progress);
-    let (store, report) = py.detach(|| {
-        guard(|| {
-            SegmentedStore::open_rocksdb(name, Path::new(dir), options, &mut |p| reporter.report(p))
-        })
+    let (store, report) = detached(py, || {
+        SegmentedStore::open_rocksdb(name, Path::new(dir), options, &mut |p| reporter.report(p))
     })?;
     reporter.finish()?;
     found.set_item("segments", report.segments)?;
@@ -321,10 +319,8 @@ pub fn check_restored_segments(
     retention_ms: i64,
     segment_interval: i64,
 ) -> PyResult<usize> {
-    py.detach(|| {
-        guard(|| {
-            segmented_snapshot::check_restored(name, Path::new(dir), retention_ms, segment_interval)
-        })
+    detached(py, || {
+        segmented_snapshot::check_restored(name, Path::new(dir), retention_ms, segment_interval)
     })
 }
 
@@ -338,7 +334,9 @@ pub fn install_restored_segments(
     offset: i64,
     stream_time: i64,
 ) -> PyResult<()> {
-    py.detach(|| guard(|| segmented_snapshot::install(name, Path::new(dir), offset, stream_time)))
+    detached(py, || {
+        segmented_snapshot::install(name, Path::new(dir), offset, stream_time)
+    })
 }
 
 /// Stages `keys`/`values` (equal lengths) in the segments their store keys name.
@@ -355,14 +353,12 @@ pub fn put_store_keys<T: SegmentedKeys + Send>(
         ));
     }
     let segments = store.segments_mut();
-    py.detach(|| {
-        guard(|| {
-            let mut writes = keys
-                .iter()
-                .map(Vec::as_slice)
-                .zip(values.iter().map(Option::as_deref));
-            segments.put_store_keys(&mut writes, &T::segment_time)
-        })
+    detached(py, || {
+        let mut writes = keys
+            .iter()
+            .map(Vec::as_slice)
+            .zip(values.iter().map(Option::as_deref));
+        segments.put_store_keys(&mut writes, &T::segment_time)
     })
 }
 
@@ -381,23 +377,21 @@ pub fn staged_values<'py, T: SegmentedKeys + Send>(
     large: bool,
 ) -> PyResult<(Bound<'py, PyBytes>, PackedArray<'py>)> {
     let segments = store.segments_mut();
-    let (times, values) = py.detach(|| {
-        guard(|| {
-            let keys = BinaryColumn::parse(offsets, data, validity, start, count, large)?;
-            let mut times = Vec::with_capacity(keys.len() * 8);
-            let values = BinaryBuilder::from_visits(keys.len(), large, |visit| {
-                for i in 0..keys.len() {
-                    let key = keys.get(i).ok_or_else(|| {
-                        kstate_core::Error::InvalidArgument("null store key".into())
-                    })?;
-                    let time = T::segment_time(key)?;
-                    times.extend_from_slice(&time.to_le_bytes());
-                    segments.get_stored_with(key, time, |value| visit(i, value))?;
-                }
-                Ok(())
-            })?;
-            Ok((times, values))
-        })
+    let (times, values) = detached(py, || {
+        let keys = BinaryColumn::parse(offsets, data, validity, start, count, large)?;
+        let mut times = Vec::with_capacity(keys.len() * 8);
+        let values = BinaryBuilder::from_visits(keys.len(), large, |visit| {
+            for i in 0..keys.len() {
+                let key = keys
+                    .get(i)
+                    .ok_or_else(|| kstate_core::Error::InvalidArgument("null store key".into()))?;
+                let time = T::segment_time(key)?;
+                times.extend_from_slice(&time.to_le_bytes());
+                segments.get_stored_with(key, time, |value| visit(i, value))?;
+            }
+            Ok(())
+        })?;
+        Ok((times, values))
     })?;
     let packed = (
         PyBytes::new(py, &values.validity),
@@ -527,7 +521,7 @@ macro_rules! segmented_store_methods {
             /// Compacts every segment now; with a TTL, expired values leave the disk.
             fn compact(&self, py: pyo3::Python<'_>) -> pyo3::PyResult<()> {
                 let segments = self.segments();
-                py.detach(|| crate::errors::guard(|| segments.compact()))
+                crate::errors::detached(py, || segments.compact())
             }
         }
 
