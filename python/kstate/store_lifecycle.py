@@ -270,7 +270,7 @@ class StoreLifecycle:
         """Closes the changelog while the store stays open (kstate.spark's parked stores: the
         changelog directory is shared by every executor, the store is this one's)."""
         if self._logging is not None:
-            self._reader.detach_changelog()
+            self._log_cleaned("compaction finished at the close", self._reader.detach_changelog())
 
     def _catch_up(self, what: str, replay: Callable[[RestoreProgress], Any]) -> Any:
         """Fetches what a remote changelog has beyond the local cache, then runs ``replay``
@@ -587,15 +587,19 @@ class StoreLifecycle:
             return
         if self._history_start is not None:
             self._delete_collected_history()
-        cleaned = self._reader.clean_changelog(now_ms())
-        if cleaned:
-            log.info(
-                "Changelog %s: cleaned (%s)",
-                self._changelog_dir,
-                ", ".join(f"{name.replace('_', ' ')} {value:,}" for name, value in cleaned.items()),
-            )
+        self._log_cleaned("cleaned", self._reader.clean_changelog(now_ms()))
         if self._remote is not None and self._remote.wants_compaction(self._logging.topic_config):
             self._compact_in_background()
+
+    def _log_cleaned(self, what: str, cleaned: dict[str, int] | None) -> None:
+        """Logs what the changelog's cleaner did (``None``: nothing)."""
+        if cleaned:
+            log.info(
+                "Changelog %s: %s (%s)",
+                self._changelog_dir,
+                what,
+                ", ".join(f"{name.replace('_', ' ')} {value:,}" for name, value in cleaned.items()),
+            )
 
     def _compact_in_background(self) -> None:
         """Starts compacting the remote changelog on a thread, unless a compaction runs. The
@@ -700,7 +704,9 @@ class StoreLifecycle:
             staged, spilled = self._reader.uncommitted()
             if staged or spilled:
                 log.warning("closing store %s discards its uncommitted writes", self.name)
-        self._reader.close()
+        closed = self._reader.close()
+        if self._logging is not None:
+            self._log_cleaned("compaction finished at the close", closed)
 
     def __enter__(self: _Store) -> _Store:
         if not self.is_open:

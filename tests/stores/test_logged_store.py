@@ -113,10 +113,11 @@ def test_the_changelog_compacts_itself_as_commits_add_to_it(state_dir, caplog):
         assert list(store.all_with_timestamp()) == expected
 
 
-def test_a_large_changelog_compacts_beside_the_commits_and_when_opened_for_one_commit_at_a_time(state_dir):
+def test_a_large_changelog_compacts_beside_the_commits_and_when_opened_for_one_commit_at_a_time(state_dir, caplog):
     """Compactions of more than 8 MiB run on a cleaner thread: a commit that makes one due does
-    not wait for it, and a close waits for one still running, so a store opened for one commit
-    at a time compacts too. A restore from the compacted changelog is the store's state."""
+    not wait for it, and a close waits for one still running (and logs it), so a store opened for
+    one commit at a time compacts too. A restore from the compacted changelog is the store's state."""
+    caplog.set_level(logging.INFO, logger="kstate.store")
     task = state_dir / APP / "0_0"
     config = {"segment.bytes": 1 << 20}
     value = "v" * 200
@@ -129,6 +130,7 @@ def test_a_large_changelog_compacts_beside_the_commits_and_when_opened_for_one_c
     kept = sum(p.stat().st_size for p in changelog_dir(state_dir).glob("*.log"))
     assert kept < 40 << 20, f"compacted: {kept} bytes kept of ~83 MB written"
     assert not list(changelog_dir(state_dir).glob("*.cleaned")), "a close leaves no compaction behind"
+    assert "compaction finished at the close (" in caplog.text and "records removed" in caplog.text
     shutil.rmtree(task)
     with build(logging_config=config).init(task) as store:
         assert list(store.all_with_timestamp()) == expected

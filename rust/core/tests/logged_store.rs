@@ -673,11 +673,15 @@ fn a_compaction_in_flight_is_abandoned_when_the_log_is_cut_and_finished_when_it_
             .sum()
     };
     let before_close = bytes(&partition_dir);
-    changelog.close().unwrap();
+    let report = changelog
+        .close()
+        .unwrap()
+        .expect("the close reports the compaction");
     assert!(
         bytes(&partition_dir) < before_close,
         "the compaction was swapped in"
     );
+    assert!(report.bytes_after < report.bytes_before, "{report:?}");
     let leftovers: Vec<_> = fs::read_dir(&partition_dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())

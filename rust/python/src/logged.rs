@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use kstate_core::format::checkpoint::OffsetCheckpoint;
-use kstate_core::log::LogConfig;
+use kstate_core::log::{CompactionReport, LogConfig};
 use kstate_core::logged::changelog::{Changelog, CleaningReport, Publisher};
 use kstate_core::logged::logged_store::{ChangelogTarget, LoggedStore, StoreChangelog};
 use pyo3::prelude::*;
@@ -157,6 +157,18 @@ pub(crate) fn cleaning_report(
     Ok(Some(out))
 }
 
+/// A compaction finished when the changelog closed, as a cleaning report.
+pub(crate) fn compaction_report(
+    py: Python<'_>,
+    compaction: Option<CompactionReport>,
+) -> PyResult<Option<Bound<'_, PyDict>>> {
+    let report = compaction.map(|compaction| CleaningReport {
+        retention: Default::default(),
+        compaction: Some(compaction),
+    });
+    cleaning_report(py, report)
+}
+
 /// Kafka topic configs given as strings, validated.
 pub(crate) fn log_config(config: &HashMap<String, String>) -> PyResult<LogConfig> {
     let mut log_config = LogConfig::default();
@@ -205,9 +217,15 @@ macro_rules! logged_store_methods {
 
             /// Closes the changelog, releasing its directory for another process, until
             /// `attach_changelog` gives it back.
-            fn detach_changelog(&mut self, py: pyo3::Python<'_>) -> pyo3::PyResult<()> {
+            /// Closes the changelog, the store staying open; what a compaction finished then
+            /// did (as `clean_changelog`'s), or `None`.
+            fn detach_changelog<'py>(
+                &mut self,
+                py: pyo3::Python<'py>,
+            ) -> pyo3::PyResult<Option<pyo3::Bound<'py, pyo3::types::PyDict>>> {
                 let inner = &mut self.logged.inner;
-                crate::errors::detached(py, || inner.detach())
+                let compaction = crate::errors::detached(py, || inner.detach())?;
+                crate::logged::compaction_report(py, compaction)
             }
 
             #[getter]
@@ -374,9 +392,15 @@ macro_rules! logged_store_methods {
                 crate::logged::cleaning_report(py, report)
             }
 
-            fn close(&mut self, py: pyo3::Python<'_>) -> pyo3::PyResult<()> {
+            /// Closes the store and its changelog; what a compaction finished then did (as
+            /// `clean_changelog`'s), or `None`.
+            fn close<'py>(
+                &mut self,
+                py: pyo3::Python<'py>,
+            ) -> pyo3::PyResult<Option<pyo3::Bound<'py, pyo3::types::PyDict>>> {
                 let inner = &mut self.logged.inner;
-                crate::errors::detached(py, || inner.close())
+                let compaction = crate::errors::detached(py, || inner.close())?;
+                crate::logged::compaction_report(py, compaction)
             }
         }
     };

@@ -466,17 +466,18 @@ impl Changelog {
         Ok(())
     }
 
-    /// Closes the log, after swapping in a compaction that runs off the commit path; cleanly
-    /// (the next open skips the scan and the marker write) unless a marker write failed
-    /// part-way, which the next open must then redo.
-    pub fn close(mut self) -> Result<()> {
+    /// Closes the log, after swapping in a compaction that runs off the commit path (its report
+    /// returned); cleanly (the next open skips the scan and the marker write) unless a marker
+    /// write failed part-way, which the next open must then redo.
+    pub fn close(mut self) -> Result<Option<CompactionReport>> {
         // Finished, not abandoned: a store opened for one commit at a time would never compact.
-        self.swap_in_compaction()?;
+        let compaction = self.swap_in_compaction()?;
         if self.marker_durable {
-            self.partition.close()
+            self.partition.close()?;
         } else {
-            self.partition.flush()
+            self.partition.flush()?;
         }
+        Ok(compaction)
     }
 }
 

@@ -16,7 +16,7 @@
 
 use crate::error::{Error, Result};
 use crate::format::checkpoint::{OffsetCheckpoint, Offsets};
-use crate::log::NewRecord;
+use crate::log::{CompactionReport, NewRecord};
 use crate::logged::changelog::{Changelog, CleaningReport};
 use crate::segmented::segmented_store::SegmentedKeys;
 use crate::store::committed::Write;
@@ -219,11 +219,12 @@ impl<S: ChangelogTarget> LoggedStore<S> {
     }
 
     /// Closes the store's changelog (releasing its directory) and leaves the store unlogged
-    /// until [`Self::attach`] gives it one again; staged writes stay staged.
-    pub fn detach(&mut self) -> Result<()> {
+    /// until [`Self::attach`] gives it one again; staged writes stay staged. Returns what a
+    /// compaction finished at the close did.
+    pub fn detach(&mut self) -> Result<Option<CompactionReport>> {
         match self.changelog.take() {
             Some(log) => log.changelog.close(),
-            None => Ok(()),
+            None => Ok(None),
         }
     }
 
@@ -445,12 +446,10 @@ impl<S: ChangelogTarget> LoggedStore<S> {
         }
     }
 
-    pub fn close(&mut self) -> Result<()> {
+    /// Closes the store and its changelog; returns what a compaction finished at the close did.
+    pub fn close(&mut self) -> Result<Option<CompactionReport>> {
         self.store.close()?;
-        if let Some(log) = self.changelog.take() {
-            log.changelog.close()?;
-        }
-        Ok(())
+        self.detach()
     }
 }
 
