@@ -385,9 +385,6 @@ class StateCodec:
         values: list[Any],
         ahead: StateReadAhead | None = None,
     ) -> list[bytes] | None: ...
-    def replace_list(
-        self, store: KeyValueStore, prefix: bytes, expiry: int, values: list[Any], ahead: StateReadAhead | None = None
-    ) -> list[bytes] | None: ...
 
 @final
 class StateReadAhead:

@@ -646,11 +646,14 @@ impl StateCodec {
         stage_under(store, ahead, prefix, &writes)?;
         Ok(suffixes(py, prefix, expiry, &writes))
     }
+}
 
-    /// List state `put`: the list under `prefix` becomes `values` (elements `0..n`), deleting the
-    /// old elements past them in the same call (those the read-ahead holds, if it holds the
-    /// key); returns what `append_all` returns.
-    #[pyo3(signature = (store, prefix, expiry, values, ahead=None))]
+impl StateCodec {
+    /// List state `put`: the list under `prefix` becomes `values`; returns what `append_all`
+    /// returns and the sequence the list's next element takes. With a TTL every element is
+    /// written (its expiry is new): elements `0..n`, the old ones past them deleted. Without
+    /// one, only what differs (`state_layout::list_replacement`: a list kept as its last `N`
+    /// elements writes those that came and went).
     fn replace_list<'py>(
         &self,
         py: Python<'py>,
@@ -659,15 +662,31 @@ impl StateCodec {
         expiry: i64,
         values: Vec<Bound<'py, PyAny>>,
         ahead: Option<&Bound<'py, StateReadAhead>>,
-    ) -> PyResult<Option<Vec<Bound<'py, PyBytes>>>> {
+    ) -> PyResult<(Option<Vec<Bound<'py, PyBytes>>>, u64)> {
+        if expiry == NO_EXPIRY {
+            let stored = values
+                .iter()
+                .map(|value| self.stored(py, expiry, value))
+                .collect::<PyResult<Vec<_>>>()?;
+            let replacement = {
+                let held = ahead.map(Bound::try_borrow).transpose()?;
+                let entries = entries_under(
+                    &store.try_borrow()?.logged.inner.store,
+                    held.as_deref(),
+                    prefix,
+                )?;
+                layout::list_replacement(prefix, &entries, stored).map_err(to_py)?
+            };
+            stage_under(store, ahead, prefix, &replacement.writes)?;
+            return Ok((None, replacement.next_sequence));
+        }
         let mut writes = self.elements(py, prefix, 0, expiry, &values)?;
         writes.extend(self.keys_under(store, ahead, prefix, values.len() as u64)?);
         stage_under(store, ahead, prefix, &writes)?;
-        Ok(suffixes(py, prefix, expiry, &writes[..values.len()]))
+        let written = suffixes(py, prefix, expiry, &writes[..values.len()]);
+        Ok((written, values.len() as u64))
     }
-}
 
-impl StateCodec {
     /// List elements `first, first + 1, ...` of `values` as staged writes under `prefix`.
     fn elements(
         &self,
@@ -1086,8 +1105,7 @@ impl ListCalls {
             None => self.check.bind(py).call1((newState,))?.extract()?,
         };
         let prefix = self.cursor.bind(py).try_borrow()?.prefix.clone();
-        let count = values.len() as u64;
-        let written = self.values.get().replace_list(
+        let (written, next) = self.values.get().replace_list(
             py,
             self.store.bind(py),
             &prefix,
@@ -1095,7 +1113,7 @@ impl ListCalls {
             values,
             self.ahead.as_ref().map(|a| a.bind(py)),
         )?;
-        self.next = Some((prefix, count));
+        self.next = Some((prefix, next));
         Ok(written)
     }
 

@@ -317,6 +317,9 @@ def test_list_and_map_state_read_ahead_behave_as_the_store_does(open_handle):
         elif op == 8:
             short[u] = [step]
             expiring.put(short[u])
+        elif op == 9:  # the last three kept: the old elements that stay are not rewritten
+            lists[u] = (lists[u] + [step])[-3:]
+            items.put(lists[u])
         k = f"k{rng.randrange(6)}"
         assert mapping.getValue(k) == maps[u].get(k) and mapping.containsKey(k) == (k in maps[u])
         assert list(items.get()) == lists[u] and items.exists() == bool(lists[u])
@@ -377,6 +380,37 @@ def test_list_appends_write_one_entry_each(open_handle):
     with state._stores["l"].all() as entries:
         assert len(list(entries)) == 1000
     assert list(items.get()) == list(range(1000))
+
+
+def test_a_list_kept_as_its_last_elements_by_put_writes_only_what_came_and_went(open_handle):
+    """``put`` of a list's last 50 elements and two new ones deletes the two oldest and appends
+    two (in place it would rewrite all 50); the list reads the same after the commit."""
+
+    def sequences(state, handle):
+        prefix = handle._current_prefix
+        with state._stores["l"].prefix_scan(prefix) as entries:
+            return [int.from_bytes(k[len(prefix) :], "big") for k, _ in entries]
+
+    state, handle = open_handle(0, names=("l",))
+    items = handle.getListState("l")
+    key(handle, "a")
+    items.put(list(range(50)))
+    state.commit()
+    state, handle = open_handle(1, names=("l",))
+    items = handle.getListState("l")
+    key(handle, "a")
+    items.put(list(range(2, 52)))
+    assert state._stores["l"].uncommitted_bytes < 1_000, "four writes staged (~95 bytes each), not fifty"
+    items.appendValue(52)
+    assert list(items.get()) == list(range(2, 53))
+    assert sequences(state, handle) == list(range(2, 53))
+    state.commit()
+    state, handle = open_handle(2, names=("l",))
+    items = handle.getListState("l")
+    key(handle, "a")
+    assert list(items.get()) == list(range(2, 53))
+    items.put(["x"])  # nothing in common: in place from the list's first sequence
+    assert list(items.get()) == ["x"] and sequences(state, handle) == [2]
 
 
 def test_a_name_declared_as_two_kinds_is_an_error(open_handle):

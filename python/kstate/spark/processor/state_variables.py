@@ -8,7 +8,8 @@ The bytes are defined once, in ``rust/core/src/spark/state_layout.rs`` (``kstate
 - value state: ``<grouping key>`` -> ``<expiry><value>``;
 - list state: one entry per element, ``<u32 length><grouping key><u64 sequence>`` ->
   ``<expiry><element>``, so ``appendValue`` is one put (the next sequence number is found once
-  per key and task, by one reverse seek);
+  per key and task, by one reverse seek), and ``put`` without a TTL writes only what differs (a
+  list kept as its last N elements: the elements that came and went);
 - map state: ``<u32 length><grouping key><map key>`` -> ``<expiry><value>``.
 
 Values and map keys are pickled (protocol 4). A pickle runs code when it is read: keep changelogs
@@ -275,7 +276,7 @@ class ListState(_PrefixedVariable):
         """Replaces the list with ``newState`` (non-empty, as Spark requires)."""
         values = _checked_list(self._name, newState)
         expiry = self._expiry()
-        # One native call: the new elements are 0..n-1, the old ones past them are deleted.
+        # One native call; without a TTL it writes only the elements that differ.
         suffixes = self._calls.put(values, expiry)
         if suffixes:
             for suffix in suffixes:

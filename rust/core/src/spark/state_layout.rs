@@ -121,6 +121,87 @@ pub fn list_sequence(key: &[u8], prefix: &[u8]) -> Result<u64> {
     }
 }
 
+/// How a list becomes a new one ([`list_replacement`]): the writes to stage under its prefix
+/// (`None`: a delete) and the sequence its next element takes.
+pub struct ListReplacement {
+    pub writes: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    pub next_sequence: u64,
+}
+
+/// The fewer writes that make the list under `prefix`, whose elements are `entries` (`(sequence
+/// suffix, stored value)` in sequence order), hold `stored` instead, of two ways:
+/// - in place: element `i` at the list's first sequence + `i`, written only where it differs,
+///   the elements past the new list's end deleted;
+/// - sliding, when the new list starts with a tail of the old one (a list kept as its last `N`
+///   elements): the elements before that tail deleted, the rest appended.
+///
+/// Keeping the last `N` of a list by `put` then writes the elements that came and went, not all
+/// `N` (the list's reads follow sequence order, wherever it starts).
+pub fn list_replacement<S: AsRef<[u8]>, V: AsRef<[u8]>>(
+    prefix: &[u8],
+    entries: &[(S, V)],
+    stored: Vec<Vec<u8>>,
+) -> Result<ListReplacement> {
+    let sequences = entries
+        .iter()
+        .map(|(suffix, _)| list_sequence(suffix.as_ref(), &[]))
+        .collect::<Result<Vec<u64>>>()?;
+    let (old, new) = (entries.len(), stored.len());
+    let first = sequences.first().copied().unwrap_or(0);
+    // In place: which new elements are already there, and which old ones go.
+    let mut unchanged = vec![false; new];
+    let mut deleted = Vec::new();
+    for (position, (sequence, (_, value))) in sequences.iter().zip(entries).enumerate() {
+        let at = (sequence - first) as usize;
+        match stored.get(at) {
+            Some(element) => unchanged[at] = element.as_slice() == value.as_ref(),
+            None => deleted.push(position),
+        }
+    }
+    let in_place_writes = deleted.len() + unchanged.iter().filter(|same| !**same).count();
+    // Sliding: the fewest old elements to drop so that the rest begin the new list.
+    let tail_start = (old.saturating_sub(new)..old).find(|&k| {
+        entries[k..]
+            .iter()
+            .zip(&stored)
+            .all(|((_, value), element)| value.as_ref() == element.as_slice())
+    });
+    match tail_start {
+        Some(k) if k + new - (old - k) < in_place_writes => {
+            let next = sequences[old - 1] + 1;
+            let mut writes: Vec<_> = entries[..k]
+                .iter()
+                .map(|(suffix, _)| ([prefix, suffix.as_ref()].concat(), None))
+                .collect();
+            let appended = stored.into_iter().skip(old - k);
+            let mut sequence = next;
+            for element in appended {
+                writes.push((list_key(prefix, sequence), Some(element)));
+                sequence += 1;
+            }
+            Ok(ListReplacement {
+                writes,
+                next_sequence: sequence,
+            })
+        }
+        _ => {
+            let mut writes: Vec<_> = deleted
+                .into_iter()
+                .map(|position| ([prefix, entries[position].0.as_ref()].concat(), None))
+                .collect();
+            for (i, element) in stored.into_iter().enumerate() {
+                if !unchanged[i] {
+                    writes.push((list_key(prefix, first + i as u64), Some(element)));
+                }
+            }
+            Ok(ListReplacement {
+                writes,
+                next_sequence: first + new as u64,
+            })
+        }
+    }
+}
+
 /// Milliseconds as 8 bytes that sort as the signed value (big-endian, sign bit flipped).
 pub fn ordered_time(ms: i64) -> [u8; 8] {
     ((ms as u64) ^ SIGN).to_be_bytes()
@@ -349,5 +430,114 @@ mod tests {
         ));
         assert_eq!(event_time_history_key(12), b"batch-00000000000000000012");
         assert!(event_time_history_key(9) < event_time_history_key(10));
+    }
+
+    /// A list held as `sequence -> stored`, changed by a replacement's writes.
+    fn replaced(
+        prefix: &[u8],
+        list: &std::collections::BTreeMap<u64, Vec<u8>>,
+        new: &[Vec<u8>],
+    ) -> (std::collections::BTreeMap<u64, Vec<u8>>, usize, u64) {
+        let entries: Vec<(Vec<u8>, Vec<u8>)> = list
+            .iter()
+            .map(|(sequence, value)| (sequence.to_be_bytes().to_vec(), value.clone()))
+            .collect();
+        let replacement = list_replacement(prefix, &entries, new.to_vec()).unwrap();
+        let mut after = list.clone();
+        for (key, value) in &replacement.writes {
+            let sequence = list_sequence(key, prefix).unwrap();
+            match value {
+                Some(value) => after.insert(sequence, value.clone()),
+                None => after.remove(&sequence),
+            };
+        }
+        let written = replacement.writes.len();
+        (after, written, replacement.next_sequence)
+    }
+
+    #[test]
+    fn a_list_replaced_holds_the_new_list_with_the_fewest_writes() {
+        let prefix = key_prefix(b"k").unwrap();
+        let list = |first: u64, values: &[u8]| -> std::collections::BTreeMap<u64, Vec<u8>> {
+            (first..).zip(values.iter().map(|v| vec![*v])).collect()
+        };
+        let new = |values: &[u8]| -> Vec<Vec<u8>> { values.iter().map(|v| vec![*v]).collect() };
+        // The last three kept: one delete, one append, wherever the list starts.
+        let (after, written, next) = replaced(&prefix, &list(7, b"abc"), &new(b"bcd"));
+        assert_eq!(after, list(8, b"bcd"));
+        assert_eq!((written, next), (2, 11));
+        // The last 50 kept, two more: two deletes, two appends (in place: 50 writes).
+        let fifty: Vec<u8> = (0..50).collect();
+        let mut moved = fifty[2..].to_vec();
+        moved.extend([200, 201]);
+        let (after, written, _) = replaced(&prefix, &list(0, &fifty), &new(&moved));
+        assert_eq!((after, written), (list(2, &moved), 4));
+        // Unchanged: nothing written; appended to: only the new elements; shortened in place.
+        assert_eq!(replaced(&prefix, &list(3, b"xyz"), &new(b"xyz")).1, 0);
+        let (after, written, next) = replaced(&prefix, &list(0, b"xy"), &new(b"xyzw"));
+        assert_eq!((after, written, next), (list(0, b"xyzw"), 2, 4));
+        let (after, written, next) = replaced(&prefix, &list(5, b"xyzw"), &new(b"xq"));
+        assert_eq!((after, written, next), (list(5, b"xq"), 3, 7));
+        // From nothing, and to a list with nothing in common.
+        assert_eq!(
+            replaced(&prefix, &list(0, b""), &new(b"ab")).0,
+            list(0, b"ab")
+        );
+        assert_eq!(
+            replaced(&prefix, &list(9, b"ab"), &new(b"cd")).0,
+            list(9, b"cd")
+        );
+    }
+
+    #[test]
+    fn random_replacements_hold_the_new_list_and_append_after_it() {
+        let prefix = key_prefix(b"key").unwrap();
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next_random = |bound: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % bound
+        };
+        let mut list = std::collections::BTreeMap::new();
+        for _ in 0..5_000 {
+            let held: Vec<Vec<u8>> = list.values().cloned().collect();
+            let new: Vec<Vec<u8>> = match next_random(4) {
+                // The last few kept, some appended.
+                0 => {
+                    let keep = next_random(held.len() as u64 + 1) as usize;
+                    let mut kept = held[held.len() - keep..].to_vec();
+                    kept.extend((0..next_random(4)).map(|_| vec![next_random(3) as u8]));
+                    kept
+                }
+                // Elements changed here and there, the length changed.
+                1 => {
+                    let mut changed = held.clone();
+                    for element in changed.iter_mut() {
+                        if next_random(3) == 0 {
+                            *element = vec![next_random(3) as u8];
+                        }
+                    }
+                    changed.truncate(next_random(changed.len() as u64 + 3) as usize);
+                    changed
+                }
+                // Anything: few distinct values, so tails often match by chance.
+                _ => (0..next_random(8))
+                    .map(|_| vec![next_random(3) as u8])
+                    .collect(),
+            };
+            let (after, _, next_sequence) = replaced(&prefix, &list, &new);
+            assert_eq!(after.values().cloned().collect::<Vec<_>>(), new);
+            assert!(after.keys().all(|sequence| *sequence < next_sequence));
+            // Holes (a TTL's expired elements) now and then.
+            list = after;
+            if next_random(5) == 0 && !list.is_empty() {
+                let at = *list
+                    .keys()
+                    .nth(next_random(list.len() as u64) as usize)
+                    .unwrap();
+                list.remove(&at);
+            }
+        }
     }
 }
