@@ -46,6 +46,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<state_variables::StateCursor>()?;
     m.add_class::<state_variables::MapCalls>()?;
     m.add_class::<state_variables::ListCalls>()?;
+    m.add_class::<state_variables::TtlIndex>()?;
     m.add_class::<state_variables::ValueCalls>()?;
     state_layout::register(m)?;
     m.add_class::<key_value_store::NativeReadCommittedView>()?;

@@ -88,17 +88,6 @@ pub fn state_ttl_name<'py>(py: Python<'py>, name: &str) -> PyResult<Bytes<'py>> 
     Ok(PyBytes::new(py, &layout::ttl_name(name).map_err(to_py)?))
 }
 
-#[pyfunction]
-pub fn state_ttl_entry<'py>(
-    py: Python<'py>,
-    expiry: i64,
-    ttl_name: &[u8],
-    prefix: &[u8],
-    suffix: &[u8],
-) -> Bytes<'py> {
-    PyBytes::new(py, &layout::ttl_entry(expiry, ttl_name, prefix, suffix))
-}
-
 /// `(expiry, variable name, grouping key, <prefix><suffix>)` of a TTL index entry.
 #[pyfunction]
 pub fn state_split_ttl_entry<'py>(
@@ -150,7 +139,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(state_split_timer_by_time, m)?,
         wrap_pyfunction!(state_split_timer_by_key, m)?,
         wrap_pyfunction!(state_ttl_name, m)?,
-        wrap_pyfunction!(state_ttl_entry, m)?,
         wrap_pyfunction!(state_split_ttl_entry, m)?,
         wrap_pyfunction!(event_time_record, m)?,
         wrap_pyfunction!(split_event_time_record, m)?,

@@ -451,20 +451,6 @@ impl StateCodec {
         })?
     }
 
-    /// Stages `key -> <expiry><value>` (the value checked and encoded first).
-    fn put(
-        &self,
-        py: Python<'_>,
-        store: &Bound<'_, NativeKeyValueStore>,
-        key: &[u8],
-        expiry: i64,
-        value: &Bound<'_, PyAny>,
-    ) -> PyResult<()> {
-        let stored = self.stored(py, expiry, value)?;
-        let mut store = store.try_borrow_mut()?;
-        guard(|| store.logged.inner.store.put(key, Some(&stored)))
-    }
-
     /// Map state: the live value of map key `user_key` (encoded by `keys`) under `prefix`.
     #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (store, prefix, keys, user_key, now_ms, ahead=None))]
@@ -509,28 +495,6 @@ impl StateCodec {
             Some(found) => Ok(found),
             None => self.exists(store, &key, now_ms),
         }
-    }
-
-    /// Map state: stages `user_key -> value` under `prefix`; returns the encoded map key when the
-    /// value expires (the TTL index needs it), else `None`.
-    #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (store, prefix, keys, user_key, expiry, value, ahead=None))]
-    fn map_put<'py>(
-        &self,
-        py: Python<'py>,
-        store: &Bound<'py, NativeKeyValueStore>,
-        prefix: &[u8],
-        keys: &StateCodec,
-        user_key: &Bound<'py, PyAny>,
-        expiry: i64,
-        value: &Bound<'py, PyAny>,
-        ahead: Option<&Bound<'py, StateReadAhead>>,
-    ) -> PyResult<Option<Bound<'py, PyBytes>>> {
-        let key = map_key(py, prefix, keys, user_key)?;
-        let stored = self.stored(py, expiry, value)?;
-        let suffix = (expiry != NO_EXPIRY).then(|| PyBytes::new(py, &key[prefix.len()..]));
-        stage_under(store, ahead, prefix, &[(key, Some(stored))])?;
-        Ok(suffix)
     }
 
     /// Map state: stages the delete of map key `user_key` under `prefix`.
@@ -627,33 +591,48 @@ impl StateCodec {
         let stale = self.keys_under(store, ahead, prefix, 0)?;
         stage_under(store, ahead, prefix, &stale)
     }
+}
 
-    /// List state: stages `values` as elements `first, first + 1, ...` under `prefix` (keys
-    /// `state_layout::list_key`); returns their sequence suffixes when they expire, else `None`.
+impl StateCodec {
+    /// Value state: stages `key -> <expiry><value>` (the value checked and encoded first).
+    fn put(
+        &self,
+        py: Python<'_>,
+        store: &Bound<'_, NativeKeyValueStore>,
+        key: &[u8],
+        expiry: i64,
+        value: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let stored = self.stored(py, expiry, value)?;
+        let mut store = store.try_borrow_mut()?;
+        guard(|| store.logged.inner.store.put(key, Some(&stored)))
+    }
+
+    /// Map state: stages `user_key -> value` under `prefix`, expiring at `expiry`; returns the
+    /// store key written.
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (store, prefix, first, expiry, values, ahead=None))]
-    fn append_all<'py>(
+    fn map_put<'py>(
         &self,
         py: Python<'py>,
         store: &Bound<'py, NativeKeyValueStore>,
         prefix: &[u8],
-        first: u64,
+        keys: &StateCodec,
+        user_key: &Bound<'py, PyAny>,
         expiry: i64,
-        values: Vec<Bound<'py, PyAny>>,
+        value: &Bound<'py, PyAny>,
         ahead: Option<&Bound<'py, StateReadAhead>>,
-    ) -> PyResult<Option<Vec<Bound<'py, PyBytes>>>> {
-        let writes = self.elements(py, prefix, first, expiry, &values)?;
-        stage_under(store, ahead, prefix, &writes)?;
-        Ok(suffixes(py, prefix, expiry, &writes))
+    ) -> PyResult<Vec<u8>> {
+        let key = map_key(py, prefix, keys, user_key)?;
+        let stored = self.stored(py, expiry, value)?;
+        stage_under(store, ahead, prefix, &[(key.clone(), Some(stored))])?;
+        Ok(key)
     }
-}
 
-impl StateCodec {
-    /// List state `put`: the list under `prefix` becomes `values`; returns what `append_all`
-    /// returns and the sequence the list's next element takes. With a TTL every element is
-    /// written (its expiry is new): elements `0..n`, the old ones past them deleted. Without
-    /// one, only what differs (`state_layout::list_replacement`: a list kept as its last `N`
-    /// elements writes those that came and went).
+    /// List state `put`: the list under `prefix` becomes `values`; returns the writes staged
+    /// and the sequence the list's next element takes. With a TTL every element is written (its
+    /// expiry is new): elements `0..n` first in the writes, the old ones past them deleted.
+    /// Without one, only what differs (`state_layout::list_replacement`: a list kept as its last
+    /// `N` elements writes those that came and went).
     fn replace_list<'py>(
         &self,
         py: Python<'py>,
@@ -662,7 +641,7 @@ impl StateCodec {
         expiry: i64,
         values: Vec<Bound<'py, PyAny>>,
         ahead: Option<&Bound<'py, StateReadAhead>>,
-    ) -> PyResult<(Option<Vec<Bound<'py, PyBytes>>>, u64)> {
+    ) -> PyResult<(Writes, u64)> {
         if expiry == NO_EXPIRY {
             let stored = values
                 .iter()
@@ -678,13 +657,12 @@ impl StateCodec {
                 layout::list_replacement(prefix, &entries, stored).map_err(to_py)?
             };
             stage_under(store, ahead, prefix, &replacement.writes)?;
-            return Ok((None, replacement.next_sequence));
+            return Ok((replacement.writes, replacement.next_sequence));
         }
         let mut writes = self.elements(py, prefix, 0, expiry, &values)?;
         writes.extend(self.keys_under(store, ahead, prefix, values.len() as u64)?);
         stage_under(store, ahead, prefix, &writes)?;
-        let written = suffixes(py, prefix, expiry, &writes[..values.len()]);
-        Ok((written, values.len() as u64))
+        Ok((writes, values.len() as u64))
     }
 
     /// List elements `first, first + 1, ...` of `values` as staged writes under `prefix`.
@@ -729,21 +707,6 @@ impl StateCodec {
     }
 }
 
-/// The suffixes of `writes` under `prefix` when they expire (the TTL index needs them).
-fn suffixes<'py>(
-    py: Python<'py>,
-    prefix: &[u8],
-    expiry: i64,
-    writes: &[Write],
-) -> Option<Vec<Bound<'py, PyBytes>>> {
-    (expiry != NO_EXPIRY).then(|| {
-        writes
-            .iter()
-            .map(|(k, _)| PyBytes::new(py, &k[prefix.len()..]))
-            .collect()
-    })
-}
-
 /// The grouping key a task's state calls act on (its prefix, `state_layout::key_prefix`) and
 /// the batch's processing time, shared by a handle's bound calls ([`MapCalls`]): set once per
 /// key, so a per-row call passes only its own arguments.
@@ -776,7 +739,64 @@ impl StateCursor {
     }
 }
 
-/// A value variable's `get` and (without a TTL) `update` as native methods bound to its store,
+/// A state variable's TTL: its duration, and its entries' index (store `tws.ttl`). The
+/// variable's native calls stamp each write with the batch's processing time + the TTL and
+/// record it in the index themselves (no Python frame per entry).
+#[pyclass(module = "kstate._core", frozen)]
+pub struct TtlIndex {
+    store: Py<NativeKeyValueStore>,
+    /// The variable's name as the index holds it (`state_layout::ttl_name`).
+    name: Vec<u8>,
+    ttl_ms: i64,
+}
+
+#[pymethods]
+impl TtlIndex {
+    #[new]
+    fn new(store: Py<NativeKeyValueStore>, name: &str, ttl_ms: i64) -> PyResult<Self> {
+        Ok(Self {
+            store,
+            name: layout::ttl_name(name).map_err(to_py)?,
+            ttl_ms,
+        })
+    }
+}
+
+impl TtlIndex {
+    /// The expiry of what is written at processing time `now_ms`.
+    fn expiry(&self, now_ms: i64) -> i64 {
+        now_ms.saturating_add(self.ttl_ms)
+    }
+
+    /// Records `expiry` of the entries `<prefix><suffix>` of `suffixes` (a value state's suffix
+    /// is empty: its key is the grouping key).
+    fn record<'a>(
+        &self,
+        py: Python<'_>,
+        expiry: i64,
+        prefix: &[u8],
+        suffixes: impl Iterator<Item = &'a [u8]>,
+    ) -> PyResult<()> {
+        let entries: Vec<Vec<u8>> = suffixes
+            .map(|suffix| layout::ttl_entry(expiry, &self.name, prefix, suffix))
+            .collect();
+        let mut store = self.store.bind(py).try_borrow_mut()?;
+        guard(|| {
+            store
+                .logged
+                .inner
+                .store
+                .put_all(&mut entries.iter().map(|e| (e.as_slice(), Some(&b""[..]))))
+        })
+    }
+}
+
+/// The expiry of a variable's writes at processing time `now_ms`: `ttl`'s, or none.
+fn write_expiry(ttl: Option<&Py<TtlIndex>>, now_ms: i64) -> i64 {
+    ttl.map_or(NO_EXPIRY, |ttl| ttl.get().expiry(now_ms))
+}
+
+/// A value variable's `get` and `update` as native methods bound to its store,
 /// codec and the handle's [`StateCursor`]: one native call, no Python frame. `ahead` holds the
 /// stored values read ahead for the batch's keys (the handle's dict for this variable: pickled
 /// grouping key -> stored bytes, `None` if absent); a read takes the key's value from it when it
@@ -788,17 +808,20 @@ pub struct ValueCalls {
     ahead: Py<PyDict>,
     cursor: Py<StateCursor>,
     require: Py<PyAny>,
+    ttl: Option<Py<TtlIndex>>,
 }
 
 #[pymethods]
 impl ValueCalls {
     #[new]
+    #[pyo3(signature = (store, values, ahead, cursor, require, ttl=None))]
     fn new(
         store: Py<NativeKeyValueStore>,
         values: Py<StateCodec>,
         ahead: Py<PyDict>,
         cursor: Py<StateCursor>,
         require: Py<PyAny>,
+        ttl: Option<Py<TtlIndex>>,
     ) -> Self {
         Self {
             store,
@@ -806,6 +829,7 @@ impl ValueCalls {
             ahead,
             cursor,
             require,
+            ttl,
         }
     }
 
@@ -839,15 +863,22 @@ impl ValueCalls {
         if ahead.contains(key)? {
             ahead.del_item(key)?;
         }
+        let expiry = write_expiry(self.ttl.as_ref(), cursor.now_ms);
         self.values
             .get()
-            .put(py, self.store.bind(py), key.as_bytes(), NO_EXPIRY, newValue)
+            .put(py, self.store.bind(py), key.as_bytes(), expiry, newValue)?;
+        match &self.ttl {
+            Some(ttl) => ttl
+                .get()
+                .record(py, expiry, &cursor.prefix, [&b""[..]].into_iter()),
+            None => Ok(()),
+        }
     }
 }
 
-/// A typed map variable's per-row calls (`containsKey`, `getValue`, `updateValue` without a
-/// TTL) as native methods bound to its store, codecs, read-ahead and the handle's
-/// [`StateCursor`]: a processor's call is one native call, no Python frame. A key the native
+/// A typed map variable's per-row calls (`containsKey`, `getValue`, `updateValue`) as native
+/// methods bound to its store, codecs, read-ahead, TTL and the handle's [`StateCursor`]: a
+/// processor's call is one native call, no Python frame. A key the native
 /// path does not take as is (`None`; with `bare`, a one-field key schema, a bare string) goes
 /// through `normalize` (Python's check, which raises or returns the key Spark would store); a
 /// `None` value through `require`, which raises.
@@ -861,6 +892,7 @@ pub struct MapCalls {
     bare: bool,
     normalize: Py<PyAny>,
     require: Py<PyAny>,
+    ttl: Option<Py<TtlIndex>>,
 }
 
 /// The shape of [`StateCodec`]'s map reads (`map_contains`, `map_get`).
@@ -905,6 +937,7 @@ impl MapCalls {
 impl MapCalls {
     #[new]
     #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (store, values, keys, ahead, cursor, bare, normalize, require, ttl=None))]
     fn new(
         store: Py<NativeKeyValueStore>,
         values: Py<StateCodec>,
@@ -914,6 +947,7 @@ impl MapCalls {
         bare: bool,
         normalize: Py<PyAny>,
         require: Py<PyAny>,
+        ttl: Option<Py<TtlIndex>>,
     ) -> Self {
         Self {
             store,
@@ -924,6 +958,7 @@ impl MapCalls {
             bare,
             normalize,
             require,
+            ttl,
         }
     }
 
@@ -946,24 +981,31 @@ impl MapCalls {
         }
         let key = self.user_key(key)?;
         let cursor = self.cursor.bind(py).try_borrow()?;
-        self.values.get().map_put(
+        let expiry = write_expiry(self.ttl.as_ref(), cursor.now_ms);
+        let written = self.values.get().map_put(
             py,
             self.store.bind(py),
             &cursor.prefix,
             self.keys.get(),
             &key,
-            NO_EXPIRY,
+            expiry,
             value,
             self.ahead.as_ref().map(|a| a.bind(py)),
         )?;
-        Ok(())
+        match &self.ttl {
+            Some(ttl) => {
+                let suffix = &written[cursor.prefix.len()..];
+                ttl.get()
+                    .record(py, expiry, &cursor.prefix, [suffix].into_iter())
+            }
+            None => Ok(()),
+        }
     }
 }
 
 /// A list variable's appends as native methods bound to its store, codec, read-ahead and the
-/// handle's [`StateCursor`] (`appendValue` and `put` without a TTL are one native call each, no
-/// Python frame), its `clear`, and the sequence its next element
-/// takes, known once per key (the read-ahead's, else one reverse seek of the store) and kept as
+/// handle's [`StateCursor`] (`appendValue` and `put` are one native call each, no Python frame),
+/// its `clear`, and the sequence its next element takes, known once per key (the read-ahead's, else one reverse seek of the store) and kept as
 /// it appends, puts and clears. A `None` value goes through `require`, which raises.
 #[pyclass(module = "kstate._core")]
 pub struct ListCalls {
@@ -977,6 +1019,7 @@ pub struct ListCalls {
     check: Py<PyAny>,
     /// The prefix of the list whose next sequence is known, and that sequence.
     next: Option<(Vec<u8>, u64)>,
+    ttl: Option<Py<TtlIndex>>,
 }
 
 impl ListCalls {
@@ -1006,13 +1049,33 @@ impl ListCalls {
         }
     }
 
+    /// The current key's prefix and the expiry of what is written now.
+    fn current(&self, py: Python<'_>) -> PyResult<(Vec<u8>, i64)> {
+        let cursor = self.cursor.bind(py).try_borrow()?;
+        Ok((
+            cursor.prefix.clone(),
+            write_expiry(self.ttl.as_ref(), cursor.now_ms),
+        ))
+    }
+
+    /// Records the expiry of the elements of `writes` (the puts) in the TTL index, if any.
+    fn index(&self, py: Python<'_>, prefix: &[u8], expiry: i64, writes: &[Write]) -> PyResult<()> {
+        let Some(ttl) = &self.ttl else {
+            return Ok(());
+        };
+        let elements = writes
+            .iter()
+            .filter(|(_, stored)| stored.is_some())
+            .map(|(key, _)| &key[prefix.len()..]);
+        ttl.get().record(py, expiry, prefix, elements)
+    }
+
     fn append_values<'py>(
         &mut self,
         py: Python<'py>,
         values: &[Bound<'py, PyAny>],
-        expiry: i64,
-    ) -> PyResult<Option<Vec<Bound<'py, PyBytes>>>> {
-        let prefix = self.cursor.bind(py).try_borrow()?.prefix.clone();
+    ) -> PyResult<()> {
+        let (prefix, expiry) = self.current(py)?;
         let first = self.next_of(py, &prefix)?;
         let writes = self
             .values
@@ -1024,9 +1087,9 @@ impl ListCalls {
             &prefix,
             &writes,
         )?;
-        let appended = suffixes(py, &prefix, expiry, &writes);
+        self.index(py, &prefix, expiry, &writes)?;
         self.next = Some((prefix, first + values.len() as u64));
-        Ok(appended)
+        Ok(())
     }
 }
 
@@ -1046,6 +1109,7 @@ fn plain_elements<'py>(values: &Bound<'py, PyAny>) -> Option<Vec<Bound<'py, PyAn
 #[pymethods]
 impl ListCalls {
     #[new]
+    #[pyo3(signature = (store, values, ahead, cursor, require, check, ttl=None))]
     fn new(
         store: Py<NativeKeyValueStore>,
         values: Py<StateCodec>,
@@ -1053,6 +1117,7 @@ impl ListCalls {
         cursor: Py<StateCursor>,
         require: Py<PyAny>,
         check: Py<PyAny>,
+        ttl: Option<Py<TtlIndex>>,
     ) -> Self {
         Self {
             store,
@@ -1062,6 +1127,7 @@ impl ListCalls {
             require,
             check,
             next: None,
+            ttl,
         }
     }
 
@@ -1073,38 +1139,26 @@ impl ListCalls {
         if newState.is_none() {
             self.require.bind(py).call1((newState,))?;
         }
-        self.append_values(py, std::slice::from_ref(newState), NO_EXPIRY)?;
-        Ok(())
+        self.append_values(py, std::slice::from_ref(newState))
     }
 
-    /// Appends `values` (checked by the caller) to the current key's list, each expiring at
-    /// `expiry`; returns their sequence suffixes when they expire (the TTL index needs them).
-    fn append<'py>(
-        &mut self,
-        py: Python<'py>,
-        values: Vec<Bound<'py, PyAny>>,
-        expiry: i64,
-    ) -> PyResult<Option<Vec<Bound<'py, PyBytes>>>> {
-        self.append_values(py, &values, expiry)
+    /// Appends `values` (checked by the caller: `appendList`) to the current key's list.
+    fn append<'py>(&mut self, py: Python<'py>, values: Vec<Bound<'py, PyAny>>) -> PyResult<()> {
+        self.append_values(py, &values)
     }
 
-    /// `put`: the current key's list becomes `values`, each expiring at `expiry`
-    /// (`StateCodec::replace_list`); returns what `append` returns. A non-empty list or tuple
-    /// without `None` is taken as it is, anything else as `check` gives it back (or raises).
-    /// Spark's `put(newState)`, its argument's name too.
-    #[pyo3(signature = (newState, expiry=NO_EXPIRY))]
+    /// `put`: the current key's list becomes `values` (`StateCodec::replace_list`). A non-empty
+    /// list or tuple without `None` is taken as it is, anything else as `check` gives it back
+    /// (or raises). Spark's `put(newState)`, its argument's name too.
+    #[pyo3(signature = (newState))]
     #[allow(non_snake_case)]
-    fn put<'py>(
-        &mut self,
-        newState: &Bound<'py, PyAny>,
-        expiry: i64,
-    ) -> PyResult<Option<Vec<Bound<'py, PyBytes>>>> {
+    fn put(&mut self, newState: &Bound<'_, PyAny>) -> PyResult<()> {
         let py = newState.py();
         let values = match plain_elements(newState) {
             Some(elements) => elements,
             None => self.check.bind(py).call1((newState,))?.extract()?,
         };
-        let prefix = self.cursor.bind(py).try_borrow()?.prefix.clone();
+        let (prefix, expiry) = self.current(py)?;
         let (written, next) = self.values.get().replace_list(
             py,
             self.store.bind(py),
@@ -1113,8 +1167,9 @@ impl ListCalls {
             values,
             self.ahead.as_ref().map(|a| a.bind(py)),
         )?;
+        self.index(py, &prefix, expiry, &written)?;
         self.next = Some((prefix, next));
-        Ok(written)
+        Ok(())
     }
 
     /// `clear`: deletes the current key's list.

@@ -593,7 +593,7 @@ def test_map_calls_answer_natively_as_the_python_methods_do(open_handle, ttl):
     from kstate.spark.processor.state_variables import MapState
 
     state, handle, m, nested = typed_handle(open_handle, 0, ttl)
-    assert "containsKey" in vars(m) and "getValue" in vars(m) and ("updateValue" in vars(m)) == (ttl is None)
+    assert "containsKey" in vars(m) and "getValue" in vars(m) and "updateValue" in vars(m)
     assert "getValue" not in vars(nested), "nested structs are made Rows in Python"
     users = [f"u{i}" for i in range(20)]
     model = {u: {} for u in users}

@@ -42,7 +42,6 @@ from kstate.store_lifecycle import native_store, now_ms
 TTL_INDEX = "tws.ttl"
 TIMERS_BY_TIME = "tws.timers-by-time"
 TIMERS_BY_KEY = "tws.timers-by-key"
-NO_EXPIRY = _core.STATE_NO_EXPIRY
 
 
 def _check_name(name: Any) -> str:
@@ -157,15 +156,12 @@ class _Variable:
             self._keys = self._key_codec.native
             self._key_rows = self._key_codec.rows
 
-    def _expiry(self) -> int:
-        return NO_EXPIRY if self._ttl_ms is None else self._handle.now_ms + self._ttl_ms
-
-    def _index(self, expiry: int, suffix: bytes) -> None:
-        """Records ``expiry`` of the current key's entry ``suffix`` in the TTL index."""
-        if expiry != NO_EXPIRY:
-            handle = self._handle
-            entry = _core.state_ttl_entry(expiry, handle._ttl_names[self._name], handle._current_prefix, suffix)
-            handle._ttl_store.put(entry, b"")
+    def _ttl_index(self) -> Any:
+        """The variable's TTL for its native calls (``_core.TtlIndex``: they stamp each write
+        with the batch's processing time + the TTL and record it in the TTL index), or ``None``."""
+        if self._ttl_ms is None:
+            return None
+        return _core.TtlIndex(native_store(self._handle._ttl_store), self._name, self._ttl_ms)
 
 
 class _PrefixedVariable(_Variable):
@@ -189,21 +185,28 @@ class _PrefixedVariable(_Variable):
 class ValueState(_Variable):
     """One value per grouping key (Spark's ``ValueState``). The batch's keys' stored values are
     read ahead into ``_ahead_values`` (``StatefulProcessorHandle.read_ahead_values``; a key's
-    write drops its entry); ``get`` and, without a TTL, ``update`` are native methods bound to
-    the variable (``_core.ValueCalls``: no Python frame per call; ``get`` stays Python's where
-    values hold nested structs, made ``Row``s here)."""
+    write drops its entry); ``get`` and ``update`` are native methods bound to the variable
+    (``_core.ValueCalls``: no Python frame per call; ``get`` stays Python's where values hold
+    nested structs, made ``Row``s here)."""
+
+    _calls: Any = None
+    """``_core.ValueCalls`` (none on the driver, which has no stores)."""
 
     def __init__(self, handle: StatefulProcessorHandle, name: str, codec: Any, ttl_ms: int | None):
         super().__init__(handle, name, codec, ttl_ms)
         self._ahead_values = handle._values_read_ahead(name)
         if self._store is not None:
-            calls = _core.ValueCalls(
-                self._native, self._codec, self._ahead_values, handle._cursor, partial(_require_value, name=name)
+            self._calls = _core.ValueCalls(
+                self._native,
+                self._codec,
+                self._ahead_values,
+                handle._cursor,
+                partial(_require_value, name=name),
+                self._ttl_index(),
             )
             if self._rows is None:
-                self.get = calls.get  # type: ignore[method-assign]
-            if ttl_ms is None:
-                self.update = calls.update  # type: ignore[method-assign]
+                self.get = self._calls.get  # type: ignore[method-assign]
+            self.update = self._calls.update  # type: ignore[method-assign]
 
     def exists(self) -> bool:
         stored = self._ahead_values.get(self._handle._current_key, _NOT_READ)
@@ -222,13 +225,7 @@ class ValueState(_Variable):
         return value if value is None or self._rows is None else self._rows(value)
 
     def update(self, newValue: Any) -> None:  # noqa: N803
-        if newValue is None:
-            _require_value(newValue, self._name)
-        expiry = self._expiry()
-        self._ahead_values.pop(self._handle._current_key, None)
-        self._codec.put(self._native, self._handle._current_key, expiry, newValue)
-        if expiry != NO_EXPIRY:
-            self._index(expiry, b"")
+        self._calls.update(newValue)
 
     def clear(self) -> None:
         self._ahead_values.pop(self._handle._current_key, None)
@@ -245,9 +242,8 @@ def _same(value: Any) -> Any:
 class ListState(_PrefixedVariable):
     """A list per grouping key (Spark's ``ListState``): one store entry per element, so
     ``appendValue`` costs one put whatever the list's length. Appends and puts go through
-    ``_core.ListCalls``, which knows the sequence the key's next element takes; without a TTL
-    ``appendValue`` and ``put`` are its native methods, bound to the variable (no Python frame
-    per call)."""
+    ``_core.ListCalls``, which knows the sequence the key's next element takes; ``appendValue``
+    and ``put`` are its native methods, bound to the variable (no Python frame per call)."""
 
     _calls: Any = None
     """``_core.ListCalls`` (none on the driver, which has no stores)."""
@@ -262,10 +258,10 @@ class ListState(_PrefixedVariable):
                 handle._cursor,
                 partial(_require_value, name=name),
                 partial(_checked_list, name),
+                self._ttl_index(),
             )
-            if ttl_ms is None:
-                self.appendValue = self._calls.appendValue  # type: ignore[method-assign]
-                self.put = self._calls.put  # type: ignore[method-assign]
+            self.appendValue = self._calls.appendValue  # type: ignore[method-assign]
+            self.put = self._calls.put  # type: ignore[method-assign]
 
     def get(self) -> Iterator[Any]:
         handle = self._handle
@@ -273,30 +269,18 @@ class ListState(_PrefixedVariable):
         return iter(values if self._rows is None else map(self._rows, values))
 
     def put(self, newState: Sequence[Any]) -> None:  # noqa: N803
-        """Replaces the list with ``newState`` (non-empty, as Spark requires)."""
-        values = _checked_list(self._name, newState)
-        expiry = self._expiry()
-        # One native call; without a TTL it writes only the elements that differ.
-        suffixes = self._calls.put(values, expiry)
-        if suffixes:
-            for suffix in suffixes:
-                self._index(expiry, suffix)
+        """Replaces the list with ``newState`` (non-empty, as Spark requires); without a TTL only
+        the elements that differ are written."""
+        self._calls.put(newState)
 
     def appendValue(self, newState: Any) -> None:  # noqa: N802, N803
-        if newState is None:
-            _require_value(newState, self._name)
-        self._append([newState])
+        self._calls.appendValue(newState)
 
     def appendList(self, newState: Sequence[Any]) -> None:  # noqa: N802, N803
-        self._append(_checked_list(self._name, newState))
+        self._calls.append(_checked_list(self._name, newState))
 
     def clear(self) -> None:
         self._calls.clear()
-
-    def _append(self, values: list[Any]) -> None:
-        expiry = self._expiry()
-        for suffix in self._calls.append(values, expiry) or ():
-            self._index(expiry, suffix)
 
 
 def _checked_list(name: str, values: Any) -> list[Any]:
@@ -325,13 +309,16 @@ class MapState(_PrefixedVariable):
         if self._store is not None:
             self._bind_native_calls()
 
+    _calls: Any = None
+    """``_core.MapCalls`` (none on the driver, which has no stores)."""
+
     def _bind_native_calls(self) -> None:
-        """Shadows ``containsKey``, ``getValue`` and (without a TTL) ``updateValue`` with native
-        methods bound to this variable's store, codecs and read-ahead and the handle's cursor
-        (``_core.MapCalls``): a processor's per-row call is then one native call, its checks
-        made there (the keys it does not take as they are go through ``_spark_map_key``).
-        ``getValue`` stays Python's where values hold nested structs (made ``Row``s here)."""
-        calls = _core.MapCalls(
+        """Shadows ``containsKey``, ``getValue`` and ``updateValue`` with native methods bound to
+        this variable's store, codecs and read-ahead and the handle's cursor (``_core.MapCalls``):
+        a processor's per-row call is then one native call, its checks made there (the keys it
+        does not take as they are go through ``_spark_map_key``). ``getValue`` stays Python's
+        where values hold nested structs (made ``Row``s here)."""
+        calls = self._calls = _core.MapCalls(
             self._native,
             self._codec,
             self._keys,
@@ -340,12 +327,12 @@ class MapState(_PrefixedVariable):
             self._bare_keys,
             partial(_spark_map_key, self._name, self._bare_keys),
             partial(_require_value, name=self._name),
+            self._ttl_index(),
         )
         self.containsKey = calls.containsKey  # type: ignore[method-assign]
         if self._rows is None:
             self.getValue = calls.getValue  # type: ignore[method-assign]
-        if self._ttl_ms is None:
-            self.updateValue = calls.updateValue  # type: ignore[method-assign]
+        self.updateValue = calls.updateValue  # type: ignore[method-assign]
 
     def _spark_key(self, key: Any) -> Any:
         return _spark_map_key(self._name, self._bare_keys, key)
@@ -372,18 +359,7 @@ class MapState(_PrefixedVariable):
         return self._codec.map_contains(self._native, prefix, self._keys, key, handle.now_ms, self._ahead)
 
     def updateValue(self, key: Any, value: Any) -> None:  # noqa: N802
-        if value is None or key is None:
-            _require_value(value, self._name)
-            _require_value(key, self._name)
-        if self._bare_keys and isinstance(key, str):
-            key = self._spark_key(key)
-        handle = self._handle
-        expiry = NO_EXPIRY if self._ttl_ms is None else handle.now_ms + self._ttl_ms
-        user_key = self._codec.map_put(
-            self._native, handle._current_prefix, self._keys, key, expiry, value, self._ahead
-        )
-        if user_key is not None:
-            self._index(expiry, user_key)
+        self._calls.updateValue(key, value)
 
     def iterator(self) -> Iterator[tuple[Any, Any]]:
         handle = self._handle
@@ -515,7 +491,6 @@ class StatefulProcessorHandle:
         self._timers_ahead: Any = None
         """The timers by key of the batch's keys, read ahead (``_core.StateReadAhead``)."""
         self.declared: dict[str, Declared] = {}
-        self._ttl_names: dict[str, bytes] = {}
         self._ttl_store: Any = None
         self._values_ahead: dict[str, dict[bytes, bytes | None]] = {}
         """Per value-state variable, its stored values read ahead for the batch's keys (one dict
@@ -598,7 +573,7 @@ class StatefulProcessorHandle:
             raise InvalidArgumentError(f"state variable {name!r} is declared twice, as {known.kind} and {kind}")
         self.declared[name] = Declared(kind, ttl_ms, schema, key_schema)
         if ttl_ms is not None:
-            self._ttl_names[name] = _core.state_ttl_name(name)
+            _core.state_ttl_name(name)  # refuses a name the TTL index cannot hold, here on the driver
             if self._stores is not None:
                 self._ttl_store = self._stores[TTL_INDEX]
         return name, ttl_ms
