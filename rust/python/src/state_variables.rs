@@ -2,13 +2,11 @@
 //! is one native call here (read the store, check the expiry prefix, decode; or check, encode
 //! and stage), on the task's `KeyValueStore` directly.
 
-use std::borrow::Cow;
-
 use kstate_core::spark::state_layout::{self as layout, NO_EXPIRY};
 use kstate_core::spark::state_read_ahead::{
     sequence_of, Entry, PrefixEntries, READ_AHEAD_MAX_BYTES,
 };
-use kstate_core::{Direction, KeyRange, KeyValueStore};
+use kstate_core::{Direction, KeyRange};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
@@ -19,23 +17,34 @@ use crate::row_codec::{decode_row, RowCodec, RowReader};
 /// The pickle protocol of pickled state (`state_variables.PickleCodec`).
 const PICKLE_PROTOCOL: u8 = 4;
 
-/// The entries of a list or map variable under `prefix` as `(suffix, stored)` in key order: the
-/// batch's read-ahead's when it holds the prefix, else one prefix scan of the store.
-fn entries_under<'a>(
-    store: &KeyValueStore,
-    ahead: Option<&'a StateReadAhead>,
+/// `visit` of the entries of a list or map variable under `prefix`, as `(suffix, stored)` in key
+/// order: the batch's read-ahead's when it holds the prefix, else one prefix scan of the store.
+fn with_entries_under<R>(
+    store: &Bound<'_, NativeKeyValueStore>,
+    ahead: Option<&Bound<'_, StateReadAhead>>,
     prefix: &[u8],
-) -> PyResult<Cow<'a, [Entry]>> {
-    if let Some(entries) = ahead.and_then(|a| a.entries.entries(prefix)) {
-        return Ok(Cow::Borrowed(entries));
+    visit: impl FnOnce(&[Entry]) -> PyResult<R>,
+) -> PyResult<R> {
+    let ahead = ahead.map(Bound::try_borrow).transpose()?;
+    if let Some(entries) = ahead.as_deref().and_then(|a| a.entries.entries(prefix)) {
+        return visit(entries);
     }
-    let scanned = guard(|| store.scan(&KeyRange::prefix(prefix), Direction::Forward, usize::MAX))?;
-    Ok(Cow::Owned(
-        scanned
-            .into_iter()
-            .map(|(key, stored)| (key[prefix.len()..].into(), stored.into()))
-            .collect(),
-    ))
+    let scanned = {
+        let store = store.try_borrow()?;
+        let range = KeyRange::prefix(prefix);
+        guard(|| {
+            store
+                .logged
+                .inner
+                .store
+                .scan(&range, Direction::Forward, usize::MAX)
+        })?
+    };
+    let entries: Vec<Entry> = scanned
+        .into_iter()
+        .map(|(key, stored)| (key[prefix.len()..].into(), stored.into()))
+        .collect();
+    visit(&entries)
 }
 
 /// One micro-batch's entries of a list or map variable for the batch's grouping keys, read
@@ -527,33 +536,30 @@ impl StateCodec {
         ahead: Option<&Bound<'py, StateReadAhead>>,
         values: bool,
     ) -> PyResult<Bound<'py, PyList>> {
-        let ahead = ahead.map(Bound::try_borrow).transpose()?;
-        let entries = entries_under(
-            &store.try_borrow()?.logged.inner.store,
-            ahead.as_deref(),
-            prefix,
-        )?;
         let out = PyList::empty(py);
-        for (suffix, stored) in entries.iter() {
-            match (keys, values) {
-                (Some(keys), false) => {
-                    if expiry_of(stored)? > now_ms {
-                        out.append(keys.decode_raw(py, suffix)?)?
+        with_entries_under(store, ahead, prefix, |entries| {
+            for (suffix, stored) in entries {
+                match (keys, values) {
+                    (Some(keys), false) => {
+                        if expiry_of(stored)? > now_ms {
+                            out.append(keys.decode_raw(py, suffix)?)?
+                        }
                     }
-                }
-                (keys, _) => {
-                    if let Some(value) = self.live(py, Some(stored), now_ms)? {
-                        match keys {
-                            None => out.append(value)?,
-                            Some(keys) => {
-                                let user_key = keys.decode_raw(py, suffix)?;
-                                out.append(PyTuple::new(py, [user_key, value])?)?
+                    (keys, _) => {
+                        if let Some(value) = self.live(py, Some(stored), now_ms)? {
+                            match keys {
+                                None => out.append(value)?,
+                                Some(keys) => {
+                                    let user_key = keys.decode_raw(py, suffix)?;
+                                    out.append(PyTuple::new(py, [user_key, value])?)?
+                                }
                             }
                         }
                     }
                 }
             }
-        }
+            Ok(())
+        })?;
         Ok(out)
     }
 
@@ -566,18 +572,14 @@ impl StateCodec {
         now_ms: i64,
         ahead: Option<&Bound<'_, StateReadAhead>>,
     ) -> PyResult<bool> {
-        let ahead = ahead.map(Bound::try_borrow).transpose()?;
-        let entries = entries_under(
-            &store.try_borrow()?.logged.inner.store,
-            ahead.as_deref(),
-            prefix,
-        )?;
-        for (_, stored) in entries.iter() {
-            if expiry_of(stored)? > now_ms {
-                return Ok(true);
+        with_entries_under(store, ahead, prefix, |entries| {
+            for (_, stored) in entries {
+                if expiry_of(stored)? > now_ms {
+                    return Ok(true);
+                }
             }
-        }
-        Ok(false)
+            Ok(false)
+        })
     }
 
     /// List and map state `clear`: deletes every entry under `prefix`, in one call.
@@ -647,15 +649,9 @@ impl StateCodec {
                 .iter()
                 .map(|value| self.stored(py, expiry, value))
                 .collect::<PyResult<Vec<_>>>()?;
-            let replacement = {
-                let held = ahead.map(Bound::try_borrow).transpose()?;
-                let entries = entries_under(
-                    &store.try_borrow()?.logged.inner.store,
-                    held.as_deref(),
-                    prefix,
-                )?;
-                layout::list_replacement(prefix, &entries, stored).map_err(to_py)?
-            };
+            let replacement = with_entries_under(store, ahead, prefix, |entries| {
+                layout::list_replacement(prefix, entries, stored).map_err(to_py)
+            })?;
             stage_under(store, ahead, prefix, &replacement.writes)?;
             return Ok((replacement.writes, replacement.next_sequence));
         }
@@ -693,17 +689,13 @@ impl StateCodec {
         prefix: &[u8],
         keep: u64,
     ) -> PyResult<Writes> {
-        let ahead = ahead.map(Bound::try_borrow).transpose()?;
-        let entries = entries_under(
-            &store.try_borrow()?.logged.inner.store,
-            ahead.as_deref(),
-            prefix,
-        )?;
-        Ok(entries
-            .iter()
-            .filter(|(suffix, _)| !sequence_of(suffix).is_ok_and(|s| s < keep))
-            .map(|(suffix, _)| ([prefix, suffix].concat(), None))
-            .collect())
+        with_entries_under(store, ahead, prefix, |entries| {
+            Ok(entries
+                .iter()
+                .filter(|(suffix, _)| !sequence_of(suffix).is_ok_and(|s| s < keep))
+                .map(|(suffix, _)| ([prefix, suffix].concat(), None))
+                .collect())
+        })
     }
 }
 
