@@ -413,6 +413,51 @@ def test_a_list_kept_as_its_last_elements_by_put_writes_only_what_came_and_went(
     assert list(items.get()) == ["x"] and sequences(state, handle) == [2]
 
 
+def test_a_ttl_added_and_removed_across_restarts_keeps_lists_and_expiries_right(open_handle):
+    """A list kept as its last three by ``put`` (its sequences no longer start at 0), then the
+    query restarted with a TTL on it, then without one again: every batch reads the model's
+    list; elements written under the TTL expire and leave the store, the ones rewritten without
+    a TTL do not."""
+    names = ("l", TTL_INDEX)
+    model: list[int] = []
+    runs = [(None, NOW), (None, NOW), (1000, NOW + 10), (None, NOW + 20), (None, NOW + 5000)]
+    for batch, (ttl, now) in enumerate(runs):
+        state, handle = open_handle(batch, names=names, now=now)
+        items = handle.getListState("l", None, ttl)
+        key(handle, "a")
+        assert list(items.get()) == model, batch
+        if batch < 4:
+            model = (model + [batch * 10, batch * 10 + 1])[-3:]
+            items.put(model)
+            items.appendValue(batch * 10 + 2)
+            model = model + [batch * 10 + 2]
+            assert list(items.get()) == model
+        else:
+            assert handle.remove_expired() == 0, "every element was rewritten without a TTL"
+            with state._stores["l"].prefix_scan(handle._current_prefix) as entries:
+                assert len(list(entries)) == len(model)
+        state.commit()
+
+    # Written under a TTL and not rewritten since: those elements expire and leave the store.
+    state, handle = open_handle(5, names=names, now=NOW + 6000)
+    items = handle.getListState("l", None, 1000)
+    key(handle, "a")
+    items.put([1, 2])
+    state.commit()
+    state, handle = open_handle(6, names=names, now=NOW + 6100)
+    items = handle.getListState("l")
+    key(handle, "a")
+    items.appendValue(3)
+    state.commit()
+    state, handle = open_handle(7, names=names, now=NOW + 7000)
+    items = handle.getListState("l", None, 1000)  # a handle sweeps the TTL index of TTL variables
+    key(handle, "a")
+    assert list(items.get()) == [3]
+    assert handle.remove_expired() == 2
+    with state._stores["l"].prefix_scan(handle._current_prefix) as entries:
+        assert len(list(entries)) == 1
+
+
 def test_a_name_declared_as_two_kinds_is_an_error(open_handle):
     _, handle = open_handle(0, names=("v",))
     handle.getValueState("v")
