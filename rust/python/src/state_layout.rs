@@ -88,18 +88,21 @@ pub fn state_ttl_name<'py>(py: Python<'py>, name: &str) -> PyResult<Bytes<'py>> 
     Ok(PyBytes::new(py, &layout::ttl_name(name).map_err(to_py)?))
 }
 
-/// `(expiry, variable name, grouping key, <prefix><suffix>)` of a TTL index entry.
+/// `(expiry, variable name, grouping key, prefix, suffix)` of a TTL index entry (`suffix`
+/// empty: every entry of the key; else, an entry of kstate 0.1, the one list or map entry
+/// `<prefix><suffix>`).
 #[pyfunction]
 pub fn state_split_ttl_entry<'py>(
     py: Python<'py>,
     raw: &[u8],
-) -> PyResult<(i64, String, Bytes<'py>, Bytes<'py>)> {
+) -> PyResult<(i64, String, Bytes<'py>, Bytes<'py>, Bytes<'py>)> {
     let entry = layout::split_ttl_entry(raw).map_err(to_py)?;
     Ok((
         entry.expiry,
         entry.name.to_owned(),
         PyBytes::new(py, entry.key),
-        PyBytes::new(py, entry.prefixed),
+        PyBytes::new(py, entry.prefix),
+        PyBytes::new(py, entry.suffix),
     ))
 }
 

@@ -610,8 +610,7 @@ impl StateCodec {
         guard(|| store.logged.inner.store.put(key, Some(&stored)))
     }
 
-    /// Map state: stages `user_key -> value` under `prefix`, expiring at `expiry`; returns the
-    /// store key written.
+    /// Map state: stages `user_key -> value` under `prefix`, expiring at `expiry`.
     #[allow(clippy::too_many_arguments)]
     fn map_put<'py>(
         &self,
@@ -623,11 +622,10 @@ impl StateCodec {
         expiry: i64,
         value: &Bound<'py, PyAny>,
         ahead: Option<&Bound<'py, StateReadAhead>>,
-    ) -> PyResult<Vec<u8>> {
+    ) -> PyResult<()> {
         let key = map_key(py, prefix, keys, user_key)?;
         let stored = self.stored(py, expiry, value)?;
-        stage_under(store, ahead, prefix, &[(key.clone(), Some(stored))])?;
-        Ok(key)
+        stage_under(store, ahead, prefix, &[(key, Some(stored))])
     }
 
     /// List state `put`: the list under `prefix` becomes `values`; returns the writes staged
@@ -760,26 +758,12 @@ impl TtlIndex {
         now_ms.saturating_add(self.ttl_ms)
     }
 
-    /// Records `expiry` of the entries `<prefix><suffix>` of `suffixes` (a value state's suffix
-    /// is empty: its key is the grouping key).
-    fn record<'a>(
-        &self,
-        py: Python<'_>,
-        expiry: i64,
-        prefix: &[u8],
-        suffixes: impl Iterator<Item = &'a [u8]>,
-    ) -> PyResult<()> {
-        let entries: Vec<Vec<u8>> = suffixes
-            .map(|suffix| layout::ttl_entry(expiry, &self.name, prefix, suffix))
-            .collect();
+    /// Records that entries of the grouping key `prefix` were written with `expiry`: one index
+    /// entry for all of them (the sweep reads the key's entries).
+    fn record(&self, py: Python<'_>, expiry: i64, prefix: &[u8]) -> PyResult<()> {
+        let entry = layout::ttl_entry(expiry, &self.name, prefix);
         let mut store = self.store.bind(py).try_borrow_mut()?;
-        guard(|| {
-            store
-                .logged
-                .inner
-                .store
-                .put_all(&mut entries.iter().map(|e| (e.as_slice(), Some(&b""[..]))))
-        })
+        guard(|| store.logged.inner.store.put(&entry, Some(b"")))
     }
 }
 
@@ -860,9 +844,7 @@ impl ValueCalls {
             .get()
             .put(py, self.store.bind(py), key.as_bytes(), expiry, newValue)?;
         match &self.ttl {
-            Some(ttl) => ttl
-                .get()
-                .record(py, expiry, &cursor.prefix, [&b""[..]].into_iter()),
+            Some(ttl) => ttl.get().record(py, expiry, &cursor.prefix),
             None => Ok(()),
         }
     }
@@ -974,7 +956,7 @@ impl MapCalls {
         let key = self.user_key(key)?;
         let cursor = self.cursor.bind(py).try_borrow()?;
         let expiry = write_expiry(self.ttl.as_ref(), cursor.now_ms);
-        let written = self.values.get().map_put(
+        self.values.get().map_put(
             py,
             self.store.bind(py),
             &cursor.prefix,
@@ -985,11 +967,7 @@ impl MapCalls {
             self.ahead.as_ref().map(|a| a.bind(py)),
         )?;
         match &self.ttl {
-            Some(ttl) => {
-                let suffix = &written[cursor.prefix.len()..];
-                ttl.get()
-                    .record(py, expiry, &cursor.prefix, [suffix].into_iter())
-            }
+            Some(ttl) => ttl.get().record(py, expiry, &cursor.prefix),
             None => Ok(()),
         }
     }
@@ -1055,11 +1033,10 @@ impl ListCalls {
         let Some(ttl) = &self.ttl else {
             return Ok(());
         };
-        let elements = writes
-            .iter()
-            .filter(|(_, stored)| stored.is_some())
-            .map(|(key, _)| &key[prefix.len()..]);
-        ttl.get().record(py, expiry, prefix, elements)
+        if !writes.iter().any(|(_, stored)| stored.is_some()) {
+            return Ok(());
+        }
+        ttl.get().record(py, expiry, prefix)
     }
 
     fn append_values<'py>(

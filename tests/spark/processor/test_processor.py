@@ -5,6 +5,7 @@ import pickle
 
 import pytest
 
+from kstate import _core
 from kstate.errors import InvalidArgumentError
 from kstate.spark import StateBackend, StatefulProcessorHandle, TaskInfo
 from kstate.spark.processor.processor import TIMERS_BY_KEY, TIMERS_BY_TIME, TTL_INDEX
@@ -205,6 +206,61 @@ def test_rewritten_values_outlive_their_first_expiry(open_handle):
     assert handle.remove_expired() == 0, "the first index entry is stale: the value was updated since"
     key(handle, "a")
     assert value.get() == 2
+
+
+def ttl_index_entries(state) -> list[tuple]:
+    """The TTL index's entries as ``(raw, expiry, name, key, prefix, suffix)``."""
+    with state._stores[TTL_INDEX].all() as entries:
+        return [(k, *_core.state_split_ttl_entry(k)) for k, _ in entries]
+
+
+def test_a_batch_indexes_each_variable_and_key_once_however_many_entries_it_writes(open_handle):
+    names = ("v", "l", "m", TTL_INDEX)
+    state, handle = open_handle(0, names=names, now=NOW)
+    value = handle.getValueState("v", ttlDurationMs=1000)
+    items = handle.getListState("l", ttlDurationMs=1000)
+    mapping = handle.getMapState("m", ttlDurationMs=1000)
+    for k in ("a", "b"):
+        key(handle, k)
+        value.update(1)
+        value.update(2)
+        items.put([1, 2, 3])
+        items.appendValue(4)
+        for j in range(4):
+            mapping.updateValue(f"k{j}", j)
+    indexed = sorted((name, pickle.loads(k)[0], suffix) for _, _, name, k, _, suffix in ttl_index_entries(state))
+    assert indexed == [(n, k, b"") for n in ("l", "m", "v") for k in ("a", "b")]
+
+
+def test_per_entry_ttl_index_entries_of_kstate_0_1_are_still_swept(open_handle):
+    """kstate 0.1 indexed each list element and map entry (the entry's key after the prefix):
+    a store it wrote keeps working, its index entries swept one entry each."""
+    names = ("l", "m", TTL_INDEX)
+    state, handle = open_handle(0, names=names, now=NOW)
+    items = handle.getListState("l", ttlDurationMs=1000)
+    mapping = handle.getMapState("m", ttlDurationMs=1000)
+    key(handle, "a")
+    items.put(["x", "y"])
+    mapping.updateValue("k", 1)
+    state.commit()
+    state, handle = open_handle(1, names=names, now=NOW + 10)
+    stores = state._stores
+    for raw, _, name, _, prefix, _ in ttl_index_entries(state):
+        with stores[name].prefix_scan(prefix) as entries:
+            suffixes = [k[len(prefix) :] for k, _ in entries]
+        stores[TTL_INDEX].delete(raw)
+        for suffix in suffixes:
+            stores[TTL_INDEX].put(raw + suffix, b"")
+    assert [suffix != b"" for *_, suffix in ttl_index_entries(state)] == [True] * 3
+    state.commit()
+
+    state, handle = open_handle(2, names=names, now=NOW + 1000)
+    handle.getListState("l", ttlDurationMs=1000)
+    handle.getMapState("m", ttlDurationMs=1000)
+    assert handle.remove_expired() == 3
+    for name in names:
+        with state._stores[name].all() as entries:
+            assert list(entries) == [], f"{name} still holds entries"
 
 
 def test_values_read_ahead_for_many_keys_give_way_to_later_writes(open_handle):

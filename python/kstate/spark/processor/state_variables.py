@@ -22,7 +22,8 @@ TTL (``ttlDurationMs``) is in processing time, as Spark's: each write stamps its
 element; map: its entry) with the batch's processing time + TTL; reads hide values whose expiry
 is at or before the batch's processing time, and after each batch a task deletes them from the
 store, found through a TTL index (store ``tws.ttl``: ``<expiry><u8 length><name><u32 length>
-<grouping key><suffix>``, empty values), as Spark's secondary TTL index does.
+<grouping key>``, empty values), as Spark's secondary TTL index does; one index entry stands for
+all of a key's entries of a variable written in a batch (the sweep reads the key's entries).
 """
 
 from __future__ import annotations
@@ -710,14 +711,24 @@ class StatefulProcessorHandle:
             due = [k for k, _ in entries]
         removed = 0
         for raw in due:
-            _, name, key, prefixed = _core.state_split_ttl_entry(raw)
+            _, name, key, prefix, suffix = _core.state_split_ttl_entry(raw)
             declared = self.declared.get(name)
             if declared is not None and declared.kind != "deleted":
                 store = self._stores[name]
-                state_key = key if declared.kind == "value" else prefixed
-                stored = store.get(state_key)
-                if stored is not None and _core.state_expiry_of(stored) <= self.now_ms:
+                for state_key in self._indexed_entries(store, declared.kind, key, prefix, suffix):
                     store.delete(state_key)
                     removed += 1
             index.delete(raw)
         return removed
+
+    def _indexed_entries(self, store: Any, kind: str, key: bytes, prefix: bytes, suffix: bytes) -> list[bytes]:
+        """The expired entries of a TTL index entry: of a value variable, its key's value; of a
+        list or map variable, its key's elements or entries (kstate 0.1's entries: the one entry
+        ``<prefix><suffix>``)."""
+        if kind == "value" or suffix:
+            state_key = key if kind == "value" else prefix + suffix
+            stored = store.get(state_key)
+            expired = stored is not None and _core.state_expiry_of(stored) <= self.now_ms
+            return [state_key] if expired else []
+        with store.prefix_scan(prefix) as entries:
+            return [k for k, stored in entries if _core.state_expiry_of(stored) <= self.now_ms]

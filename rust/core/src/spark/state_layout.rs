@@ -13,13 +13,16 @@
 //! | map state           | `<prefix><map key>`                           | `<i64 BE expiry><value>`   |
 //! | `tws.timers-by-time`| `<time><key>`                                 | empty                      |
 //! | `tws.timers-by-key` | `<prefix><time>`                              | empty                      |
-//! | `tws.ttl`           | `<time of expiry><u8 length><name><prefix><suffix>` | empty                |
+//! | `tws.ttl`           | `<time of expiry><u8 length><name><prefix>`   | empty                      |
 //! | event time          | `max` (latest), `batch-<20 digits>` (rescale) | `<i64 BE batch><i64 BE ms>`|
 //!
 //! `expiry` is [`NO_EXPIRY`] without a TTL. `<time>` is [`ordered_time`]: 8 bytes that sort
 //! as the signed milliseconds, so scans in key order are scans in time order. A TTL index
-//! entry's `<suffix>` is what follows the prefix in the variable's key (a list sequence, a map
-//! key; empty for value state, whose key is the grouping key itself).
+//! entry stands for every entry of one variable and grouping key written with that expiry (a
+//! batch's writes share one: its processing time + the TTL): the sweep reads the key's entries
+//! and deletes the expired ones, so a list or map written in a batch is one index entry, not one
+//! per element. Entries of kstate 0.1 (before 2026-12) end with a `<suffix>`, the rest of the
+//! one entry they stand for (a list sequence, a map key); [`split_ttl_entry`] reads both.
 
 use crate::error::{Error, Result};
 
@@ -256,9 +259,9 @@ pub fn ttl_name(name: &str) -> Result<Vec<u8>> {
     Ok([&[length][..], name.as_bytes()].concat())
 }
 
-/// A TTL index entry: `<time of expiry><ttl name><prefix><suffix>` (`ttl_name` from [`ttl_name`]).
-pub fn ttl_entry(expiry: i64, ttl_name: &[u8], prefix: &[u8], suffix: &[u8]) -> Vec<u8> {
-    [&ordered_time(expiry)[..], ttl_name, prefix, suffix].concat()
+/// A TTL index entry: `<time of expiry><ttl name><prefix>` (`ttl_name` from [`ttl_name`]).
+pub fn ttl_entry(expiry: i64, ttl_name: &[u8], prefix: &[u8]) -> Vec<u8> {
+    [&ordered_time(expiry)[..], ttl_name, prefix].concat()
 }
 
 /// What a TTL index entry names.
@@ -269,8 +272,11 @@ pub struct TtlEntry<'a> {
     pub name: &'a str,
     /// The pickled grouping key (a value state variable's store key).
     pub key: &'a [u8],
-    /// `<prefix><suffix>`: a list or map variable's store key.
-    pub prefixed: &'a [u8],
+    /// The grouping key's prefix: a list or map variable's entries of the key.
+    pub prefix: &'a [u8],
+    /// Empty: every entry of the key; else (kstate 0.1's entries) the rest of the one list or
+    /// map entry meant, `<prefix><suffix>`.
+    pub suffix: &'a [u8],
 }
 
 /// Reads a TTL index entry.
@@ -282,12 +288,13 @@ pub fn split_ttl_entry(raw: &[u8]) -> Result<TtlEntry<'_>> {
     let name = raw.get(TIME_LEN + 1..name_end).ok_or_else(bad)?;
     let name = std::str::from_utf8(name).map_err(|_| bad())?;
     let prefixed = &raw[name_end..];
-    let (key, _) = split_prefixed(prefixed)?;
+    let (key, suffix) = split_prefixed(prefixed)?;
     Ok(TtlEntry {
         expiry,
         name,
         key,
-        prefixed,
+        prefix: &prefixed[..prefixed.len() - suffix.len()],
+        suffix,
     })
 }
 
@@ -403,13 +410,20 @@ mod tests {
     fn ttl_entries_round_trip_and_sort_by_expiry() {
         let prefix = key_prefix(b"key").unwrap();
         let name = ttl_name("counts").unwrap();
-        let entry = ttl_entry(42, &name, &prefix, &3u64.to_be_bytes());
+        let entry = ttl_entry(42, &name, &prefix);
         let read = split_ttl_entry(&entry).unwrap();
         assert_eq!(read.expiry, 42);
         assert_eq!(read.name, "counts");
         assert_eq!(read.key, b"key");
-        assert_eq!(read.prefixed, list_key(&prefix, 3));
-        assert!(ttl_entry(41, &name, &prefix, b"") < entry);
+        assert_eq!(read.prefix, prefix);
+        assert_eq!(read.suffix, b"");
+        assert!(ttl_entry(41, &name, &key_prefix(b"z").unwrap()) < entry);
+        // kstate 0.1 indexed each list element and map entry: the element's key follows.
+        let element = list_key(&prefix, 3);
+        let old = [&ttl_entry(42, &name, b"")[..], &element].concat();
+        let read = split_ttl_entry(&old).unwrap();
+        assert_eq!((read.key, read.prefix), (&b"key"[..], &prefix[..]));
+        assert_eq!(read.suffix, 3u64.to_be_bytes());
         assert!(matches!(
             ttl_name(&"x".repeat(256)),
             Err(Error::InvalidArgument(_))
