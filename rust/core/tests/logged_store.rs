@@ -368,6 +368,50 @@ fn previous_values_of_staged_are_the_committed_values_of_written_keys() {
 }
 
 #[test]
+fn previous_values_of_many_staged_keys_around_the_largest_committed_key() {
+    // Enough keys that the undo first looks up the largest committed key (new keys after it
+    // are absent without a read): keys below, at and after it, a deleted largest key, and an
+    // empty store.
+    let dir = tempfile::tempdir().unwrap();
+    let (task, logs) = (dir.path().join("app/0_0"), dir.path().join("changelog"));
+    let (mut store, _) = open(&task, &logs, 1 << 20);
+    let key = |i: u32| format!("k{i:03}").into_bytes();
+    let undo = |store: &mut LoggedStore| {
+        let mut undo = Vec::new();
+        store
+            .store
+            .previous_values_of_staged(&mut |k, v| {
+                undo.push((k.to_vec(), v.map(<[u8]>::to_vec)));
+                Ok(())
+            })
+            .unwrap();
+        undo
+    };
+    for i in 0..40 {
+        store.store.put(&key(i), Some(&ts_value(1, b"v"))).unwrap();
+    }
+    let first = undo(&mut store);
+    assert!(first.iter().all(|(_, v)| v.is_none()), "an empty store");
+    commit(&mut store);
+    for i in (0..40).step_by(2) {
+        store.store.put(&key(i), None).unwrap(); // k038 the largest still held after this
+    }
+    store.store.put(&key(39), None).unwrap();
+    commit(&mut store);
+
+    for i in 0..60 {
+        store.store.put(&key(i), Some(&ts_value(2, b"w"))).unwrap();
+    }
+    let expected: Vec<_> = (0..60)
+        .map(|i| {
+            let held = i < 39 && i % 2 == 1;
+            (key(i), held.then(|| ts_value(1, b"v")))
+        })
+        .collect();
+    assert_eq!(undo(&mut store), expected);
+}
+
+#[test]
 fn retract_withdraws_published_records_past_an_offset() {
     let dir = tempfile::tempdir().unwrap();
     let (task, logs) = (dir.path().join("app/0_0"), dir.path().join("changelog"));
