@@ -39,6 +39,9 @@ const TAIL_ROOM: usize = 256;
 /// At most this many bytes of batch (and this many bytes / 64 writes) are reserved ahead for a
 /// transaction like the last one.
 const RESERVED_AHEAD: usize = 16 << 20;
+/// Memory of one key in the ordered index besides its bytes: its `Vec` (24 bytes) in a B-tree
+/// node about two thirds full, and its heap block's header and rounding.
+const ORDERED_KEY_OVERHEAD: usize = 64;
 
 #[derive(Debug, Default)]
 pub struct Overlay {
@@ -57,6 +60,8 @@ pub struct Overlay {
     sorted: OnceLock<Vec<u32>>,
     /// Key and value lengths of the live writes (Kafka's uncommitted bytes).
     bytes: usize,
+    /// Lengths of the staged keys (the ordered index holds a copy of each).
+    key_bytes: usize,
     /// Bytes of `batch` in records an overwrite replaced.
     dead: usize,
     /// Keys staged (first) right after a larger key: how far staging order is from key order.
@@ -135,6 +140,7 @@ impl Overlay {
                 hasher.hash_one(key_of(batch, &records[j as usize]))
             });
             self.bytes += write_bytes(key, value);
+            self.key_bytes += key.len();
             if let Some(ordered) = self.ordered.get_mut() {
                 ordered.insert(key.to_vec());
             }
@@ -246,14 +252,25 @@ impl Overlay {
         self.bytes
     }
 
-    /// Memory the staged writes take: the batch (dead records included) and its index.
+    /// Memory the staged writes take: the batch (dead records included), its index, and the
+    /// key order once built (the ordered index's copies of the keys, the sorted positions).
     pub fn memory(&self) -> usize {
         if self.records.is_empty() {
             return 0;
         }
+        let records = self.records.len();
+        let ordered = self
+            .ordered
+            .get()
+            .map_or(0, |_| self.key_bytes + records * ORDERED_KEY_OVERHEAD);
+        let sorted = self
+            .sorted
+            .get()
+            .map_or(0, |_| records * std::mem::size_of::<u32>());
         self.batch.len()
-            + self.records.len()
-                * (std::mem::size_of::<RecordSpan>() + std::mem::size_of::<u32>() + 1)
+            + records * (std::mem::size_of::<RecordSpan>() + std::mem::size_of::<u32>() + 1)
+            + ordered
+            + sorted
     }
 
     pub fn len(&self) -> usize {
@@ -281,6 +298,7 @@ impl Overlay {
         self.ordered = OnceLock::new();
         self.sorted = OnceLock::new();
         self.bytes = 0;
+        self.key_bytes = 0;
         self.dead = 0;
         self.descents = 0;
     }
@@ -533,6 +551,31 @@ mod tests {
             o.write_batch().unwrap(),
             rocksdb_batch(&[(b"d", Some(b"4"))])
         );
+    }
+
+    #[test]
+    fn memory_counts_the_key_order_once_built() {
+        let mut o = Overlay::default();
+        let key = |i: u32| format!("a fairly long key number {i:08}").into_bytes();
+        for i in (0..1_000).rev() {
+            o.stage(&key(i), Some(b"v")).unwrap();
+        }
+        let staged = o.memory();
+        assert_eq!(o.iter().count(), 1_000); // the sorted positions
+        let sorted = o.memory();
+        assert_eq!(sorted - staged, 1_000 * 4);
+        assert_eq!(o.range(&KeyRange::all(), Direction::Forward).count(), 1_000);
+        let ordered = o.memory();
+        // At least each key's bytes and its Vec, in the ordered index's copies.
+        assert!(
+            ordered - sorted >= 1_000 * (key(0).len() + 24),
+            "{ordered} - {sorted}"
+        );
+        o.stage(&key(1_000), Some(b"v")).unwrap(); // joins the ordered index
+        assert!(o.memory() - ordered >= key(0).len() + 24);
+        o.clear();
+        o.stage(b"k", Some(b"v")).unwrap();
+        assert!(o.memory() < 100, "{}", o.memory());
     }
 
     #[test]
