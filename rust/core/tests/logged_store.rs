@@ -337,6 +337,19 @@ fn publish_then_commit_published_is_a_commit_in_two_steps() {
     assert_eq!(store.store.committed_offset().unwrap(), Some(1));
 }
 
+/// The staged keys with their committed values, as a commit's undo takes them.
+fn undo_of(store: &mut LoggedStore) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+    let mut undo = Vec::new();
+    store
+        .store
+        .previous_values_of_staged(&mut |k, v| {
+            undo.push((k.to_vec(), v.map(<[u8]>::to_vec)));
+            Ok(())
+        })
+        .unwrap();
+    undo
+}
+
 #[test]
 fn previous_values_of_staged_are_the_committed_values_of_written_keys() {
     let dir = tempfile::tempdir().unwrap();
@@ -349,16 +362,8 @@ fn previous_values_of_staged_are_the_committed_values_of_written_keys() {
     store.store.put(b"a", Some(&ts_value(2, b"a2"))).unwrap();
     store.store.put(b"b", None).unwrap();
     store.store.put(b"c", Some(&ts_value(2, b"c2"))).unwrap();
-    let mut undo = Vec::new();
-    store
-        .store
-        .previous_values_of_staged(&mut |k, v| {
-            undo.push((k.to_vec(), v.map(<[u8]>::to_vec)));
-            Ok(())
-        })
-        .unwrap();
     assert_eq!(
-        undo,
+        undo_of(&mut store),
         [
             (b"a".to_vec(), Some(ts_value(1, b"a1"))),
             (b"b".to_vec(), Some(ts_value(1, b"b1"))),
@@ -376,21 +381,10 @@ fn previous_values_of_many_staged_keys_around_the_largest_committed_key() {
     let (task, logs) = (dir.path().join("app/0_0"), dir.path().join("changelog"));
     let (mut store, _) = open(&task, &logs, 1 << 20);
     let key = |i: u32| format!("k{i:03}").into_bytes();
-    let undo = |store: &mut LoggedStore| {
-        let mut undo = Vec::new();
-        store
-            .store
-            .previous_values_of_staged(&mut |k, v| {
-                undo.push((k.to_vec(), v.map(<[u8]>::to_vec)));
-                Ok(())
-            })
-            .unwrap();
-        undo
-    };
     for i in 0..40 {
         store.store.put(&key(i), Some(&ts_value(1, b"v"))).unwrap();
     }
-    let first = undo(&mut store);
+    let first = undo_of(&mut store);
     assert!(first.iter().all(|(_, v)| v.is_none()), "an empty store");
     commit(&mut store);
     for i in (0..40).step_by(2) {
@@ -408,7 +402,7 @@ fn previous_values_of_many_staged_keys_around_the_largest_committed_key() {
             (key(i), held.then(|| ts_value(1, b"v")))
         })
         .collect();
-    assert_eq!(undo(&mut store), expected);
+    assert_eq!(undo_of(&mut store), expected);
 }
 
 #[test]

@@ -141,12 +141,19 @@ def test_values_spark_refuses_are_refused(open_handle):
     assert list(items.get()) == [(3,)], "so is any iterable, as Spark iterates it"
 
 
+def ttl_variables(handle, ttl_ms=1000) -> tuple:
+    """Value ``v``, list ``l`` and map ``m``, each with a TTL of ``ttl_ms``."""
+    return (
+        handle.getValueState("v", ttlDurationMs=ttl_ms),
+        handle.getListState("l", ttlDurationMs=ttl_ms),
+        handle.getMapState("m", ttlDurationMs=ttl_ms),
+    )
+
+
 def test_ttl_expires_values_list_elements_and_map_entries_by_processing_time(open_handle):
     names = ("v", "l", "m", TTL_INDEX)
     state, handle = open_handle(0, names=names, now=NOW)
-    value = handle.getValueState("v", ttlDurationMs=1000)
-    items = handle.getListState("l", ttlDurationMs=1000)
-    mapping = handle.getMapState("m", ttlDurationMs=1000)
+    value, items, mapping = ttl_variables(handle)
     key(handle, "a")
     value.update(1)
     items.appendValue("old")
@@ -156,9 +163,7 @@ def test_ttl_expires_values_list_elements_and_map_entries_by_processing_time(ope
 
     # Half a TTL later: new elements and entries get their own expiry; the value is rewritten.
     state, handle = open_handle(1, names=names, now=NOW + 500)
-    value = handle.getValueState("v", ttlDurationMs=1000)
-    items = handle.getListState("l", ttlDurationMs=1000)
-    mapping = handle.getMapState("m", ttlDurationMs=1000)
+    value, items, mapping = ttl_variables(handle)
     key(handle, "a")
     value.update(2)
     items.appendValue("new")
@@ -167,9 +172,7 @@ def test_ttl_expires_values_list_elements_and_map_entries_by_processing_time(ope
 
     # At the first expiry (now >= expiry, as Spark): the old element and entry are gone.
     state, handle = open_handle(2, names=names, now=NOW + 1000)
-    value = handle.getValueState("v", ttlDurationMs=1000)
-    items = handle.getListState("l", ttlDurationMs=1000)
-    mapping = handle.getMapState("m", ttlDurationMs=1000)
+    value, items, mapping = ttl_variables(handle)
     key(handle, "a")
     assert value.get() == 2 and list(items.get()) == ["new"] and dict(mapping.iterator()) == {"new": 2}
     assert not mapping.containsKey("old") and mapping.getValue("old") is None
@@ -177,9 +180,7 @@ def test_ttl_expires_values_list_elements_and_map_entries_by_processing_time(ope
     state.commit()
 
     state, handle = open_handle(3, names=names, now=NOW + 1500)
-    value = handle.getValueState("v", ttlDurationMs=1000)
-    items = handle.getListState("l", ttlDurationMs=1000)
-    mapping = handle.getMapState("m", ttlDurationMs=1000)
+    value, items, mapping = ttl_variables(handle)
     key(handle, "a")
     assert not value.exists() and not items.exists() and not mapping.exists()
     assert handle.remove_expired() == 3
@@ -217,9 +218,7 @@ def ttl_index_entries(state) -> list[tuple]:
 def test_a_batch_indexes_each_variable_and_key_once_however_many_entries_it_writes(open_handle):
     names = ("v", "l", "m", TTL_INDEX)
     state, handle = open_handle(0, names=names, now=NOW)
-    value = handle.getValueState("v", ttlDurationMs=1000)
-    items = handle.getListState("l", ttlDurationMs=1000)
-    mapping = handle.getMapState("m", ttlDurationMs=1000)
+    value, items, mapping = ttl_variables(handle)
     for k in ("a", "b"):
         key(handle, k)
         value.update(1)
