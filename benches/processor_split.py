@@ -350,6 +350,7 @@ def main() -> None:
             iterators = matched(stats, [ITERATORS])
             profiled_total = sum(v[2] for v in stats.stats.values())
         spark.stop()
+        IDLE.release_all()  # the parked stores, before their directory goes
         shutil.rmtree(work, ignore_errors=True)
     moved = ", stores released after each task" if args.move else ""
     moved += ", the floor's task" if args.floor else ""

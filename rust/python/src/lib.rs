@@ -48,6 +48,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<state_variables::ListCalls>()?;
     m.add_class::<state_variables::TtlIndex>()?;
     m.add_class::<state_variables::ValueCalls>()?;
+    m.add_function(wrap_pyfunction!(state_variables::sweep_expired_state, m)?)?;
     state_layout::register(m)?;
     m.add_class::<key_value_store::NativeReadCommittedView>()?;
     m.add_class::<routed_reads::RoutedViews>()?;

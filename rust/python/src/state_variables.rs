@@ -2,15 +2,18 @@
 //! is one native call here (read the store, check the expiry prefix, decode; or check, encode
 //! and stage), on the task's `KeyValueStore` directly.
 
+use std::collections::HashMap;
+
 use kstate_core::spark::state_layout::{self as layout, NO_EXPIRY};
 use kstate_core::spark::state_read_ahead::{
     sequence_of, Entry, PrefixEntries, READ_AHEAD_MAX_BYTES,
 };
+use kstate_core::spark::ttl_sweep::{sweep_expired, SweptStore};
 use kstate_core::{Direction, KeyRange};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
-use crate::errors::{guard, raise, to_py, ErrorClass};
+use crate::errors::{detached, guard, raise, to_py, ErrorClass};
 use crate::key_value_store::{packed_writes, NativeKeyValueStore, PackedArray};
 use crate::row_codec::{decode_row, RowCodec, RowReader};
 
@@ -765,6 +768,38 @@ impl TtlIndex {
         let mut store = self.store.bind(py).try_borrow_mut()?;
         guard(|| store.logged.inner.store.put(&entry, Some(b"")))
     }
+}
+
+/// Deletes the state that the TTL index entries of `index` due at `now_ms` name and that
+/// expired by then, and those index entries (`kstate_core::spark::ttl_sweep`); `variables`: each
+/// declared variable's name, whether it is value state, and its store. Returns how many state
+/// entries it deleted.
+#[pyfunction]
+pub fn sweep_expired_state(
+    py: Python<'_>,
+    index: &Bound<'_, NativeKeyValueStore>,
+    variables: Vec<(String, bool, Bound<'_, NativeKeyValueStore>)>,
+    now_ms: i64,
+) -> PyResult<u64> {
+    let mut index = index.try_borrow_mut()?;
+    let mut borrowed = variables
+        .iter()
+        .map(|(name, value, store)| Ok((name, *value, store.try_borrow_mut()?)))
+        .collect::<PyResult<Vec<_>>>()?;
+    let mut stores: HashMap<String, SweptStore<'_>> = borrowed
+        .iter_mut()
+        .map(|(name, value, store)| {
+            let store = &mut store.logged.inner.store;
+            let swept = if *value {
+                SweptStore::Value(store)
+            } else {
+                SweptStore::Entries(store)
+            };
+            (name.to_string(), swept)
+        })
+        .collect();
+    let index = &mut index.logged.inner.store;
+    detached(py, || sweep_expired(index, &mut stores, now_ms))
 }
 
 /// The expiry of a variable's writes at processing time `now_ms`: `ttl`'s, or none.

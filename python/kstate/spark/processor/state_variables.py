@@ -703,32 +703,14 @@ class StatefulProcessorHandle:
 
     def remove_expired(self) -> int:
         """Deletes every entry whose TTL ran out by this batch's processing time (entries written
-        again since keep their newer expiry); returns how many."""
+        again since keep their newer expiry); returns how many. One native call
+        (``_core.sweep_expired_state``) over the TTL index's due entries."""
         index = self._ttl_store
         if index is None:
             return 0
-        with index.range(None, _core.state_ordered_time(self.now_ms + 1)) as entries:
-            due = [k for k, _ in entries]
-        removed = 0
-        for raw in due:
-            _, name, key, prefix, suffix = _core.state_split_ttl_entry(raw)
-            declared = self.declared.get(name)
-            if declared is not None and declared.kind != "deleted":
-                store = self._stores[name]
-                for state_key in self._indexed_entries(store, declared.kind, key, prefix, suffix):
-                    store.delete(state_key)
-                    removed += 1
-            index.delete(raw)
-        return removed
-
-    def _indexed_entries(self, store: Any, kind: str, key: bytes, prefix: bytes, suffix: bytes) -> list[bytes]:
-        """The expired entries of a TTL index entry: of a value variable, its key's value; of a
-        list or map variable, its key's elements or entries (kstate 0.1's entries: the one entry
-        ``<prefix><suffix>``)."""
-        if kind == "value" or suffix:
-            state_key = key if kind == "value" else prefix + suffix
-            stored = store.get(state_key)
-            expired = stored is not None and _core.state_expiry_of(stored) <= self.now_ms
-            return [state_key] if expired else []
-        with store.prefix_scan(prefix) as entries:
-            return [k for k, stored in entries if _core.state_expiry_of(stored) <= self.now_ms]
+        variables = [
+            (name, declared.kind == "value", native_store(self._stores[name]))
+            for name, declared in self.declared.items()
+            if declared.kind != "deleted"
+        ]
+        return _core.sweep_expired_state(native_store(index), variables, self.now_ms)
