@@ -63,18 +63,19 @@ pub fn sweep_expired(
         let store = match store {
             SweptStore::Value(store) | SweptStore::Entries(store) => store,
         };
-        let mut expired = Vec::new();
+        // A set: a key due at several expiries, or named both ways, is deleted and counted once.
+        let mut expired = BTreeSet::new();
         for key in keys {
             if let Some(stored) = store.get(&key)? {
                 if expiry_of(&stored)? <= now_ms {
-                    expired.push(key);
+                    expired.insert(key);
                 }
             }
         }
         let prefixes: Vec<&[u8]> = prefixes.into_iter().collect();
         store.scan_prefixes(&prefixes, &mut |_, key, stored| {
             if expiry_of(stored)? <= now_ms {
-                expired.push(key.to_vec());
+                expired.insert(key.to_vec());
             }
             Ok(true)
         })?;
@@ -122,6 +123,11 @@ mod tests {
         indexed(10, "v", &a, b"");
         indexed(20, "v", &a, b"");
         indexed(10, "v", &b, b"");
+        // Value "d" indexed at two expiries both due at the sweep: deleted and counted once.
+        let d = key_prefix(b"d").unwrap();
+        value.put(b"d", Some(&stored_value(12, b"4"))).unwrap();
+        indexed(11, "v", &d, b"");
+        indexed(12, "v", &d, b"");
         // List "a": elements 0, 1 written at 10, element 2 at 20; list "b": one element of
         // kstate 0.1's index (its own entry), one never indexed.
         for (sequence, expiry) in [(0, 10), (1, 10), (2, 20)] {
@@ -135,6 +141,12 @@ mod tests {
         indexed(10, "l", &b, &0u64.to_be_bytes());
         list.put(&list_key(&b, 1), Some(&stored_value(10, b"z")))
             .unwrap();
+        // List "c": its element named both by its own entry and by the key's.
+        let c = key_prefix(b"c").unwrap();
+        list.put(&list_key(&c, 0), Some(&stored_value(10, b"w")))
+            .unwrap();
+        indexed(10, "l", &c, &0u64.to_be_bytes());
+        indexed(10, "l", &c, b"");
         // A variable no longer declared: its index entry goes, its state stays.
         indexed(10, "gone", &a, b"");
 
@@ -142,7 +154,7 @@ mod tests {
             ("v".to_string(), SweptStore::Value(&mut value)),
             ("l".to_string(), SweptStore::Entries(&mut list)),
         ]);
-        assert_eq!(sweep_expired(&mut index, &mut variables, 15).unwrap(), 4);
+        assert_eq!(sweep_expired(&mut index, &mut variables, 15).unwrap(), 6);
         assert_eq!(keys(&value), [b"a".to_vec()]);
         assert_eq!(keys(&list), [list_key(&a, 2), list_key(&b, 1)]);
         assert_eq!(keys(&index).len(), 2, "the entries due at 20");
