@@ -18,11 +18,11 @@ pub enum SweptStore<'s> {
     Entries(&'s mut KeyValueStore),
 }
 
-/// One variable's due state: store keys to check, and grouping keys' prefixes to walk (each
-/// once, however many expiries it is due at; one iterator walks them all).
+/// One variable's due state: store keys to check and grouping keys' prefixes to walk, each
+/// once however many expiries it is due at (one iterator walks the prefixes).
 #[derive(Default)]
 struct Due<'a> {
-    keys: Vec<Vec<u8>>,
+    keys: BTreeSet<Vec<u8>>,
     prefixes: BTreeSet<&'a [u8]>,
 }
 
@@ -42,17 +42,21 @@ pub fn sweep_expired(
     let mut named: HashMap<&str, Due<'_>> = HashMap::new();
     for (raw, _) in &due {
         let entry = split_ttl_entry(raw)?;
+        let Some(variable) = variables.get(entry.name) else {
+            continue; // no longer declared: only the index entry goes
+        };
         let Due { keys, prefixes } = named.entry(entry.name).or_default();
-        match variables.get(entry.name) {
-            Some(SweptStore::Value(_)) => keys.push(entry.key.to_vec()),
-            // kstate 0.1's entries name one list element or map entry each.
-            Some(SweptStore::Entries(_)) if !entry.suffix.is_empty() => {
-                keys.push([entry.prefix, entry.suffix].concat())
+        match variable {
+            SweptStore::Value(_) => {
+                keys.insert(entry.key.to_vec());
             }
-            Some(SweptStore::Entries(_)) => {
+            // kstate 0.1's entries name one list element or map entry each.
+            SweptStore::Entries(_) if !entry.suffix.is_empty() => {
+                keys.insert([entry.prefix, entry.suffix].concat());
+            }
+            SweptStore::Entries(_) => {
                 prefixes.insert(entry.prefix);
             }
-            None => {}
         }
     }
     let mut removed = 0;
@@ -63,7 +67,8 @@ pub fn sweep_expired(
         let store = match store {
             SweptStore::Value(store) | SweptStore::Entries(store) => store,
         };
-        // A set: a key due at several expiries, or named both ways, is deleted and counted once.
+        // A set: a key named both by its own entry and by its grouping key's is deleted and
+        // counted once.
         let mut expired = BTreeSet::new();
         for key in keys {
             if let Some(stored) = store.get(&key)? {
