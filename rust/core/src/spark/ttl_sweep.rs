@@ -60,9 +60,9 @@ pub fn sweep_expired(
         }
     }
     let mut removed = 0;
-    for (name, Due { keys, prefixes }) in named {
-        let Some(store) = variables.get_mut(name) else {
-            continue;
+    for (name, store) in variables.iter_mut() {
+        let Some(Due { keys, prefixes }) = named.remove(name.as_str()) else {
+            continue; // nothing of it due
         };
         let store = match store {
             SweptStore::Value(store) | SweptStore::Entries(store) => store,
