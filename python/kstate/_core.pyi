@@ -143,6 +143,20 @@ class RoutedViews:
     def read(self, key: Any) -> tuple[Any, int | None, dict[int, int]] | None: ...
     def get_many(self, keys: list[Any]) -> tuple[list[int], list[Any]] | None: ...
 
+# routed_reads.rs (kstate.spark.serving.readers_writer): a seqlock's sequence, odd while a write runs.
+@final
+class Seqlock:
+    @property
+    def sequence(self) -> int: ...
+    def advance(self) -> None: ...
+
+# routed_reads.rs (kstate.spark.serving.replica): RoutedViews.read made an answer_type while
+# seqlock is still at sequence; None once it is not, or as read gives it.
+@final
+class SnapshotRead:
+    def __new__(cls, views: RoutedViews, answer_type: type[tuple], seqlock: Seqlock, sequence: int) -> Self: ...
+    def read(self, key: Any) -> tuple | None: ...
+
 @final
 class ReadCommittedView:
     @property

@@ -98,6 +98,8 @@ def test_routed_views_read_each_key_from_its_partition(tmp_path, spark_type, ser
     assert read == sorted(set(ids) | {views.get(absent)[0]})
     assert values == [b"%d" % p for p in ids] + [None]
     assert views.get(None) is None and views.get_many([keys[0], 1.5]) is None
+    if spark_type == "string":
+        assert views.get("\ud800") is None, "a str with no UTF-8 form is left to Arrow, which refuses it"
     assert native_store(stores[ids[0]]).get(stored(keys[0])) == b"%d" % ids[0], "the serde's bytes are read"
     for store in stores:
         store.close()
@@ -161,3 +163,39 @@ def test_routed_views_refuse_what_they_cannot_decode_or_answer(tmp_path):
     with pytest.raises(InvalidStateStoreError, match="batches"):
         _core.RoutedViews([view], "string").read("k")
     store.close()
+
+
+class Answer(tuple):
+    __slots__ = ()
+
+
+def test_a_snapshot_read_answers_only_while_its_seqlock_stands_still(tmp_path):
+    """``SnapshotRead`` (a replica's ``get``): the views' ``read`` as an instance of the answer
+    type while the seqlock is at the snapshot's sequence; ``None`` once a write has started,
+    and then also for a read that failed because the write closed the store."""
+    store = Stores.key_value_store_builder(Stores.persistent_key_value_store("s"), "string", "int64").build()
+    store.init(tmp_path)
+    store.put("k", 7)
+    store.commit()
+    views = _core.RoutedViews([native_store(store).read_committed_view()], "string", "int64", [(3, 4)])
+    seqlock = _core.Seqlock()
+    read = _core.SnapshotRead(views, Answer, seqlock, 0).read
+    answer = read("k")
+    assert type(answer) is Answer and answer == (7, 3, {0: 4})
+    assert read("absent") == (None, 3, {0: 4}) and read(b"k") is None
+    answers = [read("k") for _ in range(3)]
+    answers[0][2][0] = 99  # each answer has a mapping of its own
+    assert answers[1] == answers[2] == (7, 3, {0: 4})
+    seqlock.advance()
+    assert seqlock.sequence == 1 and read("k") is None
+    seqlock.advance()
+    assert read("k") is None, "a snapshot never answers after a write, even an ended one"
+    with pytest.raises(InvalidArgumentError, match="tuple subclass"):
+        _core.SnapshotRead(views, dict, seqlock, 0)
+
+    stale = _core.SnapshotRead(views, Answer, seqlock, seqlock.sequence).read
+    store.close()
+    with pytest.raises(InvalidStateStoreError):
+        stale("k")  # closed with no write begun: the read's own error
+    seqlock.advance()
+    assert stale("k") is None

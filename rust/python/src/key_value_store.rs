@@ -715,7 +715,18 @@ impl RowType {
         py: Python<'py>,
         items: [Bound<'py, PyAny>; N],
     ) -> PyResult<Bound<'py, PyAny>> {
-        let row = match self.alloc {
+        let row = self.make_tracked(py, items)?;
+        untrack(&row);
+        Ok(row)
+    }
+
+    /// An instance holding `items`, left to the cyclic GC (items a caller may mutate).
+    pub(crate) fn make_tracked<'py, const N: usize>(
+        &self,
+        py: Python<'py>,
+        items: [Bound<'py, PyAny>; N],
+    ) -> PyResult<Bound<'py, PyAny>> {
+        Ok(match self.alloc {
             // SAFETY: `alloc` is the tuple subclass's `tp_alloc`, which returns a zeroed
             // instance of N items and refcount 1; `PyTuple_SetItem` steals each item into it.
             Some(alloc) => unsafe {
@@ -734,9 +745,7 @@ impl RowType {
                 .tuple_new
                 .bind(py)
                 .call1((self.row_type.bind(py), PyTuple::new(py, items)?))?,
-        };
-        untrack(&row);
-        Ok(row)
+        })
     }
 }
 

@@ -18,6 +18,7 @@ mod snapshots;
 mod spark_hash;
 mod state_layout;
 mod state_variables;
+mod text;
 mod upgrade;
 mod value_and_timestamp;
 mod window_store;
@@ -52,6 +53,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     state_layout::register(m)?;
     m.add_class::<key_value_store::NativeReadCommittedView>()?;
     m.add_class::<routed_reads::RoutedViews>()?;
+    m.add_class::<routed_reads::Seqlock>()?;
+    m.add_class::<routed_reads::SnapshotRead>()?;
     m.add_class::<key_value_store::RangeIterator>()?;
     m.add_function(wrap_pyfunction!(key_value_store::retract_changelog, m)?)?;
     m.add_class::<partition::NativePartition>()?;

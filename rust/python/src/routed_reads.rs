@@ -7,11 +7,15 @@
 
 use kstate_core::spark::hash::{hash_value, pmod, Scalar, SEED};
 use kstate_core::ReadCommittedView;
+use std::borrow::Cow;
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple, PyType};
 
 use crate::errors::guard;
-use crate::key_value_store::NativeReadCommittedView;
+use crate::key_value_store::{NativeReadCommittedView, RowType};
+use crate::text::utf8;
 
 #[derive(Clone, Copy)]
 enum KeyColumn {
@@ -69,28 +73,43 @@ fn value_of<'py>(
     }
 }
 
-/// A key as its partition's hash and the store read it: `(hash, stored key bytes)`; `None` for
-/// a value that is not a plain Python value of the key column's type.
-fn routed(key: &Bound<'_, PyAny>, column: KeyColumn) -> Option<(i32, Vec<u8>)> {
-    match column {
-        KeyColumn::String => {
-            let text = key.cast::<PyString>().ok()?.to_cow().ok()?;
-            let bytes = text.as_bytes();
-            Some((hash_value(Scalar::Bytes(bytes), SEED), bytes.to_vec()))
-        }
-        KeyColumn::Binary => {
-            let bytes = key.cast::<PyBytes>().ok()?.as_bytes();
-            Some((hash_value(Scalar::Bytes(bytes), SEED), bytes.to_vec()))
-        }
+/// A key as its partition's hash and the store reads it: `(hash, stored key bytes)`; `None` for
+/// a value that is not a plain Python value of the key column's type. A string's or a binary's
+/// bytes are borrowed from the Python object.
+fn routed<'a>(key: &'a Bound<'_, PyAny>, column: KeyColumn) -> Option<(i32, KeyBytes<'a>)> {
+    let bytes = match column {
+        KeyColumn::String => match utf8(key.cast::<PyString>().ok()?).ok()? {
+            Cow::Borrowed(bytes) => KeyBytes::Borrowed(bytes),
+            Cow::Owned(bytes) => KeyBytes::Owned(bytes),
+        },
+        KeyColumn::Binary => KeyBytes::Borrowed(key.cast::<PyBytes>().ok()?.as_bytes()),
         KeyColumn::Bigint => {
             if !key.is_exact_instance_of::<PyInt>() {
                 return None;
             }
             let value: i64 = key.extract().ok()?;
-            Some((
+            return Some((
                 hash_value(Scalar::Long(value), SEED),
-                value.to_be_bytes().to_vec(),
-            ))
+                KeyBytes::Long(value.to_be_bytes()),
+            ));
+        }
+    };
+    Some((hash_value(Scalar::Bytes(bytes.as_slice()), SEED), bytes))
+}
+
+/// A routed key's stored bytes, without an allocation where the key object holds them.
+enum KeyBytes<'a> {
+    Borrowed(&'a [u8]),
+    Owned(Vec<u8>),
+    Long([u8; 8]),
+}
+
+impl KeyBytes<'_> {
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            KeyBytes::Borrowed(bytes) => bytes,
+            KeyBytes::Owned(bytes) => bytes,
+            KeyBytes::Long(bytes) => bytes,
         }
     }
 }
@@ -180,7 +199,7 @@ impl RoutedViews {
         };
         let partition = pmod(hash, self.views.len() as i32);
         let view = &self.views[partition as usize];
-        let value = guard(|| view.get_with(&bytes, |v| value_of(py, self.values, v)))?;
+        let value = guard(|| view.get_with(bytes.as_slice(), |v| value_of(py, self.values, v)))?;
         Ok(value.ok().map(|value| (partition, value)))
     }
 
@@ -191,23 +210,9 @@ impl RoutedViews {
         py: Python<'py>,
         key: &Bound<'py, PyAny>,
     ) -> PyResult<Option<Bound<'py, PyTuple>>> {
-        let Some((partition, value)) = self.get(py, key)? else {
-            return Ok(None);
-        };
-        let Some((batch, through)) = self.batches.get(partition as usize) else {
-            return guard(|| {
-                Err(kstate_core::Error::InvalidState(
-                    "routed views made without their partitions' batches".into(),
-                ))
-            });
-        };
-        let partitions = PyDict::new(py);
-        partitions.set_item(partition, through.bind(py))?;
-        let value = value.unwrap_or_else(|| py.None().into_bound(py));
-        Ok(Some(PyTuple::new(
-            py,
-            [value, batch.bind(py).clone(), partitions.into_any()],
-        )?))
+        self.answer(py, key)?
+            .map(|items| PyTuple::new(py, items))
+            .transpose()
     }
 
     /// `(partitions read, values in the keys' order)` of `keys`, each partition's keys read in
@@ -225,7 +230,7 @@ impl RoutedViews {
                 return Ok(None);
             };
             by_partition[pmod(hash, count as i32) as usize].push(i);
-            encoded.push(bytes);
+            encoded.push(bytes.as_slice().to_vec());
         }
         let mut values: Vec<Option<Bound<'py, PyAny>>> = vec![None; encoded.len()];
         let mut rejected = false;
@@ -251,5 +256,113 @@ impl RoutedViews {
             return Ok(None);
         }
         Ok(Some((read, PyList::new(py, values)?)))
+    }
+}
+
+impl RoutedViews {
+    /// The items of `read`'s answer.
+    fn answer<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<[Bound<'py, PyAny>; 3]>> {
+        let Some((partition, value)) = self.get(py, key)? else {
+            return Ok(None);
+        };
+        let Some((batch, through)) = self.batches.get(partition as usize) else {
+            return guard(|| {
+                Err(kstate_core::Error::InvalidState(
+                    "routed views made without their partitions' batches".into(),
+                ))
+            });
+        };
+        let partitions = PyDict::new(py);
+        partitions.set_item(partition, through.bind(py))?;
+        let value = value.unwrap_or_else(|| py.None().into_bound(py));
+        Ok(Some([value, batch.bind(py).clone(), partitions.into_any()]))
+    }
+}
+
+/// A seqlock's sequence (`kstate.spark.serving.readers_writer`): twice the writes finished, plus
+/// one while a write runs. Native so that a read checks it without an attribute lookup.
+#[pyclass(module = "kstate._core", name = "Seqlock", frozen)]
+#[derive(Default)]
+pub struct Seqlock {
+    sequence: AtomicU64,
+}
+
+#[pymethods]
+impl Seqlock {
+    #[new]
+    fn new() -> Self {
+        Seqlock::default()
+    }
+
+    #[getter]
+    fn sequence(&self) -> u64 {
+        self.sequence.load(Ordering::Acquire)
+    }
+
+    /// Starts or ends a write.
+    fn advance(&self) {
+        self.sequence.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// A replica's read of a key in one call (`StateReplica.get`'s common case): `views`' `read`,
+/// made an `answer_type` (the replica's `Answer`, a tuple subclass) while `seqlock` is still at
+/// the `sequence` the replica's snapshot was taken at, before and after the read; `None` once an
+/// update has started since, or as `read` gives it: the replica then reads the key its general
+/// way.
+#[pyclass(module = "kstate._core", name = "SnapshotRead", frozen)]
+pub struct SnapshotRead {
+    views: Py<RoutedViews>,
+    answer: RowType,
+    seqlock: Py<Seqlock>,
+    sequence: u64,
+}
+
+#[pymethods]
+impl SnapshotRead {
+    #[new]
+    fn new(
+        py: Python<'_>,
+        views: Py<RoutedViews>,
+        answer_type: Py<PyType>,
+        seqlock: Py<Seqlock>,
+        sequence: u64,
+    ) -> PyResult<Self> {
+        Ok(SnapshotRead {
+            views,
+            answer: RowType::new(py, answer_type)?,
+            seqlock,
+            sequence,
+        })
+    }
+
+    fn read<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        if !self.current() {
+            return Ok(None);
+        }
+        let items = match self.views.get().answer(py, key) {
+            Ok(Some(items)) => items,
+            Ok(None) => return Ok(None),
+            // A store closed by an update racing this read is the update's, not an error.
+            Err(error) => return if self.current() { Err(error) } else { Ok(None) },
+        };
+        if !self.current() {
+            return Ok(None);
+        }
+        self.answer.make_tracked(py, items).map(Some)
+    }
+}
+
+impl SnapshotRead {
+    fn current(&self) -> bool {
+        self.seqlock.get().sequence() == self.sequence
     }
 }

@@ -13,6 +13,7 @@ use pyo3::types::{
 use pyo3::{intern, IntoPyObjectExt};
 
 use crate::errors::{raise, to_py, ErrorClass};
+use crate::text::utf8;
 
 /// The Python functions the conversions use (temporal and decimal arithmetic exactly as Python
 /// does it), registered by `kstate.spark.format.row_codec` when it loads (`register_row_conversions`),
@@ -531,7 +532,7 @@ impl<'py> ValueSource for PySource<'_, 'py> {
         } else {
             self.helpers.plain.bind(self.py).call1((value,))?.str()?
         };
-        write(text.to_cow()?.as_bytes());
+        write(&utf8(&text)?);
         Ok(())
     }
 

@@ -9,6 +9,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyFloat, PyInt, PyList, PyString};
 
 use crate::errors::{detached, guard};
+use crate::text::utf8;
 
 /// `(kind, offsets or None, data, validity or None, offset)` of one Arrow array: `kind` one of
 /// `ColumnKind::ALL`'s names, `offset` the array's element offset into its buffers.
@@ -75,8 +76,8 @@ fn mixed(value: &Bound<'_, PyAny>, spark_type: &str, running: i32) -> Option<i32
     let narrow = |fits: fn(i64) -> bool| int().filter(|v| fits(*v)).map(|v| Scalar::Int(v as i32));
     let scalar = match spark_type {
         "string" => {
-            let text = value.cast::<PyString>().ok()?.to_cow().ok()?;
-            return Some(hash_value(Scalar::Bytes(text.as_bytes()), running));
+            let text = utf8(value.cast::<PyString>().ok()?).ok()?;
+            return Some(hash_value(Scalar::Bytes(&text), running));
         }
         "binary" => {
             let bytes = value.cast::<PyBytes>().ok()?;

@@ -8,7 +8,8 @@ waiting writer goes first (a stream of reads cannot starve updates).
 ends, so it is odd while one runs. A point read too short to be worth the lock reads
 ``sequence``, reads, and keeps what it read only if ``sequence`` is still the even number it saw
 (no write started meanwhile); a reader waiting for a newer state waits for ``sequence`` to move
-past a write.
+past a write. The count is native (``_core.Seqlock``) so that a native read (``_core.SnapshotRead``)
+checks it without looking an attribute up.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from kstate import _core
+
 
 class ReadersWriterLock:
     def __init__(self) -> None:
@@ -25,8 +28,12 @@ class ReadersWriterLock:
         self._readers = 0
         self._writing = False
         self._writers_waiting = 0
-        self.sequence = 0
-        """Twice the writes finished, plus one while a write runs."""
+        self.seqlock = _core.Seqlock()
+        """Its ``sequence``: twice the writes finished, plus one while a write runs."""
+
+    @property
+    def sequence(self) -> int:
+        return self.seqlock.sequence
 
     @contextmanager
     def reading(self) -> Iterator[int]:
@@ -53,13 +60,13 @@ class ReadersWriterLock:
                 self._changed.wait()
             self._writers_waiting -= 1
             self._writing = True
-            self.sequence += 1
+            self.seqlock.advance()
         try:
             yield
         finally:
             with self._changed:
                 self._writing = False
-                self.sequence += 1
+                self.seqlock.advance()
                 self._changed.notify_all()
 
     def wait_for_write(self, seen: int, timeout: float) -> None:

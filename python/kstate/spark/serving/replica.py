@@ -47,6 +47,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from kstate import _core
 from kstate.errors import InvalidArgumentError, InvalidStateStoreError, KStateError, StoreClosedError
 from kstate.log.object_store import is_url
 from kstate.spark.format.state_schemas import SchemaLog
@@ -162,6 +163,8 @@ class StateReplica:
         self._gate = ReadersWriterLock()
         self._snapshot: Snapshot | None = None
         """What the reads of keys that skip the lock read (``kstate.spark.serving.snapshot``)."""
+        self._reads: dict[str, Callable[[Any], Answer[Any] | None]] = {}
+        """The snapshot's reads of a key in one native call, per store (``_core.SnapshotRead``)."""
         self._refreshing = threading.Lock()
         self._record: Partitioning | None = None
         self._routing: Routing | None = None
@@ -424,13 +427,20 @@ class StateReplica:
         key columns' values (a tuple with several), for a store whose keys are not its key
         column's values. ``at_least_batch``: wait until the key's partition is known to hold
         that batch, up to ``timeout`` seconds (``InvalidStateStoreError`` then)."""
+        if route_by is None and at_least_batch is None:
+            read = self._reads.get(store)
+            answer = None if read is None else read(key)
+            if answer is not None:
+                return answer
+        return self._get(store, key, route_by, at_least_batch, timeout)
+
+    def _get(self, store: str, key: Any, route_by: Any, at_least_batch: int | None, timeout: float) -> Answer[Any]:
+        """``get`` by the snapshot's general reads or under the lock (its closures kept out of
+        ``get``, whose every call would make their cells)."""
         if route_by is None:
-            snapshot = self._snapshot
-            if snapshot is None or snapshot.sequence != self._gate.sequence:
-                snapshot = self._current_snapshot()
-            read = snapshot.reads.get(store) if at_least_batch is None else None
+            snapshot = self._current_snapshot()
             try:
-                unlocked = snapshot.get(store, key, at_least_batch) if read is None else read(key)
+                unlocked = snapshot.get(store, key, at_least_batch)
             except KStateError:
                 if self._gate.sequence == snapshot.sequence:
                     raise
@@ -633,6 +643,10 @@ class StateReplica:
                 self._check_open()
                 followers = self._followers if self._record is not None else []
                 snapshot = self._snapshot = Snapshot(sequence, self._routing, followers, self.aligned)
+                self._reads = {
+                    name: _core.SnapshotRead(views, Answer, self._gate.seqlock, sequence).read
+                    for name, views in snapshot.answering.items()
+                }
         return snapshot
 
     def _description(self, store: str, kind: str) -> Mapping[str, Any]:

@@ -60,9 +60,9 @@ class Snapshot:
         """Those of them read natively (``RoutedViews``), with what decodes their stored values
         (``None``: ``RoutedViews`` does)."""
         self._value_types: dict[str, Any] = {}
-        self.reads: dict[str, Callable[[Any], Read | None]] = {}
-        """Per store answered by one native call (``RoutedViews.read``) when no batch is waited
-        for: its read of a key (``None``: read it as ``get`` does)."""
+        self.answering: dict[str, Any] = {}
+        """The stores whose reads of a key, waiting for no batch, are answered in one native call
+        (``_core.SnapshotRead``): their ``RoutedViews``."""
         if routing is None or not followers or not all(f.servable for f in followers):
             return
         self._spark_types = [kind for _, kind in routing.partitioning.keys]
@@ -79,7 +79,7 @@ class Snapshot:
                     )
                     self._routed[name] = (views, None if native else decode)
                     if native and not aligned:
-                        self.reads[name] = views.read
+                        self.answering[name] = views
 
     def get(self, store: str, key: Any, at_least_batch: int | None) -> Read | None:
         """``store``'s value of ``key`` and the batch it is at; ``None``: read it the locked way."""
