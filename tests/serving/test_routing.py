@@ -19,6 +19,17 @@ from kstate.store_lifecycle import native_store
 rng = random.Random(42)
 TEXT = ["", "a", "user-1", "ünïcødé", "日本語テキスト", "x" * 37, *(f"k{rng.randrange(10**9)}" for _ in range(200))]
 LONGS = [0, 1, -1, 2**63 - 1, -(2**63), *(rng.randrange(-(2**63), 2**63) for _ in range(200))]
+
+
+class Answer(tuple):
+    __slots__ = ()
+
+
+def answering(views):
+    """``views``' reads of a key as a replica's ``get`` answers them (its seqlock untouched)."""
+    return _core.SnapshotRead(views, Answer, _core.Seqlock(), 0).read
+
+
 COLUMNS = {
     "string": (pa.string(), TEXT),
     "binary": (pa.binary(), [t.encode() for t in TEXT] + [bytes([0, 255, 128])]),
@@ -116,7 +127,7 @@ VALUES = {
 @pytest.mark.parametrize("serde", sorted(VALUES))
 def test_routed_views_decode_values_as_the_serde_does(tmp_path, serde):
     """Values come back decoded, equal to what the store's own ``get`` (its Python serde) gives;
-    ``read`` answers with the partition's batches; bytes the serde rejects are left to it."""
+    a replica's read answers with the partition's batches; bytes the serde rejects are left to it."""
     keys = TEXT[:40]
     ids = partition_ids([pa.array(keys, pa.string())], 2).tolist()
     stores = []
@@ -134,8 +145,8 @@ def test_routed_views_decode_values_as_the_serde_does(tmp_path, serde):
     for key, partition in zip(keys, ids):
         expected = stores[partition].get(key)
         assert repr(views.get(key)) == repr((partition, expected))  # repr: -0.0 and 0.0 differ
-        assert repr(views.read(key)) == repr((expected, [7, None][partition], {partition: [9, 8][partition]}))
-    assert views.read("absent")[0] is None
+        assert repr(answering(views)(key)) == repr((expected, [7, None][partition], {partition: [9, 8][partition]}))
+    assert answering(views)("absent")[0] is None
     read, values = views.get_many(keys)
     assert repr(values) == repr([stores[p].get(k) for k, p in zip(keys, ids)])
 
@@ -147,7 +158,7 @@ def test_routed_views_decode_values_as_the_serde_does(tmp_path, serde):
     if serde == "bytes":
         assert views.get("k") == (0, b"\xff\xfe\xfd")
     else:
-        assert views.get("k") is None and views.read("k") is None and views.get_many(["k"]) is None
+        assert views.get("k") is None and answering(views)("k") is None and views.get_many(["k"]) is None
     for store in [*stores, raw]:
         store.close()
 
@@ -161,12 +172,8 @@ def test_routed_views_refuse_what_they_cannot_decode_or_answer(tmp_path):
     with pytest.raises(InvalidArgumentError, match="every partition"):
         _core.RoutedViews([view], "string", None, [(0, 0), (0, 0)])
     with pytest.raises(InvalidStateStoreError, match="batches"):
-        _core.RoutedViews([view], "string").read("k")
+        answering(_core.RoutedViews([view], "string"))("k")
     store.close()
-
-
-class Answer(tuple):
-    __slots__ = ()
 
 
 def test_a_snapshot_read_answers_only_while_its_seqlock_stands_still(tmp_path):

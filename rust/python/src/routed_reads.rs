@@ -11,7 +11,7 @@ use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple, PyType};
+use pyo3::types::{PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyType};
 
 use crate::errors::guard;
 use crate::key_value_store::{NativeReadCommittedView, RowType};
@@ -76,13 +76,10 @@ fn value_of<'py>(
 /// A key as its partition's hash and the store reads it: `(hash, stored key bytes)`; `None` for
 /// a value that is not a plain Python value of the key column's type. A string's or a binary's
 /// bytes are borrowed from the Python object.
-fn routed<'a>(key: &'a Bound<'_, PyAny>, column: KeyColumn) -> Option<(i32, KeyBytes<'a>)> {
+fn routed<'a>(key: &'a Bound<'_, PyAny>, column: KeyColumn) -> Option<(i32, Cow<'a, [u8]>)> {
     let bytes = match column {
-        KeyColumn::String => match utf8(key.cast::<PyString>().ok()?).ok()? {
-            Cow::Borrowed(bytes) => KeyBytes::Borrowed(bytes),
-            Cow::Owned(bytes) => KeyBytes::Owned(bytes),
-        },
-        KeyColumn::Binary => KeyBytes::Borrowed(key.cast::<PyBytes>().ok()?.as_bytes()),
+        KeyColumn::String => utf8(key.cast::<PyString>().ok()?).ok()?,
+        KeyColumn::Binary => Cow::Borrowed(key.cast::<PyBytes>().ok()?.as_bytes()),
         KeyColumn::Bigint => {
             if !key.is_exact_instance_of::<PyInt>() {
                 return None;
@@ -90,35 +87,18 @@ fn routed<'a>(key: &'a Bound<'_, PyAny>, column: KeyColumn) -> Option<(i32, KeyB
             let value: i64 = key.extract().ok()?;
             return Some((
                 hash_value(Scalar::Long(value), SEED),
-                KeyBytes::Long(value.to_be_bytes()),
+                Cow::Owned(value.to_be_bytes().to_vec()),
             ));
         }
     };
-    Some((hash_value(Scalar::Bytes(bytes.as_slice()), SEED), bytes))
-}
-
-/// A routed key's stored bytes, without an allocation where the key object holds them.
-enum KeyBytes<'a> {
-    Borrowed(&'a [u8]),
-    Owned(Vec<u8>),
-    Long([u8; 8]),
-}
-
-impl KeyBytes<'_> {
-    fn as_slice(&self) -> &[u8] {
-        match self {
-            KeyBytes::Borrowed(bytes) => bytes,
-            KeyBytes::Owned(bytes) => bytes,
-            KeyBytes::Long(bytes) => bytes,
-        }
-    }
+    Some((hash_value(Scalar::Bytes(&bytes), SEED), bytes))
 }
 
 /// The read-committed views of a store's partitions, in partition order, read by keys of a
 /// key column of Spark type `spark_type` (`string`, `binary` or `bigint`), their values decoded
 /// by the built-in serde `value_serde` (`bytes`, `string`, `int64`, `double`; `None`: values
 /// are returned as bytes). `batches`: per partition, the batch a read of it answers at and the
-/// newest batch it holds, for `read`.
+/// newest batch it holds, for `SnapshotRead`.
 #[pyclass(module = "kstate._core", name = "RoutedViews", frozen)]
 pub struct RoutedViews {
     views: Vec<ReadCommittedView>,
@@ -199,20 +179,8 @@ impl RoutedViews {
         };
         let partition = pmod(hash, self.views.len() as i32);
         let view = &self.views[partition as usize];
-        let value = guard(|| view.get_with(bytes.as_slice(), |v| value_of(py, self.values, v)))?;
+        let value = guard(|| view.get_with(&bytes, |v| value_of(py, self.values, v)))?;
         Ok(value.ok().map(|value| (partition, value)))
-    }
-
-    /// `get` as a replica's read answers it: `(value or None, batch, {partition: newest batch})`
-    /// with the partition's `batches`; `None` as for `get`.
-    fn read<'py>(
-        &self,
-        py: Python<'py>,
-        key: &Bound<'py, PyAny>,
-    ) -> PyResult<Option<Bound<'py, PyTuple>>> {
-        self.answer(py, key)?
-            .map(|items| PyTuple::new(py, items))
-            .transpose()
     }
 
     /// `(partitions read, values in the keys' order)` of `keys`, each partition's keys read in
@@ -230,7 +198,7 @@ impl RoutedViews {
                 return Ok(None);
             };
             by_partition[pmod(hash, count as i32) as usize].push(i);
-            encoded.push(bytes.as_slice().to_vec());
+            encoded.push(bytes.into_owned());
         }
         let mut values: Vec<Option<Bound<'py, PyAny>>> = vec![None; encoded.len()];
         let mut rejected = false;
@@ -260,7 +228,8 @@ impl RoutedViews {
 }
 
 impl RoutedViews {
-    /// The items of `read`'s answer.
+    /// `get` as a replica's read answers it: `[value or None, batch, {partition: newest
+    /// batch}]` with the partition's `batches`; `None` as for `get`.
     fn answer<'py>(
         &self,
         py: Python<'py>,
@@ -309,10 +278,10 @@ impl Seqlock {
     }
 }
 
-/// A replica's read of a key in one call (`StateReplica.get`'s common case): `views`' `read`,
+/// A replica's read of a key in one call (`StateReplica.get`'s common case): `views`' answer,
 /// made an `answer_type` (the replica's `Answer`, a tuple subclass) while `seqlock` is still at
 /// the `sequence` the replica's snapshot was taken at, before and after the read; `None` once an
-/// update has started since, or as `read` gives it: the replica then reads the key its general
+/// update has started since, or for a key `views` cannot read: the replica then reads the key its general
 /// way.
 #[pyclass(module = "kstate._core", name = "SnapshotRead", frozen)]
 pub struct SnapshotRead {
