@@ -98,6 +98,7 @@ def observe_figures(mapped: Any, name: str) -> tuple[Any, Any]:
     and column. Returns it and, for a batch DataFrame, the ``Observation`` whose ``get`` holds
     the figures after an action (``None`` for a streaming one: its progress holds them)."""
     from pyspark.sql import functions as F
+    from pyspark.sql.types import LongType, MapType, StringType
 
     column = F.col(FIGURES_COLUMN)
     zero = F.lit(0).cast("long")
@@ -106,7 +107,7 @@ def observe_figures(mapped: Any, name: str) -> tuple[Any, Any]:
         total, task = F.coalesce(total, zero), F.coalesce(task, zero)
         return F.when(figure.isin(*LARGEST), F.greatest(total, task)).otherwise(total + task)
 
-    empty = F.create_map().cast("map<string,bigint>")
+    empty = F.create_map().cast(MapType(StringType(), LongType()))  # a type string costs the JVM a SQL parse
     summed = F.aggregate(F.collect_list(column), empty, lambda total, task: F.map_zip_with(total, task, added))
     aggregates = [summed.alias(FIGURES)]
     observation = None
