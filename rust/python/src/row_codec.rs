@@ -532,7 +532,13 @@ impl<'py> ValueSource for PySource<'_, 'py> {
         } else {
             self.helpers.plain.bind(self.py).call1((value,))?.str()?
         };
-        write(&utf8(&text)?);
+        // A lone surrogate has no UTF-8 form: refused as a value that does not fit, not as
+        // Python's UnicodeEncodeError.
+        let encoded = utf8(&text).map_err(|_| CodecError::Mismatch {
+            type_error: false,
+            message: "not valid Unicode text (a lone surrogate has no UTF-8 form)".into(),
+        })?;
+        write(&encoded);
         Ok(())
     }
 

@@ -107,6 +107,22 @@ def test_values_that_do_not_fit_are_refused():
     assert typed.decode(typed.encode((1, 2))) == (1, "2"), "Spark stores the str of a string field's value"
 
 
+def test_a_lone_surrogate_is_refused_as_a_value_that_does_not_fit():
+    schema = StructType([StructField("name", StringType()), StructField("tags", MapType(StringType(), LongType()))])
+    typed = codec(schema)
+    for bad in (("x\ud800", {}), ("x", {"\udfff": 1}), (LoneSurrogateStr(), {})):
+        with pytest.raises(InvalidArgumentError, match="'v'.*not valid Unicode text"):
+            typed.encode(bad)
+    assert typed.decode(typed.encode(("x\u00e9\U0001f600", {"k": 1}))) == ("x\u00e9\U0001f600", {"k": 1})
+
+
+class LoneSurrogateStr:
+    """Not a str: Spark stores its ``str()``, which here has no UTF-8 form."""
+
+    def __str__(self):
+        return "\ud800"
+
+
 def test_compatible_changes_read_old_values():
     old = StructType([StructField("count", IntegerType()), StructField("ratio", FloatType())])
     new = StructType(
