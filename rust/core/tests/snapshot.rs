@@ -164,13 +164,65 @@ fn a_snapshot_opens_as_the_store_at_its_offset_and_the_next_copies_only_new_file
     }
 }
 
+/// Opens the files `at` holds (as their manifest lists them) as a store of their own.
+fn restored(at: &Path, offset: i64, durability: Durability) -> (tempfile::TempDir, KeyValueStore) {
+    let mut hashes = FileHashes::default();
+    let (files, _) = hashes.describe(at).unwrap();
+    let manifest = SnapshotManifest {
+        offset,
+        batch_id: None,
+        kind: StoreKind::KeyValue,
+        created_ms: 0,
+        stream_time: None,
+        files,
+    };
+    let restored = tempfile::tempdir().unwrap();
+    place(at, &manifest, &restored.path().join("store"));
+    let copy = open(restored.path(), 64 << 20, durability);
+    (restored, copy)
+}
+
+#[test]
+fn a_capture_without_a_wal_names_what_the_flush_wrote_and_leaves_later_commits_to_the_changelog() {
+    // Commits made while the capture's flush runs are not flushed under the commit lock (the
+    // next commit would wait for it): without a WAL the capture holds the flushed commit, and
+    // names it; with a WAL the memtables count as persisted, so it flushes and holds the last.
+    for (durability, expected) in [(Durability::Changelog, 0), (Durability::Wal, 1)] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = open(dir.path(), 64 << 20, durability);
+        commit_round(&mut store, 0);
+        let files = store.committed_files().unwrap();
+        files.flush().unwrap();
+        commit_round(&mut store, 1);
+        let at = dir.path().join("capture");
+        let offset = files.capture_flushed(&at).unwrap().unwrap();
+        assert_eq!(offset, expected, "{durability:?}");
+        let (_kept, copy) = restored(&at, offset, durability);
+        assert_eq!(copy.committed_offset().unwrap(), Some(expected));
+        assert_eq!(rounds(&copy), BTreeSet::from([expected]));
+        assert_eq!(
+            store.committed_offset().unwrap(),
+            Some(1),
+            "the store goes on"
+        );
+        assert_eq!(rounds(&store), BTreeSet::from([1]));
+        store.close().unwrap();
+    }
+}
+
 #[test]
 fn a_capture_while_the_writer_commits_holds_exactly_the_commit_it_names() {
     // An 8 KiB bound spills every commit (several writes each): the capture must never land
-    // between them.
-    for bound in [64 << 20, 8 << 10] {
+    // between them. Without a WAL the capture names what the table files hold, which a flush
+    // ending during the checkpoint would move on: then it captures again, flushing.
+    for (bound, durability) in [
+        (64 << 20, Durability::Wal),
+        (8 << 10, Durability::Wal),
+        (64 << 20, Durability::Changelog),
+        (8 << 10, Durability::Changelog),
+    ] {
         let dir = tempfile::tempdir().unwrap();
-        let mut store = open(dir.path(), bound, Durability::Wal);
+        let mut store = open(dir.path(), bound, durability);
         commit_round(&mut store, 0);
         let files = store.committed_files().unwrap();
         let done = Arc::new(AtomicBool::new(false));
@@ -197,24 +249,12 @@ fn a_capture_while_the_writer_commits_holds_exactly_the_commit_it_names() {
         store.close().unwrap();
         assert!(!captured.is_empty());
         for (at, offset) in captured {
-            let mut hashes = FileHashes::default();
-            let (files, _) = hashes.describe(&at).unwrap();
-            let manifest = SnapshotManifest {
-                offset,
-                batch_id: None,
-                kind: StoreKind::KeyValue,
-                created_ms: 0,
-                stream_time: None,
-                files,
-            };
-            let restored = tempfile::tempdir().unwrap();
-            place(&at, &manifest, &restored.path().join("store"));
-            let copy = open(restored.path(), 64 << 20, Durability::Wal);
+            let (_kept, copy) = restored(&at, offset, durability);
             assert_eq!(copy.committed_offset().unwrap(), Some(offset));
             assert_eq!(
                 rounds(&copy),
                 BTreeSet::from([offset]),
-                "bound {bound}: the files hold the commit of offset {offset} only"
+                "bound {bound}, {durability:?}: the files hold the commit of offset {offset} only"
             );
         }
     }

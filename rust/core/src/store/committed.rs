@@ -152,6 +152,12 @@ pub trait CommittedState: Send + Sync {
         )))
     }
 
+    /// `checkpoint` of the state `persisted_offset` names: without a WAL, the table files as
+    /// they are (memtables not flushed).
+    fn checkpoint_persisted(&self, dir: &Path) -> Result<()> {
+        self.checkpoint(dir)
+    }
+
     /// Records the KIP-1035 OPEN/CLOSED marker where the state is persistent.
     fn set_status(&self, _status: i64) -> Result<()> {
         Ok(())

@@ -276,18 +276,37 @@ pub struct CommittedFiles {
 
 impl CommittedFiles {
     /// Captures the committed state at `dir` (RocksDB's checkpoint: hard links of the table
-    /// files, the memtables flushed first) and returns the changelog offset the files hold;
-    /// `None`, capturing nothing, while the store has no committed offset. Commits wait only
-    /// for the capture itself: the flush of what they wrote before runs ahead of it.
+    /// files) and returns the changelog offset the files hold; `None`, capturing nothing, while
+    /// the store has no committed offset. The memtables are flushed first, while commits go on;
+    /// commits wait only for the checkpoint of what is then on disk, which names the offset a
+    /// crash would reopen at: without a WAL, the commits made during the flush are not in it
+    /// (the changelog holds them). Should a flush end during the checkpoint, the files could
+    /// hold a later commit than the offset read: then the checkpoint is taken again with the
+    /// memtables flushed, commits waiting for that flush.
     pub fn capture(&self, dir: &Path) -> Result<Option<i64>> {
         self.flush()?;
+        self.capture_flushed(dir)
+    }
+
+    /// [`Self::capture`] after its flush: the checkpoint, commits held off.
+    pub fn capture_flushed(&self, dir: &Path) -> Result<Option<i64>> {
         let _writes = SharedState::hold_writes(&self.state.writes)?;
         self.state.with(|c| {
-            let Some(offset) = c.committed_offset(&self.offset_key)? else {
+            let Some(committed) = c.committed_offset(&self.offset_key)? else {
                 return Ok(None);
             };
+            let persisted = c.persisted_offset(&self.offset_key)?;
+            if let Some(offset) = persisted {
+                c.checkpoint_persisted(dir)?;
+                // A flush ending in between would have moved the persisted offset: one that
+                // did not move names exactly what the files hold.
+                if c.persisted_offset(&self.offset_key)? == persisted {
+                    return Ok(Some(offset));
+                }
+                std::fs::remove_dir_all(dir)?;
+            }
             c.checkpoint(dir)?;
-            Ok(Some(offset))
+            Ok(Some(committed))
         })
     }
 

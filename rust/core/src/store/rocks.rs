@@ -737,6 +737,22 @@ impl CommittedState for RocksState {
             })
     }
 
+    fn checkpoint_persisted(&self, dir: &Path) -> Result<()> {
+        if self.durability == Durability::Wal {
+            // The WAL makes the memtables persisted too, and a snapshot leaves WAL files out.
+            return self.checkpoint(dir);
+        }
+        // No flush: the table files as they are, which hold what `persisted_offset` names.
+        rocksdb::checkpoint::Checkpoint::new(&self.db)?
+            .create_checkpoint_with_log_size(dir, u64::MAX)
+            .map_err(|e| {
+                Error::rocksdb(
+                    e,
+                    format_args!("capturing a checkpoint at {}", dir.display()),
+                )
+            })
+    }
+
     fn active_memtable_bytes(&self) -> usize {
         self.families()
             .filter_map(|name| self.cf(name).ok())
