@@ -78,6 +78,19 @@ fn place(from: &Path, manifest: &SnapshotManifest, to: &Path) {
     }
 }
 
+/// The manifest of the key-value store's files captured `at`, at `offset`.
+fn manifest_of(at: &Path, offset: i64, hashes: &mut FileHashes) -> SnapshotManifest {
+    let (files, _) = hashes.describe(at).unwrap();
+    SnapshotManifest {
+        offset,
+        batch_id: None,
+        kind: StoreKind::KeyValue,
+        created_ms: 0,
+        stream_time: None,
+        files,
+    }
+}
+
 fn capture(store: &KeyValueStore, at: &Path, hashes: &mut FileHashes) -> SnapshotManifest {
     let offset = store
         .committed_files()
@@ -85,15 +98,7 @@ fn capture(store: &KeyValueStore, at: &Path, hashes: &mut FileHashes) -> Snapsho
         .capture(at)
         .unwrap()
         .unwrap();
-    let (files, _) = hashes.describe(at).unwrap();
-    let manifest = SnapshotManifest {
-        offset,
-        batch_id: None,
-        kind: StoreKind::KeyValue,
-        created_ms: 0,
-        stream_time: None,
-        files,
-    };
+    let manifest = manifest_of(at, offset, hashes);
     SnapshotManifest::decode(&manifest.encode().unwrap()).unwrap()
 }
 
@@ -166,16 +171,7 @@ fn a_snapshot_opens_as_the_store_at_its_offset_and_the_next_copies_only_new_file
 
 /// Opens the files `at` holds (as their manifest lists them) as a store of their own.
 fn restored(at: &Path, offset: i64, durability: Durability) -> (tempfile::TempDir, KeyValueStore) {
-    let mut hashes = FileHashes::default();
-    let (files, _) = hashes.describe(at).unwrap();
-    let manifest = SnapshotManifest {
-        offset,
-        batch_id: None,
-        kind: StoreKind::KeyValue,
-        created_ms: 0,
-        stream_time: None,
-        files,
-    };
+    let manifest = manifest_of(at, offset, &mut FileHashes::default());
     let restored = tempfile::tempdir().unwrap();
     place(at, &manifest, &restored.path().join("store"));
     let copy = open(restored.path(), 64 << 20, durability);
