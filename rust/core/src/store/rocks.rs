@@ -75,6 +75,19 @@ fn is_empty(db: &DB, cf: &ColumnFamily) -> Result<bool> {
 }
 
 impl RocksState {
+    /// RocksDB's checkpoint at `dir`, flushing the memtables first when the WAL holds more than
+    /// `log_size_for_flush` bytes (0: always; `u64::MAX`: never).
+    fn checkpoint_flushing_past(&self, dir: &Path, log_size_for_flush: u64) -> Result<()> {
+        rocksdb::checkpoint::Checkpoint::new(&self.db)?
+            .create_checkpoint_with_log_size(dir, log_size_for_flush)
+            .map_err(|e| {
+                Error::rocksdb(
+                    e,
+                    format_args!("capturing a checkpoint at {}", dir.display()),
+                )
+            })
+    }
+
     /// The offset, a TTL's stream time and a segment's stream time as `offsets` family records.
     fn add_offset(&self, batch: &mut WriteBatch, offset: OffsetWrite<'_>) -> Result<()> {
         let OffsetWrite {
@@ -725,16 +738,9 @@ impl CommittedState for RocksState {
     }
 
     fn checkpoint(&self, dir: &Path) -> Result<()> {
-        // The default flushes every memtable first (all families at once with `atomic_flush`),
-        // so the checkpoint holds the last commit in table files whatever the durability.
-        rocksdb::checkpoint::Checkpoint::new(&self.db)?
-            .create_checkpoint(dir)
-            .map_err(|e| {
-                Error::rocksdb(
-                    e,
-                    format_args!("capturing a checkpoint at {}", dir.display()),
-                )
-            })
+        // 0 flushes every memtable first (all families at once with `atomic_flush`), so the
+        // checkpoint holds the last commit in table files whatever the durability.
+        self.checkpoint_flushing_past(dir, 0)
     }
 
     fn checkpoint_persisted(&self, dir: &Path) -> Result<()> {
@@ -743,14 +749,7 @@ impl CommittedState for RocksState {
             return self.checkpoint(dir);
         }
         // No flush: the table files as they are, which hold what `persisted_offset` names.
-        rocksdb::checkpoint::Checkpoint::new(&self.db)?
-            .create_checkpoint_with_log_size(dir, u64::MAX)
-            .map_err(|e| {
-                Error::rocksdb(
-                    e,
-                    format_args!("capturing a checkpoint at {}", dir.display()),
-                )
-            })
+        self.checkpoint_flushing_past(dir, u64::MAX)
     }
 
     fn active_memtable_bytes(&self) -> usize {
