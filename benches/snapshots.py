@@ -24,6 +24,8 @@ snapshots published.
 
 ``--segment-bytes``: the changelog's ``segment.bytes`` (16 MiB is kstate.spark's), so that it
 rolls and compacts within the run (with Kafka's 1 GiB a run of a few hundred commits does not).
+``--rocksdb NAME=VALUE`` (repeatable): a RocksDB option over kstate's (``rocksdb.config.setter``),
+in every mode; ``--rocksdb bytes_per_sync=0`` is RocksDB's default before kstate set 1 MiB.
 
 ``--s3`` runs each on moto's S3 server too, or with ``--s3-server s3s-fs`` on s3s-fs (a Rust S3
 server over a local directory, built with cargo on first use): moto handles one request at a
@@ -72,12 +74,15 @@ OPEN = f"""
 import json, os, random, sys, time
 from kstate import Stores
 task, config, kind = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+rocksdb = config.pop("rocksdb", None)
 if kind == "window":
     supplier = Stores.persistent_window_store("restored", retention_ms={WINDOW_RETENTION}, window_size_ms={HOUR})
     builder = Stores.window_store_builder(supplier).with_logging_enabled(config)
 else:
     supplier = Stores.persistent_key_value_store("restored")
     builder = Stores.key_value_store_builder(supplier).with_logging_enabled(config)
+if rocksdb:
+    builder = builder.with_config({{"rocksdb.config.setter": rocksdb}})
 """
 
 RESTORE = (
@@ -387,6 +392,9 @@ def main() -> None:
     parser.add_argument(
         "--segment-bytes", type=int, default=None, help="commits: the changelog's segment.bytes (Kafka's 1 GiB)"
     )
+    parser.add_argument(
+        "--rocksdb", action="append", default=[], metavar="NAME=VALUE", help="a RocksDB option over kstate's"
+    )
     args = parser.parse_args()
     if (args.commits or args.storage) and args.store != "key-value":
         parser.error("--commits and --storage measure key-value stores")
@@ -427,6 +435,8 @@ def main() -> None:
                         config = {"changelog.dir": f"s3://{bucket}/changelogs", "changelog.storage.options": options}
                     if args.segment_bytes:
                         config["segment.bytes"] = args.segment_bytes
+                    if args.rocksdb:
+                        config["rocksdb"] = dict(option.split("=", 1) for option in args.rocksdb)
                     if args.store == "window":
                         config["retention.ms"] = "-1"  # old event times: nothing deleted by the clock
                     rows_of = storage_rows if args.storage else commit_rows if args.commits else restore_rows
