@@ -276,32 +276,46 @@ mod tests {
         written
     }
 
+    /// Asserts that a store opened with `user` options wrote each of `lines` to its OPTIONS file.
+    fn assert_written(user: Option<&str>, lines: &[&str]) {
+        let written = written_options(user);
+        for line in lines {
+            assert!(written.contains(line), "{line:?} not in {written}");
+        }
+    }
+
     #[test]
     fn two_flushes_run_at_once_unless_the_user_sets_background_jobs() {
-        let ours = written_options(None);
-        assert!(ours.contains("max_background_flushes=2\n"), "{ours}");
-        assert!(ours.contains("max_background_compactions=-1\n"), "{ours}");
-        let theirs = written_options(Some("max_background_jobs=8"));
-        assert!(theirs.contains("max_background_jobs=8\n"), "{theirs}");
-        assert!(theirs.contains("max_background_flushes=-1\n"), "{theirs}");
-        let theirs = written_options(Some("write_buffer_size=8388608; max_background_flushes=3"));
-        assert!(theirs.contains("max_background_flushes=3\n"), "{theirs}");
+        assert_written(
+            None,
+            &[
+                "max_background_flushes=2\n",
+                "max_background_compactions=-1\n",
+            ],
+        );
+        assert_written(
+            Some("max_background_jobs=8"),
+            &["max_background_jobs=8\n", "max_background_flushes=-1\n"],
+        );
+        assert_written(
+            Some("write_buffer_size=8388608; max_background_flushes=3"),
+            &["max_background_flushes=3\n"],
+        );
     }
 
     #[test]
     fn written_files_go_to_disk_as_they_grow_unless_the_user_says_otherwise() {
-        let ours = written_options(None);
-        assert!(ours.contains("  bytes_per_sync=1048576\n"), "{ours}");
-        let theirs = written_options(Some("bytes_per_sync=0"));
-        assert!(theirs.contains("  bytes_per_sync=0\n"), "{theirs}");
+        assert_written(None, &["  bytes_per_sync=1048576\n"]);
+        assert_written(Some("bytes_per_sync=0"), &["  bytes_per_sync=0\n"]);
     }
 
     #[test]
     fn wal_files_are_recycled_unless_the_user_or_the_store_says_otherwise() {
-        let ours = written_options(None);
-        assert!(ours.contains("recycle_log_file_num=2\n"), "{ours}");
-        let theirs = written_options(Some("recycle_log_file_num=0"));
-        assert!(theirs.contains("recycle_log_file_num=0\n"), "{theirs}");
+        assert_written(None, &["recycle_log_file_num=2\n"]);
+        assert_written(
+            Some("recycle_log_file_num=0"),
+            &["recycle_log_file_num=0\n"],
+        );
         let segments = RocksConfig::new(budget(), None).unwrap().for_segments(true);
         let written = options_written_by(&segments);
         assert!(written.contains("recycle_log_file_num=0\n"), "{written}");
