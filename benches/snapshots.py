@@ -17,8 +17,8 @@ windows each, in two of its 3-hour segments; 100-byte values), written and updat
 
 Commits (``--commits C``): a store of N keys, then C commits of 10k random updates each (a
 micro-batch), snapshots off and with ``minDeltasForSnapshot=10`` (taken in the background), each
-in a new process, alternating; one row per (location, mode): commit p50 / p99 / max ms and the
-snapshots published.
+in a new process, alternating, each starting on a settled disk (the previous run's files deleted,
+``sync``); one row per (location, mode): commit p50 / p99 / max ms and the snapshots published.
 
     .venv/bin/python benches/snapshots.py 1000000 --commits 200 [--s3 [--s3-server s3s-fs]] [--segment-bytes B]
 
@@ -250,6 +250,23 @@ def restore_rows(root: str, location: str, config: dict, keys: int, args: argpar
     return rows
 
 
+def settle(config: dict, state_dir: str, s3_data: str | None) -> None:
+    """Deletes a run's changelog location and local state and waits for the disk: the next run
+    (the other mode) then starts without this one's hundreds of MiB still being written back
+    under its commits. ``s3_data``: s3s-fs's directory (its buckets are directories there)."""
+    shutil.rmtree(state_dir, ignore_errors=True)
+    url = config["changelog.dir"]
+    if not url.startswith("s3://"):
+        shutil.rmtree(url, ignore_errors=True)
+    elif s3_data is not None:
+        shutil.rmtree(os.path.join(s3_data, url[len("s3://") :]), ignore_errors=True)
+    else:  # moto's server keeps objects in memory
+        import s3fs
+
+        s3fs.S3FileSystem(**config["changelog.storage.options"]).rm(url, recursive=True)
+    os.sync()
+
+
 def commit_rows(root: str, location: str, config: dict, keys: int, args: argparse.Namespace) -> list[list[str]]:
     modes = {"off": config, f"every {SNAPSHOT_EVERY}": {**config, "minDeltasForSnapshot": SNAPSHOT_EVERY}}
     times: dict[str, list[float]] = {mode: [] for mode in modes}
@@ -266,6 +283,7 @@ def commit_rows(root: str, location: str, config: dict, keys: int, args: argpars
             done = run(COMMITS, task, json.dumps(used), "key-value", keys, args.commits, UPDATES)
             times[mode].extend(done["times"])
             snapshots[mode] = done["snapshots"]
+            settle(used, os.path.dirname(os.path.dirname(task)), args.s3_data)
     rows = []
     for mode, measured in times.items():
         ms = sorted(t * 1000 for t in measured)
@@ -409,6 +427,7 @@ def main() -> None:
             s3_data = tempfile.mkdtemp(prefix="kstate-s3s-", dir=args.dir)
             server, endpoint = start_s3s_fs(s3_data)
         locations.append("s3" if args.s3_server == "moto" else "s3s-fs")
+    args.s3_data = s3_data  # commit rows delete each run's objects there
     if args.storage:
         print("| keys | location | snapshots | commits | local MB | location MB | total MB | kept | changelog start |")
         print("|---:|---|---|---:|---:|---:|---:|---:|---:|")
