@@ -272,14 +272,14 @@ def commit_rows(root: str, location: str, config: dict, keys: int, args: argpars
     times: dict[str, list[float]] = {mode: [] for mode in modes}
     snapshots: dict[str, int] = {}
     for attempt in range(args.runs):
-        for mode, used in modes.items():
-            # A location of its own per run: the same work each time.
+        for number, (mode, used) in enumerate(modes.items()):
+            # A location and local state of its own per run: the same work each time (a run
+            # given another's changelog would restore it first and append to it).
             if location == "dir":
-                used = {**used, "changelog.dir": os.path.join(root, f"changelog-{attempt}-{len(times[mode])}")}
+                used = {**used, "changelog.dir": os.path.join(root, f"changelog-{attempt}-{number}")}
             else:
-                used = {**used, "changelog.dir": f"{config['changelog.dir']}-{attempt}-{len(times[mode])}"}
-            task = os.path.join(root, f"task-{attempt}", APP, "0_0")
-            shutil.rmtree(os.path.dirname(os.path.dirname(task)), ignore_errors=True)
+                used = {**used, "changelog.dir": f"{config['changelog.dir']}-{attempt}-{number}"}
+            task = os.path.join(root, f"task-{attempt}-{number}", APP, "0_0")
             done = run(COMMITS, task, json.dumps(used), "key-value", keys, args.commits, UPDATES)
             times[mode].extend(done["times"])
             snapshots[mode] = done["snapshots"]
