@@ -11,7 +11,7 @@ use kstate_core::spark::state_read_ahead::{
 use kstate_core::spark::ttl_sweep::{sweep_expired, SweptStore};
 use kstate_core::{Direction, KeyRange};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyIterator, PyList, PyString, PyTuple};
 
 use crate::errors::{detached, guard, raise, to_py, ErrorClass};
 use crate::key_value_store::{packed_writes, NativeKeyValueStore, PackedArray};
@@ -885,9 +885,9 @@ impl ValueCalls {
     }
 }
 
-/// A typed map variable's per-row calls (`containsKey`, `getValue`, `updateValue`) as native
-/// methods bound to its store, codecs, read-ahead, TTL and the handle's [`StateCursor`]: a
-/// processor's call is one native call, no Python frame. A key the native
+/// A typed map variable's per-row calls (`containsKey`, `getValue`, `updateValue`) and walks
+/// (`iterator`, `keys`, `values`) as native methods bound to its store, codecs, read-ahead, TTL
+/// and the handle's [`StateCursor`]: a processor's call is one native call, no Python frame. A key the native
 /// path does not take as is (`None`; with `bare`, a one-field key schema, a bare string) goes
 /// through `normalize` (Python's check, which raises or returns the key Spark would store); a
 /// `None` value through `require`, which raises.
@@ -922,6 +922,27 @@ impl MapCalls {
             return self.normalize.bind(key.py()).call1((key,));
         }
         Ok(key.clone())
+    }
+
+    /// The current grouping key's live entries (`StateCodec::scan_live`): `(key, value)` pairs,
+    /// the keys alone (`values` false) or the values alone (`keys` false), as an iterator.
+    fn walk<'py>(
+        &self,
+        py: Python<'py>,
+        keys: bool,
+        values: bool,
+    ) -> PyResult<Bound<'py, PyIterator>> {
+        let cursor = self.cursor.bind(py).try_borrow()?;
+        let entries = self.values.get().scan_live(
+            py,
+            self.store.bind(py),
+            &cursor.prefix,
+            cursor.now_ms,
+            keys.then(|| self.keys.get()),
+            self.ahead.as_ref().map(|a| a.bind(py)),
+            values,
+        )?;
+        entries.try_iter()
     }
 
     /// `read` of the user's `key` in the current grouping key's map, at the cursor's time.
@@ -982,6 +1003,21 @@ impl MapCalls {
         self.read(key, StateCodec::map_get)
     }
 
+    /// Spark's `iterator()`: the live `(key, value)` pairs in key order.
+    fn iterator<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyIterator>> {
+        self.walk(py, true, true)
+    }
+
+    /// Spark's `keys()`: the live keys in order (their values not decoded).
+    fn keys<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyIterator>> {
+        self.walk(py, true, false)
+    }
+
+    /// Spark's `values()`: the live values in key order.
+    fn values<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyIterator>> {
+        self.walk(py, false, true)
+    }
+
     #[pyo3(name = "updateValue")]
     fn update_value(&self, key: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) -> PyResult<()> {
         let py = key.py();
@@ -1008,8 +1044,9 @@ impl MapCalls {
     }
 }
 
-/// A list variable's appends as native methods bound to its store, codec, read-ahead and the
-/// handle's [`StateCursor`] (`appendValue` and `put` are one native call each, no Python frame),
+/// A list variable's `get` and appends as native methods bound to its store, codec, read-ahead
+/// and the handle's [`StateCursor`] (`get`, `appendValue` and `put` are one native call each, no
+/// Python frame),
 /// its `clear`, and the sequence its next element takes, known once per key (the read-ahead's, else one reverse seek of the store) and kept as
 /// it appends, puts and clears. A `None` value goes through `require`, which raises.
 #[pyclass(module = "kstate._core")]
@@ -1133,6 +1170,21 @@ impl ListCalls {
             next: None,
             ttl,
         }
+    }
+
+    /// Spark's `get()`: the current key's live elements in order, as an iterator.
+    fn get<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyIterator>> {
+        let cursor = self.cursor.bind(py).try_borrow()?;
+        let elements = self.values.get().scan_live(
+            py,
+            self.store.bind(py),
+            &cursor.prefix,
+            cursor.now_ms,
+            None,
+            self.ahead.as_ref().map(|a| a.bind(py)),
+            true,
+        )?;
+        elements.try_iter()
     }
 
     /// Spark's `appendValue(newState)` (its argument's name too: processors pass it by name).

@@ -681,20 +681,23 @@ def typed_handle(open_handle, batch, ttl=None, now=NOW):
 
 @pytest.mark.parametrize("ttl", [None, 60_000])
 def test_map_calls_answer_natively_as_the_python_methods_do(open_handle, ttl):
-    """A typed map's ``containsKey``, ``getValue`` and (without a TTL) ``updateValue`` are native
-    calls bound to the variable (``_core.MapCalls``): on keys read ahead and not, staged and
-    committed, they answer as the Python methods (``MapState.__dict__``'s) on the same state, and
-    refuse what those refuse with the same errors: a ``None`` key or value, a bare string of more
-    than one character for a one-field key (one character is that field). Values holding nested
-    structs come back as ``Row``s through Python's ``getValue``; a deleted variable refuses them."""
+    """A typed map's ``containsKey``, ``getValue``, ``updateValue`` and walks (``iterator``,
+    ``keys``, ``values``) are native calls bound to the variable (``_core.MapCalls``): on keys
+    read ahead and not, staged and committed, they answer as the Python methods
+    (``MapState.__dict__``'s) on the same state, and refuse what those refuse with the same
+    errors: a ``None`` key or value, a bare string of more than one character for a one-field key
+    (one character is that field). Values holding nested structs come back as ``Row``s through
+    Python's ``getValue``, ``iterator`` and ``values``; a deleted variable refuses them."""
     import random
 
     from kstate.errors import DeletedStateVariableError, StateTypeError
     from kstate.spark.processor.state_variables import MapState
 
     state, handle, m, nested = typed_handle(open_handle, 0, ttl)
-    assert "containsKey" in vars(m) and "getValue" in vars(m) and "updateValue" in vars(m)
-    assert "getValue" not in vars(nested), "nested structs are made Rows in Python"
+    native = ("containsKey", "getValue", "updateValue", "iterator", "keys", "values")
+    assert all(name in vars(m) for name in native)
+    assert not {"getValue", "iterator", "values"} & set(vars(nested)), "nested structs are made Rows in Python"
+    assert "keys" in vars(nested)
     users = [f"u{i}" for i in range(20)]
     model = {u: {} for u in users}
     for u in users[::2]:
@@ -706,7 +709,7 @@ def test_map_calls_answer_natively_as_the_python_methods_do(open_handle, ttl):
     state, handle, m, nested = typed_handle(open_handle, 1, ttl)
     handle.read_ahead_values([pickle.dumps((u,), protocol=4) for u in users[:14]])
     rng = random.Random(45)
-    python = {name: getattr(MapState, name).__get__(m) for name in ("containsKey", "getValue", "updateValue")}
+    python = {name: getattr(MapState, name).__get__(m) for name in native}
     for step in range(2000):
         u = rng.choice(users)
         key(handle, u)
@@ -720,6 +723,10 @@ def test_map_calls_answer_natively_as_the_python_methods_do(open_handle, ttl):
             assert m.containsKey(probe) == python["containsKey"](probe) == (expected is not None)
             got = m.getValue(probe)
             assert got == python["getValue"](probe) == (None if expected is None else (expected,))
+        entries = list(m.iterator())
+        assert entries == list(python["iterator"]()) and {k: v for (k,), (v,) in entries} == model[u]
+        assert list(m.keys()) == list(python["keys"]()) == [k for k, _ in entries]
+        assert list(m.values()) == list(python["values"]()) == [v for _, v in entries]
     for call in (m.containsKey, m.getValue, python["containsKey"], python["getValue"]):
         with pytest.raises(InvalidArgumentError, match="cannot be None"):
             call(None)
@@ -736,11 +743,68 @@ def test_map_calls_answer_natively_as_the_python_methods_do(open_handle, ttl):
     nested.updateValue(("x",), ((5,),))
     got = nested.getValue(("x",))
     assert got == ((5,),) and type(got[0]).__name__ == "Row" and got[0].n == 5
+    assert [(k, v[0].n) for k, v in nested.iterator()] == [(("x",), 5)] and next(nested.values())[0].n == 5
+    assert list(nested.keys()) == [("x",)]
     handle.deleteIfExists("m")
     with pytest.raises(DeletedStateVariableError):
         m.containsKey(("a",))
+    for walk in ("iterator", "keys", "values"):
+        with pytest.raises(DeletedStateVariableError):
+            getattr(m, walk)()
     with pytest.raises(DeletedStateVariableError):
         m.updateValue(("a",), (1,))
+
+
+def test_list_get_answers_natively_as_the_python_method_does(open_handle):
+    """A typed list's ``get`` is a native call bound to the variable (``_core.ListCalls``): on
+    keys read ahead and not, staged and committed, it gives what ``ListState.get`` gives on the
+    same state, in order; elements holding nested structs come back as ``Row``s through Python's
+    ``get``."""
+    import random
+
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    from kstate.spark.processor.state_variables import ListState, TypedSchemas
+
+    amounts = StructType([StructField("amount", LongType())])
+    nested = StructType([StructField("inner", amounts)])
+    schemas = {"l": TypedSchemas((amounts,), amounts), "n": TypedSchemas((nested,), nested)}
+
+    def lists(batch):
+        state, handle = open_handle(batch, names=("l", "n"))
+        handle = StatefulProcessorHandle(handle._stores, schemas=schemas, now=NOW)
+        return state, handle, handle.getListState("l", amounts), handle.getListState("n", nested)
+
+    users = [f"u{i}" for i in range(20)]
+    model = {u: [] for u in users}
+    state, handle, items, _ = lists(0)
+    assert "get" in vars(items)
+    for u in users[::2]:
+        key(handle, u)
+        model[u] = list(range(3))
+        items.put([(a,) for a in model[u]])
+    state.commit()
+    state, handle, items, nested_items = lists(1)
+    assert "get" not in vars(nested_items), "nested structs are made Rows in Python"
+    handle.read_ahead_values([pickle.dumps((u,), protocol=4) for u in users[:14]])
+    python_get = ListState.get.__get__(items)
+    rng = random.Random(46)
+    for step in range(1000):
+        u = rng.choice(users)
+        key(handle, u)
+        if rng.random() < 0.3:
+            items.appendValue((step,))
+            model[u].append(step)
+        elif rng.random() < 0.2:
+            model[u] = model[u][-2:] + [step]
+            items.put([(a,) for a in model[u]])
+        got = items.get()
+        assert iter(got) is got, "an iterator, as Spark's"
+        assert list(got) == list(python_get()) == [(a,) for a in model[u]]
+    key(handle, "u1")
+    nested_items.appendValue(((7,),))
+    (element,) = nested_items.get()
+    assert type(element[0]).__name__ == "Row" and element[0].amount == 7
 
 
 def test_map_keys_and_values_are_the_iterators_halves_expired_entries_hidden(open_handle):

@@ -1,5 +1,6 @@
 """The Row API's input rows (``kstate.spark.routing.groups.python_rows``) behave as the
-``pyspark.sql.Row``s Spark builds, in everything a processor can observe; no Spark session."""
+``pyspark.sql.Row``s Spark builds, in everything a processor can observe, and its output rows
+are matched to the output schema as Spark matches them; no Spark session."""
 
 import pickle
 
@@ -12,7 +13,14 @@ from pyspark import cloudpickle  # noqa: E402
 from pyspark.errors import PySparkAttributeError, PySparkRuntimeError  # noqa: E402
 from pyspark.sql import Row  # noqa: E402
 
-from kstate.spark.routing.groups import TUPLE_FIELD, field_descriptor, iter_groups, python_rows  # noqa: E402
+from kstate.errors import InvalidArgumentError  # noqa: E402
+from kstate.spark.routing.groups import (  # noqa: E402
+    TUPLE_FIELD,
+    OutputBatcher,
+    field_descriptor,
+    iter_groups,
+    python_rows,
+)
 
 # Names that shadow Row's and tuple's own attributes keep those attributes' meaning on Spark's rows.
 TABLE = pa.table(
@@ -91,3 +99,24 @@ def test_groups_of_rows_are_slices_of_the_partitions_rows():
         ("b",): [("b", 1), ("b", 3)],
     }
     assert all(isinstance(r, Row) for rows in groups.values() for r in rows)
+
+
+def test_output_rows_match_the_schema_by_name_and_tuples_by_position():
+    """``Row``s with field names go to the output columns by name (rows of two factories with
+    their names in different orders, mixed in one batch), ``Row(**kwargs)`` too, plain tuples by
+    position; a Row lacking a column, a tuple of the wrong width, a factory's row with fewer
+    values than names, or a non-tuple is refused."""
+    schema = pa.schema([("user", pa.string()), ("n", pa.int64())])
+    same, swapped = Row("user", "n"), Row("n", "user")
+    output = OutputBatcher(schema, pandas=False, rows=True, size=100)
+    for row in [same("a", 1), swapped(2, "b"), same("c", 3), Row(n=4, user="d"), ("e", 5), swapped(6, "f")]:
+        assert not output.push(row)
+    (batch,) = output.flush()
+    assert batch.to_pydict() == {"user": ["a", "b", "c", "d", "e", "f"], "n": [1, 2, 3, 4, 5, 6]}
+    for bad in [Row("user", "m")("g", 7), ("h",), same("i"), ["j", 8], Row(user="k")]:
+        with pytest.raises(InvalidArgumentError):
+            OutputBatcher(schema, pandas=False, rows=True).push(bad)
+    fresh = OutputBatcher(schema, pandas=False, rows=True)
+    fresh.push(same("l", 9))
+    with pytest.raises(InvalidArgumentError):
+        fresh.push(same("m"))  # the fields match those of a row taken before; the width does not

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import io
 import pickle
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from kstate import _core
@@ -72,6 +73,11 @@ def plain_unpickle(raw: bytes) -> Any:
 def pickled_key(key: tuple) -> bytes:
     """A grouping key (the tuple of its key columns' values) as the state stores it."""
     return pickle.dumps(key, protocol=4)
+
+
+def pickled_keys(keys: Iterable[tuple]) -> list[bytes]:
+    """``pickled_key`` of each of ``keys`` (a micro-batch's: no Python frame per key)."""
+    return list(map(partial(pickle.dumps, protocol=4), keys))
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,7 @@ from kstate.errors import InvalidArgumentError, StateSchemaError
 from kstate.spark.engine.backend import StateBackend
 from kstate.spark.format.conversion import SessionConversion, average_row_bytes, to_arrow_schema
 from kstate.spark.format.state_schemas import SchemaLog, VariableSchemas, reconcile
-from kstate.spark.format.state_values import pickled_key
+from kstate.spark.format.state_values import pickled_key, pickled_keys
 from kstate.spark.processor.initial_state import read_initial_state, stage_initial_state
 from kstate.spark.processor.state_variables import (
     TIMERS_BY_KEY,
@@ -295,17 +295,18 @@ def transform_with_state(
             )
         timer_values = TimerValues(-1 if time_mode == "None" else handle.now_ms, watermark)
         # pandas: a concat every 1,000 rows, not 10,000: a processor's frames (often one row per
-        # key) die young instead of piling up into the cyclic GC's oldest generation.
+        # key) die young instead of piling up into the cyclic GC's oldest generation (Row: the
+        # batcher keeps plain tuples, which the GC stops tracking).
         size = PANDAS_OUTPUT_ROWS if pandas else ROW_OUTPUT_ROWS
         output = OutputBatcher(arrow_schema, pandas=pandas, size=size, rows=not pandas, conversion=conversion)
         initial = {}
         if initial_dir is not None and stores.batch_id == 0:
             initial = read_initial_state(initial_dir, stores.partition, keys, pandas, conversion)
-        pickled_keys: list[bytes] = []
+        batch_keys: list[bytes] = []
 
         def read_ahead(group_keys: list[tuple]) -> None:
-            pickled_keys.extend(pickled_key(key) for key in group_keys)
-            handle.read_ahead_values(pickled_keys)
+            batch_keys.extend(pickled_keys(group_keys))
+            handle.read_ahead_values(batch_keys)
 
         try:
             collected = list(batches)
@@ -314,7 +315,7 @@ def transform_with_state(
             one_call = not pandas and initial_dir is None  # each key's rows in one call, as they are
             handle_input = processor.handleInputRows
             for index, (key, group) in enumerate(groups):
-                handle.set_current_key(pickled_keys[index])  # read_ahead has pickled every key by now
+                handle.set_current_key(batch_keys[index])  # read_ahead has pickled every key by now
                 if one_call:
                     calls: Any = (iter(group),)
                 else:

@@ -243,8 +243,9 @@ def _same(value: Any) -> Any:
 class ListState(_PrefixedVariable):
     """A list per grouping key (Spark's ``ListState``): one store entry per element, so
     ``appendValue`` costs one put whatever the list's length. Appends and puts go through
-    ``_core.ListCalls``, which knows the sequence the key's next element takes; ``appendValue``
-    and ``put`` are its native methods, bound to the variable (no Python frame per call)."""
+    ``_core.ListCalls``, which knows the sequence the key's next element takes; ``appendValue``,
+    ``put`` and ``get`` (where elements hold no nested structs, made ``Row``s here) are its
+    native methods, bound to the variable (no Python frame per call)."""
 
     _calls: Any = None
     """``_core.ListCalls`` (none on the driver, which has no stores)."""
@@ -263,6 +264,8 @@ class ListState(_PrefixedVariable):
             )
             self.appendValue = self._calls.appendValue  # type: ignore[method-assign]
             self.put = self._calls.put  # type: ignore[method-assign]
+            if self._rows is None:
+                self.get = self._calls.get  # type: ignore[method-assign]
 
     def get(self) -> Iterator[Any]:
         handle = self._handle
@@ -314,11 +317,12 @@ class MapState(_PrefixedVariable):
     """``_core.MapCalls`` (none on the driver, which has no stores)."""
 
     def _bind_native_calls(self) -> None:
-        """Shadows ``containsKey``, ``getValue`` and ``updateValue`` with native methods bound to
-        this variable's store, codecs and read-ahead and the handle's cursor (``_core.MapCalls``):
-        a processor's per-row call is then one native call, its checks made there (the keys it
-        does not take as they are go through ``_spark_map_key``). ``getValue`` stays Python's
-        where values hold nested structs (made ``Row``s here)."""
+        """Shadows ``containsKey``, ``getValue``, ``updateValue`` and the walks (``iterator``,
+        ``keys``, ``values``) with native methods bound to this variable's store, codecs and
+        read-ahead and the handle's cursor (``_core.MapCalls``): a processor's per-row call is
+        then one native call, its checks made there (the keys it does not take as they are go
+        through ``_spark_map_key``). A read stays Python's where what it returns holds nested
+        structs (made ``Row``s here)."""
         calls = self._calls = _core.MapCalls(
             self._native,
             self._codec,
@@ -333,6 +337,11 @@ class MapState(_PrefixedVariable):
         self.containsKey = calls.containsKey  # type: ignore[method-assign]
         if self._rows is None:
             self.getValue = calls.getValue  # type: ignore[method-assign]
+            self.values = calls.values  # type: ignore[method-assign]
+        if self._key_rows is None:
+            self.keys = calls.keys  # type: ignore[method-assign]
+            if self._rows is None:
+                self.iterator = calls.iterator  # type: ignore[method-assign]
         self.updateValue = calls.updateValue  # type: ignore[method-assign]
 
     def _spark_key(self, key: Any) -> Any:
@@ -406,9 +415,12 @@ def _spark_map_key(name: str, bare_keys: bool, key: Any) -> Any:
     return key
 
 
-NATIVE_CALLS = ("containsKey", "getValue", "updateValue", "appendValue", "put", "get", "update")
+NATIVE_CALLS = (
+    *("containsKey", "getValue", "updateValue", "iterator", "keys", "values"),
+    *("appendValue", "put", "get", "update"),
+)
 """The methods a variable may shadow with native bound calls (``MapState._bind_native_calls``,
-``ListState``'s ``appendValue`` and ``put``, ``ValueState``'s ``get`` and ``update``)."""
+``ListState``'s ``appendValue``, ``put`` and ``get``, ``ValueState``'s ``get`` and ``update``)."""
 
 _SPARK_ERRORS = {
     ("value", "exists"): "Error checking value state exists",

@@ -36,8 +36,8 @@ def group_bounds(table: pa.Table, keys: Sequence[str]) -> list[tuple[int, int]]:
         differs = pc.coalesce(pc.not_equal(before, after), pc.not_equal(pc.is_null(before), pc.is_null(after)))
         changed |= differs.to_numpy(zero_copy_only=False)
     starts = np.concatenate(([0], np.flatnonzero(changed) + 1))
-    ends = np.append(starts[1:], n)
-    return [(int(s), int(e - s)) for s, e in zip(starts, ends)]
+    lengths = np.diff(starts, append=n)
+    return list(zip(starts.tolist(), lengths.tolist()))  # Python ints at C speed, not a numpy scalar each
 
 
 def iter_groups(
@@ -50,10 +50,10 @@ def iter_groups(
 ) -> Iterator[tuple[tuple, Any]]:
     """``(key tuple, rows)`` of every group in a partition's batches, in key order: an Arrow table
     per group, with ``pandas`` a ``pandas.DataFrame`` (index 0..n-1), with ``rows`` a list of
-    ``pyspark.sql.Row``. The partition converts to pandas (or Python rows) once, and groups are
-    slices of it. ``before(every key)`` is called once before the first group (to read state
-    for all of them at once). ``conversion``: pandas frames as Spark's session makes them
-    (timestamps in the session time zone)."""
+    ``pyspark.sql.Row``. The partition converts to pandas (or Python tuples) once, and groups are
+    slices of it (made ``Row``s as each group is handed out). ``before(every key)`` is called
+    once before the first group (to read state for all of them at once). ``conversion``: pandas
+    frames as Spark's session makes them (timestamps in the session time zone)."""
     collected = list(batches)
     if not collected:
         return  # a partition without input (Spark still runs its task)
@@ -67,15 +67,19 @@ def iter_groups(
         from pandas import RangeIndex
 
         frame = table.to_pandas() if conversion is None else conversion.to_pandas(table)
-    every_row = python_rows(table) if rows else None
+    # Rows are made per group as it is handed out, from plain tuples (which Python's GC stops
+    # tracking): a partition's Rows made at once outlive the young collections and make the full
+    # ones run again and again while they are held.
+    values = python_values(table) if rows else None
+    make_row = row_class(tuple(table.column_names)).of if rows else None
     bounds = group_bounds(table, keys)
     starts = pa.array([start for start, _ in bounds], pa.int64())
     group_keys = list(zip(*(column.take(starts).to_pylist() for column in key_columns)))
     if before is not None:
         before(group_keys)
     for key, (start, length) in zip(group_keys, bounds):
-        if every_row is not None:
-            yield key, every_row[start : start + length]
+        if values is not None:
+            yield key, list(map(make_row, values[start : start + length]))
         elif frame is None:
             yield key, table.slice(start, length)
         else:
@@ -84,12 +88,15 @@ def iter_groups(
             yield key, group
 
 
+def python_values(table: pa.Table) -> list[tuple]:
+    """Every row of ``table`` as a plain tuple of its values, built column-wise."""
+    return list(zip(*[table.column(i).to_pylist() for i in range(table.num_columns)]))
+
+
 def python_rows(table: pa.Table) -> list[Any]:
-    """Every row of ``table`` as a ``pyspark.sql.Row`` with its column names, built column-wise
-    (``row_class``: each row is one tuple allocation)."""
-    row = row_class(tuple(table.column_names))
-    columns = [table.column(i).to_pylist() for i in range(table.num_columns)]
-    return list(map(row.of, zip(*columns)))
+    """Every row of ``table`` as a ``pyspark.sql.Row`` with its column names (``row_class``:
+    each row is one tuple allocation)."""
+    return list(map(row_class(tuple(table.column_names)).of, python_values(table)))
 
 
 _ROW_CLASSES: dict[tuple[str, ...], type] = {}
@@ -151,6 +158,10 @@ class OutputBatcher:
         self.size = size
         self._pending: list[Any] = []
         self._count = 0
+        self._names = schema.names
+        self._matching: Any = None
+        """A Row's ``__fields__`` found equal to the schema's names: the rows of one Row factory
+        share it (a tuple: it cannot change), so the rest are taken by position at once."""
 
     def add(self, result: Any) -> list[pa.RecordBatch]:
         """Takes one result (``None`` adds nothing); returns the batches now due."""
@@ -159,10 +170,39 @@ class OutputBatcher:
     def push(self, result: Any) -> bool:
         """Takes one result (``None`` adds nothing) without converting; returns whether a batch
         is due (``flush``). ``add`` in a loop that yields the batches itself."""
-        if result is not None:
+        if result is None:
+            pass
+        elif self.rows:
+            self._pending.append(self._plain_row(result))
+            self._count += 1
+        else:
             self._pending.append(result)
-            self._count += 1 if self.rows else len(result)
+            self._count += len(result)
         return self._count >= self.size
+
+    def _plain_row(self, row: Any) -> tuple:
+        """An output row as a plain tuple in the schema's order: a ``Row`` with field names by
+        name (as Spark matches them), a plain tuple by position. Held until the batch is
+        converted, plain tuples of plain values cost the cyclic GC nothing (it stops tracking
+        them); ``Row``s would pile up into its oldest generation."""
+        names = self._names
+        fields = getattr(row, "__fields__", None)
+        if fields is not None and fields is not self._matching:
+            if fields != names and list(fields) != names:  # a list compares as is
+                as_dict = row.asDict()
+                missing = [n for n in names if n not in as_dict]
+                if missing:
+                    raise InvalidArgumentError(
+                        f"an output Row lacks the fields {missing} of the output schema: {row!r}"
+                    )
+                return tuple(as_dict[n] for n in names)
+            if isinstance(fields, tuple):
+                self._matching = fields
+        if not isinstance(row, tuple) or len(row) != len(names):
+            raise InvalidArgumentError(
+                f"handleInputRows must yield Rows (or tuples) of the {len(names)} output columns {names}, got {row!r}"
+            )
+        return tuple(row)
 
     def flush(self) -> list[pa.RecordBatch]:
         if not self._pending:
@@ -183,25 +223,7 @@ class OutputBatcher:
         return table.select(self.schema.names).cast(self.schema).to_batches()
 
 
-def _rows_table(rows: list[Any], schema: pa.Schema) -> pa.Table:
-    """Output rows as ``schema``: a ``Row`` with field names by name (as Spark matches them),
-    a plain tuple by position."""
-
-    names = schema.names
-    width = len(names)
-    ordered = []
-    for row in rows:
-        fields = getattr(row, "__fields__", None)
-        if fields is not None and fields != names and list(fields) != names:  # a list compares as is
-            as_dict = row.asDict()
-            missing = [n for n in names if n not in as_dict]
-            if missing:
-                raise InvalidArgumentError(f"an output Row lacks the fields {missing} of the output schema: {row!r}")
-            row = tuple(as_dict[n] for n in names)
-        elif not isinstance(row, tuple) or len(row) != width:
-            raise InvalidArgumentError(
-                f"handleInputRows must yield Rows (or tuples) of the {width} output columns {names}, got {row!r}"
-            )
-        ordered.append(row)
-    columns = list(zip(*ordered))
+def _rows_table(rows: list[tuple], schema: pa.Schema) -> pa.Table:
+    """Output rows (``OutputBatcher._plain_row``'s) as ``schema``."""
+    columns = list(zip(*rows))
     return pa.table([pa.array(list(c), type=f.type) for c, f in zip(columns, schema)], schema=schema)
