@@ -79,7 +79,8 @@ def iter_groups(
         before(group_keys)
     for key, (start, length) in zip(group_keys, bounds):
         if values is not None:
-            yield key, list(map(make_row, values[start : start + length]))
+            # A key of one row (many keys, one row each: the most keys a batch has) without a slice.
+            yield key, [make_row(values[start])] if length == 1 else list(map(make_row, values[start : start + length]))
         elif frame is None:
             yield key, table.slice(start, length)
         else:
@@ -173,7 +174,12 @@ class OutputBatcher:
         if result is None:
             pass
         elif self.rows:
-            self._pending.append(self._plain_row(result))
+            fields = getattr(result, "__fields__", None)
+            matched = fields is not None and fields is self._matching
+            if matched and isinstance(result, tuple) and len(result) == len(fields):
+                self._pending.append(tuple(result))  # a Row of a factory whose names matched
+            else:
+                self._pending.append(self._plain_row(result))
             self._count += 1
         else:
             self._pending.append(result)
