@@ -8,11 +8,10 @@ Spark's hash, as ``repartition(2, "user")`` routes them) run in this process, on
 other, with real stores, changelogs and batch log. No code of kstate is changed or replaced: the
 task runs under ``cProfile`` and its time is attributed to kstate's functions by part:
 
-- routing checks (``verify_batch``, every row's hash), grouping (sort, bounds, keys, each
-  group's Rows), Python values (``python_values``), read-ahead (pickled keys, ``get_many``),
-  state calls by kind, the processor's own logic (the rest of ``handleInputRows``), output
-  conversion, stores' open, commit split into undo files, changelog publication, batch log
-  entry, local commit.
+- routing checks (``verify_batch``, every row's hash), grouping (sort, bounds, keys), Row
+  construction (``python_rows``), read-ahead (pickled keys, ``get_many``), state calls by kind,
+  the processor's own logic (the rest of ``handleInputRows``), output conversion, stores' open,
+  commit split into undo files, changelog publication, batch log entry, local commit.
 
   .venv/bin/python benches/processor_split.py                     # 4 x 40,000 rows, 8,000 keys
   .venv/bin/python benches/processor_split.py --rows 100000 --keys 20000
@@ -75,9 +74,8 @@ from spark_processor import OUTPUT, floor_partition, input_files, processor  # n
 # (``parts_of``).
 PARTS = [
     ("routing checks", "routing/partitioning.py", ("verify_batch", "checked_batches")),
-    ("Python values (to_pylist, a tuple per row)", "routing/groups.py", ("python_values",)),
-    ("grouping (sort, bounds, keys, each group's Rows; pandas: per-key frames)", "routing/groups.py",
-     ("iter_groups",)),
+    ("Row construction", "routing/groups.py", ("python_rows",)),
+    ("grouping (sort, bounds, keys; pandas: per-key frames)", "routing/groups.py", ("iter_groups",)),
     ("pandas: a key's frames cut to Spark's batch limits", "format/conversion.py", ("chunks",)),
     ("read-ahead (pickle keys, get_many, list / map scans)", "processor/processor.py", ("read_ahead",)),
     ("value get", "processor/state_variables.py", ("ValueState.get", "~ValueCalls.get")),
@@ -261,9 +259,8 @@ def matched(stats: pstats.Stats, table: list) -> dict[str, float]:
 def parts_of(stats: pstats.Stats) -> dict[str, float]:
     """Seconds per part from the profile (nested parts subtracted from their parents)."""
     parts = matched(stats, PARTS)
-    grouping = "grouping (sort, bounds, keys, each group's Rows; pandas: per-key frames)"
-    values = "Python values (to_pylist, a tuple per row)"
-    parts[grouping] -= parts[values] + parts["read-ahead (pickle keys, get_many, list / map scans)"]
+    grouping = "grouping (sort, bounds, keys; pandas: per-key frames)"
+    parts[grouping] -= parts["Row construction"] + parts["read-ahead (pickle keys, get_many, list / map scans)"]
     within = sum(seconds for part, seconds in parts.items() if part.startswith(WITHIN_HANDLERS))
     parts["processor's own logic"] -= within
     parts["commit: rest (memory sample, park)"] -= sum(

@@ -50,10 +50,10 @@ def iter_groups(
 ) -> Iterator[tuple[tuple, Any]]:
     """``(key tuple, rows)`` of every group in a partition's batches, in key order: an Arrow table
     per group, with ``pandas`` a ``pandas.DataFrame`` (index 0..n-1), with ``rows`` a list of
-    ``pyspark.sql.Row``. The partition converts to pandas (or Python tuples) once, and groups are
-    slices of it (made ``Row``s as each group is handed out). ``before(every key)`` is called
-    once before the first group (to read state for all of them at once). ``conversion``: pandas
-    frames as Spark's session makes them (timestamps in the session time zone)."""
+    ``pyspark.sql.Row``. The partition converts to pandas (or Python rows) once, and groups are
+    slices of it. ``before(every key)`` is called once before the first group (to read state
+    for all of them at once). ``conversion``: pandas frames as Spark's session makes them
+    (timestamps in the session time zone)."""
     collected = list(batches)
     if not collected:
         return  # a partition without input (Spark still runs its task)
@@ -67,20 +67,15 @@ def iter_groups(
         from pandas import RangeIndex
 
         frame = table.to_pandas() if conversion is None else conversion.to_pandas(table)
-    # Rows are made per group as it is handed out, from plain tuples (which Python's GC stops
-    # tracking): a partition's Rows made at once outlive the young collections and make the full
-    # ones run again and again while they are held.
-    values = python_values(table) if rows else None
-    make_row = row_class(tuple(table.column_names)).of if rows else None
+    every_row = python_rows(table) if rows else None
     bounds = group_bounds(table, keys)
     starts = pa.array([start for start, _ in bounds], pa.int64())
     group_keys = list(zip(*(column.take(starts).to_pylist() for column in key_columns)))
     if before is not None:
         before(group_keys)
     for key, (start, length) in zip(group_keys, bounds):
-        if values is not None:
-            # A key of one row (many keys, one row each: the most keys a batch has) without a slice.
-            yield key, [make_row(values[start])] if length == 1 else list(map(make_row, values[start : start + length]))
+        if every_row is not None:
+            yield key, every_row[start : start + length]
         elif frame is None:
             yield key, table.slice(start, length)
         else:
@@ -89,15 +84,12 @@ def iter_groups(
             yield key, group
 
 
-def python_values(table: pa.Table) -> list[tuple]:
-    """Every row of ``table`` as a plain tuple of its values, built column-wise."""
-    return list(zip(*[table.column(i).to_pylist() for i in range(table.num_columns)]))
-
-
 def python_rows(table: pa.Table) -> list[Any]:
-    """Every row of ``table`` as a ``pyspark.sql.Row`` with its column names (``row_class``:
-    each row is one tuple allocation)."""
-    return list(map(row_class(tuple(table.column_names)).of, python_values(table)))
+    """Every row of ``table`` as a ``pyspark.sql.Row`` with its column names, built column-wise
+    (``row_class``: each row is one tuple allocation)."""
+    row = row_class(tuple(table.column_names))
+    columns = [table.column(i).to_pylist() for i in range(table.num_columns)]
+    return list(map(row.of, zip(*columns)))
 
 
 _ROW_CLASSES: dict[tuple[str, ...], type] = {}
