@@ -807,6 +807,30 @@ fn write_expiry(ttl: Option<&Py<TtlIndex>>, now_ms: i64) -> i64 {
     ttl.map_or(NO_EXPIRY, |ttl| ttl.get().expiry(now_ms))
 }
 
+/// The live entries of a list or map variable under the cursor's grouping key
+/// (`StateCodec::scan_live` at the cursor's time), as an iterator: what a bound walk returns.
+fn live_under_cursor<'py>(
+    py: Python<'py>,
+    store: &Py<NativeKeyValueStore>,
+    values: &Py<StateCodec>,
+    cursor: &Py<StateCursor>,
+    keys: Option<&StateCodec>,
+    ahead: Option<&Py<StateReadAhead>>,
+    with_values: bool,
+) -> PyResult<Bound<'py, PyIterator>> {
+    let cursor = cursor.bind(py).try_borrow()?;
+    let entries = values.get().scan_live(
+        py,
+        store.bind(py),
+        &cursor.prefix,
+        cursor.now_ms,
+        keys,
+        ahead.map(|a| a.bind(py)),
+        with_values,
+    )?;
+    entries.try_iter()
+}
+
 /// A value variable's `get` and `update` as native methods bound to its store,
 /// codec and the handle's [`StateCursor`]: one native call, no Python frame. `ahead` holds the
 /// stored values read ahead for the batch's keys (the handle's dict for this variable: pickled
@@ -924,25 +948,24 @@ impl MapCalls {
         Ok(key.clone())
     }
 
-    /// The current grouping key's live entries (`StateCodec::scan_live`): `(key, value)` pairs,
-    /// the keys alone (`values` false) or the values alone (`keys` false), as an iterator.
+    /// The current grouping key's live entries: `(key, value)` pairs, the keys alone (`values`
+    /// false) or the values alone (`keys` false).
     fn walk<'py>(
         &self,
         py: Python<'py>,
         keys: bool,
         values: bool,
     ) -> PyResult<Bound<'py, PyIterator>> {
-        let cursor = self.cursor.bind(py).try_borrow()?;
-        let entries = self.values.get().scan_live(
+        let keys = keys.then(|| self.keys.get());
+        live_under_cursor(
             py,
-            self.store.bind(py),
-            &cursor.prefix,
-            cursor.now_ms,
-            keys.then(|| self.keys.get()),
-            self.ahead.as_ref().map(|a| a.bind(py)),
+            &self.store,
+            &self.values,
+            &self.cursor,
+            keys,
+            self.ahead.as_ref(),
             values,
-        )?;
-        entries.try_iter()
+        )
     }
 
     /// `read` of the user's `key` in the current grouping key's map, at the cursor's time.
@@ -1174,17 +1197,15 @@ impl ListCalls {
 
     /// Spark's `get()`: the current key's live elements in order, as an iterator.
     fn get<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyIterator>> {
-        let cursor = self.cursor.bind(py).try_borrow()?;
-        let elements = self.values.get().scan_live(
+        live_under_cursor(
             py,
-            self.store.bind(py),
-            &cursor.prefix,
-            cursor.now_ms,
+            &self.store,
+            &self.values,
+            &self.cursor,
             None,
-            self.ahead.as_ref().map(|a| a.bind(py)),
+            self.ahead.as_ref(),
             true,
-        )?;
-        elements.try_iter()
+        )
     }
 
     /// Spark's `appendValue(newState)` (its argument's name too: processors pass it by name).
