@@ -70,14 +70,17 @@ def plain_unpickle(raw: bytes) -> Any:
     return _PlainUnpickler(io.BytesIO(raw)).load()
 
 
+_dumps_key = partial(pickle.dumps, protocol=4)
+
+
 def pickled_key(key: tuple) -> bytes:
     """A grouping key (the tuple of its key columns' values) as the state stores it."""
-    return pickle.dumps(key, protocol=4)
+    return _dumps_key(key)
 
 
 def pickled_keys(keys: Iterable[tuple]) -> list[bytes]:
     """``pickled_key`` of each of ``keys`` (a micro-batch's: no Python frame per key)."""
-    return list(map(partial(pickle.dumps, protocol=4), keys))
+    return list(map(_dumps_key, keys))
 
 
 @dataclass(frozen=True)

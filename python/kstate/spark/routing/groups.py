@@ -164,8 +164,8 @@ class OutputBatcher:
         """Takes one result (``None`` adds nothing) without converting; returns whether a batch
         is due (``flush``). ``add`` in a loop that yields the batches itself."""
         if result is None:
-            pass
-        elif self.rows:
+            return self._count >= self.size
+        if self.rows:
             fields = getattr(result, "__fields__", None)
             matched = fields is not None and fields is self._matching
             if matched and isinstance(result, tuple) and len(result) == len(fields):
