@@ -2,6 +2,7 @@
 ``pyspark.sql.Row``s Spark builds, in everything a processor can observe, and its output rows
 are matched to the output schema as Spark matches them; no Spark session."""
 
+import gc
 import pickle
 
 import pytest
@@ -17,6 +18,7 @@ from kstate.errors import InvalidArgumentError  # noqa: E402
 from kstate.spark.routing.groups import (  # noqa: E402
     TUPLE_FIELD,
     OutputBatcher,
+    cyclic_gc_paused,
     field_descriptor,
     iter_groups,
     python_rows,
@@ -99,6 +101,34 @@ def test_groups_of_rows_are_slices_of_the_partitions_rows():
         ("b",): [("b", 1), ("b", 3)],
     }
     assert all(isinstance(r, Row) for rows in groups.values() for r in rows)
+
+
+def test_the_cyclic_gc_pauses_while_kstate_builds_a_batch_and_never_in_user_code():
+    """The GC is off while the groups (and the read-ahead of their keys) are built and while
+    output rows become a table; on in between, where the processor runs; and as it was after,
+    an error inside included. A GC the user turned off stays off."""
+    seen = []
+    batches = pa.table({"user": ["b", "a", "b"], "amount": [1, 2, 3]}).to_batches()
+    groups = iter_groups(iter(batches), ["user"], rows=True, before=lambda keys: seen.append(gc.isenabled()))
+    for _ in groups:
+        seen.append(gc.isenabled())
+    assert seen == [False, True, True] and gc.isenabled()
+    output = OutputBatcher(pa.schema([("n", pa.int64())]), pandas=False, rows=True)
+    output.push((1,))
+    output.flush()
+    assert gc.isenabled()
+    with pytest.raises(ZeroDivisionError), cyclic_gc_paused():
+        assert not gc.isenabled()
+        1 / 0  # noqa: B018
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with cyclic_gc_paused():
+            pass
+        list(iter_groups(iter(batches), ["user"], rows=True))
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
 
 
 def test_output_rows_match_the_schema_by_name_and_tuples_by_position():

@@ -9,8 +9,10 @@ one micro-batch are held in memory at once.
 
 from __future__ import annotations
 
+import gc
 from collections import namedtuple
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -22,6 +24,22 @@ from kstate.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
     from kstate.spark.format.conversion import SessionConversion
+
+
+@contextmanager
+def cyclic_gc_paused() -> Iterator[None]:
+    """Python's cyclic GC held off while kstate builds a batch's objects (rows, keys, output
+    columns) that all outlive the block and form no cycles: each collection the allocations would
+    trigger on the way scans them (and, once they fill the oldest generation, every tracked object
+    of the process) and frees nothing. No user code runs inside. Restores the GC as it was."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def group_bounds(table: pa.Table, keys: Sequence[str]) -> list[tuple[int, int]]:
@@ -52,7 +70,8 @@ def iter_groups(
     per group, with ``pandas`` a ``pandas.DataFrame`` (index 0..n-1), with ``rows`` a list of
     ``pyspark.sql.Row``. The partition converts to pandas (or Python rows) once, and groups are
     slices of it. ``before(every key)`` is called once before the first group (to read state
-    for all of them at once). ``conversion``: pandas frames as Spark's session makes them
+    for all of them at once), with the cyclic GC paused as while the groups are built
+    (``cyclic_gc_paused``). ``conversion``: pandas frames as Spark's session makes them
     (timestamps in the session time zone)."""
     collected = list(batches)
     if not collected:
@@ -60,19 +79,20 @@ def iter_groups(
     table = pa.Table.from_batches(collected)
     if table.num_rows == 0:
         return
-    table = table.sort_by([(k, "ascending") for k in keys])
-    key_columns = [table.column(k) for k in keys]
-    frame = None
-    if pandas:
-        from pandas import RangeIndex
+    with cyclic_gc_paused():
+        table = table.sort_by([(k, "ascending") for k in keys])
+        key_columns = [table.column(k) for k in keys]
+        frame = None
+        if pandas:
+            from pandas import RangeIndex
 
-        frame = table.to_pandas() if conversion is None else conversion.to_pandas(table)
-    every_row = python_rows(table) if rows else None
-    bounds = group_bounds(table, keys)
-    starts = pa.array([start for start, _ in bounds], pa.int64())
-    group_keys = list(zip(*(column.take(starts).to_pylist() for column in key_columns)))
-    if before is not None:
-        before(group_keys)
+            frame = table.to_pandas() if conversion is None else conversion.to_pandas(table)
+        every_row = python_rows(table) if rows else None
+        bounds = group_bounds(table, keys)
+        starts = pa.array([start for start, _ in bounds], pa.int64())
+        group_keys = list(zip(*(column.take(starts).to_pylist() for column in key_columns)))
+        if before is not None:
+            before(group_keys)
     for key, (start, length) in zip(group_keys, bounds):
         if every_row is not None:
             yield key, every_row[start : start + length]
@@ -207,7 +227,8 @@ class OutputBatcher:
             return []
         pending, self._pending, self._count = self._pending, [], 0
         if self.rows:
-            table = _rows_table(pending, self.schema)
+            with cyclic_gc_paused():
+                table = _rows_table(pending, self.schema)
         elif self.pandas:
             import pandas as pd
 
