@@ -83,6 +83,13 @@ const UNCACHE_OBSOLETE_TABLES: &str = "uncache_aggressiveness=1";
 /// at 1M keys the p99 47-50 -> 31 ms, put throughput -2.5% (benches/README.md, "Snapshots
 /// beside the changelog", eighth pass).
 const BYTES_PER_SYNC: u64 = 1 << 20;
+/// One insert position kept per memtable across writes (RocksDB: none). A commit writes its keys
+/// in about key order, mostly keys the memtable already holds an older version of; RocksDB's own
+/// position from the last insert is dropped whenever the next key is not right beside it (an
+/// older version lies between) and each insert searches the whole skip list, about 22 key
+/// comparisons, where a kept position is moved from, a few. A fixed prefix of no bytes is one
+/// hint for every key (a longer prefix would keep one per distinct prefix, ~250 bytes each).
+const ONE_INSERT_HINT: &str = "memtable_insert_with_hint_prefix_extractor=rocksdb.FixedPrefix.0";
 /// Options naming RocksDB's background jobs: a user's `max_background_jobs` is ignored once
 /// `max_background_flushes` is set (RocksDB's rule for the deprecated per-kind limits), so a
 /// user setting any of them replaces `TWO_FLUSHES`.
@@ -161,7 +168,8 @@ impl RocksConfig {
         // store holding a few KB); with many open stores per executor (every parked partition)
         // that is gigabytes of disk. The WAL is not synced per write, so preallocating buys
         // nothing measurable (benches/README.md, issue 21). The user's options may set it back.
-        let mut defaults = format!("{NO_PREALLOCATION};{UNCACHE_OBSOLETE_TABLES}");
+        let mut defaults =
+            format!("{NO_PREALLOCATION};{UNCACHE_OBSOLETE_TABLES};{ONE_INSERT_HINT}");
         if self.wal_recycling {
             defaults = format!("{defaults};{RECYCLED_WALS}");
         }
@@ -307,6 +315,18 @@ mod tests {
     fn written_files_go_to_disk_as_they_grow_unless_the_user_says_otherwise() {
         assert_written(None, &["  bytes_per_sync=1048576\n"]);
         assert_written(Some("bytes_per_sync=0"), &["  bytes_per_sync=0\n"]);
+    }
+
+    #[test]
+    fn memtables_keep_one_insert_hint_unless_the_user_says_otherwise() {
+        assert_written(
+            None,
+            &["memtable_insert_with_hint_prefix_extractor=rocksdb.FixedPrefix.0\n"],
+        );
+        assert_written(
+            Some("memtable_insert_with_hint_prefix_extractor=nullptr"),
+            &["memtable_insert_with_hint_prefix_extractor=nullptr\n"],
+        );
     }
 
     #[test]
