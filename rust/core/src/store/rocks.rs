@@ -271,6 +271,28 @@ impl RocksState {
         }
     }
 
+    /// `read_many` of `keys` in key order: one multi-get, then the legacy family for the keys
+    /// not found.
+    fn read_sorted(
+        &self,
+        keys: &[&[u8]],
+        visit: &mut dyn FnMut(usize, Option<&[u8]>),
+    ) -> Result<()> {
+        let found = self.db.batched_multi_get_cf_opt(
+            self.cf(self.data_cf)?,
+            keys.iter().copied(),
+            true,
+            self.point_read_options(),
+        );
+        for (i, (value, key)) in found.into_iter().zip(keys).enumerate() {
+            match value? {
+                Some(v) => visit(i, Some(&v)),
+                None => visit(i, self.get_legacy(key)?.as_deref()),
+            }
+        }
+        Ok(())
+    }
+
     fn point_read_options(&self) -> &ReadOptions {
         if self.caches_blocks() {
             &self.read_options
@@ -550,23 +572,17 @@ impl CommittedState for RocksState {
     }
 
     fn read_many(&self, keys: &[&[u8]], visit: &mut dyn FnMut(usize, Option<&[u8]>)) -> Result<()> {
-        let data = self.cf(self.data_cf)?;
-        // Keys in order (a commit's undo asks in key order) spare RocksDB its sort of them; the
-        // stores keep RocksDB's bytewise comparator, the order of byte slices.
-        let sorted = keys.is_sorted();
-        let found = self.db.batched_multi_get_cf_opt(
-            data,
-            keys.iter().copied(),
-            sorted,
-            self.point_read_options(),
-        );
-        for (i, (value, key)) in found.into_iter().zip(keys).enumerate() {
-            match value? {
-                Some(v) => visit(i, Some(&v)),
-                None => visit(i, self.get_legacy(key)?.as_deref()),
-            }
+        // RocksDB reads keys in key order, sorting them itself through its comparator's virtual
+        // calls when not told they are: sorting the slices here (a batch's keys come in the
+        // grouping's order) cost a tenth of that. The stores keep RocksDB's bytewise
+        // comparator, the order of byte slices.
+        if keys.is_sorted() {
+            return self.read_sorted(keys, visit);
         }
-        Ok(())
+        let mut order: Vec<usize> = (0..keys.len()).collect();
+        order.sort_unstable_by_key(|&i| keys[i]);
+        let sorted: Vec<&[u8]> = order.iter().map(|&i| keys[i]).collect();
+        self.read_sorted(&sorted, &mut |j, v| visit(order[j], v))
     }
 
     fn sources<'a>(
