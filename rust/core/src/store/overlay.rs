@@ -445,50 +445,26 @@ mod tests {
 
     #[test]
     fn keys_staged_far_from_key_order_or_walked_in_order_are_committed_sorted() {
+        let staged = |keys: [&[u8]; 4]| {
+            let mut o = Overlay::default();
+            for key in keys {
+                o.stage(key, Some(b"v")).unwrap();
+            }
+            o
+        };
+        let puts = |keys: [&[u8]; 4]| rocksdb_batch(&keys.map(|k| (k, Some(&b"v"[..]))));
+        let runs: [&[u8]; 4] = [b"c", b"d", b"a", b"b"];
+        let sorted: [&[u8]; 4] = [b"a", b"b", b"c", b"d"];
         // Runs of ascending keys (one descent in four keys) are handed over as staged.
-        let mut o = Overlay::default();
-        for key in [b"c", b"d", b"a", b"b"] {
-            o.stage(key, Some(b"v")).unwrap();
-        }
-        assert_eq!(
-            o.write_batch().unwrap(),
-            rocksdb_batch(&[
-                (b"c", Some(b"v")),
-                (b"d", Some(b"v")),
-                (b"a", Some(b"v")),
-                (b"b", Some(b"v"))
-            ])
-        );
+        assert_eq!(staged(runs).write_batch().unwrap(), puts(runs));
         // The same runs once a reader walked them in key order (the changelog, the undo): that
         // order, copied.
-        let mut o = Overlay::default();
-        for key in [b"c", b"d", b"a", b"b"] {
-            o.stage(key, Some(b"v")).unwrap();
-        }
-        assert_eq!(o.iter().count(), 4);
-        assert_eq!(
-            o.write_batch().unwrap(),
-            rocksdb_batch(&[
-                (b"a", Some(b"v")),
-                (b"b", Some(b"v")),
-                (b"c", Some(b"v")),
-                (b"d", Some(b"v"))
-            ])
-        );
+        let mut walked = staged(runs);
+        assert_eq!(walked.iter().count(), 4);
+        assert_eq!(walked.write_batch().unwrap(), puts(sorted));
         // Shuffled (two descents in four keys): rewritten in key order.
-        let mut o = Overlay::default();
-        for key in [b"d", b"b", b"c", b"a"] {
-            o.stage(key, Some(b"v")).unwrap();
-        }
-        assert_eq!(
-            o.write_batch().unwrap(),
-            rocksdb_batch(&[
-                (b"a", Some(b"v")),
-                (b"b", Some(b"v")),
-                (b"c", Some(b"v")),
-                (b"d", Some(b"v"))
-            ])
-        );
+        let mut shuffled = staged([b"d", b"b", b"c", b"a"]);
+        assert_eq!(shuffled.write_batch().unwrap(), puts(sorted));
     }
 
     /// The batch RocksDB would build from `writes`, in that order.
