@@ -70,7 +70,7 @@ def iter_groups(
     per group, with ``pandas`` a ``pandas.DataFrame`` (index 0..n-1), with ``rows`` a list of
     ``pyspark.sql.Row``. The partition converts to pandas (or Python rows) once, and groups are
     slices of it. ``before(every key)`` is called once before the first group (to read state
-    for all of them at once), with the cyclic GC paused as while the groups are built
+    for all of them at once), inside the groups' build, with Python's cyclic GC paused
     (``cyclic_gc_paused``). ``conversion``: pandas frames as Spark's session makes them
     (timestamps in the session time zone)."""
     collected = list(batches)

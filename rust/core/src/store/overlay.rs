@@ -12,8 +12,8 @@
 //!
 //! Key order is built only when asked for: a range read builds an ordered key index once and
 //! later writes keep it up to date; an ordered walk without one sorts. Spills walk the overlay
-//! in key order, and so does a commit after overwrites or of keys staged far from key order:
-//! the memtable inserts sorted keys about twice as fast.
+//! in key order, and so does a commit after overwrites, of keys staged far from key order, or
+//! whose order a reader sorted already: the memtable inserts sorted keys about twice as fast.
 
 use std::collections::BTreeSet;
 use std::hash::BuildHasher;
