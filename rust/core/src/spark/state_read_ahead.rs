@@ -25,6 +25,7 @@ use smallvec::SmallVec;
 
 use crate::error::Result;
 use crate::spark::state_layout;
+use crate::store::key_order::key_order;
 use crate::store::key_value::VisitWrite;
 use crate::store::memory_budget::MemoryBudget;
 use crate::store::KeyValueStore;
@@ -161,8 +162,9 @@ impl PrefixEntries {
     /// scan, up to about `max_bytes` or what the store's memory budget has room for: the
     /// prefixes the scan had not finished by then are not held (calls read them from the store).
     pub fn read(store: &KeyValueStore, prefixes: &[&[u8]], max_bytes: usize) -> Result<Self> {
-        let mut unique = prefixes.to_vec();
-        unique.sort_unstable();
+        let mut unique: Vec<&[u8]> = (key_order(prefixes).into_iter())
+            .map(|i| prefixes[i as usize])
+            .collect();
         unique.dedup();
         let prefixes = unique.as_slice();
         let mut charge = store.memory_budget().map(|budget| Charge {

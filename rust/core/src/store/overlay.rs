@@ -26,6 +26,7 @@ use hashbrown::HashTable;
 use crate::error::Result;
 use crate::format::write_batch::{self, RecordPrefixes, RecordSpan};
 use crate::store::committed::Write;
+use crate::store::key_order::key_order;
 use crate::store::key_range::{Direction, KeyRange};
 
 /// Dead record bytes tolerated before the batch is rewritten without them (besides at least as
@@ -323,14 +324,10 @@ impl Overlay {
     /// Indexes into `records` in key order (sorted once per set of staged keys).
     fn key_order(&self) -> &[u32] {
         self.sorted.get_or_init(|| {
-            // Sorted with each key's slice beside its index: a comparison reads the two keys,
-            // not their records first.
-            let mut keyed: Vec<(&[u8], u32)> = (self.records.iter())
-                .zip(0..)
-                .map(|(record, i)| (key_of(&self.batch, record), i))
+            let keys: Vec<&[u8]> = (self.records.iter())
+                .map(|record| key_of(&self.batch, record))
                 .collect();
-            keyed.sort_unstable_by(|a, b| a.0.cmp(b.0));
-            keyed.into_iter().map(|(_, i)| i).collect()
+            key_order(&keys)
         })
     }
 

@@ -19,6 +19,7 @@ use crate::format::offsets::{self, OFFSETS_CF, STATUS_KEY, STATUS_OPEN};
 use crate::format::timestamped;
 use crate::format::write_batch::RecordPrefixes;
 use crate::store::committed::{CommittedState, OffsetWrite, Write, WriteSink};
+use crate::store::key_order::key_order;
 use crate::store::key_range::{Direction, KeyRange};
 use crate::store::key_value::Durability;
 use crate::store::memory_budget::{MemoryBudget, StoreMemory};
@@ -573,16 +574,15 @@ impl CommittedState for RocksState {
 
     fn read_many(&self, keys: &[&[u8]], visit: &mut dyn FnMut(usize, Option<&[u8]>)) -> Result<()> {
         // RocksDB reads keys in key order, sorting them itself through its comparator's virtual
-        // calls when not told they are: sorting the slices here (a batch's keys come in the
-        // grouping's order) cost half of that on shape 7a. The stores keep RocksDB's bytewise
-        // comparator, the order of byte slices.
+        // calls when not told they are: sorting them here (a batch's keys come in the
+        // grouping's order) cost half of that on shape 7a, `key_order` less again. The stores
+        // keep RocksDB's bytewise comparator, the order of byte slices.
         if keys.is_sorted() {
             return self.read_sorted(keys, visit);
         }
-        let mut order: Vec<usize> = (0..keys.len()).collect();
-        order.sort_unstable_by_key(|&i| keys[i]);
-        let sorted: Vec<&[u8]> = order.iter().map(|&i| keys[i]).collect();
-        self.read_sorted(&sorted, &mut |j, v| visit(order[j], v))
+        let order = key_order(keys);
+        let sorted: Vec<&[u8]> = order.iter().map(|&i| keys[i as usize]).collect();
+        self.read_sorted(&sorted, &mut |j, v| visit(order[j] as usize, v))
     }
 
     fn sources<'a>(
