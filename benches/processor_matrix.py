@@ -10,7 +10,11 @@ Per shape, the modes:
   pandas API's floor (one DataFrame in and out per key is that API's cost, not the store's);
 - ``kstate_pandas``: ``transform_with_state(api="pandas")``;
 - ``spark_row`` / ``spark_pandas`` (shapes 1, 2 and 5): Spark's ``transformWithState`` /
-  ``transformWithStateInPandas`` with its RocksDB state store provider.
+  ``transformWithStateInPandas`` with its RocksDB state store provider;
+- ``rocksdict_row`` (shapes without event time): RocksDB hand-rolled as users write it without
+  kstate: the floor's task with each user's state (its entries in the shape's dicts) in one
+  pickled record of a rocksdict ``Rdict`` per partition, one multi-get and one write batch a
+  task, RocksDB's WAL off; no changelog, no undo, no recovery.
 
 Every run is its own process and JVM (``local[2]``, 2 partitions, ``maxFilesPerTrigger=1``,
 ``availableNow``, output mode update into parquet through ``foreachBatch``); shape 5 runs in
@@ -53,7 +57,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from processor_shapes import INPUT, SHAPES, WATERMARK_DELAY_MS, Shape, input_files, reference  # noqa: E402
 
-MODES = ("floor_row", "kstate_row", "floor_pandas", "kstate_pandas", "spark_row", "spark_pandas")
+MODES = ("floor_row", "kstate_row", "floor_pandas", "kstate_pandas", "spark_row", "spark_pandas", "rocksdict_row")
 TARGET = 1.25
 """kstate's time over its API's floor (issue 45)."""
 
@@ -134,25 +138,39 @@ def _batch_and_watermark() -> tuple[int, int]:
     return batch, (max(earlier) - WATERMARK_DELAY_MS if earlier else -1)
 
 
+def rows_per_user(batches, event_time: bool) -> tuple[dict, int | None]:
+    """A task's input rows ``(category, amount, ms)`` grouped per user, and (event time) the
+    largest event time among them."""
+    import collections
+
+    per_user = collections.defaultdict(list)
+    largest = None
+    for batch in batches:
+        columns = batch.to_pydict()
+        rows = zip(columns["category"], columns["amount"], columns["ms"])
+        for user, row in zip(columns["user"], rows):
+            per_user[user].append(row)
+        if event_time and columns["ms"]:
+            largest = max(largest or 0, max(columns["ms"]))
+    return per_user, largest
+
+
+def output_batch(shape: Shape, out: list[tuple]):
+    """The shape's output rows ``out`` as one Arrow record batch."""
+    import pyarrow as pa
+
+    schema = arrow_schema(shape)
+    columns = list(zip(*out)) if out else [[] for _ in schema]
+    return pa.RecordBatch.from_arrays([pa.array(list(c), f.type) for c, f in zip(columns, schema)], schema=schema)
+
+
 def floor_row(shape: Shape):
     """The Row API's floor: the task function of ``mapInArrow``, the shape's dict logic over the
     partition's rows grouped per user, then (event time) the due timers."""
 
     def task(batches):
-        import collections
-
-        import pyarrow as pa
-
         logic = _floor_logic(shape)
-        per_user = collections.defaultdict(list)
-        largest = None
-        for batch in batches:
-            columns = batch.to_pydict()
-            rows = zip(columns["category"], columns["amount"], columns["ms"])
-            for user, row in zip(columns["user"], rows):
-                per_user[user].append(row)
-            if shape.event_time and columns["ms"]:
-                largest = max(largest or 0, max(columns["ms"]))
+        per_user, largest = rows_per_user(batches, shape.event_time)
         out = []
         for user, rows in per_user.items():
             out += logic.on_input(user, rows)
@@ -161,9 +179,45 @@ def floor_row(shape: Shape):
             out += logic.fire(watermark)
             if largest is not None:
                 _MAX_EVENT_TIME[batch_id] = max(_MAX_EVENT_TIME.get(batch_id, largest), largest)
-        schema = arrow_schema(shape)
-        columns = list(zip(*out)) if out else [[] for _ in schema]
-        yield pa.RecordBatch.from_arrays([pa.array(list(c), f.type) for c, f in zip(columns, schema)], schema=schema)
+        yield output_batch(shape, out)
+
+    return task
+
+
+def rocksdict_row(shape: Shape, root: str):
+    """Hand-rolled RocksDB: the floor's task with each user's entries in the shape's dicts kept
+    in one pickled record of a rocksdict ``Rdict`` per partition under ``root``, read with one
+    multi-get and written with one write batch (WAL off) a task."""
+
+    def task(batches):
+        import pickle
+
+        from pyspark import TaskContext
+        from rocksdict import Options, Rdict, WriteBatch, WriteOptions
+
+        per_user, _ = rows_per_user(batches, False)
+        options = Options(raw_mode=True)
+        options.create_if_missing(True)
+        db = Rdict(f"{root}/{TaskContext.get().partitionId()}", options)
+        logic = shape.dicts()
+        held = {name: entries for name, entries in vars(logic).items() if isinstance(entries, dict)}
+        users = list(per_user)
+        for user, stored in zip(users, db[[user.encode() for user in users]]):
+            for name, value in pickle.loads(stored).items() if stored is not None else ():
+                held[name][user] = value
+        out, writes = [], WriteBatch(raw_mode=True)
+        for user, rows in per_user.items():
+            out += logic.on_input(user, rows)
+            record = {name: entries[user] for name, entries in held.items() if user in entries}
+            if record:
+                writes.put(user.encode(), pickle.dumps(record, protocol=5))
+            else:
+                writes.delete(user.encode())
+        no_wal = WriteOptions()
+        no_wal.disable_wal = True
+        db.write(writes, no_wal)
+        db.close()
+        yield output_batch(shape, out)
 
     return task
 
@@ -217,6 +271,8 @@ def query_of(shape: Shape, mode: str, df, work: Path):
         return df.repartition(2, "user").mapInArrow(floor_row(shape), shape.output)
     if mode == "floor_pandas":
         return df.groupBy("user").applyInPandas(floor_pandas(shape), shape.output)
+    if mode == "rocksdict_row":
+        return df.repartition(2, "user").mapInArrow(rocksdict_row(shape, str(work / "rocksdict")), shape.output)
     api = mode.split("_")[1]
     time_mode = "EventTime" if shape.event_time else "None"
     if mode.startswith("spark"):
@@ -352,8 +408,9 @@ def tables(runs: dict[tuple[str, str], list[dict]], shapes: list[str], old: bool
         versions = ["kstate_" + api + "@old", "kstate_" + api] if old else ["kstate_" + api]
         header = "| shape | floor s | " + " | ".join(f"{v} s" for v in versions) + " | "
         header += " | ".join(f"{v} / floor" for v in versions) + f" | spark_{api} s | spark_{api} / kstate_{api} |"
+        header += " rocksdict_row s | kstate_row / rocksdict_row |" if api == "row" else ""
         lines += [f"**{api} API** (medians; runs in brackets; target <= {TARGET}x the floor)", "", header]
-        lines.append("|---|---:|" + "---:|" * (2 * len(versions)) + "---:|---:|")
+        lines.append("|---|---:|" + "---:|" * (2 * len(versions) + 2 + 2 * (api == "row")))
         for shape in shapes:
             floor = f"floor_{api}"
             parts = [f"{shape}", f"{median(runs.get((shape, floor), [])) or 0:.1f} ({cell(shape, floor)})"]
@@ -362,6 +419,10 @@ def tables(runs: dict[tuple[str, str], list[dict]], shapes: list[str], old: bool
             spark = median(runs.get((shape, f"spark_{api}"), []))
             ours = median(runs.get((shape, f"kstate_{api}"), []))
             parts += [f"{spark:.1f}" if spark else "-", f"{spark / ours:.2f}x" if spark and ours else "-"]
+            if api == "row":
+                peer = median(runs.get((shape, "rocksdict_row"), []))
+                parts += [f"{peer:.1f} ({cell(shape, 'rocksdict_row')})" if peer else "-"]
+                parts += [f"{ours / peer:.2f}x" if peer and ours else "-"]
             lines.append("| " + " | ".join(parts) + " |")
         lines.append("")
     wrong = [f"{k[0]}:{k[1]}" for k, rs in runs.items() for r in rs if r["matches_reference"] is False]
@@ -392,6 +453,8 @@ def main() -> None:
         for shape in shapes:
             for mode in modes:
                 if mode.startswith("spark") and (round_ or not SHAPES[shape].spark):
+                    continue
+                if mode == "rocksdict_row" and SHAPES[shape].event_time:
                     continue
                 pythons = [(mode, sys.executable)]
                 if args.old and mode.startswith("kstate"):
