@@ -15,6 +15,8 @@
 //! an older schema wrote as a newer, compatible one (fields matched by name, integer and float
 //! widening; [`evolution_problems`] names every change that cannot be read).
 
+use smallvec::SmallVec;
+
 use crate::{Error, Result};
 
 /// A Spark data type the row encoding can hold.
@@ -552,7 +554,8 @@ impl<S: ValueSource> Encoder<'_, S> {
             }
             Kind::Struct { fields, names } => {
                 let row = self.source.row(value, node)?;
-                let mut values = Vec::with_capacity(fields.len());
+                // A state value's row has a few fields: held inline, no allocation a value.
+                let mut values: SmallVec<[S::Value; 8]> = SmallVec::with_capacity(fields.len());
                 for (index, (&field, name)) in fields.iter().zip(names).enumerate() {
                     values.push(self.source.field(&row, index, name, field)?);
                 }
