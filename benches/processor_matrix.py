@@ -14,7 +14,10 @@ Per shape, the modes:
 - ``rocksdict_row`` (shapes without event time): RocksDB hand-rolled as users write it without
   kstate: the floor's task with each user's state (its entries in the shape's dicts) in one
   pickled record of a rocksdict ``Rdict`` per partition, one multi-get and one write batch a
-  task, RocksDB's WAL off; no changelog, no undo, no recovery.
+  task, RocksDB's WAL off; no changelog, no undo, no recovery;
+- ``kstate_row_record`` (shapes 2, 7a and 7b): ``transform_with_state(api="row")`` over the
+  shape's logic with a user's whole state in one value variable (``Shape.record_state``: a
+  struct holding an array and a map), as a user can write it: what one entry a key costs.
 
 Every run is its own process and JVM (``local[2]``, 2 partitions, ``maxFilesPerTrigger=1``,
 ``availableNow``, output mode update into parquet through ``foreachBatch``); shape 5 runs in
@@ -57,7 +60,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from processor_shapes import INPUT, SHAPES, WATERMARK_DELAY_MS, Shape, input_files, reference  # noqa: E402
 
-MODES = ("floor_row", "kstate_row", "floor_pandas", "kstate_pandas", "spark_row", "spark_pandas", "rocksdict_row")
+MODES = (
+    "floor_row", "kstate_row", "floor_pandas", "kstate_pandas", "spark_row", "spark_pandas", "rocksdict_row",
+    "kstate_row_record",
+)  # fmt: skip
 TARGET = 1.25
 """kstate's time over its API's floor (issue 45)."""
 
@@ -274,6 +280,8 @@ def query_of(shape: Shape, mode: str, df, work: Path):
     if mode == "rocksdict_row":
         return df.repartition(2, "user").mapInArrow(rocksdict_row(shape, str(work / "rocksdict")), shape.output)
     api = mode.split("_")[1]
+    if mode == "kstate_row_record":
+        shape = dataclasses.replace(shape, state=shape.record_state)
     time_mode = "EventTime" if shape.event_time else "None"
     if mode.startswith("spark"):
         if shape.event_time:
@@ -408,9 +416,11 @@ def tables(runs: dict[tuple[str, str], list[dict]], shapes: list[str], old: bool
         versions = ["kstate_" + api + "@old", "kstate_" + api] if old else ["kstate_" + api]
         header = "| shape | floor s | " + " | ".join(f"{v} s" for v in versions) + " | "
         header += " | ".join(f"{v} / floor" for v in versions) + f" | spark_{api} s | spark_{api} / kstate_{api} |"
-        header += " rocksdict_row s | kstate_row / rocksdict_row |" if api == "row" else ""
+        if api == "row":
+            header += " rocksdict_row s | kstate_row / rocksdict_row |"
+            header += " kstate_row_record s | kstate_row_record / floor |"
         lines += [f"**{api} API** (medians; runs in brackets; target <= {TARGET}x the floor)", "", header]
-        lines.append("|---|---:|" + "---:|" * (2 * len(versions) + 2 + 2 * (api == "row")))
+        lines.append("|---|---:|" + "---:|" * (2 * len(versions) + 2 + 4 * (api == "row")))
         for shape in shapes:
             floor = f"floor_{api}"
             parts = [f"{shape}", f"{median(runs.get((shape, floor), [])) or 0:.1f} ({cell(shape, floor)})"]
@@ -423,6 +433,9 @@ def tables(runs: dict[tuple[str, str], list[dict]], shapes: list[str], old: bool
                 peer = median(runs.get((shape, "rocksdict_row"), []))
                 parts += [f"{peer:.1f} ({cell(shape, 'rocksdict_row')})" if peer else "-"]
                 parts += [f"{ours / peer:.2f}x" if peer and ours else "-"]
+                record = median(runs.get((shape, "kstate_row_record"), []))
+                parts += [f"{record:.1f} ({cell(shape, 'kstate_row_record')})" if record else "-"]
+                parts += [ratio(shape, "kstate_row_record", floor) if record else "-"]
             lines.append("| " + " | ".join(parts) + " |")
         lines.append("")
     wrong = [f"{k[0]}:{k[1]}" for k, rs in runs.items() for r in rs if r["matches_reference"] is False]
@@ -455,6 +468,8 @@ def main() -> None:
                 if mode.startswith("spark") and (round_ or not SHAPES[shape].spark):
                     continue
                 if mode == "rocksdict_row" and SHAPES[shape].event_time:
+                    continue
+                if mode == "kstate_row_record" and SHAPES[shape].record_state is None:
                     continue
                 pythons = [(mode, sys.executable)]
                 if args.old and mode.startswith("kstate"):

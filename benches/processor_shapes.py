@@ -22,6 +22,10 @@ every state result is checked against).
 7a. shape 2 over many keys with one row each (100,000 keys per batch);
 7b. shape 2 over few keys with many rows each (50 keys x 4,000 rows per batch).
 
+Shapes 2, 7a and 7b also have their logic with a user's whole state in one value variable
+(``PerRowRecordState``: a struct of the count, the total, an array and a map), which
+benches/processor_matrix.py runs as ``kstate_row_record``.
+
 Input rows are ``(user, category, amount, ms, ts)``: ``ms`` the event time in epoch ms (what
 shape 5's timers use), ``ts`` the same as a timestamp (its watermark's column). A shape's logic
 takes one key's rows as ``(category, amount, ms)`` tuples and returns its output tuples.
@@ -61,6 +65,8 @@ class Shape:
     event_time: bool = False
     spark: bool = False
     """Whether Spark's own operator runs this shape too (issue 45: shapes 1, 2 and 5)."""
+    record_state: type | None = None
+    """The shape's logic with a user's whole state in one value variable, where it has one."""
 
     @property
     def output_names(self) -> list[str]:
@@ -208,6 +214,29 @@ class PerRowDicts:
         count, total = count + len(rows), total + sum(a for _, a, _ in rows)
         self.totals[user] = (count, total)
         recent = self.recent[user] = (self.recent.get(user, []) + [a for _, a, _ in rows])[-3:]
+        category, n = top(categories.items())
+        return [(user, count, total, ",".join(map(str, recent)), category, n)]
+
+
+class PerRowRecordState:
+    """Shape 2's logic with a user's whole state in one value variable: a struct of the count,
+    the total, the last three amounts (an array) and the counts per category (a map), read once
+    and written once per key (benches/processor_matrix.py's ``kstate_row_record``)."""
+
+    def init(self, handle) -> None:
+        self.state = handle.getValueState(
+            "state", "count long, total long, recent array<long>, categories map<string, long>"
+        )
+
+    def on_input(self, user, rows) -> list[tuple]:
+        stored = self.state.get()
+        count, total, recent, categories = stored if stored is not None else (0, 0, [], {})
+        categories = dict(categories)
+        for category, _, _ in rows:
+            categories[category] = categories.get(category, 0) + 1
+        count, total = count + len(rows), total + sum(a for _, a, _ in rows)
+        recent = (list(recent) + [a for _, a, _ in rows])[-3:]
+        self.state.update((count, total, recent, categories))
         category, n = top(categories.items())
         return [(user, count, total, ",".join(map(str, recent)), category, n)]
 
@@ -393,7 +422,8 @@ SHAPES = {
         Shape("1", "per key: read once, write once", 4, 40_000, 8_000, 5, "random", READ_ONCE_OUTPUT,
               ReadOnceState, ReadOnceDicts, spark=True),
         Shape("2", "per row: map containsKey + getValue + updateValue; per key value, list, map walk", 4, 40_000,
-              8_000, 5, "random", PER_ROW_OUTPUT, PerRowState, PerRowDicts, spark=True),
+              8_000, 5, "random", PER_ROW_OUTPUT, PerRowState, PerRowDicts, spark=True,
+              record_state=PerRowRecordState),
         Shape("3", "per key: walk a map and a list of 5-50 entries", 4, 40_000, 4_000, 50, "random", WALK_OUTPUT,
               WalkState, WalkDicts),
         Shape("4", "per row: list appendValue; per key: clear when a window closes", 4, 40_000, 8_000, 5, "random",
@@ -403,9 +433,9 @@ SHAPES = {
         Shape("6", "shape 1 with a TTL on every variable", 4, 40_000, 8_000, 5, "random", READ_ONCE_OUTPUT,
               ReadOnceTtlState, ReadOnceDicts),
         Shape("7a", "shape 2, many keys with one row each (100k keys per batch)", 4, 100_000, 100_000, 5,
-              "each_once", PER_ROW_OUTPUT, PerRowState, PerRowDicts),
+              "each_once", PER_ROW_OUTPUT, PerRowState, PerRowDicts, record_state=PerRowRecordState),
         Shape("7b", "shape 2, few keys with many rows (50 keys x 4k rows)", 4, 200_000, 50, 5, "even",
-              PER_ROW_OUTPUT, PerRowState, PerRowDicts),
+              PER_ROW_OUTPUT, PerRowState, PerRowDicts, record_state=PerRowRecordState),
     )
 }  # fmt: skip
 
