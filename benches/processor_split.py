@@ -27,6 +27,7 @@ opened within them, and the seconds Python's cyclic GC took (``gc.callbacks``, u
   .venv/bin/python benches/processor_split.py --shape 2
   .venv/bin/python benches/processor_split.py --shape 5 --api pandas
   .venv/bin/python benches/processor_split.py --shape 3 --floor   # the shape's Row floor
+  .venv/bin/python benches/processor_split.py --shape 7a --record  # a user's state in one value
 
 ``--scale F`` takes F times a shape's rows and keys; ``--unprofiled`` runs the unprofiled pass
 alone and prints its task seconds, for a profiler outside (instructions of the whole process,
@@ -51,6 +52,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import dataclasses
 import gc
 import pstats
 import shutil
@@ -283,8 +285,15 @@ def main() -> None:
     parser.add_argument(
         "--unprofiled", action="store_true", help="the unprofiled pass alone (for callgrind or py-spy around it)"
     )
+    parser.add_argument(
+        "--record", action="store_true", help="with --shape: its logic with a user's state in one value variable"
+    )
     args = parser.parse_args()
     shape = None if args.shape is None else scaled(SHAPES[args.shape], args.scale)
+    if args.record:
+        if shape is None or shape.record_state is None:
+            parser.error("--record takes a --shape with a record_state (2, 7a, 7b)")
+        shape = dataclasses.replace(shape, state=shape.record_state)
     if shape is not None and args.floor and (shape.event_time or args.api == "pandas"):
         parser.error("--floor with --shape runs the Row floor of shapes without event time")
 
