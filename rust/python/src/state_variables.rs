@@ -11,7 +11,7 @@ use kstate_core::spark::state_read_ahead::{
 use kstate_core::spark::ttl_sweep::{sweep_expired, SweptStore};
 use kstate_core::{Direction, KeyRange};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyIterator, PyList, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyIterator, PyList, PyString, PyTuple};
 
 use crate::errors::{detached, guard, raise, to_py, ErrorClass};
 use crate::key_value_store::{packed_writes, NativeKeyValueStore, PackedArray};
@@ -112,49 +112,6 @@ impl StateReadAhead {
                 keep,
             )
         })
-    }
-
-    /// Reads the values of value state `store` under `keys` (pickled grouping keys, each a
-    /// whole store key) with one multi-get, replacing what was held; no keys: holds nothing
-    /// more (the committed values kept for the undo stay until `forget`).
-    fn read_values(
-        &mut self,
-        store: &Bound<'_, NativeKeyValueStore>,
-        keys: Vec<Bound<'_, PyBytes>>,
-    ) -> PyResult<()> {
-        if keys.is_empty() {
-            self.entries.clear();
-            return Ok(());
-        }
-        let address = store.as_ptr() as usize;
-        if self.store.is_some_and(|read| read != address) {
-            self.entries.forget();
-        }
-        self.store = Some(address);
-        let keys: Vec<&[u8]> = keys.iter().map(|k| k.as_bytes()).collect();
-        let mut store = store.try_borrow_mut()?;
-        let entries = &mut self.entries;
-        let keep = self.keep_committed;
-        guard(|| {
-            entries.reread_keys(
-                &mut store.logged.inner.store,
-                &keys,
-                READ_AHEAD_MAX_BYTES,
-                keep,
-            )
-        })
-    }
-
-    /// The stored value of value state key `key` as read ahead: `None` if not held, else a
-    /// 1-tuple of the stored bytes (`None` inside: absent).
-    fn held_value<'py>(
-        &self,
-        py: Python<'py>,
-        key: &[u8],
-    ) -> Option<(Option<Bound<'py, PyBytes>>,)> {
-        self.entries
-            .get(key, &[])
-            .map(|stored| (stored.map(|s| PyBytes::new(py, s)),))
     }
 
     /// Drops everything held, the kept committed values too.
@@ -642,6 +599,20 @@ impl StateCodec {
 }
 
 impl StateCodec {
+    /// Value state: stages `key -> <expiry><value>` (the value checked and encoded first).
+    fn put(
+        &self,
+        py: Python<'_>,
+        store: &Bound<'_, NativeKeyValueStore>,
+        key: &[u8],
+        expiry: i64,
+        value: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let stored = self.stored(py, expiry, value)?;
+        let mut store = store.try_borrow_mut()?;
+        guard(|| store.logged.inner.store.put(key, Some(&stored)))
+    }
+
     /// Map state: stages `user_key -> value` under `prefix`, expiring at `expiry`.
     #[allow(clippy::too_many_arguments)]
     fn map_put<'py>(
@@ -862,14 +833,14 @@ fn live_under_cursor<'py>(
 
 /// A value variable's `get` and `update` as native methods bound to its store,
 /// codec and the handle's [`StateCursor`]: one native call, no Python frame. `ahead` holds the
-/// stored values read ahead for the batch's keys ([`StateReadAhead::read_values`]); a read takes
-/// the key's value from it when it holds the key, and a write keeps it in step (and its
-/// committed value for the undo). A `None` value goes through `require`, which raises.
+/// stored values read ahead for the batch's keys (the handle's dict for this variable: pickled
+/// grouping key -> stored bytes, `None` if absent); a read takes the key's value from it when it
+/// has one, and a write drops it. A `None` value goes through `require`, which raises.
 #[pyclass(module = "kstate._core", frozen)]
 pub struct ValueCalls {
     store: Py<NativeKeyValueStore>,
     values: Py<StateCodec>,
-    ahead: Py<StateReadAhead>,
+    ahead: Py<PyDict>,
     cursor: Py<StateCursor>,
     require: Py<PyAny>,
     ttl: Option<Py<TtlIndex>>,
@@ -882,7 +853,7 @@ impl ValueCalls {
     fn new(
         store: Py<NativeKeyValueStore>,
         values: Py<StateCodec>,
-        ahead: Py<StateReadAhead>,
+        ahead: Py<PyDict>,
         cursor: Py<StateCursor>,
         require: Py<PyAny>,
         ttl: Option<Py<TtlIndex>>,
@@ -900,15 +871,16 @@ impl ValueCalls {
     /// Spark's `get()`: the current key's live value, or `None`.
     fn get<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
         let cursor = self.cursor.bind(py).try_borrow()?;
-        let key = cursor.key.bind(py).as_bytes();
+        let key = cursor.key.bind(py);
         let codec = self.values.get();
-        let ahead = self.ahead.bind(py).try_borrow()?;
-        match ahead.entries.get(key, &[]) {
-            Some(stored) => codec.live(py, stored, cursor.now_ms),
-            None => {
-                drop(ahead);
-                codec.get(py, self.store.bind(py), key, cursor.now_ms)
-            }
+        match self.ahead.bind(py).get_item(key)? {
+            Some(stored) if stored.is_none() => Ok(None),
+            Some(stored) => codec.live(
+                py,
+                Some(stored.cast::<PyBytes>()?.as_bytes()),
+                cursor.now_ms,
+            ),
+            None => codec.get(py, self.store.bind(py), key.as_bytes(), cursor.now_ms),
         }
     }
 
@@ -921,16 +893,15 @@ impl ValueCalls {
             self.require.bind(py).call1((newValue,))?;
         }
         let cursor = self.cursor.bind(py).try_borrow()?;
-        let key = cursor.key.bind(py).as_bytes();
+        let key = cursor.key.bind(py);
+        let ahead = self.ahead.bind(py);
+        if ahead.contains(key)? {
+            ahead.del_item(key)?;
+        }
         let expiry = write_expiry(self.ttl.as_ref(), cursor.now_ms);
-        let stored = self.values.get().stored(py, expiry, newValue)?;
-        let write = (key.to_vec(), Some(stored));
-        stage_under(
-            self.store.bind(py),
-            Some(self.ahead.bind(py)),
-            key,
-            &[write],
-        )?;
+        self.values
+            .get()
+            .put(py, self.store.bind(py), key.as_bytes(), expiry, newValue)?;
         match &self.ttl {
             Some(ttl) => ttl.get().record(py, expiry, &cursor.prefix),
             None => Ok(()),

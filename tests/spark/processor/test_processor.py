@@ -299,8 +299,8 @@ def test_values_read_ahead_for_many_keys_give_way_to_later_writes(open_handle):
 
 
 def test_list_and_map_state_read_ahead_behave_as_the_store_does(open_handle):
-    """A random run of list, map and value calls on keys read ahead (and some not) checked
-    against a plain-dict model after every call, with TTL-expired entries still stored underneath, then the
+    """A random run of list and map calls on keys read ahead (and some not) checked against a
+    plain-dict model after every call, with TTL-expired entries still stored underneath, then the
     committed state read back without a read-ahead: reads see the batch's staged writes, list
     appends go after expired elements, a put or clear deletes exactly what was stored. The
     batch's undo, taken from the committed values the read-aheads kept, is what the stores
@@ -309,20 +309,16 @@ def test_list_and_map_state_read_ahead_behave_as_the_store_does(open_handle):
     import copy
     import random
 
-    names = ("l", "m", "t", "v", TTL_INDEX)
+    names = ("l", "m", "t", TTL_INDEX)
     rng = random.Random(24)
     users = [f"u{i}" for i in range(40)]
     lists = {u: [] for u in users}
     maps = {u: {} for u in users}
     short = {u: [] for u in users}  # list "t": TTL 10 ms, all expired by batch 1
-    values = {}
     state, handle = open_handle(0, names=names)
     items, mapping, expiring = handle.getListState("l"), handle.getMapState("m"), handle.getListState("t", None, 10)
-    value = handle.getValueState("v")
     for u in users[::2]:
         key(handle, u)
-        values[u] = (u, 0)
-        value.update(values[u])
         lists[u] = list(range(rng.randrange(1, 5)))
         items.put(lists[u])
         maps[u] = {f"k{j}": j for j in range(rng.randrange(0, 4))}
@@ -330,11 +326,10 @@ def test_list_and_map_state_read_ahead_behave_as_the_store_does(open_handle):
             mapping.updateValue(k, v)
         expiring.appendList([1, 2])
     state.commit()
-    before = copy.deepcopy((lists, maps, values))
+    before = copy.deepcopy((lists, maps))
 
     state, handle = open_handle(1, names=names, now=NOW + 20)
     items, mapping, expiring = handle.getListState("l"), handle.getMapState("m"), handle.getListState("t", None, 10)
-    value = handle.getValueState("v")
     key(handle, users[1])
     items.appendValue("staged before the read-ahead")
     lists[users[1]] = ["staged before the read-ahead"]
@@ -380,38 +375,28 @@ def test_list_and_map_state_read_ahead_behave_as_the_store_does(open_handle):
         elif op == 9:  # the last three kept: the old elements that stay are not rewritten
             lists[u] = (lists[u] + [step])[-3:]
             items.put(lists[u])
-        elif op == 10 and rng.random() < 0.2:
-            value.clear()
-            values.pop(u, None)
-        elif op == 10:
-            values[u] = (u, step)
-            value.update(values[u])
         k = f"k{rng.randrange(6)}"
         assert mapping.getValue(k) == maps[u].get(k) and mapping.containsKey(k) == (k in maps[u])
         assert list(items.get()) == lists[u] and items.exists() == bool(lists[u])
         assert dict(mapping.iterator()) == maps[u] and mapping.exists() == bool(maps[u])
         assert list(expiring.get()) == short[u], u
-        assert value.get() == values.get(u) and value.exists() == (u in values), u
     handle.read_ahead_values([])
     undo_sources = handle._stores.undo_sources
     assert handle._prefixed_ahead["l"].kept_values() == 0, "writes were staged before it read"
     assert handle._prefixed_ahead["m"].kept_values() > 0 and handle._prefixed_ahead["t"].kept_values() > 0
-    assert handle._values_ahead["v"].kept_values() > 0
-    for name in ("l", "m", "t", "v"):
+    for name in ("l", "m", "t"):
         native = native_store(handle._stores[name])
-        assert undo_sources[name] is {**handle._prefixed_ahead, **handle._values_ahead}[name]
+        assert undo_sources[name] is handle._prefixed_ahead[name]
         assert previous_values(native, undo_sources[name]).equals(previous_values(native)), name
     state.commit()
 
     state, handle = open_handle(2, names=names, now=NOW + 25)
     items, mapping, expiring = handle.getListState("l"), handle.getMapState("m"), handle.getListState("t", None, 10)
-    value = handle.getValueState("v")
     for u in users:
         key(handle, u)
         assert (
             list(items.get()) == lists[u] and dict(mapping.iterator()) == maps[u] and list(expiring.get()) == short[u]
         )
-        assert value.get() == values.get(u), u
         prefix = handle._current_prefix
         with state._stores["l"].prefix_scan(prefix) as entries:
             assert len(list(entries)) == len(lists[u]), "a put or clear left no stale element behind"
@@ -419,11 +404,10 @@ def test_list_and_map_state_read_ahead_behave_as_the_store_does(open_handle):
 
     # Batch 1 replayed: rolled back with those undo files, the state is batch 0's again.
     state, handle = open_handle(1, names=names, now=NOW + 20)
-    items, mapping, value = handle.getListState("l"), handle.getMapState("m"), handle.getValueState("v")
+    items, mapping = handle.getListState("l"), handle.getMapState("m")
     for u in users:
         key(handle, u)
         assert list(items.get()) == before[0][u] and dict(mapping.iterator()) == before[1][u], u
-        assert value.get() == before[2].get(u), u
 
 
 def test_delete_if_exists_drops_every_key_of_a_variable(open_handle):

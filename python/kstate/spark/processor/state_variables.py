@@ -173,7 +173,7 @@ class _PrefixedVariable(_Variable):
     def __init__(self, handle: StatefulProcessorHandle, name: str, codec: Any, ttl_ms: int | None):
         super().__init__(handle, name, codec, ttl_ms)
         # On the driver (no stores) there is nothing to read ahead.
-        self._ahead: Any = None if self._store is None else handle._read_ahead(name, whole_keys=False)
+        self._ahead: Any = None if self._store is None else handle._prefixed_read_ahead(name)
 
     def exists(self) -> bool:
         """Whether the current key has a live entry."""
@@ -185,22 +185,22 @@ class _PrefixedVariable(_Variable):
 
 class ValueState(_Variable):
     """One value per grouping key (Spark's ``ValueState``). The batch's keys' stored values are
-    read ahead into ``_ahead`` (a ``_core.StateReadAhead``, ``StatefulProcessorHandle.
-    read_ahead_values``; a key's write keeps it in step); ``get`` and ``update`` are native
-    methods bound to the variable (``_core.ValueCalls``: no Python frame per call; ``get`` stays
-    Python's where values hold nested structs, made ``Row``s here)."""
+    read ahead into ``_ahead_values`` (``StatefulProcessorHandle.read_ahead_values``; a key's
+    write drops its entry); ``get`` and ``update`` are native methods bound to the variable
+    (``_core.ValueCalls``: no Python frame per call; ``get`` stays Python's where values hold
+    nested structs, made ``Row``s here)."""
 
     _calls: Any = None
     """``_core.ValueCalls`` (none on the driver, which has no stores)."""
 
     def __init__(self, handle: StatefulProcessorHandle, name: str, codec: Any, ttl_ms: int | None):
         super().__init__(handle, name, codec, ttl_ms)
-        self._ahead: Any = None if self._store is None else handle._read_ahead(name)
+        self._ahead_values = handle._values_read_ahead(name)
         if self._store is not None:
             self._calls = _core.ValueCalls(
                 self._native,
                 self._codec,
-                self._ahead,
+                self._ahead_values,
                 handle._cursor,
                 partial(_require_value, name=name),
                 self._ttl_index(),
@@ -209,24 +209,18 @@ class ValueState(_Variable):
                 self.get = self._calls.get  # type: ignore[method-assign]
             self.update = self._calls.update  # type: ignore[method-assign]
 
-    def _held(self) -> Any:
-        """The current key's stored value as read ahead: ``None`` if not held, else ``(stored,)``
-        (``(None,)``: absent)."""
-        return None if self._ahead is None else self._ahead.held_value(self._handle._current_key)
-
     def exists(self) -> bool:
-        held = self._held()
-        if held is not None:
-            stored = held[0]
+        stored = self._ahead_values.get(self._handle._current_key, _NOT_READ)
+        if stored is not _NOT_READ:
             return stored is not None and _core.state_expiry_of(stored) > self._handle.now_ms
         return self._codec.exists(self._native, self._handle._current_key, self._handle.now_ms)
 
     def get(self) -> Any:
         """The value, or ``None`` if there is none (or it expired)."""
         handle = self._handle
-        held = self._held()
-        if held is not None:
-            value = self._codec.decode_live(held[0], handle.now_ms)
+        stored = self._ahead_values.get(handle._current_key, _NOT_READ)
+        if stored is not _NOT_READ:
+            value = self._codec.decode_live(stored, handle.now_ms)
         else:
             value = self._codec.get(self._native, handle._current_key, handle.now_ms)
         return value if value is None or self._rows is None else self._rows(value)
@@ -235,8 +229,11 @@ class ValueState(_Variable):
         self._calls.update(newValue)
 
     def clear(self) -> None:
-        key = self._handle._current_key
-        self._ahead.stage(self._native, key, key, None)
+        self._ahead_values.pop(self._handle._current_key, None)
+        self._store.delete(self._handle._current_key)
+
+
+_NOT_READ = object()
 
 
 def _same(value: Any) -> Any:
@@ -508,11 +505,12 @@ class StatefulProcessorHandle:
         """The timers by key of the batch's keys, read ahead (``_core.StateReadAhead``)."""
         self.declared: dict[str, Declared] = {}
         self._ttl_store: Any = None
-        self._values_ahead: dict[str, Any] = {}
-        """Per value variable, its ``_core.StateReadAhead`` of the batch's keys' values (one per
-        name, whatever number of variable objects ``init`` got for it)."""
+        self._values_ahead: dict[str, dict[bytes, bytes | None]] = {}
+        """Per value-state variable, its stored values read ahead for the batch's keys (one dict
+        per name, kept: the variables' native calls hold it)."""
         self._prefixed_ahead: dict[str, Any] = {}
-        """Per list and map variable, its ``_core.StateReadAhead`` (likewise)."""
+        """Per list and map variable, its ``_core.StateReadAhead`` (one per name, whatever number of
+        variable objects ``init`` got for it)."""
         self._current_key = b""
         self._current_prefix = self._cursor.set(b"")
         self._variables: dict[str, _Variable] = {}
@@ -542,15 +540,15 @@ class StatefulProcessorHandle:
         self._current_prefix = self._cursor.set(pickled_key)
 
     def read_ahead_values(self, pickled_keys: list[bytes]) -> None:
-        """Reads every value variable's values of ``pickled_keys`` with one multi-get each, for
-        ``get`` / ``exists`` to take instead of one store read per call, and every list and map
-        variable's entries of those keys with one native scan each; each read-ahead is kept in
-        step with the batch's writes. An empty list drops what they hold."""
+        """Reads every value-state variable's values of ``pickled_keys`` with one ``get_many``
+        each, for ``get`` / ``exists`` to take instead of one store read per call (a key's
+        update or clear drops its read-ahead value), and every list and map variable's entries
+        of those keys with one native scan each (kept in step with the batch's writes). An empty
+        list drops them all."""
+        for values in self._values_ahead.values():
+            values.clear()
         if self._stores is None:
             return
-        for name, ahead in self._values_ahead.items():
-            if name in self._variables:
-                ahead.read_values(native_store(self._stores[name]), pickled_keys)
         for name, ahead in self._prefixed_ahead.items():
             if name in self._variables:
                 ahead.read(native_store(self._stores[name]), pickled_keys)
@@ -558,17 +556,24 @@ class StatefulProcessorHandle:
             if self._timers_ahead is None:
                 self._timers_ahead = _core.StateReadAhead()  # the commit reads its undo from the store
             self._timers_ahead.read(native_store(self._stores[TIMERS_BY_KEY]), pickled_keys)
+        if not pickled_keys:
+            return
+        for name, values in self._values_ahead.items():
+            if name in self._variables:
+                values.update(zip(pickled_keys, self._stores[name].get_many(pickled_keys)))
 
-    def _read_ahead(self, name: str, whole_keys: bool = True) -> Any:
-        """The read-ahead of variable ``name``: of its keys' values (value state, ``whole_keys``)
-        or of the entries under their prefixes (list and map state)."""
-        held = self._values_ahead if whole_keys else self._prefixed_ahead
-        ahead = held.get(name)
+    def _values_read_ahead(self, name: str) -> dict[bytes, bytes | None]:
+        """The values of value variable ``name`` read ahead (empty until a batch reads them)."""
+        return self._values_ahead.setdefault(name, {})
+
+    def _prefixed_read_ahead(self, name: str) -> Any:
+        """The read-ahead of list or map variable ``name``."""
+        ahead = self._prefixed_ahead.get(name)
         if ahead is None:
             # A task's commit takes, for its undo, the committed values the read-ahead keeps
             # of the keys the batch writes (``TwsTester``'s stores commit no batches).
             committing = isinstance(self._stores, TaskStores)
-            ahead = held[name] = _core.StateReadAhead(keep_committed=committing)
+            ahead = self._prefixed_ahead[name] = _core.StateReadAhead(keep_committed=committing)
             if committing:
                 self._stores.undo_sources[name] = ahead
         return ahead
@@ -636,11 +641,10 @@ class StatefulProcessorHandle:
             self.declared[name] = Declared("deleted")
         if name in self._variables:
             _delete(self._variables.pop(name))
+        self._values_ahead.get(name, {}).clear()
         if self._stores is None or name not in self._stores:
             return  # declared nowhere: nothing was ever stored under it
         store = self._stores[name]
-        if name in self._values_ahead:
-            self._values_ahead[name].read_values(native_store(store), [])  # its deletes go round it
         with store.all() as entries:
             keys = [k for k, _ in entries]
         if keys:

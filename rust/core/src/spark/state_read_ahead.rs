@@ -1,7 +1,6 @@
-//! A micro-batch's state read ahead: for list and map state every entry under each grouping
-//! key's prefix (`state_layout::key_prefix`), read for all the batch's keys with one scan
-//! (`KeyValueStore::scan_prefixes`); for value state each key's value, with one multi-get
-//! ([`PrefixEntries::read_keys`]). Then kept in step with the writes the batch stages, so a
+//! A micro-batch's list and map state read ahead: every entry under each grouping key's prefix
+//! (`state_layout::key_prefix`), read for all the batch's keys with one scan
+//! (`KeyValueStore::scan_prefixes`), then kept in step with the writes the batch stages, so a
 //! processor's reads of those keys, and the deletes a list `put` or a `clear` makes, never go
 //! back to the store.
 //!
@@ -207,63 +206,16 @@ impl PrefixEntries {
         if let Some(charge) = &mut charge {
             charge.resize(held);
         }
-        Ok(Self {
-            by_prefix,
-            charge,
-            journal: Self::fresh_journal(store),
-        })
-    }
-
-    /// Reads the stored values of whole `keys` (a value variable's grouping keys, in any order,
-    /// repeats allowed) with one multi-get, each held as a prefix whose one entry has an empty
-    /// suffix (no entry: absent), up to about `max_bytes` or what the store's memory budget has
-    /// room for: the keys past it in key order are not held (calls read them from the store).
-    pub fn read_keys(store: &mut KeyValueStore, keys: &[&[u8]], max_bytes: usize) -> Result<Self> {
-        let mut unique: Vec<&[u8]> = (key_order(keys).into_iter())
-            .map(|i| keys[i as usize])
-            .collect();
-        unique.dedup();
-        let mut charge = store.memory_budget().map(|budget| Charge {
-            bytes: budget.take_read_ahead(max_bytes),
-            budget: budget.clone(),
-        });
-        let max_bytes = charge.as_ref().map_or(max_bytes, |charge| charge.bytes);
-        let mut values: Vec<Option<Bytes>> = vec![None; unique.len()];
-        store.get_many_with(&unique, &mut |i, stored| {
-            values[i] = stored.map(Bytes::from_slice);
-        })?;
-        let mut by_prefix: HashMap<Vec<u8>, Vec<Entry>, RandomState> =
-            HashMap::with_capacity_and_hasher(unique.len(), RandomState::default());
-        let mut held = 0;
-        for (key, stored) in unique.iter().zip(values) {
-            let bytes = stored
-                .as_ref()
-                .map_or(0, |s| entry_bytes(key.len(), s.len()));
-            if held + bytes > max_bytes {
-                break;
-            }
-            held += bytes;
-            let entries = stored.map(|s| (Bytes::new(), s)).into_iter().collect();
-            by_prefix.insert(key.to_vec(), entries);
-        }
-        if let Some(charge) = &mut charge {
-            charge.resize(held);
-        }
-        Ok(Self {
-            by_prefix,
-            charge,
-            journal: Self::fresh_journal(store),
-        })
-    }
-
-    /// A journal that keeps committed values if what was read is committed state: `store` had
-    /// nothing staged.
-    fn fresh_journal(store: &KeyValueStore) -> Journal {
         let (staged, spilled) = store.uncommitted();
-        Journal {
+        let journal = Journal {
             keeping: staged == 0 && !spilled,
             ..Journal::default()
-        }
+        };
+        Ok(Self {
+            by_prefix,
+            charge,
+            journal,
+        })
     }
 
     /// [`Self::read`] again in the same batch, replacing what is held; the committed values
@@ -276,25 +228,10 @@ impl PrefixEntries {
         max_bytes: usize,
         keep_committed: bool,
     ) -> Result<()> {
-        self.replace(keep_committed, || Self::read(store, prefixes, max_bytes))
-    }
-
-    /// [`Self::read_keys`] again in the same batch, as [`Self::reread`].
-    pub fn reread_keys(
-        &mut self,
-        store: &mut KeyValueStore,
-        keys: &[&[u8]],
-        max_bytes: usize,
-        keep_committed: bool,
-    ) -> Result<()> {
-        self.replace(keep_committed, || Self::read_keys(store, keys, max_bytes))
-    }
-
-    fn replace(&mut self, keep_committed: bool, read: impl FnOnce() -> Result<Self>) -> Result<()> {
         self.clear();
         let journal = std::mem::take(&mut self.journal);
         let kept = journal.counted;
-        *self = read()?;
+        *self = Self::read(store, prefixes, max_bytes)?;
         let keeping = self.journal.keeping && keep_committed && journal.len() == 0;
         self.journal = Journal { keeping, ..journal };
         self.recharge(kept, 0);
@@ -672,58 +609,6 @@ mod tests {
         assert_eq!(undo_of(&mut store, Some(&ahead)), undo_of(&mut store, None));
         ahead.forget();
         assert_eq!(ahead.kept_values(), 0);
-    }
-
-    #[test]
-    fn whole_keys_read_as_their_gets_would_and_their_undo_is_what_the_store_reads() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = open(dir.path());
-        // Values of users 0..20 (user `u` has one when `u % 3 != 0`), committed.
-        let keys: Vec<Vec<u8>> = (0..20u8).map(|u| vec![b'u', u]).collect();
-        for (u, key) in keys.iter().enumerate().filter(|(u, _)| u % 3 != 0) {
-            store
-                .put(key, Some(&stored_value(NO_EXPIRY, &[u as u8; 30])))
-                .unwrap();
-        }
-        store.commit(Some(1), &mut |_| {}).unwrap();
-        // Out of order, repeated, absent ones among them; users 16.. not asked for.
-        let asked: Vec<&[u8]> = [7usize, 3, 1, 7, 0, 12, 2, 5, 15, 4]
-            .iter()
-            .map(|&u| keys[u].as_slice())
-            .collect();
-        let mut ahead = PrefixEntries::read_keys(&mut store, &asked, READ_AHEAD_MAX_BYTES).unwrap();
-        for key in &asked {
-            let got = store.get(key).unwrap();
-            assert_eq!(ahead.get(key, &[]), Some(got.as_deref()));
-        }
-        assert_eq!(ahead.get(&keys[16], &[]), None, "not read ahead");
-        // Replaced, deleted, created, written twice, deleted though absent; then a key not
-        // read ahead and, after the input, a kept key again.
-        stage(&mut store, &mut ahead, &keys[1], &[], Some(b"replaced"));
-        stage(&mut store, &mut ahead, &keys[2], &[], None);
-        stage(&mut store, &mut ahead, &keys[3], &[], Some(b"created"));
-        stage(&mut store, &mut ahead, &keys[4], &[], Some(b"once"));
-        stage(&mut store, &mut ahead, &keys[4], &[], Some(b"twice"));
-        stage(&mut store, &mut ahead, &keys[12], &[], None);
-        assert_eq!(ahead.get(&keys[4], &[]), Some(Some(&b"twice"[..])));
-        assert_eq!(ahead.get(&keys[2], &[]), Some(None));
-        assert_eq!(ahead.kept_values(), 5);
-        store.put(&keys[17], Some(b"x")).unwrap();
-        ahead.clear();
-        store.put(&keys[1], Some(b"again")).unwrap();
-        let expected = undo_of(&mut store, None);
-        assert_eq!(expected.len(), 6);
-        assert_eq!(undo_of(&mut store, Some(&ahead)), expected);
-
-        // A byte bound holds the first keys in key order only; the rest read as not held.
-        let bound = entry_bytes(2, 38) * 2;
-        let few = PrefixEntries::read_keys(&mut store, &asked, bound).unwrap();
-        let mut in_order = asked.clone();
-        in_order.sort();
-        in_order.dedup();
-        let held = in_order.iter().take_while(|k| few.holds(k)).count();
-        assert!(held > 0 && held < in_order.len(), "{held}");
-        assert!(in_order[held..].iter().all(|k| !few.holds(k)));
     }
 
     #[test]
