@@ -281,7 +281,7 @@ def query_of(shape: Shape, mode: str, df, work: Path):
         return df.repartition(2, "user").mapInArrow(rocksdict_row(shape, str(work / "rocksdict")), shape.output)
     api = mode.split("_")[1]
     if mode == "kstate_row_record":
-        shape = dataclasses.replace(shape, state=shape.record_state)
+        shape = shape.in_one_value()
     time_mode = "EventTime" if shape.event_time else "None"
     if mode.startswith("spark"):
         if shape.event_time:

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import collections
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 DAY_MS = 86_400_000
 EPOCH_MS = 1_700_000_000_000
@@ -67,6 +67,10 @@ class Shape:
     """Whether Spark's own operator runs this shape too (issue 45: shapes 1, 2 and 5)."""
     record_state: type | None = None
     """The shape's logic with a user's whole state in one value variable, where it has one."""
+
+    def in_one_value(self) -> Shape:
+        """This shape with its logic on ``record_state``: a user's state in one value variable."""
+        return replace(self, state=self.record_state)
 
     @property
     def output_names(self) -> list[str]:

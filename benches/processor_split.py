@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import dataclasses
 import gc
 import pstats
 import shutil
@@ -293,7 +292,7 @@ def main() -> None:
     if args.record:
         if shape is None or shape.record_state is None:
             parser.error("--record takes a --shape with a record_state (2, 7a, 7b)")
-        shape = dataclasses.replace(shape, state=shape.record_state)
+        shape = shape.in_one_value()
     if shape is not None and args.floor and (shape.event_time or args.api == "pandas"):
         parser.error("--floor with --shape runs the Row floor of shapes without event time")
 
