@@ -298,6 +298,32 @@ def query_of(shape: Shape, mode: str, df, work: Path):
     )  # fmt: skip
 
 
+def process_tree_cpu(root: int) -> tuple[float, float]:
+    """CPU seconds (user + system) of process ``root`` (the JVM) and of all its descendants (the
+    Python daemon and workers; with the children they reaped), read from ``/proc``: far steadier
+    than a run's wall time on a loaded host, and split by side."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parents, ticks = {}, {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()  # the name may hold spaces
+        except OSError:
+            continue  # exited meanwhile
+        parents[int(entry)] = int(fields[1])
+        ticks[int(entry)] = [int(x) for x in fields[11:15]]  # utime stime cutime cstime
+
+    def below_root(pid: int) -> bool:
+        while pid in parents and pid != root:
+            pid = parents[pid]
+        return pid == root
+
+    descendants = sum(sum(t) for pid, t in ticks.items() if pid != root and below_root(pid))
+    return sum(ticks[root][:2]) / tick, descendants / tick
+
+
 def digest(rows: list[tuple]) -> str:
     return hashlib.sha256(repr(rows).encode()).hexdigest()[:16]
 
@@ -354,6 +380,7 @@ def run_mode(shape: Shape, mode: str) -> dict:
     names = shape.output_names
     got = sorted((int(r["batch"]), *(r[n] for n in names)) for r in spark.read.parquet(sink).collect())
     expected = reference(shape, inputs)
+    jvm_cpu, workers_cpu = process_tree_cpu(spark.sparkContext._gateway.proc.pid)
     spark.stop()
     shutil.rmtree(work, ignore_errors=True)
     return {
@@ -365,6 +392,7 @@ def run_mode(shape: Shape, mode: str) -> dict:
         "digest": digest(got),
         "matches_reference": None if mode.startswith("floor") else got == expected,
         "load": [load, os.getloadavg()[0]],
+        "cpu": {"jvm": jvm_cpu, "workers": workers_cpu},
         "kstate": str(Path(sys.modules["kstate"].__file__).parent),  # which wheel ran
     }
 
@@ -389,6 +417,7 @@ def run_one(python: str, shape: str, mode: str, scale: float = 1.0) -> dict | No
         f"[matrix] shape {shape} {mode} ({python}): {result['seconds']:.1f} s "
         f"(batches {', '.join(str(ms) for ms in result['batch_ms'])} ms), "
         f"equals reference: {result['matches_reference']}, load {result['load'][0]:.1f}-{result['load'][1]:.1f}, "
+        f"CPU: JVM {result['cpu']['jvm']:.1f} s, Python workers {result['cpu']['workers']:.1f} s, "
         f"kstate from {result['kstate']}",
         file=sys.stderr,
         flush=True,
@@ -438,11 +467,37 @@ def tables(runs: dict[tuple[str, str], list[dict]], shapes: list[str], old: bool
                 parts += [ratio(shape, "kstate_row_record", floor) if record else "-"]
             lines.append("| " + " | ".join(parts) + " |")
         lines.append("")
+    lines += cpu_table(runs, shapes)
     wrong = [f"{k[0]}:{k[1]}" for k, rs in runs.items() for r in rs if r["matches_reference"] is False]
     lines.append("state results not equal to the reference: " + (", ".join(wrong) if wrong else "none"))
     loads = [x for rs in runs.values() for r in rs for x in r["load"]]
     lines.append(f"load average (1 min) at the runs' starts and ends: {min(loads):.1f}-{max(loads):.1f}")
     return "\n".join(lines)
+
+
+def cpu_table(runs: dict[tuple[str, str], list[dict]], shapes: list[str]) -> list[str]:
+    """Medians of each mode's CPU seconds, the JVM's and its Python workers' (the process tree
+    Spark starts): what a mode costs, with the host's load on the run's wall time taken out."""
+    modes = sorted({mode for _, mode in runs}, key=lambda m: (not m.startswith("floor"), m))
+    if not modes:
+        return []
+
+    def cpu(shape: str, mode: str, side: str) -> float | None:
+        rs = runs.get((shape, mode), [])
+        return statistics.median(r["cpu"][side] for r in rs) if rs else None
+
+    lines = ["**CPU seconds** (medians: the JVM / its Python workers)", ""]
+    lines.append("| shape | " + " | ".join(modes) + " | Python workers: kstate_row / floor_row |")
+    lines.append("|---|" + "---:|" * (len(modes) + 1))
+    for shape in shapes:
+        cells = []
+        for mode in modes:
+            jvm, workers = cpu(shape, mode, "jvm"), cpu(shape, mode, "workers")
+            cells.append("-" if jvm is None else f"{jvm:.1f} / {workers:.1f}")
+        ours, floor = cpu(shape, "kstate_row", "workers"), cpu(shape, "floor_row", "workers")
+        cells.append(f"{ours / floor:.2f}x" if ours and floor else "-")
+        lines.append(f"| {shape} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
 
 
 def main() -> None:
