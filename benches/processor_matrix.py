@@ -38,7 +38,9 @@ and Spark's modes run under this one. Spark's modes run in the first round only 
 minutes). Medians of the rounds are printed as markdown tables, with the load average at each
 run's start and end. Each run's line on stderr gives its micro-batches' ``triggerExecution`` ms
 too: the first holds the JVM's warm-up and the Python workers' start, the others what a batch
-costs.
+costs. And its CPU seconds, the JVM's and its Python workers' (``process_tree_cpu``), with a
+table of their medians per mode: on a host whose load moves a run's wall time by seconds, the
+workers' CPU is what a mode's Python side costs, steadily.
 """
 
 from __future__ import annotations
