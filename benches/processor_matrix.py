@@ -39,8 +39,9 @@ minutes). Medians of the rounds are printed as markdown tables, with the load av
 run's start and end. Each run's line on stderr gives its micro-batches' ``triggerExecution`` ms
 too: the first holds the JVM's warm-up and the Python workers' start, the others what a batch
 costs. And its CPU seconds, the JVM's and its Python workers' (``process_tree_cpu``), with a
-table of their medians per mode: on a host whose load moves a run's wall time by seconds, the
-workers' CPU is what a mode's Python side costs, steadily.
+table of their medians per mode and kstate_row's wall time over the floor's round by round: on
+a host whose load moves a run's wall time by seconds, the workers' CPU is what a mode's Python
+side costs, steadily.
 """
 
 from __future__ import annotations
@@ -479,7 +480,9 @@ def tables(runs: dict[tuple[str, str], list[dict]], shapes: list[str], old: bool
 
 def cpu_table(runs: dict[tuple[str, str], list[dict]], shapes: list[str]) -> list[str]:
     """Medians of each mode's CPU seconds, the JVM's and its Python workers' (the process tree
-    Spark starts): what a mode costs, with the host's load on the run's wall time taken out."""
+    Spark starts): what a mode costs, with the host's load on the run's wall time taken out.
+    Beside them kstate_row's wall time over the floor's round by round (the runs alternate, so
+    a round's two runs met the same load)."""
     modes = sorted({mode for _, mode in runs}, key=lambda m: (not m.startswith("floor"), m))
     if not modes:
         return []
@@ -489,8 +492,10 @@ def cpu_table(runs: dict[tuple[str, str], list[dict]], shapes: list[str]) -> lis
         return statistics.median(r["cpu"][side] for r in rs) if rs else None
 
     lines = ["**CPU seconds** (medians: the JVM / its Python workers)", ""]
-    lines.append("| shape | " + " | ".join(modes) + " | Python workers: kstate_row / floor_row |")
-    lines.append("|---|" + "---:|" * (len(modes) + 1))
+    lines.append(
+        "| shape | " + " | ".join(modes) + " | Python workers: kstate_row / floor_row | wall, round by round |"
+    )
+    lines.append("|---|" + "---:|" * (len(modes) + 2))
     for shape in shapes:
         cells = []
         for mode in modes:
@@ -498,6 +503,10 @@ def cpu_table(runs: dict[tuple[str, str], list[dict]], shapes: list[str]) -> lis
             cells.append("-" if jvm is None else f"{jvm:.1f} / {workers:.1f}")
         ours, floor = cpu(shape, "kstate_row", "workers"), cpu(shape, "floor_row", "workers")
         cells.append(f"{ours / floor:.2f}x" if ours and floor else "-")
+        floors = {r["round"]: r["seconds"] for r in runs.get((shape, "floor_row"), [])}
+        ours_by_round = [(r["round"], r["seconds"]) for r in runs.get((shape, "kstate_row"), [])]
+        rounds = [seconds / floors[n] for n, seconds in ours_by_round if n in floors]
+        cells.append(", ".join(f"{ratio:.2f}x" for ratio in rounds) or "-")
         lines.append(f"| {shape} | " + " | ".join(cells) + " |")
     return [*lines, ""]
 
@@ -535,7 +544,7 @@ def main() -> None:
                 for label, python in pythons:
                     result = run_one(python, shape, mode, args.scale)
                     if result is not None:
-                        runs.setdefault((shape, label), []).append(result)
+                        runs.setdefault((shape, label), []).append({**result, "round": round_})
     print(tables(runs, shapes, args.old is not None))
     if any(r["matches_reference"] is False for rs in runs.values() for r in rs):
         sys.exit("a state result differs from the reference")
