@@ -1219,8 +1219,17 @@ impl ListCalls {
         self.append_values(py, std::slice::from_ref(newState))
     }
 
-    /// Appends `values` (checked by the caller: `appendList`) to the current key's list.
-    fn append<'py>(&mut self, py: Python<'py>, values: Vec<Bound<'py, PyAny>>) -> PyResult<()> {
+    /// Spark's `appendList(newState)`: appends `newState` to the current key's list, taken as
+    /// `put` takes its values (a non-empty list or tuple without `None` as it is, anything else
+    /// as `check` gives it back, or raises).
+    #[pyo3(name = "appendList", signature = (newState))]
+    #[allow(non_snake_case)]
+    fn append_list(&mut self, newState: &Bound<'_, PyAny>) -> PyResult<()> {
+        let py = newState.py();
+        let values = match plain_elements(newState) {
+            Some(elements) => elements,
+            None => self.check.bind(py).call1((newState,))?.extract()?,
+        };
         self.append_values(py, &values)
     }
 

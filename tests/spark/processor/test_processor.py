@@ -125,7 +125,10 @@ def test_values_spark_refuses_are_refused(open_handle):
         lambda: items.put(None),
         lambda: items.put("ab"),
         lambda: items.appendList([]),
+        lambda: items.appendList(()),
         lambda: items.appendList([(1,), None]),
+        lambda: items.appendList(None),
+        lambda: items.appendList("ab"),
         lambda: items.appendValue(None),
         lambda: mapping.updateValue("k", None),
         lambda: mapping.updateValue(None, (1,)),
@@ -139,6 +142,9 @@ def test_values_spark_refuses_are_refused(open_handle):
     assert list(items.get()) == [(1,), (2,)], "a tuple is a list of values"
     items.put(v for v in [(3,)])
     assert list(items.get()) == [(3,)], "so is any iterable, as Spark iterates it"
+    items.appendList(v for v in [(4,)])
+    items.appendList(((5,), (6,)))
+    assert list(items.get()) == [(3,), (4,), (5,), (6,)], "appendList takes what put takes"
 
 
 def ttl_variables(handle, ttl_ms=1000) -> tuple:

@@ -244,8 +244,8 @@ class ListState(_PrefixedVariable):
     """A list per grouping key (Spark's ``ListState``): one store entry per element, so
     ``appendValue`` costs one put whatever the list's length. Appends and puts go through
     ``_core.ListCalls``, which knows the sequence the key's next element takes; ``appendValue``,
-    ``put`` and ``get`` (where elements hold no nested structs, made ``Row``s here) are its
-    native methods, bound to the variable (no Python frame per call)."""
+    ``appendList``, ``put`` and ``get`` (where elements hold no nested structs, made ``Row``s
+    here) are its native methods, bound to the variable (no Python frame per call)."""
 
     _calls: Any = None
     """``_core.ListCalls`` (none on the driver, which has no stores)."""
@@ -263,6 +263,7 @@ class ListState(_PrefixedVariable):
                 self._ttl_index(),
             )
             self.appendValue = self._calls.appendValue  # type: ignore[method-assign]
+            self.appendList = self._calls.appendList  # type: ignore[method-assign]
             self.put = self._calls.put  # type: ignore[method-assign]
             if self._rows is None:
                 self.get = self._calls.get  # type: ignore[method-assign]
@@ -281,7 +282,7 @@ class ListState(_PrefixedVariable):
         self._calls.appendValue(newState)
 
     def appendList(self, newState: Sequence[Any]) -> None:  # noqa: N802, N803
-        self._calls.append(_checked_list(self._name, newState))
+        self._calls.appendList(newState)
 
     def clear(self) -> None:
         self._calls.clear()
@@ -417,10 +418,11 @@ def _spark_map_key(name: str, bare_keys: bool, key: Any) -> Any:
 
 NATIVE_CALLS = (
     *("containsKey", "getValue", "updateValue", "iterator", "keys", "values"),
-    *("appendValue", "put", "get", "update"),
+    *("appendValue", "appendList", "put", "get", "update"),
 )
 """The methods a variable may shadow with native bound calls (``MapState._bind_native_calls``,
-``ListState``'s ``appendValue``, ``put`` and ``get``, ``ValueState``'s ``get`` and ``update``)."""
+``ListState``'s ``appendValue``, ``appendList``, ``put`` and ``get``, ``ValueState``'s ``get`` and
+``update``)."""
 
 _SPARK_ERRORS = {
     ("value", "exists"): "Error checking value state exists",
