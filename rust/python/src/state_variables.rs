@@ -1134,6 +1134,15 @@ impl ListCalls {
         ttl.get().record(py, expiry, prefix)
     }
 
+    /// The elements `put` and `appendList` take from `values`: a non-empty list or tuple without
+    /// `None` as it is, anything else as `check` gives it back (or raises, as Spark refuses it).
+    fn elements<'py>(&self, values: &Bound<'py, PyAny>) -> PyResult<Vec<Bound<'py, PyAny>>> {
+        match plain_elements(values) {
+            Some(elements) => Ok(elements),
+            None => self.check.bind(values.py()).call1((values,))?.extract(),
+        }
+    }
+
     fn append_values<'py>(
         &mut self,
         py: Python<'py>,
@@ -1219,31 +1228,22 @@ impl ListCalls {
         self.append_values(py, std::slice::from_ref(newState))
     }
 
-    /// Spark's `appendList(newState)`: appends `newState` to the current key's list, taken as
-    /// `put` takes its values (a non-empty list or tuple without `None` as it is, anything else
-    /// as `check` gives it back, or raises).
+    /// Spark's `appendList(newState)`: appends `newState`'s elements (`elements`) to the current
+    /// key's list.
     #[pyo3(name = "appendList", signature = (newState))]
     #[allow(non_snake_case)]
     fn append_list(&mut self, newState: &Bound<'_, PyAny>) -> PyResult<()> {
-        let py = newState.py();
-        let values = match plain_elements(newState) {
-            Some(elements) => elements,
-            None => self.check.bind(py).call1((newState,))?.extract()?,
-        };
-        self.append_values(py, &values)
+        let values = self.elements(newState)?;
+        self.append_values(newState.py(), &values)
     }
 
-    /// `put`: the current key's list becomes `values` (`StateCodec::replace_list`). A non-empty
-    /// list or tuple without `None` is taken as it is, anything else as `check` gives it back
-    /// (or raises). Spark's `put(newState)`, its argument's name too.
+    /// `put`: the current key's list becomes `newState`'s elements (`elements`;
+    /// `StateCodec::replace_list`). Spark's `put(newState)`, its argument's name too.
     #[pyo3(signature = (newState))]
     #[allow(non_snake_case)]
     fn put(&mut self, newState: &Bound<'_, PyAny>) -> PyResult<()> {
         let py = newState.py();
-        let values = match plain_elements(newState) {
-            Some(elements) => elements,
-            None => self.check.bind(py).call1((newState,))?.extract()?,
-        };
+        let values = self.elements(newState)?;
         let (prefix, expiry) = self.current(py)?;
         let (written, next) = self.values.get().replace_list(
             py,
