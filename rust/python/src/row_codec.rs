@@ -206,6 +206,29 @@ impl RowCodec {
         })
     }
 
+    /// Whether every value of this schema decodes to Python objects that cannot change and mean
+    /// the same whenever decoded (tuples of numbers, strings, dates, time-zone-free timestamps),
+    /// so one decoded value may be handed out again for the same bytes. Not: arrays, maps and
+    /// binaries (a list, dict or bytearray its reader may change), timestamps (local time at
+    /// decoding), decimals (built in the thread's decimal context).
+    pub(crate) fn decodes_to_constants(&self) -> bool {
+        self.codec.nodes().iter().all(|node| match node.kind {
+            Kind::Boolean
+            | Kind::Integer(_)
+            | Kind::Float
+            | Kind::Double
+            | Kind::Text
+            | Kind::Date
+            | Kind::Timestamp { ntz: true }
+            | Kind::Struct { .. } => true,
+            Kind::Binary
+            | Kind::Timestamp { ntz: false }
+            | Kind::Decimal { .. }
+            | Kind::Array { .. }
+            | Kind::Map { .. } => false,
+        })
+    }
+
     /// Appends `value` (a tuple, list, `Row`, dict or object) checked against the schema.
     pub(crate) fn encode_into(
         &self,

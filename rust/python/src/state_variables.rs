@@ -3,7 +3,9 @@
 //! and stage), on the task's `KeyValueStore` directly.
 
 use std::collections::HashMap;
+use std::sync::Mutex;
 
+use kstate_core::spark::decoded_values::{DecodedValues, Lookup};
 use kstate_core::spark::state_layout::{self as layout, NO_EXPIRY};
 use kstate_core::spark::state_read_ahead::{
     sequence_of, Entry, PrefixEntries, READ_AHEAD_MAX_BYTES,
@@ -277,6 +279,10 @@ enum Codec {
 #[pyclass(module = "kstate._core", frozen)]
 pub struct StateCodec {
     codec: Codec,
+    /// Values decoded before, by their bytes, when the schema's decode to constants
+    /// (`RowCodec::decodes_to_constants`). Never waited for: a read that finds it in use (another
+    /// thread's read) decodes without it.
+    decoded: Option<Mutex<DecodedValues<Py<PyAny>>>>,
 }
 
 fn expiry_of(stored: &[u8]) -> PyResult<i64> {
@@ -311,6 +317,29 @@ impl StateCodec {
     }
 
     fn decode_raw<'py>(&self, py: Python<'py>, raw: &[u8]) -> PyResult<Bound<'py, PyAny>> {
+        let Some(decoded) = &self.decoded else {
+            return self.decode_new(py, raw);
+        };
+        // Not held while decoding: a decode may run Python code, and so another thread's read.
+        let missing = match decoded.try_lock().as_deref_mut() {
+            Ok(decoded) => match decoded.lookup(raw) {
+                Lookup::Kept(value) => return Ok(value.bind(py).clone()),
+                Lookup::Missing => true,
+                Lookup::Skipped => false,
+            },
+            Err(_) => false,
+        };
+        let value = self.decode_new(py, raw)?;
+        if missing {
+            if let Ok(mut decoded) = decoded.try_lock() {
+                decoded.keep(raw, value.clone().unbind());
+            }
+        }
+        Ok(value)
+    }
+
+    /// The value of `raw`, decoded.
+    fn decode_new<'py>(&self, py: Python<'py>, raw: &[u8]) -> PyResult<Bound<'py, PyAny>> {
         let (value, end) = match &self.codec {
             Codec::Pickle { loads, .. } => return loads.bind(py).call1((PyBytes::new(py, raw),)),
             Codec::Typed {
@@ -374,12 +403,17 @@ impl StateCodec {
     /// first, `readers[v]` reads what schema version `v` wrote.
     #[staticmethod]
     fn typed(current: Py<RowCodec>, version: Option<u8>, readers: Vec<Py<RowReader>>) -> Self {
+        let decoded = current
+            .get()
+            .decodes_to_constants()
+            .then(|| Mutex::new(DecodedValues::default()));
         StateCodec {
             codec: Codec::Typed {
                 current,
                 version,
                 readers,
             },
+            decoded,
         }
     }
 
@@ -394,6 +428,7 @@ impl StateCodec {
                 loads,
                 plain,
             },
+            decoded: None,
         }
     }
 

@@ -836,6 +836,68 @@ def test_map_keys_and_values_are_the_iterators_halves_expired_entries_hidden(ope
         assert list(expiring.keys()) == ["fresh"] and list(expiring.values()) == [2]
 
 
+def test_values_read_again_are_new_where_a_reader_could_change_them(open_handle, monkeypatch):
+    """Reads of the same stored bytes may hand out the value decoded before
+    (``_core.StateCodec`` keeps values that decode to constants: tuples of numbers, strings,
+    dates); a value holding a list, a dict or a bytearray is decoded anew at each read, so a
+    processor changing what it read changes nothing else it reads, under this key or another;
+    a timestamp is read in the time zone of the moment of reading, as Spark gives it."""
+    import datetime
+    import time
+
+    from pyspark.sql.types import (
+        ArrayType,
+        BinaryType,
+        LongType,
+        MapType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
+
+    from kstate.spark.processor.state_variables import TypedSchemas
+
+    mutable = StructType(
+        [
+            StructField("tags", ArrayType(StringType())),
+            StructField("counts", MapType(StringType(), LongType())),
+            StructField("raw", BinaryType()),
+        ]
+    )
+    flat = StructType([StructField("n", LongType()), StructField("name", StringType())])
+    at = StructType([StructField("at", TimestampType())])
+    schemas = {n: TypedSchemas((s,), s) for n, s in (("v", mutable), ("l", flat), ("m", at))}
+    state, handle = open_handle(0)
+    handle = StatefulProcessorHandle(handle._stores, schemas=schemas, now=NOW)
+    v, f, t = (handle.getValueState(n, schemas[n].current) for n in ("v", "l", "m"))
+    stored = (["x"], {"k": 1}, bytearray(b"\x01"))
+    for user in ("a", "b"):
+        key(handle, user)
+        v.update(stored)
+        f.update((7, "seven"))
+        t.update((datetime.datetime(2026, 3, 29, 12, 0),))
+    for user in ("a", "b", "a"):
+        key(handle, user)
+        got = v.get()
+        assert got == stored
+        got[0].append("y")
+        got[1]["k"] = 2
+        got[2][0] = 9
+        assert f.get() == (7, "seven") and f.get() is f.get(), "a constant is decoded once"
+    try:
+        monkeypatch.setenv("TZ", "UTC")
+        time.tzset()
+        in_utc = t.get()[0]
+        monkeypatch.setenv("TZ", "Asia/Tokyo")
+        time.tzset()
+        assert t.get()[0] - in_utc == datetime.timedelta(hours=9)
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    state.commit()
+
+
 def test_timers_of_keys_read_ahead_are_listed_from_it_and_kept_in_step(open_handle):
     """Timers by key are read ahead for the batch's keys: ``listTimers`` answers from the
     read-ahead, and registering or deleting a timer keeps it in step, checked against a model

@@ -2,6 +2,7 @@
 //! buffers, typed state's row encoding of a Spark `StructType`, and the byte layout of a
 //! processor's state (variables, timers, TTL index, event time) and the sweep of its expired state.
 
+pub mod decoded_values;
 pub mod hash;
 pub mod row_codec;
 pub mod state_layout;
