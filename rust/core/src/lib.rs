@@ -2,6 +2,8 @@
 //! Pure Rust (no Python); the `kstate-python` crate binds it as `kstate._core`.
 
 pub mod error;
+#[cfg(target_os = "linux")]
+pub mod file_watch;
 pub mod format;
 pub mod log;
 pub mod logged;

@@ -3,6 +3,8 @@
 use pyo3::prelude::*;
 
 mod errors;
+#[cfg(target_os = "linux")]
+mod file_watch;
 mod key_value_store;
 mod logged;
 mod memory;
@@ -39,6 +41,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     errors::register(m)?;
     m.add_class::<key_value_store::NativeKeyValueStore>()?;
+    #[cfg(target_os = "linux")]
+    m.add_class::<file_watch::FileWatch>()?;
     m.add_class::<row_codec::RowCodec>()?;
     m.add_function(wrap_pyfunction!(row_codec::register_row_conversions, m)?)?;
     m.add_class::<row_codec::RowReader>()?;

@@ -79,6 +79,37 @@ def test_parked_stores_whose_task_directory_was_deleted_are_released(tmp_path, w
     wait_until(lambda: descriptors_under(tmp_path / "state") == [], "their descriptors closed")
 
 
+def test_another_process_asking_for_parked_stores_gets_them_without_polling(tmp_path, monkeypatch):
+    """The thread waits on the parked task directories (``_core.FileWatch``, inotify) and
+    releases stores as soon as another process asks for them: with the sweep an hour away and
+    no polling, another worker's task of the partition still opens it within its lock timeout."""
+    monkeypatch.setattr(idle, "_SWEEP_SECONDS", 3600.0)
+    IDLE.stop()  # a thread of an earlier test may be between sweeps; the next park starts one
+    backend = backend_in(tmp_path)
+    assert count(backend, 0, 0) == 1
+    assert IDLE.holds(backend.layout.task_dir(0)) and IDLE._requests is not None
+    script = f"""
+import time
+from kstate import Stores
+from kstate.spark import StateBackend, TaskInfo
+counts = Stores.key_value_store_builder(Stores.persistent_key_value_store("counts"), "string", "int64")
+backend = StateBackend([counts], {str(tmp_path / "state")!r}, {str(tmp_path / "changelog")!r}, "app", lock_timeout=20)
+def fn(stores):
+    store = stores["counts"]
+    store.put("a", (store.get("a") or 0) + 1)
+    yield store.get("a")
+started = time.monotonic()
+print(list(backend.run(fn, TaskInfo(0, 1, 0)))[0], time.monotonic() - started)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    total, seconds = done.stdout.split()
+    assert total == "2", "the other process continued from this one's commit"
+    assert not IDLE.holds(backend.layout.task_dir(0))
+    assert float(seconds) < 15, "released on the request, not at a sweep"
+    IDLE.stop()
+
+
 def test_the_exit_stops_the_thread_and_closes_the_parked_stores_on_the_exiting_thread(tmp_path):
     # A parked store closed by the daemon thread while the interpreter finalizes cannot take the GIL
     # back: the native binding panicked. The exit handlers close them first, on the exiting thread.
