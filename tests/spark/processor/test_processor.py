@@ -845,28 +845,17 @@ def test_values_read_again_are_new_where_a_reader_could_change_them(open_handle,
     import datetime
     import time
 
-    from pyspark.sql.types import (
-        ArrayType,
-        BinaryType,
-        LongType,
-        MapType,
-        StringType,
-        StructField,
-        StructType,
-        TimestampType,
-    )
+    from pyspark.sql import types as t
 
     from kstate.spark.processor.state_variables import TypedSchemas
 
-    mutable = StructType(
-        [
-            StructField("tags", ArrayType(StringType())),
-            StructField("counts", MapType(StringType(), LongType())),
-            StructField("raw", BinaryType()),
-        ]
-    )
-    flat = StructType([StructField("n", LongType()), StructField("name", StringType())])
-    at = StructType([StructField("at", TimestampType())])
+    def struct(**fields):
+        return t.StructType([t.StructField(name, data_type) for name, data_type in fields.items()])
+
+    text = t.StringType()
+    mutable = struct(tags=t.ArrayType(text), counts=t.MapType(text, t.LongType()), raw=t.BinaryType())
+    flat = struct(n=t.LongType(), name=text)
+    at = struct(at=t.TimestampType())
     schemas = {n: TypedSchemas((s,), s) for n, s in (("v", mutable), ("l", flat), ("m", at))}
     state, handle = open_handle(0)
     handle = StatefulProcessorHandle(handle._stores, schemas=schemas, now=NOW)
