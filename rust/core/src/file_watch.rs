@@ -92,7 +92,8 @@ impl FileWatch {
     }
 
     /// The directories watched.
-    pub fn dirs(&self) -> Vec<PathBuf> {
+    #[cfg(test)]
+    fn dirs(&self) -> Vec<PathBuf> {
         self.dirs_locked().keys().cloned().collect()
     }
 

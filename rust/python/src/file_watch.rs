@@ -33,10 +33,6 @@ impl FileWatch {
         self.watch.remove(&dir)
     }
 
-    fn dirs(&self) -> Vec<PathBuf> {
-        self.watch.dirs()
-    }
-
     /// Waits (without the GIL) up to `timeout` seconds for the file, or for `wake()`; whether
     /// either came.
     fn wait(&self, py: Python<'_>, timeout: f64) -> PyResult<bool> {
