@@ -45,16 +45,19 @@ pub fn state_time_of(raw: &[u8], offset: usize) -> PyResult<i64> {
     layout::time_of(raw.get(offset..).unwrap_or_default()).map_err(to_py)
 }
 
-/// `(first, last)` possible element keys of the list under `prefix` (inclusive).
+/// The elements of the list entry `key` (a list state's store key) whose value after the
+/// expiry is `raw`: `[raw]` for an element's entry, the run's elements for a run's.
 #[pyfunction]
-pub fn state_list_bounds<'py>(py: Python<'py>, prefix: &[u8]) -> (Bytes<'py>, Bytes<'py>) {
-    let (first, last) = layout::list_bounds(prefix);
-    (PyBytes::new(py, &first), PyBytes::new(py, &last))
-}
-
-#[pyfunction]
-pub fn state_list_sequence(key: &[u8], prefix: &[u8]) -> PyResult<u64> {
-    layout::list_sequence(key, prefix).map_err(to_py)
+pub fn state_list_elements<'py>(
+    py: Python<'py>,
+    key: &[u8],
+    raw: &[u8],
+) -> PyResult<Vec<Bytes<'py>>> {
+    let (_, suffix) = layout::split_prefixed(key).map_err(to_py)?;
+    layout::list_elements(suffix, raw)
+        .and_then(|elements| elements.collect::<kstate_core::Result<Vec<_>>>())
+        .map(|elements| elements.into_iter().map(|e| PyBytes::new(py, e)).collect())
+        .map_err(to_py)
 }
 
 /// `(by-time key, by-key key)` of a timer.
@@ -136,8 +139,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(state_split_stored, m)?,
         wrap_pyfunction!(state_ordered_time, m)?,
         wrap_pyfunction!(state_time_of, m)?,
-        wrap_pyfunction!(state_list_bounds, m)?,
-        wrap_pyfunction!(state_list_sequence, m)?,
+        wrap_pyfunction!(state_list_elements, m)?,
         wrap_pyfunction!(state_timer_keys, m)?,
         wrap_pyfunction!(state_split_timer_by_time, m)?,
         wrap_pyfunction!(state_split_timer_by_key, m)?,

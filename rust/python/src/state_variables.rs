@@ -7,9 +7,7 @@ use std::sync::Mutex;
 
 use kstate_core::spark::decoded_values::{DecodedValues, Lookup};
 use kstate_core::spark::state_layout::{self as layout, NO_EXPIRY};
-use kstate_core::spark::state_read_ahead::{
-    sequence_of, Entry, PrefixEntries, READ_AHEAD_MAX_BYTES,
-};
+use kstate_core::spark::state_read_ahead::{Entry, PrefixEntries, READ_AHEAD_MAX_BYTES};
 use kstate_core::spark::ttl_sweep::{sweep_expired, SweptStore};
 use kstate_core::{Direction, KeyRange};
 use pyo3::prelude::*;
@@ -559,9 +557,9 @@ impl StateCodec {
         stage_under(store, ahead, prefix, &[(key, None)])
     }
 
-    /// List and map state: the live entries under `prefix` in key order, as values (`keys`
-    /// `None`) or `(map key, value)` pairs decoded by `keys`; with `values=False`, the map keys
-    /// alone (the values not decoded).
+    /// Map state: the live entries under `prefix` in key order, as values (`keys` `None`) or
+    /// `(map key, value)` pairs decoded by `keys`; with `values=False`, the map keys alone (the
+    /// values not decoded).
     #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (store, prefix, now_ms, keys=None, ahead=None, values=true))]
     fn scan_live<'py>(
@@ -574,31 +572,25 @@ impl StateCodec {
         ahead: Option<&Bound<'py, StateReadAhead>>,
         values: bool,
     ) -> PyResult<Bound<'py, PyList>> {
-        let out = PyList::empty(py);
-        with_entries_under(store, ahead, prefix, |entries| {
-            for (suffix, stored) in entries {
-                match (keys, values) {
-                    (Some(keys), false) => {
-                        if expiry_of(stored)? > now_ms {
-                            out.append(keys.decode_raw(py, suffix)?)?
-                        }
-                    }
-                    (keys, _) => {
-                        if let Some(value) = self.live(py, Some(stored), now_ms)? {
-                            match keys {
-                                None => out.append(value)?,
-                                Some(keys) => {
-                                    let user_key = keys.decode_raw(py, suffix)?;
-                                    out.append(PyTuple::new(py, [user_key, value])?)?
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-            Ok(())
-        })?;
-        Ok(out)
+        let walk = match (keys, values) {
+            (None, _) => Walk::MapValues,
+            (Some(keys), false) => Walk::MapKeys(keys),
+            (Some(keys), true) => Walk::MapEntries(keys),
+        };
+        self.walk(py, store, prefix, now_ms, walk, ahead)
+    }
+
+    /// List state: the live elements under `prefix`, in order.
+    #[pyo3(signature = (store, prefix, now_ms, ahead=None))]
+    fn list_live<'py>(
+        &self,
+        py: Python<'py>,
+        store: &Bound<'py, NativeKeyValueStore>,
+        prefix: &[u8],
+        now_ms: i64,
+        ahead: Option<&Bound<'py, StateReadAhead>>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        self.walk(py, store, prefix, now_ms, Walk::List, ahead)
     }
 
     /// List and map state: whether any entry under `prefix` is live at `now_ms`.
@@ -628,12 +620,63 @@ impl StateCodec {
         prefix: &[u8],
         ahead: Option<&Bound<'_, StateReadAhead>>,
     ) -> PyResult<()> {
-        let stale = self.keys_under(store, ahead, prefix, 0)?;
+        let stale = self.keys_under(store, ahead, prefix)?;
         stage_under(store, ahead, prefix, &stale)
     }
 }
 
+/// What a walk of the entries under a list or map variable's prefix gives
+/// ([`StateCodec::walk`]).
+#[derive(Clone, Copy)]
+enum Walk<'a> {
+    /// A list's elements.
+    List,
+    /// A map's values.
+    MapValues,
+    /// A map's keys, decoded by this codec (the values not decoded).
+    MapKeys(&'a StateCodec),
+    /// A map's `(key, value)` pairs, the keys decoded by this codec.
+    MapEntries(&'a StateCodec),
+}
+
 impl StateCodec {
+    /// The live entries under `prefix` at `now_ms`, in key order, as `walk` gives them.
+    fn walk<'py>(
+        &self,
+        py: Python<'py>,
+        store: &Bound<'py, NativeKeyValueStore>,
+        prefix: &[u8],
+        now_ms: i64,
+        walk: Walk<'_>,
+        ahead: Option<&Bound<'py, StateReadAhead>>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let out = PyList::empty(py);
+        with_entries_under(store, ahead, prefix, |entries| {
+            for (suffix, stored) in entries {
+                let (expiry, value) = layout::split_stored(stored).map_err(to_py)?;
+                if expiry <= now_ms {
+                    continue;
+                }
+                match walk {
+                    Walk::List => {
+                        for element in layout::list_elements(suffix, value).map_err(to_py)? {
+                            out.append(self.decode_raw(py, element.map_err(to_py)?)?)?
+                        }
+                    }
+                    Walk::MapValues => out.append(self.decode_raw(py, value)?)?,
+                    Walk::MapKeys(keys) => out.append(keys.decode_raw(py, suffix)?)?,
+                    Walk::MapEntries(keys) => {
+                        let user_key = keys.decode_raw(py, suffix)?;
+                        let value = self.decode_raw(py, value)?;
+                        out.append(PyTuple::new(py, [user_key, value])?)?
+                    }
+                }
+            }
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
     /// Value state: stages `key -> <expiry><value>` (the value checked and encoded first).
     fn put(
         &self,
@@ -666,69 +709,48 @@ impl StateCodec {
         stage_under(store, ahead, prefix, &[(key, Some(stored))])
     }
 
-    /// List state `put`: the list under `prefix` becomes `values`; returns the writes staged
-    /// and the sequence the list's next element takes. With a TTL every element is written (its
-    /// expiry is new): elements `0..n` first in the writes, the old ones past them deleted.
-    /// Without one, only what differs (`state_layout::list_replacement`: a list kept as its last
-    /// `N` elements writes those that came and went).
+    /// List state `put`: the list under `prefix` becomes one run of `values`
+    /// (`state_layout::list_replacement`: its other entries deleted, nothing written if it holds
+    /// the run already); returns the writes staged and the sequence the next entry takes.
     fn replace_list<'py>(
         &self,
         py: Python<'py>,
         store: &Bound<'py, NativeKeyValueStore>,
         prefix: &[u8],
         expiry: i64,
-        values: Vec<Bound<'py, PyAny>>,
+        values: &[Bound<'py, PyAny>],
         ahead: Option<&Bound<'py, StateReadAhead>>,
     ) -> PyResult<(Writes, u64)> {
-        if expiry == NO_EXPIRY {
-            let stored = values
-                .iter()
-                .map(|value| self.stored(py, expiry, value))
-                .collect::<PyResult<Vec<_>>>()?;
-            let replacement = with_entries_under(store, ahead, prefix, |entries| {
-                layout::list_replacement(prefix, entries, stored).map_err(to_py)
-            })?;
-            stage_under(store, ahead, prefix, &replacement.writes)?;
-            return Ok((replacement.writes, replacement.next_sequence));
+        let stored = self.run(py, expiry, values)?;
+        let replacement = with_entries_under(store, ahead, prefix, |entries| {
+            layout::list_replacement(prefix, entries, stored).map_err(to_py)
+        })?;
+        stage_under(store, ahead, prefix, &replacement.writes)?;
+        Ok((replacement.writes, replacement.next_sequence))
+    }
+
+    /// A list run's stored value: `values` encoded after `expiry` (`state_layout`'s run).
+    fn run(&self, py: Python<'_>, expiry: i64, values: &[Bound<'_, PyAny>]) -> PyResult<Vec<u8>> {
+        let mut out = Vec::with_capacity(16 + 16 * values.len());
+        layout::begin_stored_value(expiry, &mut out);
+        for value in values {
+            let start = layout::begin_run_element(&mut out);
+            self.encode_into(py, value, &mut out)?;
+            layout::end_run_element(&mut out, start).map_err(to_py)?;
         }
-        let mut writes = self.elements(py, prefix, 0, expiry, &values)?;
-        writes.extend(self.keys_under(store, ahead, prefix, values.len() as u64)?);
-        stage_under(store, ahead, prefix, &writes)?;
-        Ok((writes, values.len() as u64))
+        Ok(out)
     }
 
-    /// List elements `first, first + 1, ...` of `values` as staged writes under `prefix`.
-    fn elements(
-        &self,
-        py: Python<'_>,
-        prefix: &[u8],
-        first: u64,
-        expiry: i64,
-        values: &[Bound<'_, PyAny>],
-    ) -> PyResult<Writes> {
-        values
-            .iter()
-            .enumerate()
-            .map(|(i, value)| {
-                let key = layout::list_key(prefix, first + i as u64);
-                Ok((key, Some(self.stored(py, expiry, value)?)))
-            })
-            .collect()
-    }
-
-    /// Deletes of the entries under `prefix`, but for list elements below sequence `keep`
-    /// (0: all of them).
+    /// Deletes of every entry under `prefix`.
     fn keys_under(
         &self,
         store: &Bound<'_, NativeKeyValueStore>,
         ahead: Option<&Bound<'_, StateReadAhead>>,
         prefix: &[u8],
-        keep: u64,
     ) -> PyResult<Writes> {
         with_entries_under(store, ahead, prefix, |entries| {
             Ok(entries
                 .iter()
-                .filter(|(suffix, _)| !sequence_of(suffix).is_ok_and(|s| s < keep))
                 .map(|(suffix, _)| ([prefix, suffix].concat(), None))
                 .collect())
         })
@@ -842,26 +864,24 @@ fn write_expiry(ttl: Option<&Py<TtlIndex>>, now_ms: i64) -> i64 {
     ttl.map_or(NO_EXPIRY, |ttl| ttl.get().expiry(now_ms))
 }
 
-/// The live entries of a list or map variable under the cursor's grouping key
-/// (`StateCodec::scan_live` at the cursor's time), as an iterator: what a bound walk returns.
+/// The live entries of a list or map variable under the cursor's grouping key, as `walk` gives
+/// them (`StateCodec::walk` at the cursor's time), as an iterator: what a bound walk returns.
 fn live_under_cursor<'py>(
     py: Python<'py>,
     store: &Py<NativeKeyValueStore>,
     values: &Py<StateCodec>,
     cursor: &Py<StateCursor>,
-    keys: Option<&StateCodec>,
+    walk: Walk<'_>,
     ahead: Option<&Py<StateReadAhead>>,
-    with_values: bool,
 ) -> PyResult<Bound<'py, PyIterator>> {
     let cursor = cursor.bind(py).try_borrow()?;
-    let entries = values.get().scan_live(
+    let entries = values.get().walk(
         py,
         store.bind(py),
         &cursor.prefix,
         cursor.now_ms,
-        keys,
+        walk,
         ahead.map(|a| a.bind(py)),
-        with_values,
     )?;
     entries.try_iter()
 }
@@ -991,15 +1011,18 @@ impl MapCalls {
         keys: bool,
         values: bool,
     ) -> PyResult<Bound<'py, PyIterator>> {
-        let keys = keys.then(|| self.keys.get());
+        let walk = match (keys, values) {
+            (false, _) => Walk::MapValues,
+            (true, false) => Walk::MapKeys(self.keys.get()),
+            (true, true) => Walk::MapEntries(self.keys.get()),
+        };
         live_under_cursor(
             py,
             &self.store,
             &self.values,
             &self.cursor,
-            keys,
+            walk,
             self.ahead.as_ref(),
-            values,
         )
     }
 
@@ -1178,17 +1201,29 @@ impl ListCalls {
         }
     }
 
-    fn append_values<'py>(
+    /// Appends `values` to the current key's list as one entry: a run (`appendList`), or with
+    /// `run` false the one element of `values` (`appendValue`).
+    fn append<'py>(
         &mut self,
         py: Python<'py>,
         values: &[Bound<'py, PyAny>],
+        run: bool,
     ) -> PyResult<()> {
         let (prefix, expiry) = self.current(py)?;
-        let first = self.next_of(py, &prefix)?;
-        let writes = self
-            .values
-            .get()
-            .elements(py, &prefix, first, expiry, values)?;
+        let sequence = self.next_of(py, &prefix)?;
+        let codec = self.values.get();
+        let write = if run {
+            (
+                layout::list_run_key(&prefix, sequence),
+                Some(codec.run(py, expiry, values)?),
+            )
+        } else {
+            (
+                layout::list_key(&prefix, sequence),
+                Some(codec.stored(py, expiry, &values[0])?),
+            )
+        };
+        let writes = [write];
         stage_under(
             self.store.bind(py),
             self.ahead.as_ref().map(|a| a.bind(py)),
@@ -1196,7 +1231,7 @@ impl ListCalls {
             &writes,
         )?;
         self.index(py, &prefix, expiry, &writes)?;
-        self.next = Some((prefix, first + values.len() as u64));
+        self.next = Some((prefix, sequence + 1));
         Ok(())
     }
 }
@@ -1246,9 +1281,8 @@ impl ListCalls {
             &self.store,
             &self.values,
             &self.cursor,
-            None,
+            Walk::List,
             self.ahead.as_ref(),
-            true,
         )
     }
 
@@ -1260,7 +1294,7 @@ impl ListCalls {
         if newState.is_none() {
             self.require.bind(py).call1((newState,))?;
         }
-        self.append_values(py, std::slice::from_ref(newState))
+        self.append(py, std::slice::from_ref(newState), false)
     }
 
     /// Spark's `appendList(newState)`: appends `newState`'s elements (`elements`) to the current
@@ -1269,7 +1303,7 @@ impl ListCalls {
     #[allow(non_snake_case)]
     fn append_list(&mut self, newState: &Bound<'_, PyAny>) -> PyResult<()> {
         let values = self.elements(newState)?;
-        self.append_values(newState.py(), &values)
+        self.append(newState.py(), &values, true)
     }
 
     /// `put`: the current key's list becomes `newState`'s elements (`elements`;
@@ -1285,7 +1319,7 @@ impl ListCalls {
             self.store.bind(py),
             &prefix,
             expiry,
-            values,
+            &values,
             self.ahead.as_ref().map(|a| a.bind(py)),
         )?;
         self.index(py, &prefix, expiry, &written)?;

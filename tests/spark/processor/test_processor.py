@@ -37,6 +37,21 @@ def key(handle, value):
     handle.set_current_key(pickle.dumps((value,), protocol=4))
 
 
+def list_entries(state, handle, name="l"):
+    """The current key's entries of list variable ``name``: ``(sequence, is a run, element
+    count)`` each, in key order."""
+    prefix = handle._current_prefix
+    with state._stores[name].prefix_scan(prefix) as entries:
+        return [
+            (int.from_bytes(k[len(prefix) : len(prefix) + 8], "big"), len(k) == len(prefix) + 9, len(elements(k, v)))
+            for k, v in entries
+        ]
+
+
+def elements(store_key, stored):
+    return _core.state_list_elements(store_key, _core.state_split_stored(stored)[1])
+
+
 def test_value_list_and_map_state_per_key_survive_commits(open_handle):
     state, handle = open_handle(0)
     value, items, mapping = handle.getValueState("v"), handle.getListState("l"), handle.getMapState("m")
@@ -245,7 +260,8 @@ def test_per_entry_ttl_index_entries_of_kstate_0_1_are_still_swept(open_handle):
     items = handle.getListState("l", ttlDurationMs=1000)
     mapping = handle.getMapState("m", ttlDurationMs=1000)
     key(handle, "a")
-    items.put(["x", "y"])
+    items.appendValue("x")  # an entry per element, as kstate 0.1 wrote every list
+    items.appendValue("y")
     mapping.updateValue("k", 1)
     state.commit()
     state, handle = open_handle(1, names=names, now=NOW + 10)
@@ -403,9 +419,8 @@ def test_list_and_map_state_read_ahead_behave_as_the_store_does(open_handle):
         assert (
             list(items.get()) == lists[u] and dict(mapping.iterator()) == maps[u] and list(expiring.get()) == short[u]
         )
-        prefix = handle._current_prefix
-        with state._stores["l"].prefix_scan(prefix) as entries:
-            assert len(list(entries)) == len(lists[u]), "a put or clear left no stale element behind"
+        held = sum(n for *_, n in list_entries(state, handle))
+        assert held == len(lists[u]), "a put or clear left no stale element behind"
     state.abort()
 
     # Batch 1 replayed: rolled back with those undo files, the state is batch 0's again.
@@ -443,35 +458,48 @@ def test_list_appends_write_one_entry_each(open_handle):
     assert list(items.get()) == list(range(1000))
 
 
-def test_a_list_kept_as_its_last_elements_by_put_writes_only_what_came_and_went(open_handle):
-    """``put`` of a list's last 50 elements and two new ones deletes the two oldest and appends
-    two (in place it would rewrite all 50); the list reads the same after the commit."""
-
-    def sequences(state, handle):
-        prefix = handle._current_prefix
-        with state._stores["l"].prefix_scan(prefix) as entries:
-            return [int.from_bytes(k[len(prefix) :], "big") for k, _ in entries]
-
+def test_a_list_put_is_one_entry_and_a_list_kept_by_put_one_write_a_call(open_handle):
+    """``put`` writes the list as one entry (a run) at its first sequence, whatever its length,
+    and deletes its other entries; a list kept as its last 50 by ``put`` is one write a call, and
+    none when unchanged. A list written an entry per element (``appendValue``, as kstate before
+    runs wrote every list) reads and is replaced alike; appends follow the run."""
     state, handle = open_handle(0, names=("l",))
     items = handle.getListState("l")
     key(handle, "a")
-    items.put(list(range(50)))
+    for value in range(50):
+        items.appendValue(value)
     state.commit()
     state, handle = open_handle(1, names=("l",))
     items = handle.getListState("l")
     key(handle, "a")
+    assert list(items.get()) == list(range(50))
     items.put(list(range(2, 52)))
-    assert state._stores["l"].uncommitted_bytes < 1_000, "four writes staged (~95 bytes each), not fifty"
+    assert list_entries(state, handle) == [(0, True, 50)]
     items.appendValue(52)
-    assert list(items.get()) == list(range(2, 53))
-    assert sequences(state, handle) == list(range(2, 53))
+    items.appendList([53, 54])
+    assert list(items.get()) == list(range(2, 55))
+    assert list_entries(state, handle) == [(0, True, 50), (1, False, 1), (2, True, 2)]
     state.commit()
     state, handle = open_handle(2, names=("l",))
     items = handle.getListState("l")
     key(handle, "a")
-    assert list(items.get()) == list(range(2, 53))
-    items.put(["x"])  # nothing in common: in place from the list's first sequence
-    assert list(items.get()) == ["x"] and sequences(state, handle) == [2]
+    assert list(items.get()) == list(range(2, 55))
+    store = state._stores["l"]
+    items.put(list(range(5, 55)))
+    assert list_entries(state, handle) == [(0, True, 50)]
+    staged = store.uncommitted_bytes
+    items.put(list(range(5, 55)))
+    assert store.uncommitted_bytes == staged, "the list holds it already: nothing written"
+    state.commit()
+    state, handle = open_handle(3, names=("l",))
+    items = handle.getListState("l")
+    key(handle, "a")
+    items.put(list(range(6, 56)))
+    assert state._stores["l"].uncommitted_bytes < 1_000, "one run staged (an entry per element: ~4,700 bytes)"
+    assert list(items.get()) == list(range(6, 56))
+    items.clear()
+    items.put(["x"])
+    assert list(items.get()) == ["x"] and list_entries(state, handle) == [(0, True, 1)]
 
 
 def test_a_ttl_added_and_removed_across_restarts_keeps_lists_and_expiries_right(open_handle):
@@ -495,8 +523,7 @@ def test_a_ttl_added_and_removed_across_restarts_keeps_lists_and_expiries_right(
             assert list(items.get()) == model
         else:
             assert handle.remove_expired() == 0, "every element was rewritten without a TTL"
-            with state._stores["l"].prefix_scan(handle._current_prefix) as entries:
-                assert len(list(entries)) == len(model)
+            assert sum(n for *_, n in list_entries(state, handle)) == len(model)
         state.commit()
 
     # Written under a TTL and not rewritten since: those elements expire and leave the store.
@@ -514,7 +541,7 @@ def test_a_ttl_added_and_removed_across_restarts_keeps_lists_and_expiries_right(
     items = handle.getListState("l", None, 1000)  # a handle sweeps the TTL index of TTL variables
     key(handle, "a")
     assert list(items.get()) == [3]
-    assert handle.remove_expired() == 2
+    assert handle.remove_expired() == 1, "the run of 1 and 2 expired"
     with state._stores["l"].prefix_scan(handle._current_prefix) as entries:
         assert len(list(entries)) == 1
 

@@ -115,6 +115,22 @@ class VariableDecoder:
 
         return with_expiry
 
+    def list_decoder(self) -> Callable[[bytes, bytes], list[Any]]:
+        """``(store key, stored bytes) -> values`` of a list entry: its one element, or the
+        elements of a run (``_core.state_list_elements``), each as ``value_decoder`` gives it."""
+        plain = self.value_of()
+        ttl = self.ttl
+
+        def elements(key: bytes, stored: bytes) -> list[Any]:
+            expiry, raw = _core.state_split_stored(stored)
+            values = [plain(element, 0) for element in _core.state_list_elements(key, raw)]
+            if not ttl:
+                return values
+            written = None if expiry == NO_EXPIRY else expiry
+            return [(value, written) for value in values]
+
+        return elements
+
     def user_key_decoder(self) -> Callable[[bytes, int], Any]:
         """``(store key, offset) -> value`` of a map's user key."""
         return self._decoder(() if self.key_schema is None else (self.key_schema,), versioned=False)

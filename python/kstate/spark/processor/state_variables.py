@@ -241,9 +241,11 @@ def _same(value: Any) -> Any:
 
 
 class ListState(_PrefixedVariable):
-    """A list per grouping key (Spark's ``ListState``): one store entry per element, so
-    ``appendValue`` costs one put whatever the list's length. Appends and puts go through
-    ``_core.ListCalls``, which knows the sequence the key's next element takes; ``appendValue``,
+    """A list per grouping key (Spark's ``ListState``): its store entries in sequence order, one
+    per call that wrote it (``put`` and ``appendList`` one entry of all their elements,
+    ``appendValue`` one of its element), so an append costs one put whatever the list's length
+    and a list kept by ``put`` one put a call. Appends and puts go through ``_core.ListCalls``,
+    which knows the sequence the key's next entry takes; ``appendValue``,
     ``appendList``, ``put`` and ``get`` (where elements hold no nested structs, made ``Row``s
     here) are its native methods, bound to the variable (no Python frame per call)."""
 
@@ -270,12 +272,12 @@ class ListState(_PrefixedVariable):
 
     def get(self) -> Iterator[Any]:
         handle = self._handle
-        values = self._codec.scan_live(self._native, handle._current_prefix, handle.now_ms, None, self._ahead)
+        values = self._codec.list_live(self._native, handle._current_prefix, handle.now_ms, self._ahead)
         return iter(values if self._rows is None else map(self._rows, values))
 
     def put(self, newState: Sequence[Any]) -> None:  # noqa: N803
-        """Replaces the list with ``newState`` (non-empty, as Spark requires); without a TTL only
-        the elements that differ are written."""
+        """Replaces the list with ``newState`` (non-empty, as Spark requires): one entry, not
+        written when it holds ``newState`` already."""
         self._calls.put(newState)
 
     def appendValue(self, newState: Any) -> None:  # noqa: N802, N803

@@ -13,7 +13,8 @@ grouping key's columns, ``partition_id`` the state partition):
 - timers (``readRegisteredTimers``): ``key``, ``expiration_timestamp_ms``, ``partition_id``;
 - change feed: ``batch_id``, ``change_type`` (``update`` / ``delete``, value null), ``key``,
   ``value``, ``partition_id``; a map's: ``key``, ``user_map_key``, ``user_map_value``; a list's:
-  ``key``, ``list_element`` (``append`` for each element written, ``delete`` for each removed).
+  ``key``, ``list_element`` (``append`` for each element a call wrote: an ``appendValue``'s one,
+  an ``appendList``'s or ``put``'s list; ``delete``, null, for each call's entry removed).
   Spark 4.3 names these columns so (``tests/spark/test_stateful_processor.py`` compares both
   readers on the same processor); timers have no change feed, as in Spark.
 
@@ -274,6 +275,7 @@ def _state_rows(
             yield (key_decoder(pickled), expiry, partition)
         return
     value_of = variable.value_decoder()
+    elements_of = variable.list_decoder()
     if kind == "value":
         for store_key, raw in stored:
             yield (key_decoder(store_key), value_of(raw), partition)
@@ -283,14 +285,16 @@ def _state_rows(
         for store_key, raw in stored:
             pickled, at = _core.state_split_prefixed(store_key)
             if kind == "list":
-                yield (key_decoder(pickled), value_of(raw), partition)
+                key = key_decoder(pickled)
+                for element in elements_of(store_key, raw):
+                    yield (key, element, partition)
             else:
                 yield (key_decoder(pickled), user_key_of(store_key, at), value_of(raw), partition)
         return
 
     def collected(entries: list[tuple[bytes, bytes, int]]) -> Any:
         if kind == "list":
-            return [value_of(raw) for _, raw, _ in entries]
+            return [element for store_key, raw, _ in entries for element in elements_of(store_key, raw)]
         return {user_key_of(store_key, at): value_of(raw) for store_key, raw, at in entries}
 
     current: bytes | None = None
@@ -350,6 +354,7 @@ def _change_feed(
     store = variable.name
     changelog = layout.changelog_partition_dir(store, partition)
     value_of = variable.value_decoder()
+    elements_of = variable.list_decoder()
     user_key_of = variable.user_key_decoder() if variable.kind == "map" else None
     for entry, before in effective_history(entries):
         if entry.batch_id < start or (end is not None and entry.batch_id > end):
@@ -383,13 +388,17 @@ def _change_feed(
                 )
                 continue
             pickled, at = _core.state_split_prefixed(store_key)
-            value = None if raw is None else value_of(raw)
             if variable.kind == "map":
                 assert user_key_of is not None
+                value = None if raw is None else value_of(raw)
                 yield (entry.batch_id, change, key_decoder(pickled), user_key_of(store_key, at), value, partition)
+            elif raw is None:
+                # A deleted entry's elements are not in its record: one delete row stands for them.
+                yield (entry.batch_id, "delete", key_decoder(pickled), None, partition)
             else:
-                change = "delete" if raw is None else "append"
-                yield (entry.batch_id, change, key_decoder(pickled), value, partition)
+                key = key_decoder(pickled)
+                for element in elements_of(store_key, raw):
+                    yield (entry.batch_id, "append", key, element, partition)
 
 
 def _records(batch: Any) -> Iterator[tuple[int, bytes, bytes | None]]:

@@ -59,6 +59,6 @@ class StateVariables:
                 if expiry > now_ms:
                     live.append((key, raw))
         if decoder.kind == "list":
-            return [value_of(raw, 0) for _, raw in live]
+            return [value_of(e, 0) for key, raw in live for e in _core.state_list_elements(key, raw)]
         user_key_of = decoder.user_key_decoder()
         return {user_key_of(key, _core.state_split_prefixed(key)[1]): value_of(raw, 0) for key, raw in live}

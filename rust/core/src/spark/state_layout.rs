@@ -9,13 +9,17 @@
 //! | store               | key                                           | value                      |
 //! |---------------------|-----------------------------------------------|----------------------------|
 //! | value state         | `<key>`                                       | `<i64 BE expiry><value>`   |
-//! | list state          | `<prefix><u64 BE sequence>`                   | `<i64 BE expiry><element>` |
+//! | list state: element | `<prefix><u64 BE sequence>`                   | `<i64 BE expiry><element>` |
+//! | list state: run     | `<prefix><u64 BE sequence><u8 1>`             | `<i64 BE expiry>` then `<u32 BE length><element>` each |
 //! | map state           | `<prefix><map key>`                           | `<i64 BE expiry><value>`   |
 //! | `tws.timers-by-time`| `<time><key>`                                 | empty                      |
 //! | `tws.timers-by-key` | `<prefix><time>`                              | empty                      |
 //! | `tws.ttl`           | `<time of expiry><u8 length><name><prefix>`   | empty                      |
 //! | event time          | `max` (latest), `batch-<20 digits>` (rescale) | `<i64 BE batch><i64 BE ms>`|
 //!
+//! A list is its entries in key order: a run holds the elements one `put` or `appendList` wrote
+//! (one entry, one expiry, however long the list), an element what one `appendValue` wrote
+//! (kstate before 2026-12 wrote every element so). A list's sequences go up by one an entry.
 //! `expiry` is [`NO_EXPIRY`] without a TTL. `<time>` is [`ordered_time`]: 8 bytes that sort
 //! as the signed milliseconds, so scans in key order are scans in time order. A TTL index
 //! entry stands for every entry of one variable and grouping key written with that expiry (a
@@ -35,6 +39,9 @@ const EXPIRY_LEN: usize = 8;
 const LENGTH_LEN: usize = 4;
 const TIME_LEN: usize = 8;
 const SEQUENCE_LEN: usize = 8;
+/// The byte after a run's sequence in its key ([`list_run_key`]).
+const RUN_TAG: u8 = 1;
+const RUN_SUFFIX_LEN: usize = SEQUENCE_LEN + 1;
 const SIGN: u64 = 1 << 63;
 
 fn corrupted(what: &str, raw: &[u8]) -> Error {
@@ -102,25 +109,108 @@ pub fn split_prefixed(raw: &[u8]) -> Result<(&[u8], &[u8])> {
     Ok((key, rest))
 }
 
-/// A list element's key: `<prefix><u64 BE sequence>`.
+/// A list entry holding one element: `<prefix><u64 BE sequence>`.
 pub fn list_key(prefix: &[u8], sequence: u64) -> Vec<u8> {
-    let mut out = Vec::with_capacity(prefix.len() + SEQUENCE_LEN);
+    let mut out = Vec::with_capacity(prefix.len() + SEQUENCE_LEN + 1);
     out.extend_from_slice(prefix);
     out.extend_from_slice(&sequence.to_be_bytes());
     out
 }
 
-/// The first and the last possible element key of the list under `prefix` (inclusive bounds:
-/// a reverse scan's first entry is the newest element).
-pub fn list_bounds(prefix: &[u8]) -> (Vec<u8>, Vec<u8>) {
-    (list_key(prefix, 0), list_key(prefix, u64::MAX))
+/// A list entry holding a run (the elements one call wrote): `<prefix><u64 BE sequence><RUN_TAG>`.
+/// It sorts right after an element of the same sequence, so a scan reads a list's entries in
+/// sequence order whichever kind each is.
+pub fn list_run_key(prefix: &[u8], sequence: u64) -> Vec<u8> {
+    let mut out = list_key(prefix, sequence);
+    out.push(RUN_TAG);
+    out
 }
 
-/// The sequence of a list element's key under `prefix`.
+/// The sequence of a list entry given what follows its prefix, and whether the entry is a run.
+pub fn split_list_suffix(suffix: &[u8]) -> Result<(u64, bool)> {
+    match suffix.len() {
+        SEQUENCE_LEN => Ok((u64::from_be_bytes(be8(suffix)), false)),
+        RUN_SUFFIX_LEN if suffix[SEQUENCE_LEN] == RUN_TAG => {
+            Ok((u64::from_be_bytes(be8(suffix)), true))
+        }
+        _ => Err(corrupted("not a list entry's key suffix", suffix)),
+    }
+}
+
+/// The sequence of a list entry's key under `prefix`.
 pub fn list_sequence(key: &[u8], prefix: &[u8]) -> Result<u64> {
     match key.strip_prefix(prefix) {
-        Some(suffix) if suffix.len() == SEQUENCE_LEN => Ok(u64::from_be_bytes(be8(suffix))),
-        _ => Err(corrupted("not a list element key of this prefix", key)),
+        Some(suffix) => split_list_suffix(suffix).map(|(sequence, _)| sequence),
+        None => Err(corrupted("not a list entry key of this prefix", key)),
+    }
+}
+
+/// Starts an element of a run being written after `out`'s `<expiry>`: its length's place,
+/// which [`end_run_element`] fills once the element's bytes follow. Returns where it starts.
+pub fn begin_run_element(out: &mut Vec<u8>) -> usize {
+    out.extend_from_slice(&[0; LENGTH_LEN]);
+    out.len()
+}
+
+/// Ends the run element begun at `start` ([`begin_run_element`]): its bytes are `out[start..]`.
+pub fn end_run_element(out: &mut [u8], start: usize) -> Result<()> {
+    let length = u32::try_from(out.len() - start).map_err(|_| {
+        Error::InvalidArgument(format!(
+            "a list element of {} bytes is longer than list state holds (4 GiB)",
+            out.len() - start
+        ))
+    })?;
+    out[start - LENGTH_LEN..start].copy_from_slice(&length.to_be_bytes());
+    Ok(())
+}
+
+/// The elements of a list entry, given what follows its prefix and its value after the expiry:
+/// the value itself for an element, each `<u32 BE length><element>` of it for a run.
+pub fn list_elements<'a>(suffix: &[u8], value: &'a [u8]) -> Result<ListElements<'a>> {
+    let (_, run) = split_list_suffix(suffix)?;
+    Ok(ListElements {
+        rest: value,
+        run,
+        done: false,
+    })
+}
+
+/// The elements of one list entry ([`list_elements`]), in order.
+pub struct ListElements<'a> {
+    rest: &'a [u8],
+    run: bool,
+    done: bool,
+}
+
+impl<'a> Iterator for ListElements<'a> {
+    type Item = Result<&'a [u8]>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done || (self.run && self.rest.is_empty()) {
+            return None;
+        }
+        if !self.run {
+            self.done = true;
+            return Some(Ok(self.rest));
+        }
+        let element = self
+            .rest
+            .get(..LENGTH_LEN)
+            .map(|l| u32::from_be_bytes(l.try_into().expect("4 bytes")) as usize)
+            .and_then(|length| self.rest.get(LENGTH_LEN..LENGTH_LEN + length));
+        match element {
+            Some(element) => {
+                self.rest = &self.rest[LENGTH_LEN + element.len()..];
+                Some(Ok(element))
+            }
+            None => {
+                self.done = true;
+                Some(Err(corrupted(
+                    "a list run cut inside an element",
+                    self.rest,
+                )))
+            }
+        }
     }
 }
 
@@ -131,78 +221,37 @@ pub struct ListReplacement {
     pub next_sequence: u64,
 }
 
-/// The fewer writes that make the list under `prefix`, whose elements are `entries` (`(sequence
-/// suffix, stored value)` in sequence order), hold `stored` instead, of two ways:
-/// - in place: element `i` at the list's first sequence + `i`, written only where it differs,
-///   the elements past the new list's end deleted;
-/// - sliding, when the new list starts with a tail of the old one (a list kept as its last `N`
-///   elements): the elements before that tail deleted, the rest appended.
-///
-/// Keeping the last `N` of a list by `put` then writes the elements that came and went, not all
-/// `N` (the list's reads follow sequence order, wherever it starts).
+/// The writes that make the list under `prefix`, whose entries are `entries` (`(suffix, stored
+/// value)` in key order), hold the one run `stored` instead, at the list's first sequence (0 for
+/// none): every other entry deleted, and the run not written where it is held already. A list
+/// kept by `put` is one write a call, however long.
 pub fn list_replacement<S: AsRef<[u8]>, V: AsRef<[u8]>>(
     prefix: &[u8],
     entries: &[(S, V)],
-    stored: Vec<Vec<u8>>,
+    stored: Vec<u8>,
 ) -> Result<ListReplacement> {
-    let sequences = entries
-        .iter()
-        .map(|(suffix, _)| list_sequence(suffix.as_ref(), &[]))
-        .collect::<Result<Vec<u64>>>()?;
-    let (old, new) = (entries.len(), stored.len());
-    let first = sequences.first().copied().unwrap_or(0);
-    // In place: which new elements are already there, and which old ones go.
-    let mut unchanged = vec![false; new];
-    let mut deleted = Vec::new();
-    for (position, (sequence, (_, value))) in sequences.iter().zip(entries).enumerate() {
-        let at = (sequence - first) as usize;
-        match stored.get(at) {
-            Some(element) => unchanged[at] = element.as_slice() == value.as_ref(),
-            None => deleted.push(position),
+    let first = match entries.first() {
+        Some((suffix, _)) => split_list_suffix(suffix.as_ref())?.0,
+        None => 0,
+    };
+    let key = list_run_key(prefix, first);
+    let suffix = &key[prefix.len()..];
+    let mut writes = Vec::with_capacity(entries.len() + 1);
+    let mut held = false;
+    for (old, value) in entries {
+        if old.as_ref() == suffix {
+            held = value.as_ref() == stored.as_slice();
+        } else {
+            writes.push(([prefix, old.as_ref()].concat(), None));
         }
     }
-    let in_place_writes = deleted.len() + unchanged.iter().filter(|same| !**same).count();
-    // Sliding: the fewest old elements to drop so that the rest begin the new list.
-    let tail_start = (old.saturating_sub(new)..old).find(|&k| {
-        entries[k..]
-            .iter()
-            .zip(&stored)
-            .all(|((_, value), element)| value.as_ref() == element.as_slice())
-    });
-    match tail_start {
-        Some(k) if k + new - (old - k) < in_place_writes => {
-            let next = sequences[old - 1] + 1;
-            let mut writes: Vec<_> = entries[..k]
-                .iter()
-                .map(|(suffix, _)| ([prefix, suffix.as_ref()].concat(), None))
-                .collect();
-            let appended = stored.into_iter().skip(old - k);
-            let mut sequence = next;
-            for element in appended {
-                writes.push((list_key(prefix, sequence), Some(element)));
-                sequence += 1;
-            }
-            Ok(ListReplacement {
-                writes,
-                next_sequence: sequence,
-            })
-        }
-        _ => {
-            let mut writes: Vec<_> = deleted
-                .into_iter()
-                .map(|position| ([prefix, entries[position].0.as_ref()].concat(), None))
-                .collect();
-            for (i, element) in stored.into_iter().enumerate() {
-                if !unchanged[i] {
-                    writes.push((list_key(prefix, first + i as u64), Some(element)));
-                }
-            }
-            Ok(ListReplacement {
-                writes,
-                next_sequence: first + new as u64,
-            })
-        }
+    if !held {
+        writes.push((key, Some(stored)));
     }
+    Ok(ListReplacement {
+        writes,
+        next_sequence: first + 1,
+    })
 }
 
 /// Milliseconds as 8 bytes that sort as the signed value (big-endian, sign bit flipped).
@@ -357,154 +406,169 @@ mod tests {
     }
 
     #[test]
-    fn list_keys_sort_by_sequence() {
+    fn list_entries_sort_by_sequence_whichever_their_kind() {
         let prefix = key_prefix(b"k").unwrap();
-        let keys: Vec<_> = [0u64, 1, 255, 256, u64::MAX]
-            .iter()
-            .map(|s| list_key(&prefix, *s))
-            .collect();
+        let keys = [
+            list_key(&prefix, 0),
+            list_run_key(&prefix, 0),
+            list_key(&prefix, 1),
+            list_run_key(&prefix, 255),
+            list_key(&prefix, 256),
+            list_run_key(&prefix, u64::MAX),
+        ];
         assert!(keys.windows(2).all(|w| w[0] < w[1]));
-        let (first, last) = list_bounds(&prefix);
-        assert!(keys.iter().all(|k| first <= *k && *k <= last));
-        assert_eq!(list_sequence(&keys[3], &prefix).unwrap(), 256);
+        assert!(keys.iter().all(|k| k.starts_with(&prefix)));
+        assert_eq!(
+            split_list_suffix(&keys[3][prefix.len()..]).unwrap(),
+            (255, true)
+        );
+        assert_eq!(
+            split_list_suffix(&keys[4][prefix.len()..]).unwrap(),
+            (256, false)
+        );
+        assert_eq!(list_sequence(&keys[5], &prefix).unwrap(), u64::MAX);
+        for bad in [&b"1234567"[..], b"123456789", b"12345678\x01\x01", b""] {
+            assert!(matches!(split_list_suffix(bad), Err(Error::Corrupted(_))));
+        }
         assert!(matches!(
             list_sequence(&prefix, &prefix),
             Err(Error::Corrupted(_))
         ));
     }
 
-    #[test]
-    fn ordered_times_sort_as_signed_and_round_trip() {
-        let times = [i64::MIN, -1_000, -1, 0, 1, 1_700_000_000_000, i64::MAX];
-        let encoded: Vec<_> = times.iter().map(|t| ordered_time(*t)).collect();
-        assert!(encoded.windows(2).all(|w| w[0] < w[1]));
-        for (t, e) in times.iter().zip(&encoded) {
-            assert_eq!(time_of(e).unwrap(), *t);
+    /// A run's stored value of `elements`, written as the binding writes one.
+    fn run(expiry: i64, elements: &[&[u8]]) -> Vec<u8> {
+        let mut out = Vec::new();
+        begin_stored_value(expiry, &mut out);
+        for element in elements {
+            let start = begin_run_element(&mut out);
+            out.extend_from_slice(element);
+            end_run_element(&mut out, start).unwrap();
         }
-        assert_eq!(ordered_time(0), [0x80, 0, 0, 0, 0, 0, 0, 0]);
-        assert!(matches!(time_of(b"1234567"), Err(Error::Corrupted(_))));
+        out
+    }
+
+    fn elements_of(suffix: &[u8], stored: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let (_, value) = split_stored(stored)?;
+        list_elements(suffix, value)?
+            .map(|element| element.map(<[u8]>::to_vec))
+            .collect()
     }
 
     #[test]
-    fn timer_keys_round_trip_and_sort_by_time() {
-        let prefix = key_prefix(b"key").unwrap();
-        let (by_time, by_key) = timer_keys(-5, b"key", &prefix);
-        assert_eq!(split_timer_by_time(&by_time).unwrap(), (-5, &b"key"[..]));
-        assert_eq!(split_timer_by_key(&by_key).unwrap(), (&b"key"[..], -5));
-        let (later, later_by_key) = timer_keys(10, b"a", &key_prefix(b"a").unwrap());
-        assert!(by_time < later);
-        assert!(by_key < timer_keys(10, b"key", &prefix).1);
-        assert!(!later_by_key.starts_with(&prefix));
-        assert!(matches!(
-            split_timer_by_key(&prefix),
-            Err(Error::Corrupted(_))
-        ));
-        assert_eq!(timer_suffix_time(&by_key[prefix.len()..]).unwrap(), -5);
-        assert!(matches!(
-            timer_suffix_time(&by_key[prefix.len() + 1..]),
-            Err(Error::Corrupted(_))
-        ));
+    fn runs_and_elements_read_back_and_a_cut_run_is_corrupted() {
+        let run_suffix = &list_run_key(&[], 4)[..];
+        let stored = run(9, &[b"ab", b"", b"\x00\x00\x00\x07c"]);
+        assert_eq!(expiry_of(&stored).unwrap(), 9);
+        assert_eq!(
+            elements_of(run_suffix, &stored).unwrap(),
+            [b"ab".to_vec(), vec![], b"\x00\x00\x00\x07c".to_vec()]
+        );
+        // An element's value is its one element, whatever its bytes.
+        assert_eq!(
+            elements_of(&4u64.to_be_bytes(), &stored).unwrap(),
+            [stored[8..].to_vec()]
+        );
+        for cut in 9..stored.len() {
+            let read = elements_of(run_suffix, &stored[..cut]);
+            // Cut at an element's end reads as a shorter run; anywhere else it is corrupted.
+            if [8 + 6, 8 + 10].contains(&cut) {
+                assert!(read.is_ok());
+            } else {
+                assert!(matches!(read, Err(Error::Corrupted(_))), "cut at {cut}");
+            }
+        }
+        assert!(elements_of(run_suffix, &run(1, &[])).unwrap().is_empty());
     }
 
     #[test]
-    fn ttl_entries_round_trip_and_sort_by_expiry() {
-        let prefix = key_prefix(b"key").unwrap();
-        let name = ttl_name("counts").unwrap();
-        let entry = ttl_entry(42, &name, &prefix);
-        let read = split_ttl_entry(&entry).unwrap();
-        assert_eq!(read.expiry, 42);
-        assert_eq!(read.name, "counts");
-        assert_eq!(read.key, b"key");
-        assert_eq!(read.prefix, prefix);
-        assert_eq!(read.suffix, b"");
-        assert!(ttl_entry(41, &name, &key_prefix(b"z").unwrap()) < entry);
-        // kstate 0.1 indexed each list element and map entry: the element's key follows.
-        let element = list_key(&prefix, 3);
-        let old = [&ttl_entry(42, &name, b"")[..], &element].concat();
-        let read = split_ttl_entry(&old).unwrap();
-        assert_eq!((read.key, read.prefix), (&b"key"[..], &prefix[..]));
-        assert_eq!(read.suffix, 3u64.to_be_bytes());
-        assert!(matches!(
-            ttl_name(&"x".repeat(256)),
-            Err(Error::InvalidArgument(_))
-        ));
-        assert!(matches!(
-            split_ttl_entry(&entry[..12]),
-            Err(Error::Corrupted(_))
-        ));
+    fn garbage_list_entries_read_as_elements_or_corrupted_never_a_panic() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next_random = |bound: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % bound
+        };
+        for _ in 0..50_000 {
+            let suffix: Vec<u8> = (0..next_random(11)).map(|_| next_random(3) as u8).collect();
+            // Small bytes often: lengths that fit, cut, or overrun.
+            let value: Vec<u8> = (0..next_random(24)).map(|_| next_random(9) as u8).collect();
+            match list_elements(&suffix, &value) {
+                Err(error) => assert!(matches!(error, Error::Corrupted(_))),
+                Ok(elements) => {
+                    let mut total = 0;
+                    for element in elements {
+                        match element {
+                            Ok(element) => total += element.len(),
+                            Err(error) => assert!(matches!(error, Error::Corrupted(_))),
+                        }
+                    }
+                    assert!(total <= value.len());
+                }
+            }
+        }
     }
 
-    #[test]
-    fn event_time_records_round_trip() {
-        let record = event_time_record(3, -7);
-        assert_eq!(split_event_time_record(&record).unwrap(), (3, -7));
-        assert!(matches!(
-            split_event_time_record(&record[..15]),
-            Err(Error::Corrupted(_))
-        ));
-        assert_eq!(event_time_history_key(12), b"batch-00000000000000000012");
-        assert!(event_time_history_key(9) < event_time_history_key(10));
-    }
+    /// A list held as `suffix -> stored`, changed by staged writes.
+    type Entries = std::collections::BTreeMap<Vec<u8>, Vec<u8>>;
 
-    /// A list held as `sequence -> stored`, changed by a replacement's writes.
-    fn replaced(
-        prefix: &[u8],
-        list: &std::collections::BTreeMap<u64, Vec<u8>>,
-        new: &[Vec<u8>],
-    ) -> (std::collections::BTreeMap<u64, Vec<u8>>, usize, u64) {
-        let entries: Vec<(Vec<u8>, Vec<u8>)> = list
-            .iter()
-            .map(|(sequence, value)| (sequence.to_be_bytes().to_vec(), value.clone()))
-            .collect();
-        let replacement = list_replacement(prefix, &entries, new.to_vec()).unwrap();
-        let mut after = list.clone();
-        for (key, value) in &replacement.writes {
-            let sequence = list_sequence(key, prefix).unwrap();
+    fn apply(prefix: &[u8], list: &mut Entries, writes: &[(Vec<u8>, Option<Vec<u8>>)]) {
+        for (key, value) in writes {
+            let suffix = key.strip_prefix(prefix).unwrap().to_vec();
             match value {
-                Some(value) => after.insert(sequence, value.clone()),
-                None => after.remove(&sequence),
+                Some(value) => list.insert(suffix, value.clone()),
+                None => list.remove(&suffix),
             };
         }
-        let written = replacement.writes.len();
-        (after, written, replacement.next_sequence)
+    }
+
+    fn read(list: &Entries) -> Vec<Vec<u8>> {
+        list.iter()
+            .flat_map(|(suffix, stored)| elements_of(suffix, stored).unwrap())
+            .collect()
+    }
+
+    fn replace(prefix: &[u8], list: &mut Entries, elements: &[&[u8]]) -> (usize, u64) {
+        let entries: Vec<_> = list.iter().collect();
+        let replacement = list_replacement(prefix, &entries, run(NO_EXPIRY, elements)).unwrap();
+        apply(prefix, list, &replacement.writes);
+        (replacement.writes.len(), replacement.next_sequence)
     }
 
     #[test]
-    fn a_list_replaced_holds_the_new_list_with_the_fewest_writes() {
+    fn a_list_replaced_is_one_run_at_its_first_sequence() {
         let prefix = key_prefix(b"k").unwrap();
-        let list = |first: u64, values: &[u8]| -> std::collections::BTreeMap<u64, Vec<u8>> {
-            (first..).zip(values.iter().map(|v| vec![*v])).collect()
-        };
-        let new = |values: &[u8]| -> Vec<Vec<u8>> { values.iter().map(|v| vec![*v]).collect() };
-        // The last three kept: one delete, one append, wherever the list starts.
-        let (after, written, next) = replaced(&prefix, &list(7, b"abc"), &new(b"bcd"));
-        assert_eq!(after, list(8, b"bcd"));
-        assert_eq!((written, next), (2, 11));
-        // The last 50 kept, two more: two deletes, two appends (in place: 50 writes).
-        let fifty: Vec<u8> = (0..50).collect();
-        let mut moved = fifty[2..].to_vec();
-        moved.extend([200, 201]);
-        let (after, written, _) = replaced(&prefix, &list(0, &fifty), &new(&moved));
-        assert_eq!((after, written), (list(2, &moved), 4));
-        // Unchanged: nothing written; appended to: only the new elements; shortened in place.
-        assert_eq!(replaced(&prefix, &list(3, b"xyz"), &new(b"xyz")).1, 0);
-        let (after, written, next) = replaced(&prefix, &list(0, b"xy"), &new(b"xyzw"));
-        assert_eq!((after, written, next), (list(0, b"xyzw"), 2, 4));
-        let (after, written, next) = replaced(&prefix, &list(5, b"xyzw"), &new(b"xq"));
-        assert_eq!((after, written, next), (list(5, b"xq"), 3, 7));
-        // From nothing, and to a list with nothing in common.
-        assert_eq!(
-            replaced(&prefix, &list(0, b""), &new(b"ab")).0,
-            list(0, b"ab")
-        );
-        assert_eq!(
-            replaced(&prefix, &list(9, b"ab"), &new(b"cd")).0,
-            list(9, b"cd")
-        );
+        // Written element by element (as kstate before runs wrote every list), from sequence 7.
+        let mut list: Entries = (7..10u64)
+            .map(|s| {
+                (
+                    s.to_be_bytes().to_vec(),
+                    stored_value(NO_EXPIRY, &[s as u8]),
+                )
+            })
+            .collect();
+        assert_eq!(read(&list), [vec![7], vec![8], vec![9]]);
+        assert_eq!(replace(&prefix, &mut list, &[b"b", b"c", b"d"]), (4, 8));
+        assert_eq!(list.keys().collect::<Vec<_>>(), [&list_run_key(&[], 7)]);
+        assert_eq!(read(&list), [b"b".to_vec(), b"c".to_vec(), b"d".to_vec()]);
+        // Kept as it is: nothing written; changed: the run overwritten, one write.
+        assert_eq!(replace(&prefix, &mut list, &[b"b", b"c", b"d"]), (0, 8));
+        assert_eq!(replace(&prefix, &mut list, &[b"c", b"d", b"e"]), (1, 8));
+        // Appended to since (an element, a run), then replaced: the appends deleted.
+        list.insert(8u64.to_be_bytes().to_vec(), stored_value(NO_EXPIRY, b"f"));
+        list.insert(list_run_key(&[], 9), run(NO_EXPIRY, &[b"g", b"h"]));
+        assert_eq!(read(&list).len(), 6);
+        assert_eq!(replace(&prefix, &mut list, &[b"x"]), (3, 8));
+        assert_eq!(read(&list), [b"x".to_vec()]);
+        // From nothing: a run at 0.
+        let mut empty = Entries::new();
+        assert_eq!(replace(&prefix, &mut empty, &[b"a", b"b"]), (1, 1));
+        assert_eq!(empty.keys().collect::<Vec<_>>(), [&list_run_key(&[], 0)]);
     }
 
     #[test]
-    fn random_replacements_hold_the_new_list_and_append_after_it() {
+    fn random_appends_replacements_and_expiries_read_back_in_order() {
         let prefix = key_prefix(b"key").unwrap();
         let mut state = 0x9e37_79b9_7f4a_7c15u64;
         let mut next_random = |bound: u64| {
@@ -513,45 +577,46 @@ mod tests {
             state ^= state << 17;
             state % bound
         };
-        let mut list = std::collections::BTreeMap::new();
+        let mut list = Entries::new();
+        let mut expected: Vec<(u64, Vec<Vec<u8>>)> = Vec::new();
+        let mut next = 0u64;
         for _ in 0..5_000 {
-            let held: Vec<Vec<u8>> = list.values().cloned().collect();
-            let new: Vec<Vec<u8>> = match next_random(4) {
-                // The last few kept, some appended.
+            let n = next_random(4) as usize + 1;
+            let elements: Vec<Vec<u8>> = (0..n).map(|_| vec![next_random(200) as u8]).collect();
+            let slices: Vec<&[u8]> = elements.iter().map(Vec::as_slice).collect();
+            match next_random(5) {
                 0 => {
-                    let keep = next_random(held.len() as u64 + 1) as usize;
-                    let mut kept = held[held.len() - keep..].to_vec();
-                    kept.extend((0..next_random(4)).map(|_| vec![next_random(3) as u8]));
-                    kept
+                    let (_, after) = replace(&prefix, &mut list, &slices);
+                    let first = expected.first().map_or(0, |(s, _)| *s);
+                    expected = vec![(first, elements)];
+                    next = after;
                 }
-                // Elements changed here and there, the length changed.
                 1 => {
-                    let mut changed = held.clone();
-                    for element in changed.iter_mut() {
-                        if next_random(3) == 0 {
-                            *element = vec![next_random(3) as u8];
-                        }
-                    }
-                    changed.truncate(next_random(changed.len() as u64 + 3) as usize);
-                    changed
+                    list.insert(
+                        next.to_be_bytes().to_vec(),
+                        stored_value(NO_EXPIRY, &elements[0]),
+                    );
+                    expected.push((next, vec![elements[0].clone()]));
+                    next += 1;
                 }
-                // Anything: few distinct values, so tails often match by chance.
-                _ => (0..next_random(8))
-                    .map(|_| vec![next_random(3) as u8])
-                    .collect(),
-            };
-            let (after, _, next_sequence) = replaced(&prefix, &list, &new);
-            assert_eq!(after.values().cloned().collect::<Vec<_>>(), new);
-            assert!(after.keys().all(|sequence| *sequence < next_sequence));
-            // Holes (a TTL's expired elements) now and then.
-            list = after;
-            if next_random(5) == 0 && !list.is_empty() {
-                let at = *list
-                    .keys()
-                    .nth(next_random(list.len() as u64) as usize)
-                    .unwrap();
-                list.remove(&at);
+                2 | 3 => {
+                    list.insert(list_run_key(&[], next), run(NO_EXPIRY, &slices));
+                    expected.push((next, elements));
+                    next += 1;
+                }
+                // An entry expired and swept, anywhere in the list.
+                _ if !expected.is_empty() => {
+                    let (sequence, _) =
+                        expected.remove(next_random(expected.len() as u64) as usize);
+                    list.retain(|suffix, _| split_list_suffix(suffix).unwrap().0 != sequence);
+                }
+                _ => {}
             }
+            let flat: Vec<Vec<u8>> = expected.iter().flat_map(|(_, e)| e.clone()).collect();
+            assert_eq!(read(&list), flat);
+            assert!(list
+                .keys()
+                .all(|suffix| split_list_suffix(suffix).unwrap().0 < next));
         }
     }
 }
