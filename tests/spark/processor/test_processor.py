@@ -8,6 +8,7 @@ import pytest
 from kstate import _core
 from kstate.errors import InvalidArgumentError
 from kstate.spark import StateBackend, StatefulProcessorHandle, TaskInfo
+from kstate.spark.format.state_values import VariableDecoder
 from kstate.spark.processor.processor import TIMERS_BY_KEY, TIMERS_BY_TIME, TTL_INDEX
 from kstate.spark.protocol.undo import previous_values
 from kstate.store_lifecycle import native_store
@@ -500,6 +501,35 @@ def test_a_list_put_is_one_entry_and_a_list_kept_by_put_one_write_a_call(open_ha
     items.clear()
     items.put(["x"])
     assert list(items.get()) == ["x"] and list_entries(state, handle) == [(0, True, 1)]
+
+
+def test_the_state_readers_decoder_reads_runs_and_elements_with_their_expiries(open_handle):
+    """``VariableDecoder.list_decoder`` (the state reader's and the change feed's) gives each
+    entry's elements as the processor wrote them, an element's and a run's, with the expiry of
+    the call that wrote them where the variable has a TTL."""
+    state, handle = open_handle(0, names=("l", "p", TTL_INDEX))
+    timed, pickled = handle.getListState("l", None, 1000), handle.getListState("p")
+    key(handle, "a")
+    timed.appendValue((1,))
+    pickled.appendValue({"x": 1})
+    pickled.appendList([{"y": 2}, ("z",)])
+    state.commit()
+    state, handle = open_handle(1, names=("l", "p", TTL_INDEX), now=NOW + 10)
+    timed = handle.getListState("l", None, 1000)
+    key(handle, "a")
+    timed.appendList([(2,), (3,)])
+    state.commit()
+    state, _ = open_handle(2, names=("l", "p", TTL_INDEX), now=NOW + 20)
+    decoders = (
+        VariableDecoder("l", "list", ttl=True, pickles="objects"),
+        VariableDecoder("p", "list", pickles="objects"),
+    )
+    read = []
+    for name, decoder in zip(("l", "p"), decoders):
+        elements_of = decoder.list_decoder()
+        with state._stores[name].all() as entries:
+            read.append([element for k, v in entries for element in elements_of(k, v)])
+    assert read == [[((1,), NOW + 1000), ((2,), NOW + 1010), ((3,), NOW + 1010)], [{"x": 1}, {"y": 2}, ("z",)]]
 
 
 def test_a_ttl_added_and_removed_across_restarts_keeps_lists_and_expiries_right(open_handle):
