@@ -120,7 +120,7 @@ impl StateReadAhead {
         self.store = None;
     }
 
-    /// The sequence of the list's next element under `prefix`, or `None` if not held.
+    /// The sequence of the list's next entry under `prefix`, or `None` if not held.
     fn next_sequence(&self, prefix: &[u8]) -> PyResult<Option<u64>> {
         self.entries
             .next_sequence(prefix)
@@ -1127,9 +1127,8 @@ impl MapCalls {
 
 /// A list variable's `get` and appends as native methods bound to its store, codec, read-ahead
 /// and the handle's [`StateCursor`] (`get`, `appendValue` and `put` are one native call each, no
-/// Python frame),
-/// its `clear`, and the sequence its next element takes, known once per key (the read-ahead's, else one reverse seek of the store) and kept as
-/// it appends, puts and clears. A `None` value goes through `require`, which raises.
+/// Python frame), its `clear`, and the sequence its next entry takes, known once per key (the
+/// read-ahead's, else one reverse seek of the store) and kept as it appends, puts and clears. A `None` value goes through `require`, which raises.
 #[pyclass(module = "kstate._core")]
 pub struct ListCalls {
     store: Py<NativeKeyValueStore>,
@@ -1146,7 +1145,7 @@ pub struct ListCalls {
 }
 
 impl ListCalls {
-    /// The next sequence of the list under `prefix`: one past its newest element, live or not.
+    /// The next sequence of the list under `prefix`: one past its newest entry's, live or not.
     fn next_of(&self, py: Python<'_>, prefix: &[u8]) -> PyResult<u64> {
         if let Some((known, next)) = &self.next {
             if known.as_slice() == prefix {

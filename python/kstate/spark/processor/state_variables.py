@@ -6,10 +6,11 @@ key (pickled), every value with its expiry (8 bytes, big-endian; ``NO_EXPIRY`` w
 The bytes are defined once, in ``rust/core/src/spark/state_layout.rs`` (``kstate._core.state_*``):
 
 - value state: ``<grouping key>`` -> ``<expiry><value>``;
-- list state: one entry per element, ``<u32 length><grouping key><u64 sequence>`` ->
-  ``<expiry><element>``, so ``appendValue`` is one put (the next sequence number is found once
-  per key and task, by one reverse seek), and ``put`` without a TTL writes only what differs (a
-  list kept as its last N elements: the elements that came and went);
+- list state: one entry per call that wrote it, in sequence order: ``<u32 length><grouping
+  key><u64 sequence>`` -> ``<expiry><element>`` for an ``appendValue``, the same key and a
+  ``1`` byte -> ``<expiry>`` and each element length-prefixed (a run) for a ``put`` or an
+  ``appendList``; an append is one put (the next sequence is found once per key and task, by
+  one reverse seek), a ``put`` one put and the deletes of the list's other entries;
 - map state: ``<u32 length><grouping key><map key>`` -> ``<expiry><value>``.
 
 Values and map keys are pickled (protocol 4). A pickle runs code when it is read: keep changelogs
@@ -18,8 +19,8 @@ where only this application writes. With a schema (Spark's ``schema``, ``userKey
 becomes a tuple, numpy scalars Python numbers), so ``get`` returns tuples as Spark does and
 ``Row(a=1)`` and ``(1,)`` are the same map key.
 
-TTL (``ttlDurationMs``) is in processing time, as Spark's: each write stamps its value (list: its
-element; map: its entry) with the batch's processing time + TTL; reads hide values whose expiry
+TTL (``ttlDurationMs``) is in processing time, as Spark's: each write stamps its value (list: the
+elements it wrote; map: its entry) with the batch's processing time + TTL; reads hide values whose expiry
 is at or before the batch's processing time, and after each batch a task deletes them from the
 store, found through a TTL index (store ``tws.ttl``: ``<expiry><u8 length><name><u32 length>
 <grouping key>``, empty values), as Spark's secondary TTL index does; one index entry stands for

@@ -272,8 +272,8 @@ impl PrefixEntries {
         )
     }
 
-    /// The sequence a list's next appended element takes: one past its newest element, whether
-    /// live or expired (`None`: not read ahead).
+    /// The sequence a list's next entry takes: one past its newest entry's, whether live or
+    /// expired (`None`: not read ahead).
     pub fn next_sequence(&self, prefix: &[u8]) -> Option<Result<u64>> {
         let entries = self.by_prefix.get(prefix)?;
         Some(
@@ -379,8 +379,8 @@ impl PrefixEntries {
     }
 }
 
-/// The sequence a list element's key suffix holds.
-pub fn sequence_of(suffix: &[u8]) -> Result<u64> {
+/// The sequence a list entry's key suffix holds.
+fn sequence_of(suffix: &[u8]) -> Result<u64> {
     state_layout::list_sequence(suffix, &[])
 }
 
