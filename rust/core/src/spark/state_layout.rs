@@ -481,15 +481,19 @@ mod tests {
         assert!(elements_of(run_suffix, &run(1, &[])).unwrap().is_empty());
     }
 
-    #[test]
-    fn garbage_list_entries_read_as_elements_or_corrupted_never_a_panic() {
-        let mut state = 0x2545_f491_4f6c_dd1du64;
-        let mut next_random = |bound: u64| {
+    /// Pseudo-random numbers below each call's bound (xorshift from `seed`): a test's draws.
+    fn randoms(mut state: u64) -> impl FnMut(u64) -> u64 {
+        move |bound| {
             state ^= state << 13;
             state ^= state >> 7;
             state ^= state << 17;
             state % bound
-        };
+        }
+    }
+
+    #[test]
+    fn garbage_list_entries_read_as_elements_or_corrupted_never_a_panic() {
+        let mut next_random = randoms(0x2545_f491_4f6c_dd1du64);
         for _ in 0..50_000 {
             let suffix: Vec<u8> = (0..next_random(11)).map(|_| next_random(3) as u8).collect();
             // Small bytes often: lengths that fit, cut, or overrun.
@@ -570,13 +574,7 @@ mod tests {
     #[test]
     fn random_appends_replacements_and_expiries_read_back_in_order() {
         let prefix = key_prefix(b"key").unwrap();
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next_random = |bound: u64| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state % bound
-        };
+        let mut next_random = randoms(0x9e37_79b9_7f4a_7c15u64);
         let mut list = Entries::new();
         let mut expected: Vec<(u64, Vec<Vec<u8>>)> = Vec::new();
         let mut next = 0u64;
