@@ -1128,7 +1128,8 @@ impl MapCalls {
 /// A list variable's `get` and appends as native methods bound to its store, codec, read-ahead
 /// and the handle's [`StateCursor`] (`get`, `appendValue` and `put` are one native call each, no
 /// Python frame), its `clear`, and the sequence its next entry takes, known once per key (the
-/// read-ahead's, else one reverse seek of the store) and kept as it appends, puts and clears. A `None` value goes through `require`, which raises.
+/// read-ahead's, else one reverse seek of the store) and kept as it appends, puts and clears. A
+/// `None` value goes through `require`, which raises.
 #[pyclass(module = "kstate._core")]
 pub struct ListCalls {
     store: Py<NativeKeyValueStore>,
