@@ -311,6 +311,7 @@ class RowReader:
 
 # state_layout.rs: processor state's keys and values (rust/core/src/spark/state_layout.rs)
 
+STATE_LAYOUT_VERSION: int
 STATE_NO_EXPIRY: int
 LATEST_EVENT_TIME_KEY: bytes
 

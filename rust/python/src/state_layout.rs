@@ -125,8 +125,9 @@ pub fn event_time_history_key<'py>(py: Python<'py>, batch_id: i64) -> Bytes<'py>
     PyBytes::new(py, &layout::event_time_history_key(batch_id))
 }
 
-/// Registers the functions and `STATE_NO_EXPIRY`, `LATEST_EVENT_TIME_KEY`.
+/// Registers the functions and `STATE_LAYOUT_VERSION`, `STATE_NO_EXPIRY`, `LATEST_EVENT_TIME_KEY`.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("STATE_LAYOUT_VERSION", layout::LAYOUT_VERSION)?;
     m.add("STATE_NO_EXPIRY", layout::NO_EXPIRY)?;
     m.add(
         "LATEST_EVENT_TIME_KEY",

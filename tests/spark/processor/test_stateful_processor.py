@@ -9,6 +9,7 @@ batch), an initial state for some users, and ``deleteIfExists`` of a variable it
 """
 
 import collections
+import json
 import shutil
 import sys
 import time
@@ -23,6 +24,7 @@ from pyspark.sql import Row  # noqa: E402
 from pyspark.sql.streaming import StatefulProcessor  # noqa: E402
 
 from kstate.spark import read_processor_state, transform_with_state  # noqa: E402
+from kstate.spark.format.state_schemas import FORMAT_VERSION, SchemaLog  # noqa: E402
 
 from ..workload import input_stream, release_parked_stores, run_until, spark_for_tests, write_file  # noqa: E402
 
@@ -543,6 +545,18 @@ def test_schema_evolution_reads_old_state_and_an_incompatible_change_fails_at_st
         with pytest.raises(StateSchemaError, match="changed type"):
             query(incompatible, batches=1, checkpoint="cp-bad")
     assert changelog_files(work / "changelog") == before, "a refused query touches nothing"
+
+    # State a newer kstate wrote (a newer format recorded with its schemas): refused by the
+    # query before it starts and by the state reader, the state untouched.
+    schema_log = SchemaLog(work / "changelog", "typed")
+    seq, raw = schema_log.latest()
+    schema_log.create(seq + 1, json.dumps({**json.loads(raw), "format": FORMAT_VERSION + 1}).encode())
+    before = changelog_files(work / "changelog")
+    with pytest.raises(StateSchemaError, match="a newer kstate's"):
+        query(Counts("note string, count long", "n long", pandas=api == "pandas"), batches=1, checkpoint="cp-new")
+    with pytest.raises(StateSchemaError, match="a newer kstate's"):
+        stored()
+    assert changelog_files(work / "changelog") == before
 
 
 def test_spark_defaults_aqe_and_200_shuffle_partitions_give_the_reference(spark, work):

@@ -11,6 +11,11 @@ against the record: a new variable, or a compatible schema change (``row_codec.
 evolution_problems``) appends a record; anything else raises ``StateSchemaError`` naming every
 problem, with the state untouched. The record's existence also marks state written in this
 format: state ``transform_with_state`` wrote before kstate recorded schemas is refused.
+
+Each record names the format of the state's bytes (``FORMAT_VERSION``). A kstate reads the
+formats up to its own and refuses a newer one before reading anything; the first query of a
+newer kstate records its format before it writes, so an older kstate refuses that state instead
+of misreading it.
 """
 
 from __future__ import annotations
@@ -20,11 +25,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kstate import _core
 from kstate.errors import StateSchemaError
 from kstate.spark.format.record_log import RecordLog
 from kstate.spark.format.row_codec import evolution_problems
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = _core.STATE_LAYOUT_VERSION
+"""The version of the state's bytes (``rust/core/src/spark/state_layout.rs``'s ``LAYOUT_VERSION``)."""
 MAX_VERSIONS = 128
 """A typed value starts with its writer schema's index, one byte below 0x80 (a pickle starts with 0x80)."""
 
@@ -61,6 +68,8 @@ class VariableSchemas:
 class SchemaRecord:
     variables: dict[str, VariableSchemas] = field(default_factory=dict)
     seq: int = -1
+    format: int = FORMAT_VERSION
+    """The format of the state's bytes when the record was written (``FORMAT_VERSION``)."""
 
 
 class SchemaLog(RecordLog):
@@ -69,23 +78,37 @@ class SchemaLog(RecordLog):
     suffix = "kstate-state-schemas"
 
     def current(self) -> SchemaRecord | None:
-        recorded = self.recorded()
-        if recorded is None:
+        latest = self._latest_fields()
+        if latest is None:
             return None
-        seq, variables = recorded
-        return SchemaRecord({n: VariableSchemas.from_json(v) for n, v in variables.items()}, seq)
+        seq, fields = latest
+        variables = {n: VariableSchemas.from_json(v) for n, v in fields["variables"].items()}
+        return SchemaRecord(variables, seq, fields["format"])
 
     def recorded(self) -> tuple[int, dict[str, dict[str, Any]]] | None:
         """``(seq, variables)`` of the current record as written (``VariableSchemas.to_json``:
         schemas in Spark's JSON form), read without PySpark; ``None`` before the first."""
+        latest = self._latest_fields()
+        return None if latest is None else (latest[0], latest[1]["variables"])
+
+    def _latest_fields(self) -> tuple[int, dict[str, Any]] | None:
+        """``(seq, fields)`` of the current record, refused (``StateSchemaError``) when its format
+        is not one this kstate reads."""
         latest = self.latest()
         if latest is None:
             return None
         seq, raw = latest
         fields = json.loads(raw)
-        if fields.get("format") != FORMAT_VERSION:
-            raise StateSchemaError(f"{self.location}/{seq:020d}.json: unknown format {fields.get('format')!r}")
-        return seq, fields["variables"]
+        format_ = fields.get("format")
+        if type(format_) is not int or format_ < 1:
+            raise StateSchemaError(f"{self.location}/{seq:020d}.json: unknown format {format_!r}")
+        if format_ > FORMAT_VERSION:
+            raise StateSchemaError(
+                f"{self.location}/{seq:020d}.json: this state is in format {format_}, a newer kstate's; this "
+                f"kstate reads formats 1 to {FORMAT_VERSION}: run the application with a newer kstate "
+                "(the state was not touched)"
+            )
+        return seq, fields
 
     def append(self, variables: Mapping[str, VariableSchemas], after: SchemaRecord | None) -> SchemaRecord:
         """Writes the record after ``after`` (exclusive create: a concurrent writer's record
@@ -142,6 +165,6 @@ def reconcile(
             "the processor's state schemas cannot read the stored state (nothing was changed):\n  - "
             + "\n  - ".join(problems)
         )
-    if current is None or merged != current.variables:
-        log.append(merged, current)
+    if current is None or merged != current.variables or current.format != FORMAT_VERSION:
+        log.append(merged, current)  # a format recorded before the query writes in it
     return merged

@@ -30,6 +30,11 @@
 
 use crate::error::{Error, Result};
 
+/// The version of this layout, recorded with the state's schemas (kstate.spark.format.
+/// state_schemas) before a query writes: a kstate refuses state of a newer version instead of
+/// misreading it. 1: a list is one entry per element; 2: a list's entries are also runs. Goes
+/// up with any change an older kstate would misread.
+pub const LAYOUT_VERSION: u32 = 2;
 /// The expiry of a value without a TTL.
 pub const NO_EXPIRY: i64 = i64::MAX;
 /// The key of the event-time store's latest `(batch, largest event time)` record.
