@@ -1,11 +1,13 @@
 //! Binds `kstate_core::spark::state_layout` for `kstate.spark`'s state variables, state reader,
 //! processor and rescale: the keys and values of processor state, built and read by the core.
 
+use kstate_core::spark::pickled_key::{pickle_key, Part};
 use kstate_core::spark::state_layout as layout;
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBool, PyBytes, PyFloat, PyInt, PyList, PyString, PyTuple};
 
 use crate::errors::to_py;
+use crate::text::utf8;
 
 type Bytes<'py> = Bound<'py, PyBytes>;
 
@@ -125,6 +127,75 @@ pub fn event_time_history_key<'py>(py: Python<'py>, batch_id: i64) -> Bytes<'py>
     PyBytes::new(py, &layout::event_time_history_key(batch_id))
 }
 
+/// `pickle.dumps(key, protocol=4)` of each of `keys` (`kstate_core::spark::pickled_key`), a key
+/// the core does not write (not a tuple of `None`, `bool`, `int` within i64, `float`, `str` or
+/// `bytes` of those very types, or too long) by `dumps(key)`.
+#[pyfunction]
+pub fn state_pickled_keys<'py>(
+    keys: &Bound<'py, PyList>,
+    dumps: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyList>> {
+    let py = keys.py();
+    let mut pickled = Vec::with_capacity(keys.len());
+    let mut out = Vec::with_capacity(64);
+    for key in keys.iter() {
+        out.clear();
+        let written = match key.cast_exact::<PyTuple>() {
+            Ok(tuple) => pickle_tuple(tuple, &mut out),
+            Err(_) => false,
+        };
+        pickled.push(if written {
+            PyBytes::new(py, &out).into_any()
+        } else {
+            dumps.call1((key,))?
+        });
+    }
+    PyList::new(py, pickled)
+}
+
+/// Whether the core wrote `tuple`'s pickle to `out` (see `state_pickled_keys`).
+fn pickle_tuple(tuple: &Bound<'_, PyTuple>, out: &mut Vec<u8>) -> bool {
+    let items: Vec<Bound<'_, PyAny>> = tuple.iter().collect();
+    let mut texts = Vec::with_capacity(items.len());
+    for item in &items {
+        if let Ok(text) = item.cast_exact::<PyString>() {
+            match utf8(text) {
+                Ok(bytes) => texts.push(Some(bytes)),
+                Err(_) => return false, // a lone surrogate: pickle writes it its own way
+            }
+        } else {
+            texts.push(None);
+        }
+    }
+    let mut parts = Vec::with_capacity(items.len());
+    for (item, text) in items.iter().zip(&texts) {
+        let id = item.as_ptr() as usize;
+        let part = if let Some(text) = text {
+            Part::Str { utf8: text, id }
+        } else if item.is_none() {
+            Part::None
+        } else if let Ok(flag) = item.cast_exact::<PyBool>() {
+            Part::Bool(flag.is_true())
+        } else if let Ok(int) = item.cast_exact::<PyInt>() {
+            match int.extract::<i64>() {
+                Ok(value) => Part::Int(value),
+                Err(_) => return false,
+            }
+        } else if let Ok(float) = item.cast_exact::<PyFloat>() {
+            Part::Float(float.value())
+        } else if let Ok(bytes) = item.cast_exact::<PyBytes>() {
+            Part::Bytes {
+                bytes: bytes.as_bytes(),
+                id,
+            }
+        } else {
+            return false;
+        };
+        parts.push(part);
+    }
+    pickle_key(&parts, out)
+}
+
 /// Registers the functions and `STATE_LAYOUT_VERSION`, `STATE_NO_EXPIRY`, `LATEST_EVENT_TIME_KEY`.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("STATE_LAYOUT_VERSION", layout::LAYOUT_VERSION)?;
@@ -135,6 +206,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     )?;
     for function in [
         wrap_pyfunction!(state_key_prefix, m)?,
+        wrap_pyfunction!(state_pickled_keys, m)?,
         wrap_pyfunction!(state_split_prefixed, m)?,
         wrap_pyfunction!(state_expiry_of, m)?,
         wrap_pyfunction!(state_split_stored, m)?,

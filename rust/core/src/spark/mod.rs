@@ -4,6 +4,7 @@
 
 pub mod decoded_values;
 pub mod hash;
+pub mod pickled_key;
 pub mod row_codec;
 pub mod state_layout;
 pub mod state_read_ahead;
