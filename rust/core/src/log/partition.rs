@@ -242,7 +242,7 @@ impl Partition {
             builder.append(offset, record.timestamp, record.key, record.value)?;
             max_timestamp = max_timestamp.max(record.timestamp);
         }
-        let set = builder.build()?;
+        let (set, entries) = builder.build_indexed()?;
         let last_offset = first_offset + count as i64 - 1;
         let (log_append_time, max_timestamp) = if log_append {
             (now_ms, now_ms)
@@ -253,7 +253,7 @@ impl Partition {
         let rolled = self.roll_if_needed(set.len() as u64, max_timestamp, last_offset, now_ms)?;
         let active = self.active_mut();
         active.created_ms(now_ms);
-        active.append(&set)?;
+        active.append_indexed(&set, &entries)?;
         self.log_end_offset = last_offset + 1;
         Ok(AppendInfo {
             first_offset,

@@ -22,7 +22,7 @@ use super::scan::{
 use super::time_index::{TimeIndex, TimeIndexEntry};
 use crate::error::{Error, Result};
 use crate::format::timestamped::NO_TIMESTAMP;
-use crate::record::shallow_entries;
+use crate::record::{shallow_entries, BuiltEntry};
 
 /// Index positions are i32, so a segment file cannot grow past this.
 pub(crate) const MAX_SEGMENT_FILE_BYTES: u64 = i32::MAX as u64;
@@ -388,13 +388,19 @@ impl LogSegment {
         let mut entries = Vec::new();
         for entry in shallow_entries(set) {
             let entry = entry?;
-            entries.push((
-                entry.position as u64,
-                entry.offset,
-                entry.timestamp,
-                entry.size as u64,
-            ));
+            entries.push(BuiltEntry {
+                position: entry.position,
+                size: entry.size,
+                offset: entry.offset,
+                timestamp: entry.timestamp,
+            });
         }
+        self.append_indexed(set, &entries)
+    }
+
+    /// [`Self::append`] of a set whose top-level `entries` are known (a builder's: the set
+    /// is not read back to index it).
+    pub(crate) fn append_indexed(&mut self, set: &[u8], entries: &[BuiltEntry]) -> Result<()> {
         let position = self.size;
         self.log_synced = false;
         if let Err(error) = file_io::write_all_at(&self.log, set, position) {
@@ -403,12 +409,16 @@ impl LogSegment {
             return Err(error).context(|| format!("appending to {}", self.log_path().display()));
         }
         self.size += set.len() as u64;
-        for (entry_position, offset, timestamp, size) in entries {
-            if position == 0 && entry_position == 0 {
-                self.first_entry_timestamp = Some(timestamp);
+        for entry in entries {
+            if position == 0 && entry.position == 0 {
+                self.first_entry_timestamp = Some(entry.timestamp);
             }
-            self.indexing
-                .observe(position + entry_position, offset, timestamp, size);
+            self.indexing.observe(
+                position + entry.position as u64,
+                entry.offset,
+                entry.timestamp,
+                entry.size as u64,
+            );
         }
         Ok(())
     }

@@ -7,6 +7,16 @@ use super::{Compression, Magic, TimestampType};
 use crate::error::{Error, Result};
 use crate::format::timestamped::NO_TIMESTAMP;
 
+/// A top-level entry of a built message set, as a log indexes it: what
+/// [`super::shallow_entries`] reads back of it (its position, size, offset and timestamp).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BuiltEntry {
+    pub position: usize,
+    pub size: usize,
+    pub offset: i64,
+    pub timestamp: i64,
+}
+
 /// Appends records and produces one message set: one entry per record when uncompressed,
 /// otherwise a single compressed wrapper holding them all.
 ///
@@ -23,6 +33,8 @@ pub struct MessageSetBuilder {
     /// The entries so far: the whole set when uncompressed, the wrapper's value before
     /// compression otherwise.
     entries: Vec<u8>,
+    /// The top-level entries so far, uncompressed (a wrapper's is known at `build`).
+    built: Vec<BuiltEntry>,
     first_offset: Option<i64>,
     last_offset: Option<i64>,
     max_timestamp: i64,
@@ -37,6 +49,7 @@ impl MessageSetBuilder {
             timestamp_type: TimestampType::CreateTime,
             log_append_time: NO_TIMESTAMP,
             entries: Vec::new(),
+            built: Vec::new(),
             first_offset: None,
             last_offset: None,
             max_timestamp: NO_TIMESTAMP,
@@ -93,6 +106,7 @@ impl MessageSetBuilder {
             _ => offset - first_offset,
         };
         let attributes = legacy::attributes(self.magic, Compression::None, self.timestamp_type);
+        let position = self.entries.len();
         write_entry(
             &mut self.entries,
             stored_offset,
@@ -102,6 +116,14 @@ impl MessageSetBuilder {
             key,
             value,
         )?;
+        if self.compression == Compression::None {
+            self.built.push(BuiltEntry {
+                position,
+                size: self.entries.len() - position,
+                offset,
+                timestamp: self.stored_timestamp(timestamp),
+            });
+        }
         self.last_offset = Some(offset);
         self.max_timestamp = self.max_timestamp.max(timestamp);
         Ok(())
@@ -113,11 +135,17 @@ impl MessageSetBuilder {
 
     /// The message set; empty if nothing was appended.
     pub fn build(self) -> Result<Vec<u8>> {
+        Ok(self.build_indexed()?.0)
+    }
+
+    /// The message set and its top-level entries (what a log indexes without reading the set
+    /// back).
+    pub fn build_indexed(self) -> Result<(Vec<u8>, Vec<BuiltEntry>)> {
         let Some(last_offset) = self.last_offset else {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), Vec::new()));
         };
         if self.compression == Compression::None {
-            return Ok(self.entries);
+            return Ok((self.entries, self.built));
         }
         let value = compression::compress(self.compression, self.magic, &self.entries)?;
         let attributes = legacy::attributes(self.magic, self.compression, self.timestamp_type);
@@ -131,7 +159,21 @@ impl MessageSetBuilder {
             None,
             Some(&value),
         )?;
-        Ok(set)
+        let wrapper = BuiltEntry {
+            position: 0,
+            size: set.len(),
+            offset: last_offset,
+            timestamp: self.stored_timestamp(self.max_timestamp),
+        };
+        Ok((set, vec![wrapper]))
+    }
+
+    /// The timestamp an entry written with `timestamp` reads back with (v0 stores none).
+    fn stored_timestamp(&self, timestamp: i64) -> i64 {
+        match self.magic {
+            Magic::V0 => NO_TIMESTAMP,
+            Magic::V1 => timestamp,
+        }
     }
 }
 
@@ -143,4 +185,55 @@ fn check_timestamp(timestamp: i64) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::shallow_entries;
+
+    #[test]
+    fn built_entries_are_what_the_set_reads_back_as() {
+        let compressions = [
+            Compression::None,
+            Compression::Gzip,
+            Compression::Snappy,
+            Compression::Lz4,
+        ];
+        for magic in [Magic::V0, Magic::V1] {
+            for compression in compressions {
+                for log_append in [false, true] {
+                    if log_append && magic == Magic::V0 {
+                        continue;
+                    }
+                    let mut builder = if log_append {
+                        MessageSetBuilder::with_log_append_time(magic, compression, 77).unwrap()
+                    } else {
+                        MessageSetBuilder::new(magic, compression)
+                    };
+                    for (i, offset) in [5_i64, 6, 9, 10].into_iter().enumerate() {
+                        let value = vec![b'v'; i * 40];
+                        let key = (i % 2 == 0).then_some(&b"key"[..]);
+                        let timestamp = [30, -1, 12, 4][i];
+                        builder
+                            .append(offset, timestamp, key, Some(&value))
+                            .unwrap();
+                    }
+                    let (set, built) = builder.build_indexed().unwrap();
+                    let read: Vec<BuiltEntry> = shallow_entries(&set)
+                        .map(|entry| {
+                            let entry = entry.unwrap();
+                            BuiltEntry {
+                                position: entry.position,
+                                size: entry.size,
+                                offset: entry.offset,
+                                timestamp: entry.timestamp,
+                            }
+                        })
+                        .collect();
+                    assert_eq!(built, read, "{magic:?} {compression:?} {log_append}");
+                }
+            }
+        }
+    }
 }

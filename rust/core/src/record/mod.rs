@@ -24,7 +24,7 @@ mod legacy;
 mod libdeflate;
 mod reader;
 
-pub use builder::MessageSetBuilder;
+pub use builder::{BuiltEntry, MessageSetBuilder};
 pub use columns::{
     decode_columns, encode_columns, RecordColumns, RecordColumnsView, TIMESTAMP_TYPE_CREATE_TIME,
     TIMESTAMP_TYPE_LOG_APPEND_TIME, TIMESTAMP_TYPE_NONE,
