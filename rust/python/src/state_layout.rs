@@ -1,10 +1,13 @@
 //! Binds `kstate_core::spark::state_layout` for `kstate.spark`'s state variables, state reader,
 //! processor and rescale: the keys and values of processor state, built and read by the core.
 
+use std::borrow::Cow;
+
 use kstate_core::spark::pickled_key::{pickle_key, Part};
 use kstate_core::spark::state_layout as layout;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyFloat, PyInt, PyList, PyString, PyTuple};
+use smallvec::SmallVec;
 
 use crate::errors::to_py;
 use crate::text::utf8;
@@ -153,10 +156,11 @@ pub fn state_pickled_keys<'py>(
     PyList::new(py, pickled)
 }
 
-/// Whether the core wrote `tuple`'s pickle to `out` (see `state_pickled_keys`).
+/// Whether the core wrote `tuple`'s pickle to `out` (see `state_pickled_keys`). A key has a few
+/// values: held inline, no allocation a key.
 fn pickle_tuple(tuple: &Bound<'_, PyTuple>, out: &mut Vec<u8>) -> bool {
-    let items: Vec<Bound<'_, PyAny>> = tuple.iter().collect();
-    let mut texts = Vec::with_capacity(items.len());
+    let items: SmallVec<[Bound<'_, PyAny>; 8]> = tuple.iter().collect();
+    let mut texts: SmallVec<[Option<Cow<'_, [u8]>>; 8]> = SmallVec::new();
     for item in &items {
         if let Ok(text) = item.cast_exact::<PyString>() {
             match utf8(text) {
@@ -167,7 +171,7 @@ fn pickle_tuple(tuple: &Bound<'_, PyTuple>, out: &mut Vec<u8>) -> bool {
             texts.push(None);
         }
     }
-    let mut parts = Vec::with_capacity(items.len());
+    let mut parts: SmallVec<[Part<'_>; 8]> = SmallVec::new();
     for (item, text) in items.iter().zip(&texts) {
         let id = item.as_ptr() as usize;
         let part = if let Some(text) = text {

@@ -10,6 +10,8 @@
 //! order): a value that is the very object memoized before (`Part::Str` / `Part::Bytes` of the
 //! same `id`) is written as `BINGET <index>`, as pickle does for one object seen twice.
 
+use smallvec::SmallVec;
+
 /// The largest payload written here: pickle splits frames past 64 KiB and writes large strings
 /// and bytes outside them, which this does not.
 pub const MAX_PAYLOAD: usize = 60_000;
@@ -59,7 +61,7 @@ pub fn pickle_key(parts: &[Part<'_>], out: &mut Vec<u8>) -> bool {
     let framed = out.len();
     out.extend_from_slice(&[FRAME; FRAME_HEADER_LEN]); // its length once known
     let payload = out.len();
-    let mut memo: Vec<usize> = Vec::new();
+    let mut memo: SmallVec<[usize; 8]> = SmallVec::new();
     if parts.len() > 3 {
         out.push(MARK);
     }
@@ -140,7 +142,12 @@ fn sized(data: &[u8], short: u8, long: u8, out: &mut Vec<u8>) {
 }
 
 /// The object `id` written by `write` and memoized, or fetched from the memo if it was before.
-fn memoized(id: usize, memo: &mut Vec<usize>, out: &mut Vec<u8>, write: impl FnOnce(&mut Vec<u8>)) {
+fn memoized(
+    id: usize,
+    memo: &mut SmallVec<[usize; 8]>,
+    out: &mut Vec<u8>,
+    write: impl FnOnce(&mut Vec<u8>),
+) {
     match memo.iter().position(|&seen| seen == id) {
         Some(index) => match u8::try_from(index) {
             Ok(index) => out.extend_from_slice(&[BINGET, index]),
