@@ -2,6 +2,7 @@
 //! is one native call here (read the store, check the expiry prefix, decode; or check, encode
 //! and stage), on the task's `KeyValueStore` directly.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
@@ -12,6 +13,7 @@ use kstate_core::spark::ttl_sweep::{sweep_expired, SweptStore};
 use kstate_core::{Direction, KeyRange};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyIterator, PyList, PyString, PyTuple};
+use smallvec::SmallVec;
 
 use crate::errors::{detached, guard, raise, to_py, ErrorClass};
 use crate::key_value_store::{packed_writes, NativeKeyValueStore, PackedArray};
@@ -195,18 +197,56 @@ impl StateReadAhead {
 type Write = (Vec<u8>, Option<Vec<u8>>);
 type Writes = Vec<Write>;
 
-/// `<prefix><map key>`: the store key of map key `user_key` (encoded by `keys`).
-fn map_key(
+thread_local! {
+    /// The buffer a state call encodes its key and value into: the store copies what it stages,
+    /// so a call allocates none of its own.
+    static ENCODED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A buffer larger than this goes back to the allocator after its call.
+const ENCODED_KEPT_CAPACITY: usize = 64 * 1024;
+
+/// `f` of an empty buffer to encode into: the thread's [`ENCODED`], or a new one when that is
+/// in use (a pickled value's code calling state again).
+fn with_encoded<R>(f: impl FnOnce(&mut Vec<u8>) -> R) -> R {
+    ENCODED.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut buffer) => {
+            buffer.clear();
+            let out = f(&mut buffer);
+            if buffer.capacity() > ENCODED_KEPT_CAPACITY {
+                *buffer = Vec::new();
+            }
+            out
+        }
+        Err(_) => f(&mut Vec::new()),
+    })
+}
+
+/// Appends `<prefix><map key>`, the store key of map key `user_key` (encoded by `keys`), to
+/// `out`.
+fn push_map_key(
     py: Python<'_>,
     prefix: &[u8],
     keys: &StateCodec,
     user_key: &Bound<'_, PyAny>,
-) -> PyResult<Vec<u8>> {
-    // Room for a short map key: no reallocation as it is encoded after the prefix.
-    let mut key = Vec::with_capacity(prefix.len() + 32);
-    key.extend_from_slice(prefix);
-    keys.encode_into(py, user_key, &mut key)?;
-    Ok(key)
+    out: &mut Vec<u8>,
+) -> PyResult<()> {
+    out.extend_from_slice(prefix);
+    keys.encode_into(py, user_key, out)
+}
+
+/// `f` of the store key of map key `user_key` under `prefix` ([`push_map_key`]).
+fn with_map_key<R>(
+    py: Python<'_>,
+    prefix: &[u8],
+    keys: &StateCodec,
+    user_key: &Bound<'_, PyAny>,
+    f: impl FnOnce(&[u8]) -> PyResult<R>,
+) -> PyResult<R> {
+    with_encoded(|key| {
+        push_map_key(py, prefix, keys, user_key, key)?;
+        f(key)
+    })
 }
 
 /// `f` of the stored value of `key` (under `prefix`) as the read-ahead holds it, or `None` if
@@ -228,29 +268,32 @@ fn held<R>(
         .transpose()
 }
 
-/// Stages `writes` (keys under `prefix`) and keeps the read-ahead, if any, in step.
-fn stage_under(
+/// Stages `writes` (keys under `prefix`, `None`: a delete) and keeps the read-ahead, if any, in
+/// step.
+fn stage_under<K: AsRef<[u8]>, V: AsRef<[u8]>>(
     store: &Bound<'_, NativeKeyValueStore>,
     ahead: Option<&Bound<'_, StateReadAhead>>,
     prefix: &[u8],
-    writes: &[Write],
+    writes: &[(K, Option<V>)],
 ) -> PyResult<()> {
     {
         let mut store = store.try_borrow_mut()?;
         guard(|| {
-            store
-                .logged
-                .inner
-                .store
-                .put_all(&mut writes.iter().map(|(k, v)| (k.as_slice(), v.as_deref())))
+            store.logged.inner.store.put_all(
+                &mut writes
+                    .iter()
+                    .map(|(k, v)| (k.as_ref(), v.as_ref().map(AsRef::as_ref))),
+            )
         })?;
     }
     if let Some(ahead) = ahead {
         let mut ahead = ahead.try_borrow_mut()?;
         for (key, stored) in writes {
-            ahead
-                .entries
-                .record(prefix, &key[prefix.len()..], stored.as_deref());
+            ahead.entries.record(
+                prefix,
+                &key.as_ref()[prefix.len()..],
+                stored.as_ref().map(AsRef::as_ref),
+            );
         }
     }
     Ok(())
@@ -387,11 +430,16 @@ impl StateCodec {
         }
     }
 
-    fn stored(&self, py: Python<'_>, expiry: i64, value: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
-        let mut out = Vec::with_capacity(32);
-        layout::begin_stored_value(expiry, &mut out);
-        self.encode_into(py, value, &mut out)?;
-        Ok(out)
+    /// Appends `value`'s stored bytes, `<expiry><value>`, to `out`.
+    fn push_stored(
+        &self,
+        py: Python<'_>,
+        expiry: i64,
+        value: &Bound<'_, PyAny>,
+        out: &mut Vec<u8>,
+    ) -> PyResult<()> {
+        layout::begin_stored_value(expiry, out);
+        self.encode_into(py, value, out)
     }
 }
 
@@ -509,11 +557,12 @@ impl StateCodec {
         now_ms: i64,
         ahead: Option<&Bound<'py, StateReadAhead>>,
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
-        let key = map_key(py, prefix, keys, user_key)?;
-        match held(ahead, prefix, &key, |stored| self.live(py, stored, now_ms))? {
-            Some(value) => Ok(value),
-            None => self.get(py, store, &key, now_ms),
-        }
+        with_map_key(py, prefix, keys, user_key, |key| {
+            match held(ahead, prefix, key, |stored| self.live(py, stored, now_ms))? {
+                Some(value) => Ok(value),
+                None => self.get(py, store, key, now_ms),
+            }
+        })
     }
 
     /// Map state: whether map key `user_key` has a live value under `prefix`.
@@ -529,17 +578,18 @@ impl StateCodec {
         now_ms: i64,
         ahead: Option<&Bound<'py, StateReadAhead>>,
     ) -> PyResult<bool> {
-        let key = map_key(py, prefix, keys, user_key)?;
         let live = |stored: Option<&[u8]>| -> PyResult<bool> {
             Ok(stored
                 .map(expiry_of)
                 .transpose()?
                 .is_some_and(|e| e > now_ms))
         };
-        match held(ahead, prefix, &key, live)? {
-            Some(found) => Ok(found),
-            None => self.exists(store, &key, now_ms),
-        }
+        with_map_key(py, prefix, keys, user_key, |key| {
+            match held(ahead, prefix, key, live)? {
+                Some(found) => Ok(found),
+                None => self.exists(store, key, now_ms),
+            }
+        })
     }
 
     /// Map state: stages the delete of map key `user_key` under `prefix`.
@@ -553,8 +603,9 @@ impl StateCodec {
         user_key: &Bound<'py, PyAny>,
         ahead: Option<&Bound<'py, StateReadAhead>>,
     ) -> PyResult<()> {
-        let key = map_key(py, prefix, keys, user_key)?;
-        stage_under(store, ahead, prefix, &[(key, None)])
+        with_map_key(py, prefix, keys, user_key, |key| {
+            stage_under(store, ahead, prefix, &[(key, None::<&[u8]>)])
+        })
     }
 
     /// Map state: the live entries under `prefix` in key order, as values (`keys` `None`) or
@@ -686,9 +737,11 @@ impl StateCodec {
         expiry: i64,
         value: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
-        let stored = self.stored(py, expiry, value)?;
-        let mut store = store.try_borrow_mut()?;
-        guard(|| store.logged.inner.store.put(key, Some(&stored)))
+        with_encoded(|stored| {
+            self.push_stored(py, expiry, value, stored)?;
+            let mut store = store.try_borrow_mut()?;
+            guard(|| store.logged.inner.store.put(key, Some(stored)))
+        })
     }
 
     /// Map state: stages `user_key -> value` under `prefix`, expiring at `expiry`.
@@ -704,9 +757,13 @@ impl StateCodec {
         value: &Bound<'py, PyAny>,
         ahead: Option<&Bound<'py, StateReadAhead>>,
     ) -> PyResult<()> {
-        let key = map_key(py, prefix, keys, user_key)?;
-        let stored = self.stored(py, expiry, value)?;
-        stage_under(store, ahead, prefix, &[(key, Some(stored))])
+        with_encoded(|encoded| {
+            push_map_key(py, prefix, keys, user_key, encoded)?;
+            let key_len = encoded.len();
+            self.push_stored(py, expiry, value, encoded)?;
+            let (key, stored) = encoded.split_at(key_len);
+            stage_under(store, ahead, prefix, &[(key, Some(stored))])
+        })
     }
 
     /// List state `put`: the list under `prefix` becomes one run of `values`
@@ -732,13 +789,25 @@ impl StateCodec {
     /// A list run's stored value: `values` encoded after `expiry` (`state_layout`'s run).
     fn run(&self, py: Python<'_>, expiry: i64, values: &[Bound<'_, PyAny>]) -> PyResult<Vec<u8>> {
         let mut out = Vec::with_capacity(16 + 16 * values.len());
-        layout::begin_stored_value(expiry, &mut out);
-        for value in values {
-            let start = layout::begin_run_element(&mut out);
-            self.encode_into(py, value, &mut out)?;
-            layout::end_run_element(&mut out, start).map_err(to_py)?;
-        }
+        self.push_run(py, expiry, values, &mut out)?;
         Ok(out)
+    }
+
+    /// Appends [`Self::run`] to `out`.
+    fn push_run(
+        &self,
+        py: Python<'_>,
+        expiry: i64,
+        values: &[Bound<'_, PyAny>],
+        out: &mut Vec<u8>,
+    ) -> PyResult<()> {
+        layout::begin_stored_value(expiry, out);
+        for value in values {
+            let start = layout::begin_run_element(out);
+            self.encode_into(py, value, out)?;
+            layout::end_run_element(out, start).map_err(to_py)?;
+        }
+        Ok(())
     }
 
     /// Deletes of every entry under `prefix`.
@@ -783,7 +852,11 @@ impl StateCursor {
 
     /// Makes `pickled_key` the current grouping key; returns its prefix.
     fn set<'py>(&mut self, pickled_key: &Bound<'py, PyBytes>) -> PyResult<Bound<'py, PyBytes>> {
-        self.prefix = layout::key_prefix(pickled_key.as_bytes()).map_err(to_py)?;
+        // Into the buffer the last key's prefix took (a key costs no allocation here), after
+        // it and then moved down: a key refused leaves the last one current.
+        let last = self.prefix.len();
+        layout::push_key_prefix(pickled_key.as_bytes(), &mut self.prefix).map_err(to_py)?;
+        self.prefix.drain(..last);
         self.key = pickled_key.clone().unbind();
         Ok(PyBytes::new(pickled_key.py(), &self.prefix))
     }
@@ -1172,32 +1245,42 @@ impl ListCalls {
         }
     }
 
-    /// The current key's prefix and the expiry of what is written now.
-    fn current(&self, py: Python<'_>) -> PyResult<(Vec<u8>, i64)> {
-        let cursor = self.cursor.bind(py).try_borrow()?;
-        Ok((
-            cursor.prefix.clone(),
-            write_expiry(self.ttl.as_ref(), cursor.now_ms),
-        ))
+    /// Remembers `sequence` as the next of the list under `prefix` (the buffer kept).
+    fn remember_next(&mut self, prefix: &[u8], sequence: u64) {
+        match &mut self.next {
+            Some((known, next)) => {
+                known.clear();
+                known.extend_from_slice(prefix);
+                *next = sequence;
+            }
+            None => self.next = Some((prefix.to_vec(), sequence)),
+        }
     }
 
     /// Records the expiry of the elements of `writes` (the puts) in the TTL index, if any.
     fn index(&self, py: Python<'_>, prefix: &[u8], expiry: i64, writes: &[Write]) -> PyResult<()> {
-        let Some(ttl) = &self.ttl else {
-            return Ok(());
-        };
         if !writes.iter().any(|(_, stored)| stored.is_some()) {
             return Ok(());
         }
-        ttl.get().record(py, expiry, prefix)
+        self.index_put(py, prefix, expiry)
+    }
+
+    /// Records the expiry of a put under `prefix` in the TTL index, if any.
+    fn index_put(&self, py: Python<'_>, prefix: &[u8], expiry: i64) -> PyResult<()> {
+        match &self.ttl {
+            Some(ttl) => ttl.get().record(py, expiry, prefix),
+            None => Ok(()),
+        }
     }
 
     /// The elements `put` and `appendList` take from `values`: a non-empty list or tuple without
     /// `None` as it is, anything else as `check` gives it back (or raises, as Spark refuses it).
-    fn elements<'py>(&self, values: &Bound<'py, PyAny>) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    fn elements<'py>(&self, values: &Bound<'py, PyAny>) -> PyResult<Elements<'py>> {
         match plain_elements(values) {
             Some(elements) => Ok(elements),
-            None => self.check.bind(values.py()).call1((values,))?.extract(),
+            None => Ok(Elements::from_vec(
+                self.check.bind(values.py()).call1((values,))?.extract()?,
+            )),
         }
     }
 
@@ -1209,37 +1292,47 @@ impl ListCalls {
         values: &[Bound<'py, PyAny>],
         run: bool,
     ) -> PyResult<()> {
-        let (prefix, expiry) = self.current(py)?;
-        let sequence = self.next_of(py, &prefix)?;
+        let cursor = self.cursor.bind(py).clone();
+        let cursor = cursor.try_borrow()?;
+        let (prefix, expiry) = (
+            &cursor.prefix,
+            write_expiry(self.ttl.as_ref(), cursor.now_ms),
+        );
+        let sequence = self.next_of(py, prefix)?;
         let codec = self.values.get();
-        let write = if run {
-            (
-                layout::list_run_key(&prefix, sequence),
-                Some(codec.run(py, expiry, values)?),
+        with_encoded(|encoded| {
+            let key_len = if run {
+                layout::push_list_run_key(prefix, sequence, encoded);
+                let key_len = encoded.len();
+                codec.push_run(py, expiry, values, encoded)?;
+                key_len
+            } else {
+                layout::push_list_key(prefix, sequence, encoded);
+                let key_len = encoded.len();
+                codec.push_stored(py, expiry, &values[0], encoded)?;
+                key_len
+            };
+            let (key, stored) = encoded.split_at(key_len);
+            stage_under(
+                self.store.bind(py),
+                self.ahead.as_ref().map(|a| a.bind(py)),
+                prefix,
+                &[(key, Some(stored))],
             )
-        } else {
-            (
-                layout::list_key(&prefix, sequence),
-                Some(codec.stored(py, expiry, &values[0])?),
-            )
-        };
-        let writes = [write];
-        stage_under(
-            self.store.bind(py),
-            self.ahead.as_ref().map(|a| a.bind(py)),
-            &prefix,
-            &writes,
-        )?;
-        self.index(py, &prefix, expiry, &writes)?;
-        self.next = Some((prefix, sequence + 1));
+        })?;
+        self.index_put(py, prefix, expiry)?;
+        self.remember_next(prefix, sequence + 1);
         Ok(())
     }
 }
 
+/// A list call's elements, inline up to 8 (a processor's `put` of its last few values).
+type Elements<'py> = SmallVec<[Bound<'py, PyAny>; 8]>;
+
 /// The elements of `values` when it is a non-empty list or tuple without `None` (what a
 /// processor passes), else `None`: the caller's check decides.
-fn plain_elements<'py>(values: &Bound<'py, PyAny>) -> Option<Vec<Bound<'py, PyAny>>> {
-    let elements: Vec<Bound<'py, PyAny>> = if let Ok(list) = values.cast::<PyList>() {
+fn plain_elements<'py>(values: &Bound<'py, PyAny>) -> Option<Elements<'py>> {
+    let elements: Elements<'py> = if let Ok(list) = values.cast::<PyList>() {
         list.iter().collect()
     } else if let Ok(tuple) = values.cast::<PyTuple>() {
         tuple.iter().collect()
@@ -1313,29 +1406,35 @@ impl ListCalls {
     fn put(&mut self, newState: &Bound<'_, PyAny>) -> PyResult<()> {
         let py = newState.py();
         let values = self.elements(newState)?;
-        let (prefix, expiry) = self.current(py)?;
+        let cursor = self.cursor.bind(py).clone();
+        let cursor = cursor.try_borrow()?;
+        let (prefix, expiry) = (
+            &cursor.prefix,
+            write_expiry(self.ttl.as_ref(), cursor.now_ms),
+        );
         let (written, next) = self.values.get().replace_list(
             py,
             self.store.bind(py),
-            &prefix,
+            prefix,
             expiry,
             &values,
             self.ahead.as_ref().map(|a| a.bind(py)),
         )?;
-        self.index(py, &prefix, expiry, &written)?;
-        self.next = Some((prefix, next));
+        self.index(py, prefix, expiry, &written)?;
+        self.remember_next(prefix, next);
         Ok(())
     }
 
     /// `clear`: deletes the current key's list.
     fn clear(&mut self, py: Python<'_>) -> PyResult<()> {
-        let prefix = self.cursor.bind(py).try_borrow()?.prefix.clone();
+        let cursor = self.cursor.bind(py).clone();
+        let prefix = &cursor.try_borrow()?.prefix;
         self.values.get().delete_all(
             self.store.bind(py),
-            &prefix,
+            prefix,
             self.ahead.as_ref().map(|a| a.bind(py)),
         )?;
-        self.next = Some((prefix, 0));
+        self.remember_next(prefix, 0);
         Ok(())
     }
 }

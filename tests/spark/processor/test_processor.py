@@ -83,6 +83,43 @@ def test_value_list_and_map_state_per_key_survive_commits(open_handle):
     assert value.get() == (1, "b") and mapping.getValue("x") == 10 and list(items.get()) == ["b", 1, 2]
 
 
+class StateCallingValue:
+    """A value whose pickling makes state calls (``calls``) while kstate encodes it."""
+
+    def __init__(self, calls):
+        self.calls = calls
+
+    def __reduce__(self):
+        self.calls()
+        return (str, ("outer",))
+
+
+def test_state_calls_made_while_a_value_is_encoded_store_both_values(open_handle):
+    # A state call encodes into a buffer of the thread's; one made while that is in use (here,
+    # from the pickling of the value being stored) must not share it.
+    state, handle = open_handle(0)
+    value, items, mapping = handle.getValueState("v"), handle.getListState("l"), handle.getMapState("m")
+    key(handle, "a")
+
+    def inner_calls():
+        mapping.updateValue("inner", "x" * 100)
+        items.appendValue(7)
+
+    value.update(StateCallingValue(inner_calls))
+    mapping.updateValue("outer", StateCallingValue(lambda: value.update("inner value")))
+    items.appendList([StateCallingValue(lambda: mapping.updateValue("from a list", 1)), "b"])
+    items.put([StateCallingValue(lambda: mapping.removeKey("from a list"))])
+    assert value.get() == "inner value", "the inner update came after the outer one was staged"
+    assert dict(mapping.iterator()) == {"inner": "x" * 100, "outer": "outer"}
+    assert list(items.get()) == ["outer"]
+    state.commit()
+    state, handle = open_handle(1)
+    value, items, mapping = handle.getValueState("v"), handle.getListState("l"), handle.getMapState("m")
+    key(handle, "a")
+    assert value.get() == "inner value" and list(items.get()) == ["outer"]
+    assert dict(mapping.iterator()) == {"inner": "x" * 100, "outer": "outer"}
+
+
 def test_spark_keyword_arguments(open_handle):
     names = ("v", "l", "m", "w", "p", "q", TTL_INDEX, TIMERS_BY_TIME, TIMERS_BY_KEY)
     _, handle = open_handle(0, names=names, time_mode="ProcessingTime")

@@ -117,9 +117,14 @@ pub fn split_prefixed(raw: &[u8]) -> Result<(&[u8], &[u8])> {
 /// A list entry holding one element: `<prefix><u64 BE sequence>`.
 pub fn list_key(prefix: &[u8], sequence: u64) -> Vec<u8> {
     let mut out = Vec::with_capacity(prefix.len() + SEQUENCE_LEN + 1);
+    push_list_key(prefix, sequence, &mut out);
+    out
+}
+
+/// Appends [`list_key`]`(prefix, sequence)` to `out`.
+pub fn push_list_key(prefix: &[u8], sequence: u64, out: &mut Vec<u8>) {
     out.extend_from_slice(prefix);
     out.extend_from_slice(&sequence.to_be_bytes());
-    out
 }
 
 /// A list entry holding a run (the elements one call wrote): `<prefix><u64 BE sequence><RUN_TAG>`.
@@ -129,6 +134,12 @@ pub fn list_run_key(prefix: &[u8], sequence: u64) -> Vec<u8> {
     let mut out = list_key(prefix, sequence);
     out.push(RUN_TAG);
     out
+}
+
+/// Appends [`list_run_key`]`(prefix, sequence)` to `out`.
+pub fn push_list_run_key(prefix: &[u8], sequence: u64, out: &mut Vec<u8>) {
+    push_list_key(prefix, sequence, out);
+    out.push(RUN_TAG);
 }
 
 /// The sequence of a list entry given what follows its prefix, and whether the entry is a run.

@@ -45,6 +45,12 @@ pub type Bytes = SmallVec<[u8; 24]>;
 /// and its stored `<expiry><value>`.
 pub type Entry = (Bytes, Bytes);
 
+/// A prefix held, inline up to 32 bytes (the length and pickle of a short grouping key).
+type Prefix = SmallVec<[u8; 32]>;
+/// A prefix's entries in key order, the first inline: a list kept by `put` is one entry, so
+/// most prefixes cost no allocation of their own to read ahead and to drop.
+type Held = SmallVec<[Entry; 1]>;
+
 /// The bytes an entry counts for: its key, its stored value and the bookkeeping.
 fn entry_bytes(key_len: usize, stored_len: usize) -> usize {
     key_len + stored_len + ENTRY_OVERHEAD
@@ -150,7 +156,7 @@ impl Journal {
 #[derive(Debug, Default)]
 pub struct PrefixEntries {
     /// Each prefix read ahead, with its entries in key order.
-    by_prefix: HashMap<Vec<u8>, Vec<Entry>, RandomState>,
+    by_prefix: HashMap<Prefix, Held, RandomState>,
     /// What is held (journal included), charged to the store's budget (`None`: a store outside
     /// any budget).
     charge: Option<Charge>,
@@ -172,8 +178,10 @@ impl PrefixEntries {
             budget: budget.clone(),
         });
         let max_bytes = charge.as_ref().map_or(max_bytes, |charge| charge.bytes);
-        let mut by_prefix: HashMap<Vec<u8>, Vec<Entry>, RandomState> =
-            prefixes.iter().map(|p| (p.to_vec(), Vec::new())).collect();
+        let mut by_prefix: HashMap<Prefix, Held, RandomState> = prefixes
+            .iter()
+            .map(|p| (Prefix::from_slice(p), Held::new()))
+            .collect();
         let mut bytes = 0;
         let mut unfinished: Option<usize> = None;
         store.scan_prefixes(prefixes, &mut |i, key, stored| {
@@ -258,7 +266,7 @@ impl PrefixEntries {
 
     /// The entries under `prefix` in key order (`None`: not read ahead).
     pub fn entries(&self, prefix: &[u8]) -> Option<&[Entry]> {
-        self.by_prefix.get(prefix).map(Vec::as_slice)
+        self.by_prefix.get(prefix).map(Held::as_slice)
     }
 
     /// The stored value of `<prefix><suffix>`: `None` if not read ahead, `Some(None)` if absent.

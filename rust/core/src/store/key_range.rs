@@ -11,10 +11,20 @@ pub fn successor(key: &[u8]) -> Vec<u8> {
 /// Upper bound of a prefix scan (Kafka's `incrementWithoutOverflow`): the prefix with its last
 /// byte that is not 0xFF incremented and the rest dropped; `None` when every byte is 0xFF.
 pub fn prefix_upper_bound(prefix: &[u8]) -> Option<Vec<u8>> {
-    let last = prefix.iter().rposition(|&b| b != 0xFF)?;
-    let mut upper = prefix[..=last].to_vec();
-    upper[last] += 1;
-    Some(upper)
+    let mut upper = Vec::new();
+    write_prefix_upper_bound(prefix, &mut upper).then_some(upper)
+}
+
+/// [`prefix_upper_bound`] written into `out` (cleared first), for a caller bounding many
+/// prefixes with one buffer; returns `false` (and leaves `out` empty) when there is none.
+pub fn write_prefix_upper_bound(prefix: &[u8], out: &mut Vec<u8>) -> bool {
+    out.clear();
+    let Some(last) = prefix.iter().rposition(|&b| b != 0xFF) else {
+        return false;
+    };
+    out.extend_from_slice(&prefix[..=last]);
+    out[last] += 1;
+    true
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

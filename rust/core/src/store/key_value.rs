@@ -6,11 +6,12 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use rocksdb::WriteBatch;
+use smallvec::SmallVec;
 
 use crate::error::{Error, Result};
 use crate::format::offsets::{self, STATUS_CLOSED, STATUS_OPEN};
 use crate::store::committed::{CommittedState, OffsetWrite, Write};
-use crate::store::key_range::{prefix_upper_bound, Direction, KeyRange};
+use crate::store::key_range::{prefix_upper_bound, write_prefix_upper_bound, Direction, KeyRange};
 use crate::store::memory::MemoryState;
 use crate::store::memory_budget::{MemoryBudget, MemoryProbe, StoreAccount, StoreMemory};
 use crate::store::merge::{Below, IterSource, ScanLimit, Scanned, SortedSource, VisitEntry};
@@ -809,12 +810,14 @@ impl KeyValueStore {
         };
         self.state.with(|c| {
             let mut sources = self.layered_sources(c, &range, Direction::Forward)?;
+            // One bound buffer and the windows inline: a prefix's scan allocates nothing.
+            let mut end = Vec::new();
             for &i in &order {
-                let end = prefix_upper_bound(prefixes[i]);
-                let mut windows = Vec::with_capacity(sources.len());
+                let bounded = write_prefix_upper_bound(prefixes[i], &mut end);
+                let end = bounded.then_some(end.as_slice());
+                let mut windows: SmallVec<[Below<'_, '_>; 4]> = SmallVec::new();
                 for source in sources.iter_mut() {
-                    let window = Below::window(source.as_mut(), prefixes[i], end.as_deref())?;
-                    windows.push(Box::new(window) as Box<dyn SortedSource + '_>);
+                    windows.push(Below::window(source.as_mut(), prefixes[i], end)?);
                 }
                 let mut go_on = true;
                 ttl::merge_live(

@@ -23,6 +23,21 @@ pub trait SortedSource {
     }
 }
 
+impl<S: SortedSource + ?Sized> SortedSource for Box<S> {
+    fn key(&self) -> Option<&[u8]> {
+        (**self).key()
+    }
+    fn value(&self) -> Result<Option<Cow<'_, [u8]>>> {
+        (**self).value()
+    }
+    fn advance(&mut self) -> Result<()> {
+        (**self).advance()
+    }
+    fn seek(&mut self, target: &[u8]) -> Result<()> {
+        (**self).seek(target)
+    }
+}
+
 /// A forward source seen up to `end` (exclusive): one window of a source that a scan of many
 /// disjoint ranges moves through with `seek`, so the ranges share one iterator.
 pub struct Below<'s, 'a> {
@@ -169,8 +184,8 @@ impl Scanned {
 /// until the entries `visit` counted reach `limit`. Entries are borrowed from the sources, never
 /// copied. A single source (committed state with nothing staged, the common case at scale) is
 /// walked directly.
-pub fn merge_visit(
-    sources: &mut [Box<dyn SortedSource + '_>],
+pub fn merge_visit<S: SortedSource>(
+    sources: &mut [S],
     direction: Direction,
     limit: ScanLimit,
     visit: &mut VisitRow<'_>,

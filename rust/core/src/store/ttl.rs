@@ -124,9 +124,9 @@ impl Ttl {
 
 /// The live entries of the merge of `sources` (see `merge_visit`) passed to `visit` up to
 /// `limit`, values the TTL says expired skipped; says what was visited.
-pub fn merge_live(
+pub fn merge_live<S: SortedSource>(
     ttl: Option<&Ttl>,
-    sources: &mut [Box<dyn SortedSource + '_>],
+    sources: &mut [S],
     direction: Direction,
     limit: ScanLimit,
     visit: &mut VisitEntry<'_>,
