@@ -28,13 +28,17 @@ pub(crate) type PackedArray<'py> = (
     usize,
 );
 /// Collects the writes `source` visits (on a thread without the GIL) into two packed Arrow
-/// binary arrays, keys and values.
+/// binary arrays, keys and values; `rows`: how many it will visit, about (room made for them).
 pub(crate) fn packed_writes<'py>(
     py: Python<'py>,
     large: bool,
+    rows: usize,
     source: impl FnOnce(&mut VisitWrite<'_>) -> kstate_core::Result<()> + Send,
 ) -> PyResult<(PackedArray<'py>, PackedArray<'py>)> {
-    let (mut keys, mut values) = (BinaryBuilder::new(0, large), BinaryBuilder::new(0, large));
+    let (mut keys, mut values) = (
+        BinaryBuilder::new(rows, large),
+        BinaryBuilder::new(rows, large),
+    );
     detached(py, || {
         source(&mut |key, value| {
             keys.push(Some(key))?;
@@ -529,7 +533,10 @@ impl NativeKeyValueStore {
         large: bool,
     ) -> PyResult<(PackedArray<'py>, PackedArray<'py>)> {
         let store = &mut self.logged.inner.store;
-        packed_writes(py, large, |visit| store.previous_values_of_staged(visit))
+        let (staged, _) = store.uncommitted();
+        packed_writes(py, large, staged, |visit| {
+            store.previous_values_of_staged(visit)
+        })
     }
 
     fn read_committed_view(&self) -> NativeReadCommittedView {

@@ -143,7 +143,8 @@ impl StateReadAhead {
         let mut store = store.try_borrow_mut()?;
         let store = &mut store.logged.inner.store;
         let entries = &self.entries;
-        packed_writes(py, large, |visit| {
+        let (staged, _) = store.uncommitted();
+        packed_writes(py, large, staged, |visit| {
             if not_read_ahead {
                 store.previous_values_of_staged(visit)
             } else {

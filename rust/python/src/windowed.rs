@@ -467,7 +467,7 @@ macro_rules! segmented_store_methods {
             )> {
                 use kstate_core::segmented::segmented_store::SegmentedKeys;
                 let segments = self.logged.inner.store.segments_mut();
-                crate::key_value_store::packed_writes(py, large, |visit| {
+                crate::key_value_store::packed_writes(py, large, 0, |visit| {
                     segments.previous_values_of_staged(visit)
                 })
             }

@@ -236,6 +236,10 @@ impl Partition {
         } else {
             MessageSetBuilder::new(WRITE_MAGIC, self.config.compression)
         };
+        let bytes = rows()
+            .map(|record| record.key.map_or(0, <[u8]>::len) + record.value.map_or(0, <[u8]>::len))
+            .sum();
+        builder.reserve(count, bytes);
         let first_offset = self.log_end_offset;
         let mut max_timestamp = NO_TIMESTAMP;
         for (offset, record) in (first_offset..).zip(rows()) {

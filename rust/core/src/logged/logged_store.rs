@@ -383,10 +383,10 @@ impl<S: ChangelogTarget> LoggedStore<S> {
     ) -> Result<Option<i64>> {
         let timestamped = log.timestamped;
         let appended = store.for_each_staged(CHANGELOG_CHUNK_BYTES, &mut |writes| {
-            let records = writes
-                .iter()
-                .map(|&(key, value)| record_of::<S>(key, value, timestamped, now_ms))
-                .collect::<Result<Vec<_>>>()?;
+            let mut records = Vec::with_capacity(writes.len());
+            for &(key, value) in writes {
+                records.push(record_of::<S>(key, value, timestamped, now_ms)?);
+            }
             log.changelog.append(&records, now_ms)
         });
         match appended.and_then(|()| log.changelog.publish(uploaded)) {

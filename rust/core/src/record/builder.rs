@@ -129,6 +129,17 @@ impl MessageSetBuilder {
         Ok(())
     }
 
+    /// Makes room for `records` more records whose keys and values take `bytes` together: a
+    /// builder given its batch's size grows its buffers once, not by copies as it fills.
+    pub fn reserve(&mut self, records: usize, bytes: usize) {
+        let overhead = legacy::entry_overhead(self.magic);
+        self.entries
+            .reserve(records.saturating_mul(overhead).saturating_add(bytes));
+        if self.compression == Compression::None {
+            self.built.reserve(records);
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.last_offset.is_none()
     }

@@ -39,6 +39,15 @@ pub(crate) fn attributes(magic: Magic, compression: Compression, ts_type: Timest
 }
 
 /// Appends one entry to `out`. The timestamp is written only for v1, as Kafka does.
+/// Bytes of one entry of `magic` besides its key and value (the log overhead included).
+pub(crate) fn entry_overhead(magic: Magic) -> usize {
+    LOG_OVERHEAD
+        + match magic {
+            Magic::V0 => RECORD_OVERHEAD_V0,
+            Magic::V1 => RECORD_OVERHEAD_V1,
+        }
+}
+
 pub(crate) fn write_entry(
     out: &mut Vec<u8>,
     offset: i64,

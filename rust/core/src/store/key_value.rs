@@ -925,7 +925,8 @@ impl KeyValueStore {
                 chunk(&writes)
             });
         }
-        let mut writes = Vec::new();
+        // Room for a chunk of the usual write (or all of them): no regrowing while filled.
+        let mut writes = Vec::with_capacity(self.overlay.len().min(chunk_bytes / 32 + 1));
         let mut bytes = 0;
         for (key, value) in self.overlay.iter() {
             bytes += key.len() + value.map_or(0, <[u8]>::len);
