@@ -38,16 +38,20 @@ pub(crate) fn attributes(magic: Magic, compression: Compression, ts_type: Timest
     }
 }
 
-/// Appends one entry to `out`. The timestamp is written only for v1, as Kafka does.
-/// Bytes of one entry of `magic` besides its key and value (the log overhead included).
-pub(crate) fn entry_overhead(magic: Magic) -> usize {
-    LOG_OVERHEAD
-        + match magic {
-            Magic::V0 => RECORD_OVERHEAD_V0,
-            Magic::V1 => RECORD_OVERHEAD_V1,
-        }
+/// Bytes of one record of `magic` besides its key and value (what its size field counts).
+fn record_overhead(magic: Magic) -> usize {
+    match magic {
+        Magic::V0 => RECORD_OVERHEAD_V0,
+        Magic::V1 => RECORD_OVERHEAD_V1,
+    }
 }
 
+/// Bytes of one entry of `magic` besides its key and value (the log overhead included).
+pub(crate) fn entry_overhead(magic: Magic) -> usize {
+    LOG_OVERHEAD + record_overhead(magic)
+}
+
+/// Appends one entry to `out`. The timestamp is written only for v1, as Kafka does.
 pub(crate) fn write_entry(
     out: &mut Vec<u8>,
     offset: i64,
@@ -57,10 +61,7 @@ pub(crate) fn write_entry(
     key: Option<&[u8]>,
     value: Option<&[u8]>,
 ) -> Result<()> {
-    let overhead = match magic {
-        Magic::V0 => RECORD_OVERHEAD_V0,
-        Magic::V1 => RECORD_OVERHEAD_V1,
-    };
+    let overhead = record_overhead(magic);
     let key_len = key.map_or(0, <[u8]>::len);
     let value_len = value.map_or(0, <[u8]>::len);
     let size = overhead

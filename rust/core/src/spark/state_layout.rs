@@ -131,8 +131,8 @@ pub fn push_list_key(prefix: &[u8], sequence: u64, out: &mut Vec<u8>) {
 /// It sorts right after an element of the same sequence, so a scan reads a list's entries in
 /// sequence order whichever kind each is.
 pub fn list_run_key(prefix: &[u8], sequence: u64) -> Vec<u8> {
-    let mut out = list_key(prefix, sequence);
-    out.push(RUN_TAG);
+    let mut out = Vec::with_capacity(prefix.len() + RUN_SUFFIX_LEN);
+    push_list_run_key(prefix, sequence, &mut out);
     out
 }
 
