@@ -5,9 +5,11 @@
 //! back to the store.
 //!
 //! What a read-ahead holds is charged to the store's memory budget, in its read cache share,
-//! for as long as it is held: it takes at most what other read-aheads leave of that share
+//! for as long as it is held: it reads at most what other read-aheads leave of that share
 //! (`MemoryBudget::take_read_ahead`), so however many tasks read ahead at once, together they
 //! stay inside the budget; the prefixes past its bound are read from the store call by call.
+//! Only what it holds is charged (`MemoryBudget::hold_read_ahead`): the stores' cached values
+//! make room for that, not for the whole bound.
 //!
 //! When nothing was staged in the store as it read, what a read-ahead holds is the committed
 //! state; so the value it held for a key when the batch first wrote that key is the key's
@@ -56,23 +58,38 @@ fn entry_bytes(key_len: usize, stored_len: usize) -> usize {
     key_len + stored_len + ENTRY_OVERHEAD
 }
 
-/// Bytes of a memory budget's read cache share held by one read-ahead, given back when dropped.
+/// Bytes of a memory budget's read cache share taken by one read-ahead: reserved while it
+/// reads, then held (charged as read cache), given back when dropped.
 #[derive(Debug)]
 struct Charge {
     budget: Arc<MemoryBudget>,
     bytes: usize,
+    /// Whether `bytes` is a reservation not yet turned into what is held.
+    reserved: bool,
 }
 
 impl Charge {
+    fn reserve(budget: &Arc<MemoryBudget>, wanted: usize) -> Self {
+        Self {
+            bytes: budget.take_read_ahead(wanted),
+            budget: budget.clone(),
+            reserved: true,
+        }
+    }
+
     fn resize(&mut self, bytes: usize) {
-        self.budget.resize_read_ahead(self.bytes, bytes);
+        if std::mem::take(&mut self.reserved) {
+            self.budget.hold_read_ahead(self.bytes, bytes);
+        } else {
+            self.budget.resize_read_ahead(self.bytes, bytes);
+        }
         self.bytes = bytes;
     }
 }
 
 impl Drop for Charge {
     fn drop(&mut self) {
-        self.budget.resize_read_ahead(self.bytes, 0);
+        self.resize(0);
     }
 }
 
@@ -173,10 +190,9 @@ impl PrefixEntries {
             .collect();
         unique.dedup();
         let prefixes = unique.as_slice();
-        let mut charge = store.memory_budget().map(|budget| Charge {
-            bytes: budget.take_read_ahead(max_bytes),
-            budget: budget.clone(),
-        });
+        let mut charge = store
+            .memory_budget()
+            .map(|budget| Charge::reserve(budget, max_bytes));
         let max_bytes = charge.as_ref().map_or(max_bytes, |charge| charge.bytes);
         let mut by_prefix: HashMap<Prefix, Held, RandomState> = prefixes
             .iter()
@@ -693,6 +709,56 @@ mod tests {
         assert_eq!(budget.usage().read_cache, 0);
         let again = PrefixEntries::read(&store, &asked, READ_AHEAD_MAX_BYTES).unwrap();
         assert_eq!(again.charged_bytes(), Some(charged));
+    }
+
+    #[test]
+    fn a_read_ahead_takes_from_the_read_caches_only_what_it_holds() {
+        use crate::store::rocks_options::RocksConfig;
+        let dir = tempfile::tempdir().unwrap();
+        let budget = MemoryBudget::new(256 << 20).unwrap();
+        let open = |name: &str, cache_max_bytes: usize| {
+            let options = StoreOptions {
+                transactional: true,
+                offset_key: "o".into(),
+                cache_max_bytes,
+                rocks: Some(RocksConfig::new(budget.clone(), None).unwrap()),
+                ..StoreOptions::default()
+            };
+            let (store, _) = KeyValueStore::open_rocksdb(
+                name,
+                &dir.path().join(format!("rocksdb/{name}")),
+                &dir.path().join(format!("rocksdb/.{name}.uncommitted")),
+                ValueFormat::Plain,
+                options,
+                &mut |_| {},
+            )
+            .unwrap();
+            store
+        };
+        // A value store's committed values cached by a batch's reads, as a processor's are.
+        let mut values = open("totals", 64 << 20);
+        let keys: Vec<Vec<u8>> = (0..2000u32).map(|k| k.to_be_bytes().to_vec()).collect();
+        for key in &keys {
+            values.put(key, Some(&[1; 100])).unwrap();
+        }
+        values.commit(Some(1), &mut |_| {}).unwrap();
+        let asked: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+        values.get_many(&asked).unwrap();
+        let cached = budget.usage().read_cache;
+        assert!(cached > 2000 * 100, "{cached}");
+
+        // The next batch reads a list store's entries ahead: the values stay cached, and only
+        // what the read-ahead holds is charged besides them.
+        let mut recent = open("recent", 0);
+        let prefixes = lists(&mut recent);
+        let asked_lists: Vec<&[u8]> = prefixes.iter().map(Vec::as_slice).collect();
+        let ahead = PrefixEntries::read(&recent, &asked_lists, READ_AHEAD_MAX_BYTES).unwrap();
+        let held = ahead.charged_bytes().unwrap();
+        assert!(held > 0);
+        assert_eq!(budget.usage().read_cache, cached + held);
+        drop(ahead);
+        assert_eq!(budget.usage().read_cache, cached);
+        assert_eq!(budget.read_ahead_bytes(), 0);
     }
 
     fn ahead_entries(store: &KeyValueStore, prefix: &[u8]) -> Option<Vec<Entry>> {

@@ -113,7 +113,8 @@ pub struct MemoryBudget {
     write_buffers: WriteBufferManager,
     staged: AtomicUsize,
     read_cache: AtomicUsize,
-    /// The part of `read_cache` that read-aheads hold (`take_read_ahead`).
+    /// Bytes read-aheads have reserved (`take_read_ahead`) or hold (`hold_read_ahead`): at most
+    /// the read cache share together. Only what they hold is part of `read_cache`.
     read_ahead: AtomicUsize,
     /// Counts read cache uses, so the least recently used caches shrink first.
     clock: AtomicU64,
@@ -356,11 +357,12 @@ impl MemoryBudget {
         }
     }
 
-    /// Takes up to `wanted` bytes of the read cache share for a read-ahead (state read for a
-    /// whole batch before it runs and held until it ends: kstate.spark's list and map state).
-    /// Read-aheads together never take more than the share, however many run at once; the
-    /// stores' read caches shrink to make room. Returns the bytes taken, charged until given
-    /// back with [`Self::resize_read_ahead`].
+    /// Reserves up to `wanted` bytes of the read cache share for a read-ahead (state read for a
+    /// whole batch before it runs and held until it ends: kstate.spark's list and map state):
+    /// what it may read. Read-aheads together never reserve more than the share, however many
+    /// run at once. A reservation is not charged as read cache: [`Self::hold_read_ahead`]
+    /// charges what the read-ahead then holds, so reading ahead a batch's few entries drops no
+    /// store's cached values to make room for bytes it never read.
     pub fn take_read_ahead(&self, wanted: usize) -> usize {
         let share = self.read_cache_limit();
         let mut taken = 0;
@@ -370,11 +372,24 @@ impl MemoryBudget {
                 taken = wanted.min(share.saturating_sub(held));
                 Some(held + taken)
             });
-        if taken > 0 {
-            self.read_cache.fetch_add(taken, Ordering::Relaxed);
+        taken
+    }
+
+    /// Turns a read-ahead's reservation of `reserved` bytes into the `held` bytes it read (0:
+    /// it read nothing or failed), charged as read cache from now on: past the share, the
+    /// stores' read caches shrink to make room. [`Self::resize_read_ahead`] follows what is held.
+    pub fn hold_read_ahead(&self, reserved: usize, held: usize) {
+        if held >= reserved {
+            self.read_ahead
+                .fetch_add(held - reserved, Ordering::Relaxed);
+        } else {
+            self.read_ahead
+                .fetch_sub(reserved - held, Ordering::Relaxed);
+        }
+        if held > 0 {
+            self.charge_read_cache(0, held);
             self.after_read_cache_insert();
         }
-        taken
     }
 
     /// Changes what a read-ahead holds from `previous` bytes to `now` (0: it is dropped).
@@ -390,7 +405,8 @@ impl MemoryBudget {
         }
     }
 
-    /// Bytes read-aheads hold now (part of [`ProcessMemory::read_cache`]).
+    /// Bytes read-aheads reserve or hold now (what they hold is part of
+    /// [`ProcessMemory::read_cache`]).
     pub fn read_ahead_bytes(&self) -> usize {
         self.read_ahead.load(Ordering::Relaxed)
     }
