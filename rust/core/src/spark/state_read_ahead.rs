@@ -417,20 +417,36 @@ mod tests {
 
     fn open(dir: &std::path::Path) -> KeyValueStore {
         let options = StoreOptions {
-            transactional: true,
             offset_key: "o".into(),
             ..StoreOptions::default()
         };
+        open_named(dir, "list", options)
+    }
+
+    /// A transactional RocksDB store `name` under `dir`.
+    fn open_named(dir: &std::path::Path, name: &str, options: StoreOptions) -> KeyValueStore {
         let (store, _) = KeyValueStore::open_rocksdb(
-            "list",
-            &dir.join("rocksdb/list"),
-            &dir.join("rocksdb/.list.uncommitted"),
+            name,
+            &dir.join(format!("rocksdb/{name}")),
+            &dir.join(format!("rocksdb/.{name}.uncommitted")),
             ValueFormat::Plain,
             options,
             &mut |_| {},
         )
         .unwrap();
         store
+    }
+
+    /// A store's options inside `budget`, with a read cache of up to `cache_max_bytes`.
+    fn in_budget(budget: &Arc<MemoryBudget>, cache_max_bytes: usize) -> StoreOptions {
+        StoreOptions {
+            offset_key: "o".into(),
+            cache_max_bytes,
+            rocks: Some(
+                crate::store::rocks_options::RocksConfig::new(budget.clone(), None).unwrap(),
+            ),
+            ..StoreOptions::default()
+        }
     }
 
     fn element(prefix: &[u8], sequence: u64, value: &[u8]) -> (Vec<u8>, Vec<u8>) {
@@ -637,24 +653,10 @@ mod tests {
 
     #[test]
     fn read_aheads_together_stay_inside_the_budgets_read_cache_share() {
-        use crate::store::rocks_options::RocksConfig;
         let dir = tempfile::tempdir().unwrap();
         let budget = MemoryBudget::new(32 << 20).unwrap();
         let share = budget.read_cache_limit();
-        let options = StoreOptions {
-            offset_key: "o".into(),
-            rocks: Some(RocksConfig::new(budget.clone(), None).unwrap()),
-            ..StoreOptions::default()
-        };
-        let (mut store, _) = KeyValueStore::open_rocksdb(
-            "list",
-            &dir.path().join("rocksdb/list"),
-            &dir.path().join("rocksdb/.list.uncommitted"),
-            ValueFormat::Plain,
-            options,
-            &mut |_| {},
-        )
-        .unwrap();
+        let mut store = open_named(dir.path(), "list", in_budget(&budget, 0));
         // 12 MiB of list elements under 600 keys: more than the 8 MiB share.
         let prefixes: Vec<Vec<u8>> = (0..600u32)
             .map(|u| key_prefix(&u.to_be_bytes()).unwrap())
@@ -713,27 +715,10 @@ mod tests {
 
     #[test]
     fn a_read_ahead_takes_from_the_read_caches_only_what_it_holds() {
-        use crate::store::rocks_options::RocksConfig;
         let dir = tempfile::tempdir().unwrap();
         let budget = MemoryBudget::new(256 << 20).unwrap();
         let open = |name: &str, cache_max_bytes: usize| {
-            let options = StoreOptions {
-                transactional: true,
-                offset_key: "o".into(),
-                cache_max_bytes,
-                rocks: Some(RocksConfig::new(budget.clone(), None).unwrap()),
-                ..StoreOptions::default()
-            };
-            let (store, _) = KeyValueStore::open_rocksdb(
-                name,
-                &dir.path().join(format!("rocksdb/{name}")),
-                &dir.path().join(format!("rocksdb/.{name}.uncommitted")),
-                ValueFormat::Plain,
-                options,
-                &mut |_| {},
-            )
-            .unwrap();
-            store
+            open_named(dir.path(), name, in_budget(&budget, cache_max_bytes))
         };
         // A value store's committed values cached by a batch's reads, as a processor's are.
         let mut values = open("totals", 64 << 20);

@@ -148,6 +148,15 @@ fn release_freed_memory() {
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 fn release_freed_memory() {}
 
+/// Moves a byte counter from `previous` to `now` (what one holder of it had, and has now).
+fn shift(counter: &AtomicUsize, previous: usize, now: usize) {
+    if now >= previous {
+        counter.fetch_add(now - previous, Ordering::Relaxed);
+    } else {
+        counter.fetch_sub(previous - now, Ordering::Relaxed);
+    }
+}
+
 /// The part of a budget of `limit` the block cache leaves for what its bytes cost beyond
 /// themselves (see the module's split).
 fn unaccounted_share(limit: usize) -> usize {
@@ -341,20 +350,12 @@ impl MemoryBudget {
     }
 
     pub(crate) fn charge_staged(&self, previous: usize, now: usize) {
-        if now >= previous {
-            self.staged.fetch_add(now - previous, Ordering::Relaxed);
-        } else {
-            self.staged.fetch_sub(previous - now, Ordering::Relaxed);
-        }
+        shift(&self.staged, previous, now);
         self.rebalance();
     }
 
     pub(crate) fn charge_read_cache(&self, previous: usize, now: usize) {
-        if now >= previous {
-            self.read_cache.fetch_add(now - previous, Ordering::Relaxed);
-        } else {
-            self.read_cache.fetch_sub(previous - now, Ordering::Relaxed);
-        }
+        shift(&self.read_cache, previous, now);
     }
 
     /// Reserves up to `wanted` bytes of the read cache share for a read-ahead (state read for a
@@ -379,13 +380,7 @@ impl MemoryBudget {
     /// it read nothing or failed), charged as read cache from now on: past the share, the
     /// stores' read caches shrink to make room. [`Self::resize_read_ahead`] follows what is held.
     pub fn hold_read_ahead(&self, reserved: usize, held: usize) {
-        if held >= reserved {
-            self.read_ahead
-                .fetch_add(held - reserved, Ordering::Relaxed);
-        } else {
-            self.read_ahead
-                .fetch_sub(reserved - held, Ordering::Relaxed);
-        }
+        shift(&self.read_ahead, reserved, held);
         if held > 0 {
             self.charge_read_cache(0, held);
             self.after_read_cache_insert();
@@ -394,11 +389,7 @@ impl MemoryBudget {
 
     /// Changes what a read-ahead holds from `previous` bytes to `now` (0: it is dropped).
     pub fn resize_read_ahead(&self, previous: usize, now: usize) {
-        if now >= previous {
-            self.read_ahead.fetch_add(now - previous, Ordering::Relaxed);
-        } else {
-            self.read_ahead.fetch_sub(previous - now, Ordering::Relaxed);
-        }
+        shift(&self.read_ahead, previous, now);
         self.charge_read_cache(previous, now);
         if now < previous {
             self.rebalance();
