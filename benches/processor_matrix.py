@@ -38,10 +38,11 @@ and Spark's modes run under this one. Spark's modes run in the first round only 
 minutes). Medians of the rounds are printed as markdown tables, with the load average at each
 run's start and end. Each run's line on stderr gives its micro-batches' ``triggerExecution`` ms
 too: the first holds the JVM's warm-up and the Python workers' start, the others what a batch
-costs. And its CPU seconds, the JVM's and its Python workers' (``process_tree_cpu``), with a
-table of their medians per mode and kstate_row's wall time over the floor's round by round: on
-a host whose load moves a run's wall time by seconds, the workers' CPU is what a mode's Python
-side costs, steadily.
+costs; and their ``addBatch`` ms, the batch's job alone (the tasks, the sink's write), without
+Spark's planning and its offset and commit logs. And its CPU seconds, the JVM's and its Python
+workers' (``process_tree_cpu``), with a table of their medians per mode and kstate_row's wall
+time over the floor's round by round: on a host whose load moves a run's wall time by seconds,
+the workers' CPU is what a mode's Python side costs, steadily.
 """
 
 from __future__ import annotations
@@ -379,7 +380,9 @@ def run_mode(shape: Shape, mode: str) -> dict:
     )
     running.awaitTermination()
     seconds = time.perf_counter() - started
-    batch_ms = [p["durationMs"].get("triggerExecution", 0) for p in running.recentProgress if p["numInputRows"]]
+    progress = [p for p in running.recentProgress if p["numInputRows"]]
+    batch_ms = [p["durationMs"].get("triggerExecution", 0) for p in progress]
+    add_batch_ms = [p["durationMs"].get("addBatch", 0) for p in progress]
     names = shape.output_names
     got = sorted((int(r["batch"]), *(r[n] for n in names)) for r in spark.read.parquet(sink).collect())
     expected = reference(shape, inputs)
@@ -391,6 +394,7 @@ def run_mode(shape: Shape, mode: str) -> dict:
         "mode": mode,
         "seconds": seconds,
         "batch_ms": batch_ms,
+        "add_batch_ms": add_batch_ms,
         "output_rows": len(got),
         "digest": digest(got),
         "matches_reference": None if mode.startswith("floor") else got == expected,
@@ -418,7 +422,8 @@ def run_one(python: str, shape: str, mode: str, scale: float = 1.0) -> dict | No
     result = json.loads(lines[-1])
     print(
         f"[matrix] shape {shape} {mode} ({python}): {result['seconds']:.1f} s "
-        f"(batches {', '.join(str(ms) for ms in result['batch_ms'])} ms), "
+        f"(batches {', '.join(str(ms) for ms in result['batch_ms'])} ms; "
+        f"their addBatch {', '.join(str(ms) for ms in result.get('add_batch_ms', []))} ms), "
         f"equals reference: {result['matches_reference']}, load {result['load'][0]:.1f}-{result['load'][1]:.1f}, "
         f"CPU: JVM {result['cpu']['jvm']:.1f} s, Python workers {result['cpu']['workers']:.1f} s, "
         f"kstate from {result['kstate']}",
