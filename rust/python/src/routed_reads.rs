@@ -78,7 +78,7 @@ fn value_of<'py>(
 /// bytes are borrowed from the Python object.
 fn routed<'a>(key: &'a Bound<'_, PyAny>, column: KeyColumn) -> Option<(i32, Cow<'a, [u8]>)> {
     let bytes = match column {
-        KeyColumn::String => utf8(key.cast::<PyString>().ok()?).ok()?,
+        KeyColumn::String => utf8(key.cast::<PyString>().ok()?.as_borrowed()).ok()?,
         KeyColumn::Binary => Cow::Borrowed(key.cast::<PyBytes>().ok()?.as_bytes()),
         KeyColumn::Bigint => {
             if !key.is_exact_instance_of::<PyInt>() {

@@ -11,6 +11,8 @@ use pyo3::types::{
     PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple,
 };
 use pyo3::{intern, IntoPyObjectExt};
+use smallvec::SmallVec;
+use std::borrow::Cow;
 
 use crate::errors::{raise, to_py, ErrorClass};
 use crate::text::utf8;
@@ -236,6 +238,9 @@ impl RowCodec {
         value: &Bound<'_, PyAny>,
         out: &mut Vec<u8>,
     ) -> PyResult<()> {
+        if self.codec.is_flat() && self.encode_flat_tuple(value, out) {
+            return Ok(());
+        }
         let mut source = PySource {
             py,
             codec: self,
@@ -246,6 +251,41 @@ impl RowCodec {
         self.codec
             .encode(&mut source, row, out)
             .map_err(|e| self.encode_error(value, e))
+    }
+
+    /// Writes `value` through the core's flat-row path when it is a plain tuple of the fields'
+    /// own Python types (`bool`, `int`, `float`, `str`, `None`): no conversion to make, nothing
+    /// to check but kinds, nulls and widths, which `encode_flat` does. `false`: anything else
+    /// (a `Row`, a list, another type, a value that does not fit), left to the schema walk.
+    fn encode_flat_tuple(&self, value: &Bound<'_, PyAny>, out: &mut Vec<u8>) -> bool {
+        let Ok(tuple) = value.cast_exact::<PyTuple>() else {
+            return false;
+        };
+        // Borrowed items (the tuple holds them): no reference counting per field.
+        let items: SmallVec<[Borrowed<'_, '_, PyAny>; 8]> = tuple.iter_borrowed().collect();
+        let mut values: SmallVec<[core::FlatValue<'_>; 8]> = SmallVec::new();
+        for item in &items {
+            values.push(if item.is_exact_instance_of::<PyInt>() {
+                match item.extract::<i64>() {
+                    Ok(n) => core::FlatValue::Integer(n),
+                    Err(_) => return false, // past 64 bits: the walk says why
+                }
+            } else if item.is_none() {
+                core::FlatValue::Null
+            } else if let Ok(text) = item.cast_exact::<PyString>() {
+                match utf8(text) {
+                    Ok(Cow::Borrowed(bytes)) => core::FlatValue::Text(bytes),
+                    _ => return false, // a lone surrogate: the walk says why
+                }
+            } else if let Ok(f) = item.cast_exact::<PyFloat>() {
+                core::FlatValue::Double(f.value())
+            } else if let Ok(b) = item.cast_exact::<PyBool>() {
+                core::FlatValue::Boolean(b.is_true())
+            } else {
+                return false;
+            });
+        }
+        self.codec.encode_flat(&values, out)
     }
 
     /// A `Row` whose fields are the schema's in another order, as a dict (read by name).
@@ -557,7 +597,7 @@ impl<'py> ValueSource for PySource<'_, 'py> {
         };
         // A lone surrogate has no UTF-8 form: refused as a value that does not fit, not as
         // Python's UnicodeEncodeError.
-        let encoded = utf8(&text).map_err(|_| CodecError::Mismatch {
+        let encoded = utf8(text.as_borrowed()).map_err(|_| CodecError::Mismatch {
             type_error: false,
             message: "not valid Unicode text (a lone surrogate has no UTF-8 form)".into(),
         })?;

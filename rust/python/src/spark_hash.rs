@@ -76,7 +76,7 @@ fn mixed(value: &Bound<'_, PyAny>, spark_type: &str, running: i32) -> Option<i32
     let narrow = |fits: fn(i64) -> bool| int().filter(|v| fits(*v)).map(|v| Scalar::Int(v as i32));
     let scalar = match spark_type {
         "string" => {
-            let text = utf8(value.cast::<PyString>().ok()?).ok()?;
+            let text = utf8(value.cast::<PyString>().ok()?.as_borrowed()).ok()?;
             return Some(hash_value(Scalar::Bytes(&text), running));
         }
         "binary" => {

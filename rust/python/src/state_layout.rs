@@ -163,7 +163,7 @@ fn pickle_tuple(tuple: &Bound<'_, PyTuple>, out: &mut Vec<u8>) -> bool {
     let mut texts: SmallVec<[Option<Cow<'_, [u8]>>; 8]> = SmallVec::new();
     for item in &items {
         if let Ok(text) = item.cast_exact::<PyString>() {
-            match utf8(text) {
+            match utf8(text.as_borrowed()) {
                 Ok(bytes) => texts.push(Some(bytes)),
                 Err(_) => return false, // a lone surrogate: pickle writes it its own way
             }

@@ -22,7 +22,7 @@ extern "C" {
 
 /// `text`'s UTF-8 bytes (an error for a string holding lone surrogates, as `str.encode`).
 #[cfg(not(windows))]
-pub(crate) fn utf8<'a>(text: &'a Bound<'_, PyString>) -> PyResult<Cow<'a, [u8]>> {
+pub(crate) fn utf8<'a>(text: Borrowed<'a, '_, PyString>) -> PyResult<Cow<'a, [u8]>> {
     let mut size: pyo3::ffi::Py_ssize_t = 0;
     // SAFETY: `text` is a live str; the bytes returned stay valid and unchanged while it lives
     // (CPython keeps them in the string object), which `'a` ties them to.
@@ -39,9 +39,6 @@ pub(crate) fn utf8<'a>(text: &'a Bound<'_, PyString>) -> PyResult<Cow<'a, [u8]>>
 }
 
 #[cfg(windows)]
-pub(crate) fn utf8<'a>(text: &'a Bound<'_, PyString>) -> PyResult<Cow<'a, [u8]>> {
-    Ok(match text.to_cow()? {
-        Cow::Borrowed(text) => Cow::Borrowed(text.as_bytes()),
-        Cow::Owned(text) => Cow::Owned(text.into_bytes()),
-    })
+pub(crate) fn utf8<'a>(text: Borrowed<'a, '_, PyString>) -> PyResult<Cow<'a, [u8]>> {
+    Ok(Cow::Owned(text.to_cow()?.into_owned().into_bytes()))
 }

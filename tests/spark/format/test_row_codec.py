@@ -190,6 +190,40 @@ def test_random_values_encode_and_decode_as_the_python_codec_does():
     assert checked == 3000
 
 
+_FLAT_TYPES = [BooleanType(), ByteType(), IntegerType(), LongType(), DoubleType(), StringType()]
+
+
+def test_flat_rows_given_as_plain_tuples_encode_as_the_python_codec_does():
+    """Rows of booleans, integers, doubles and strings given as plain tuples take the native
+    flat-row path: the same bytes as the reference codec, and what does not fit refused as
+    Spark's verifier refuses it (the tuple left to the schema walk)."""
+    from pyspark.sql.types import _make_type_verifier
+
+    rng = random.Random(41)
+    refused = 0
+    for _ in range(200):
+        fields = [StructField(f"f{i}", rng.choice(_FLAT_TYPES), rng.random() < 0.5) for i in range(rng.randint(1, 9))]
+        schema = StructType(fields)
+        native, typed = compile_schema(schema), codec(schema)
+        spark = _make_type_verifier(schema, name="v")
+        for _ in range(10):
+            value = tuple(random_value(rng, f.dataType, f.nullable) for f in fields)
+            assert native.encode(value) == reference_bytes(schema, value), (schema.simpleString(), value)
+            assert native.encode(value) == native.encode(list(value)), (schema.simpleString(), value)
+            bad = list(value)
+            bad[rng.randrange(len(bad))] = rng.choice([None, True, 1, 2**63, -129, 1.5, "x", "\ud800"])
+            bad = tuple(bad)
+            expected, got = _outcome(spark, bad), _outcome(typed.encode, bad)
+            if expected is None and "\ud800" not in bad:
+                assert got is None and native.encode(bad) == reference_bytes(schema, bad), (schema.simpleString(), bad)
+                continue
+            refused += 1
+            assert isinstance(got, InvalidArgumentError), (schema.simpleString(), bad, expected)
+            if expected is not None:
+                assert str(expected) in str(got), (str(expected), str(got))
+    assert refused > 500
+
+
 def test_schemas_in_json_form_read_what_their_struct_types_wrote():
     """A replica reads state without PySpark: codecs compiled from the recorded JSON decode the
     bytes the ``StructType``'s codec wrote, evolved schemas too."""

@@ -221,13 +221,87 @@ impl Kind {
 pub struct RowCodec {
     schema: Vec<StructField>,
     nodes: Vec<Node>,
+    /// Whether every field is a boolean, an integer, a double or a string: rows
+    /// [`Self::encode_flat`] writes without walking the schema.
+    flat: bool,
+}
+
+/// A field's value of a flat row (see [`RowCodec::encode_flat`]).
+#[derive(Debug, Clone, Copy)]
+pub enum FlatValue<'a> {
+    Null,
+    Boolean(bool),
+    Integer(i64),
+    Double(f64),
+    /// A string's UTF-8 bytes.
+    Text(&'a [u8]),
 }
 
 impl RowCodec {
     pub fn new(schema: Vec<StructField>) -> Self {
         let mut nodes = Vec::new();
         compile_struct(&schema, true, String::new(), &mut nodes);
-        RowCodec { schema, nodes }
+        let flat = match &nodes[0].kind {
+            Kind::Struct { fields, .. } => fields.iter().all(|&f| {
+                matches!(
+                    nodes[f].kind,
+                    Kind::Boolean | Kind::Integer(_) | Kind::Double | Kind::Text
+                )
+            }),
+            _ => false,
+        };
+        RowCodec {
+            schema,
+            nodes,
+            flat,
+        }
+    }
+
+    /// Whether [`Self::encode_flat`] can write this schema's rows.
+    pub fn is_flat(&self) -> bool {
+        self.flat
+    }
+
+    /// Appends the row whose fields are `values`, in order, exactly as [`Self::encode`] writes
+    /// it, for a flat schema ([`Self::is_flat`]): the common state value (a count, a total, a
+    /// name) without a walk of the schema per value. Returns `false`, having written nothing,
+    /// where a value does not fit its field as given (another kind, a null where none may be,
+    /// an integer past its width, a count of values other than the fields'): the caller then
+    /// encodes the row with [`Self::encode`], which converts or refuses it with its message.
+    pub fn encode_flat(&self, values: &[FlatValue<'_>], out: &mut Vec<u8>) -> bool {
+        let Kind::Struct { fields, .. } = &self.nodes[0].kind else {
+            return false;
+        };
+        if !self.flat || values.len() != fields.len() {
+            return false;
+        }
+        let start = out.len();
+        out.resize(start + fields.len().div_ceil(8), 0);
+        for (i, (&field, value)) in fields.iter().zip(values).enumerate() {
+            let node = &self.nodes[field];
+            match (&node.kind, *value) {
+                (_, FlatValue::Null) if node.nullable => out[start + (i >> 3)] |= 1 << (i & 7),
+                (Kind::Boolean, FlatValue::Boolean(b)) => out.push(b as u8),
+                (Kind::Integer(width), FlatValue::Integer(n)) => {
+                    let (low, high) = width.bounds();
+                    if !(low..=high).contains(&n) {
+                        out.truncate(start);
+                        return false;
+                    }
+                    write_varint(out, zigzag(n));
+                }
+                (Kind::Double, FlatValue::Double(d)) => out.extend_from_slice(&d.to_le_bytes()),
+                (Kind::Text, FlatValue::Text(text)) => {
+                    write_varint(out, text.len() as u64);
+                    out.extend_from_slice(text);
+                }
+                _ => {
+                    out.truncate(start);
+                    return false;
+                }
+            }
+        }
+        true
     }
 
     pub fn schema(&self) -> &[StructField] {

@@ -430,3 +430,116 @@ fn incompatible_changes_are_named_as_python_names_them() {
     );
     assert!(ReadPlan::new(&codec(old), &codec(narrowed)).is_err());
 }
+
+fn flat_field_type(rng: &mut Rng) -> DataType {
+    let kinds = [
+        DataType::Boolean,
+        DataType::Byte,
+        DataType::Short,
+        DataType::Integer,
+        DataType::Long,
+        DataType::Double,
+        DataType::String,
+        DataType::Varchar(4),
+    ];
+    kinds[rng.below(kinds.len() as u64) as usize].clone()
+}
+
+fn as_flat(value: &Value) -> FlatValue<'_> {
+    match value {
+        Value::Null => FlatValue::Null,
+        Value::Boolean(b) => FlatValue::Boolean(*b),
+        Value::Integer(n) => FlatValue::Integer(*n),
+        Value::Double(d) => FlatValue::Double(*d),
+        Value::Text(text) => FlatValue::Text(text.as_bytes()),
+        other => panic!("not a flat field's value: {other:?}"),
+    }
+}
+
+#[test]
+fn flat_rows_are_written_as_the_schema_walk_writes_them() {
+    let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+    for _ in 0..2_000 {
+        let fields: Vec<StructField> = (0..1 + rng.below(10))
+            .map(|i| StructField::new(&format!("f{i}"), flat_field_type(&mut rng), rng.chance(50)))
+            .collect();
+        let codec = codec(fields.clone());
+        assert!(codec.is_flat(), "{fields:?}");
+        for _ in 0..5 {
+            let row = random_value(&mut rng, &DataType::Struct(fields.clone()), false);
+            let Value::Row(values) = &row else {
+                panic!("a struct's value is a row")
+            };
+            let flat: Vec<FlatValue<'_>> = values.iter().map(as_flat).collect();
+            let mut out = vec![0xAB];
+            assert!(codec.encode_flat(&flat, &mut out), "{fields:?} {row:?}");
+            assert_eq!(out[0], 0xAB, "appended, not overwritten");
+            assert_eq!(
+                out[1..],
+                codec.encode_value(&row).unwrap(),
+                "{fields:?} {row:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn values_that_do_not_fit_a_flat_row_are_left_to_the_schema_walk() {
+    let codec = codec(vec![
+        StructField::new("count", DataType::Byte, false),
+        StructField::new("name", DataType::String, true),
+    ]);
+    let text = Value::Text("x".into());
+    let refused = [
+        vec![Value::Null, text.clone()],          // a null where none may be
+        vec![Value::Integer(128), text.clone()],  // past a byte
+        vec![Value::Integer(-129), text.clone()], // below a byte
+        vec![Value::Double(1.0), text.clone()],   // another kind
+        vec![Value::Integer(1), Value::Integer(2)], // another kind
+        vec![Value::Integer(1)],                  // too few values
+        vec![Value::Integer(1), text.clone(), text.clone()], // too many
+    ];
+    for values in refused {
+        let flat: Vec<FlatValue<'_>> = values.iter().map(as_flat).collect();
+        let mut out = vec![1, 2, 3];
+        assert!(!codec.encode_flat(&flat, &mut out), "{values:?}");
+        assert_eq!(out, [1, 2, 3], "nothing written for {values:?}");
+        assert!(
+            codec.encode_value(&Value::Row(values.clone())).is_err(),
+            "{values:?}"
+        );
+    }
+    let fits = [Value::Integer(-128), Value::Null];
+    let mut out = Vec::new();
+    let flat: Vec<FlatValue<'_>> = fits.iter().map(as_flat).collect();
+    assert!(codec.encode_flat(&flat, &mut out));
+    assert_eq!(out, codec.encode_value(&Value::Row(fits.to_vec())).unwrap());
+}
+
+#[test]
+fn rows_with_other_kinds_or_nesting_are_not_flat() {
+    for data_type in [
+        DataType::Float,
+        DataType::Binary,
+        DataType::Date,
+        DataType::Timestamp,
+        DataType::Decimal {
+            precision: 10,
+            scale: 2,
+        },
+        DataType::Array {
+            element: Box::new(DataType::Long),
+            contains_null: true,
+        },
+        DataType::Struct(vec![field("x", DataType::Long)]),
+    ] {
+        let codec = codec(vec![
+            field("n", DataType::Long),
+            field("other", data_type.clone()),
+        ]);
+        assert!(!codec.is_flat(), "{data_type:?}");
+        let mut out = Vec::new();
+        assert!(!codec.encode_flat(&[FlatValue::Integer(1), FlatValue::Null], &mut out));
+        assert!(out.is_empty());
+    }
+}
